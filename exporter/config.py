@@ -1,0 +1,377 @@
+"""Configuration: schedules/*.yaml, validated at load.
+
+Order of validation (as blackbox_exporter does): defaults are filled in, unknown keys are
+rejected, and every error is gathered and reported as `FILE: dotted.path[i]: message`,
+so a user fixes a file in one pass.  Cross-references (a protocol's module, a remote's
+lab, the schedule's transfer list) are checked in the same pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from .protocols import REGISTRY
+from .protocols.base import TemplateError, check_template_element
+from .result import DIRECTIONS
+
+# ---------------------------------------------------------------- value types
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from 1048576, "1MiB", "1.5GiB" or "5MB"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 64MiB")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("size must not be negative")
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"{value!r} is not a size; write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 30, "30s", "500ms", "10m", "2h"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("duration must not be negative")
+        return float(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; write e.g. 500ms, 30s, 10m, 2h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name: use lower-case letters, digits, '_', '.', '-' (max 63)")
+    return value
+
+
+def _check_rate(value: str) -> str:
+    if not _RATE.match(value):
+        raise ValueError(f"{value!r} is not a tc rate; write e.g. 200mbit, 1gbit")
+    return value
+
+
+def _check_lab_name(value: str) -> str:
+    # Interface names are limited to 15 bytes and get a 4-byte suffix.
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,10}", value):
+        raise ValueError(f"{value!r} is not a valid lab name: 1-11 lower-case letters/digits, starting with a letter")
+    return value
+
+
+def _check_template(value: str) -> str:
+    try:
+        return check_template_element(value)
+    except TemplateError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_cron(value: str) -> str:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(value, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday): {exc}") from None
+    return value
+
+
+def _check_timezone(value: str) -> str:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not a time zone name; write e.g. UTC or Africa/Johannesburg") from None
+    return value
+
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Name = Annotated[str, AfterValidator(_check_name)]
+TemplateElement = Annotated[str, AfterValidator(_check_template)]
+Direction = Literal["download", "upload"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- the schema
+
+
+class LinkConfig(_Strict):
+    rate: Annotated[str, AfterValidator(_check_rate)] | None = None
+    burst: Size = 64 * 1024  # tbf bucket; enough for 200 Mbit/s at HZ=250
+    limit: Size | None = None  # tbf queue bytes; small values force drops
+    delay: Duration = 0.0  # one-way, via netem where the kernel has it
+    loss: Annotated[float, Field(ge=0, le=100)] = 0.0  # percent, via netem
+
+
+class LabConfig(_Strict):
+    name: Annotated[str, AfterValidator(_check_lab_name)] = "bigbinf"
+    state_dir: Path = Path("/var/lib/bigbinf/lab")
+    client_address: str = "198.18.0.1"
+    remote_address: str = "198.18.0.2"
+    prefix_length: Annotated[int, Field(ge=8, le=30)] = 24
+    link: LinkConfig = LinkConfig()
+    datasets: list[Name] | None = None  # which datasets the lab creates; default all
+
+
+class RemoteConfig(_Strict):
+    lab: bool = False  # take address, user, key, netns, interface from the lab section
+    address: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: str = "root"
+    key: Path | None = None
+    ssh_config: Path | None = None
+    data_dir: Path | None = None  # where the datasets' files live on the remote
+    checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
+    netns: str | None = None  # client-side network namespace to run transfers in
+    interface: str = "any"  # capture interface on the client side
+    password_env: str | None = None  # name of an environment variable holding a password
+
+
+class DatasetConfig(_Strict):
+    file: str
+    size: Size
+    create: Literal["random", "zero"] = "random"  # how the lab fills the file
+
+
+class ProtocolConfig(_Strict):
+    module: str | None = None  # registry key; default: the protocol's name if registered, else "command"
+    command: list[TemplateElement] | None = None  # overrides the module's default (download)
+    upload_command: list[TemplateElement] | None = None
+    directions: list[Direction] = ["download"]
+    timeout: Duration | None = None
+
+
+class TransferSelector(_Strict):
+    protocol: Name
+    remote: Name
+    dataset: Name
+    direction: Direction = "download"
+
+
+class ScheduleConfig(_Strict):
+    cron: list[Annotated[str, AfterValidator(_check_cron)]] = ["0 13 * * *", "0 3 * * *"]
+    interval: Duration | None = None  # alternative to cron, for demos and tests
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    jitter: Duration = 0.0  # random delay added to each start
+    rounds: Annotated[int, Field(ge=1, le=100)] = 1  # repetitions per scheduled run
+    transfers: list[TransferSelector] | None = None  # default: every protocol x remote x dataset x direction
+
+
+class TransferConfig(_Strict):
+    timeout: Duration = 1800.0
+    workdir: Path = Path("/var/tmp/bigbinf")
+    keep_files: bool = False
+
+
+class CaptureConfig(_Strict):
+    enabled: bool = True
+    snaplen: Annotated[int, Field(ge=64, le=65535)] = 128
+    buffer: Size = 4 * 1024 * 1024
+    linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
+    keep: bool = False  # keep the pcap (under the journal's directory)
+    start_timeout: Duration = 10.0
+
+
+class JournalConfig(_Strict):
+    path: Path = Path("/var/lib/bigbinf/journal.jsonl")
+
+
+class Config(_Strict):
+    remotes: dict[Name, RemoteConfig]
+    datasets: dict[Name, DatasetConfig]
+    protocols: dict[Name, ProtocolConfig]
+    schedule: ScheduleConfig = ScheduleConfig()
+    transfer: TransferConfig = TransferConfig()
+    capture: CaptureConfig = CaptureConfig()
+    journal: JournalConfig = JournalConfig()
+    lab: LabConfig | None = None
+
+
+# ---------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    path: str  # dotted path with [i] indices; "" for the whole file
+    message: str
+
+
+class ConfigError(Exception):
+    def __init__(self, source: str, issues: Sequence[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = list(issues)
+        super().__init__(self.render())
+
+    def lines(self) -> list[str]:
+        return [f"{self.source}: {i.path}: {i.message}" if i.path else f"{self.source}: {i.message}"
+                for i in self.issues]
+
+    def render(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _format_loc(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The model class that owns the mapping at `loc` (for listing its allowed keys)."""
+    annotation: Any = Config
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif get_origin(annotation) in (dict, list):
+            annotation = get_args(annotation)[-1]
+        else:
+            return None
+    annotation = _unwrap(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    # Optional[X] / Annotated[X, ...] -> X
+    while True:
+        args = get_args(annotation)
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = args[0]
+        elif args and type(None) in args and origin is not dict:
+            annotation = next(a for a in args if a is not type(None))
+        else:
+            return annotation
+
+
+def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
+    issues = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        # Pydantic adds the validator name ("function-after[...]") for Annotated types.
+        loc = [p for p in loc if not (isinstance(p, str) and ("[" in p and p.endswith("]")))]
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            known = ", ".join(model.model_fields) if model else ""
+            message = f"unknown key {loc[-1]!r}" + (f"; allowed keys: {known}" if known else "")
+        elif kind == "missing":
+            message = "required key is missing"
+        elif kind == "literal_error":
+            message = f"{err['input']!r} is not allowed; {err['msg'].lower()}"
+        elif kind.startswith("value_error"):
+            message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+        else:
+            message = err["msg"][0].lower() + err["msg"][1:] + f" (got {err['input']!r})"
+        issues.append(ConfigIssue(_format_loc(loc), message))
+    return issues
+
+
+def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
+    """Checks that span sections; run on the raw mapping so they are reported together
+    with the schema errors."""
+    issues: list[ConfigIssue] = []
+    remotes = raw.get("remotes") if isinstance(raw.get("remotes"), dict) else {}
+    datasets = raw.get("datasets") if isinstance(raw.get("datasets"), dict) else {}
+    protocols = raw.get("protocols") if isinstance(raw.get("protocols"), dict) else {}
+    for name, remote in remotes.items():
+        if not isinstance(remote, dict):
+            continue
+        if remote.get("lab") and not raw.get("lab"):
+            issues.append(ConfigIssue(f"remotes.{name}.lab", "lab: true needs a top-level lab: section"))
+        if not remote.get("lab"):
+            for key in ("address", "data_dir"):
+                if not remote.get(key):
+                    issues.append(ConfigIssue(f"remotes.{name}.{key}", f"required unless lab: true"))
+    for name, proto in protocols.items():
+        if not isinstance(proto, dict):
+            continue
+        module = proto.get("module") or (name if name in REGISTRY else "command")
+        if module not in REGISTRY:
+            issues.append(ConfigIssue(f"protocols.{name}.module",
+                                      f"unknown module {module!r}; known modules: {', '.join(REGISTRY)}"))
+            continue
+        profile = REGISTRY[module]
+        directions = proto.get("directions") or ["download"]
+        for direction in directions if isinstance(directions, list) else []:
+            key = "command" if direction == "download" else "upload_command"
+            if direction in DIRECTIONS and not proto.get(key) and direction not in profile.commands:
+                issues.append(ConfigIssue(f"protocols.{name}.{key}",
+                                          f"module {module!r} has no default {direction} command: give {key}"))
+    schedule = raw.get("schedule") if isinstance(raw.get("schedule"), dict) else {}
+    for i, sel in enumerate(schedule.get("transfers") or []):
+        if not isinstance(sel, dict):
+            continue
+        for kind, known in (("protocol", protocols), ("remote", remotes), ("dataset", datasets)):
+            if kind in sel and sel[kind] not in known:
+                issues.append(ConfigIssue(f"schedule.transfers[{i}].{kind}",
+                                          f"no {kind} named {sel[kind]!r}; defined: {', '.join(known) or 'none'}"))
+    lab = raw.get("lab") if isinstance(raw.get("lab"), dict) else {}
+    for i, name in enumerate(lab.get("datasets") or []):
+        if name not in datasets:
+            issues.append(ConfigIssue(f"lab.datasets[{i}]", f"no dataset named {name!r}"))
+    if schedule.get("interval") is not None and "cron" in schedule:
+        issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
+    return issues
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_config(text: str, source: str) -> Config:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise ConfigError(source, [ConfigIssue("", f"{where}YAML syntax error: {getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [ConfigIssue("", "the file must be a YAML mapping with remotes, datasets and protocols")])
+    issues = _cross_reference_issues(raw)
+    config = None
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        issues = _pydantic_issues(exc) + issues
+    if issues or config is None:
+        raise ConfigError(source, issues)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
+    return parse_config(text, source)

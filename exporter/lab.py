@@ -1,0 +1,414 @@
+"""A local lab that stands in for a remote site: `lab up | down | status`.
+
+Two network namespaces, `<name>-client` and `<name>-remote`, joined by a veth pair with
+addresses from 198.18.0.0/15 (the benchmarking range).  Nothing is added to the root
+namespace, so the lab never touches the host's own networking, two labs with different
+names coexist, and Prometheus on the host still scrapes the exporter on loopback while the
+exporter runs transfers inside `<name>-client`.
+
+The link is made to behave like a WAN link and to be measurable:
+- offloads (TSO/GSO/GRO) off, so captured frames are real wire-sized frames;
+- IPv6 off and static neighbour entries, so no ND/ARP chatter enters the interface
+  counters that tests compare captures against;
+- a tbf rate limit (and queue limit) on both ends; delay and loss through netem where the
+  kernel has it, else a plain message says they were not applied.
+
+`up` is idempotent; `down` removes every namespace, process and file `up` created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config, DatasetConfig, LabConfig, LinkConfig
+from .process import check_run, in_netns
+
+MARKER = ".bigbinf-lab"  # down removes the state dir only if up created it
+CHUNK = 4 * 1024 * 1024
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    """Every name and path a lab uses, derived from its config alone."""
+
+    config: LabConfig
+
+    @property
+    def client_ns(self) -> str:
+        return f"{self.config.name}-client"
+
+    @property
+    def remote_ns(self) -> str:
+        return f"{self.config.name}-remote"
+
+    @property
+    def client_if(self) -> str:
+        return f"{self.config.name}-c"
+
+    @property
+    def remote_if(self) -> str:
+        return f"{self.config.name}-r"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def checksums(self) -> Path:
+        return self.data_dir / "SHA256SUMS"
+
+    @property
+    def client_key(self) -> Path:
+        return self.state_dir / "client_ed25519"
+
+    @property
+    def host_key(self) -> Path:
+        return self.state_dir / "host_ed25519"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.state_dir / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.state_dir / "sshd_config"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.state_dir / "authorized_keys"
+
+    def pidfile(self, server: str) -> Path:
+        return self.state_dir / f"{server}.pid"
+
+    def logfile(self, server: str) -> Path:
+        return self.state_dir / f"{server}.log"
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def _ns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def _ip(*args: str, what: str) -> str:
+    return check_run(["ip", *args], what)
+
+
+def _in(ns: str, argv: list[str], what: str) -> str:
+    return check_run(in_netns(ns, argv), what)
+
+
+# ---------------------------------------------------------------- network
+
+
+def _link_up(layout: LabLayout) -> None:
+    cfg = layout.config
+    for ns in (layout.client_ns, layout.remote_ns):
+        if not _ns_exists(ns):
+            _ip("netns", "add", ns, what=f"create namespace {ns}")
+        _ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
+    if subprocess.run(["ip", "-n", layout.client_ns, "link", "show", layout.client_if],
+                      capture_output=True).returncode != 0:
+        _ip("link", "add", layout.client_if, "netns", layout.client_ns, "type", "veth",
+            "peer", "name", layout.remote_if, "netns", layout.remote_ns, what="create the veth pair")
+    ends = ((layout.client_ns, layout.client_if, cfg.client_address),
+            (layout.remote_ns, layout.remote_if, cfg.remote_address))
+    for ns, ifname, address in ends:
+        _in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], f"disable IPv6 on {ifname}")
+        _ip("-n", ns, "addr", "replace", f"{address}/{cfg.prefix_length}", "dev", ifname,
+            what=f"address {ifname}")
+        _ip("-n", ns, "link", "set", ifname, "up", what=f"bring up {ifname}")
+        # Real wire-sized frames: without this the capture sees ~64 KB GSO "packets".
+        _in(ns, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"],
+            f"turn offloads off on {ifname}")
+    # Static neighbours: no ARP traffic in the interface counters or the captures.
+    for (ns, ifname, _), (peer_ns, peer_if, peer_addr) in ((ends[0], ends[1]), (ends[1], ends[0])):
+        mac = _mac(peer_ns, peer_if)
+        _ip("-n", ns, "neigh", "replace", peer_addr, "lladdr", mac, "dev", ifname, "nud", "permanent",
+            what=f"static neighbour on {ifname}")
+
+
+def _mac(ns: str, ifname: str) -> str:
+    info = json.loads(_ip("-n", ns, "-j", "link", "show", "dev", ifname, what=f"read {ifname}"))
+    return info[0]["address"]
+
+
+def netem_available() -> bool:
+    """Whether this kernel has sch_netem (absent on some cloud kernels)."""
+    if Path("/sys/module/sch_netem").exists():
+        return True
+    return subprocess.run(["modprobe", "-q", "sch_netem"], capture_output=True).returncode == 0 \
+        if shutil.which("modprobe") else False
+
+
+def shape_argv(ifname: str, link: LinkConfig, with_netem: bool) -> list[list[str]]:
+    """tc commands that give `ifname` the configured shape (run inside its namespace)."""
+    cmds = [["tc", "qdisc", "del", "dev", ifname, "root"]]  # may fail when none: ignored
+    tbf = []
+    if link.rate:
+        tbf = ["tbf", "rate", link.rate, "burst", str(link.burst)]
+        tbf += ["limit", str(link.limit)] if link.limit else ["latency", "50ms"]
+    wants_netem = link.delay > 0 or link.loss > 0
+    if wants_netem and with_netem:
+        netem = ["netem", "delay", f"{link.delay * 1000:g}ms", "loss", f"{link.loss:g}%"]
+        cmds.append(["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", *netem])
+        if tbf:
+            cmds.append(["tc", "qdisc", "add", "dev", ifname, "parent", "1:1", "handle", "10:", *tbf])
+    elif tbf:
+        cmds.append(["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", *tbf])
+    return cmds
+
+
+def _shape(layout: LabLayout) -> list[str]:
+    link = layout.config.link
+    messages = []
+    with_netem = netem_available()
+    if (link.delay > 0 or link.loss > 0) and not with_netem:
+        messages.append(f"netem is not available in this kernel: delay {link.delay * 1000:g}ms and loss "
+                        f"{link.loss:g}% were not applied (the link is shaped by rate only)")
+    for ns, ifname in ((layout.client_ns, layout.client_if), (layout.remote_ns, layout.remote_if)):
+        first, *rest = shape_argv(ifname, link, with_netem)
+        subprocess.run(in_netns(ns, first), capture_output=True)
+        for argv in rest:
+            _in(ns, argv, f"shape {ifname}")
+    return messages
+
+
+# ---------------------------------------------------------------- sshd
+
+
+def _write(path: Path, text: str, mode: int = 0o600) -> None:
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _ssh_files(layout: LabLayout) -> None:
+    for key in (layout.client_key, layout.host_key):
+        if not key.exists():
+            check_run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"bigbinf-lab-{layout.config.name}",
+                       "-f", str(key)], f"generate {key.name}")
+    addr = layout.config.remote_address
+    _write(layout.authorized_keys, layout.client_key.with_suffix(".pub").read_text())
+    _write(layout.known_hosts, f"{addr} {layout.host_key.with_suffix('.pub').read_text()}")
+    _write(layout.sshd_config, "\n".join([
+        f"ListenAddress {addr}", "Port 22",
+        f"HostKey {layout.host_key}",
+        f"AuthorizedKeysFile {layout.authorized_keys}",
+        f"PidFile {layout.pidfile('sshd')}",
+        "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
+        "Subsystem sftp internal-sftp", "MaxStartups 100", "LogLevel INFO", ""]))
+    _write(layout.ssh_config, "\n".join([
+        f"Host {addr}", f"  IdentityFile {layout.client_key}", "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {layout.known_hosts}", "  StrictHostKeyChecking yes",
+        "  BatchMode yes", "  Compression no", "  LogLevel ERROR", ""]))
+
+
+def _pid_alive(pidfile: Path, marker: str) -> int | None:
+    """The pid in `pidfile` if that process is alive and its command line has `marker`."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if marker in cmdline else None
+
+
+def _start_sshd(layout: LabLayout) -> None:
+    if _pid_alive(layout.pidfile("sshd"), str(layout.sshd_config)):
+        return
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
+    check_run([SSHD, "-t", "-f", str(layout.sshd_config)], "check the lab's sshd_config")
+    argv = in_netns(layout.remote_ns, [SSHD, "-D", "-f", str(layout.sshd_config),
+                                       "-E", str(layout.logfile("sshd"))])
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    # sshd -D writes its own PidFile, but only once listening; record ours now as well.
+    layout.pidfile("sshd").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + 15
+    probe = in_netns(layout.client_ns, ["ssh", "-F", str(layout.ssh_config), "-o", "ConnectTimeout=2",
+                                        f"root@{layout.config.remote_address}", "true"])
+    while True:
+        if proc.poll() is not None:
+            raise LabError(f"sshd exited {proc.returncode} in {layout.remote_ns}; see {layout.logfile('sshd')}")
+        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(f"sshd in {layout.remote_ns} did not accept the lab key within 15s; "
+                           f"see {layout.logfile('sshd')}")
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def read_checksums(path: Path) -> dict[str, str]:
+    """sha256sum-format file -> {file name: hex digest}; missing file -> {}."""
+    sums: dict[str, str] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return sums
+    for line in lines:
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and len(parts[0]) == 64:
+            sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+def _create_file(path: Path, size: int, fill: str) -> str:
+    digest = hashlib.sha256()
+    zero = bytes(CHUNK)
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as f:
+        left = size
+        while left:
+            n = min(CHUNK, left)
+            # Random content: ssh/gridftp compression or sparse tricks must not flatter.
+            block = os.urandom(n) if fill == "random" else zero[:n]
+            f.write(block)
+            digest.update(block)
+            left -= n
+    tmp.replace(path)
+    return digest.hexdigest()
+
+
+def _datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str]:
+    layout.data_dir.mkdir(parents=True, exist_ok=True)
+    sums = read_checksums(layout.checksums)
+    made = []
+    for name, ds in datasets.items():
+        path = layout.data_dir / ds.file
+        if path.exists() and path.stat().st_size == ds.size and ds.file in sums:
+            continue
+        sums[ds.file] = _create_file(path, ds.size, ds.create)
+        made.append(f"{name} ({ds.file}, {ds.size} bytes)")
+    layout.checksums.write_text("".join(f"{h}  {f}\n" for f, h in sorted(sums.items())))
+    return made
+
+
+# ---------------------------------------------------------------- commands
+
+
+def lab_datasets(config: Config) -> dict[str, DatasetConfig]:
+    assert config.lab is not None
+    names = config.lab.datasets or list(config.datasets)
+    return {n: config.datasets[n] for n in names}
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, tc, tcpdump): run it with sudo")
+
+
+def up(config: Config) -> list[str]:
+    """Create (or complete) the lab; returns human-readable messages."""
+    if config.lab is None:
+        raise LabError("the configuration has no lab: section")
+    require_root()
+    layout = LabLayout(config.lab)
+    layout.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (layout.state_dir / MARKER).write_text(config.lab.name + "\n")
+    messages = []
+    _link_up(layout)
+    messages += _shape(layout)
+    _ssh_files(layout)
+    _start_sshd(layout)
+    made = _datasets(layout, lab_datasets(config))
+    if made:
+        messages.append("created datasets: " + ", ".join(made))
+    messages.append(f"lab {config.lab.name} is up: client {config.lab.client_address} in {layout.client_ns}, "
+                    f"remote {config.lab.remote_address} in {layout.remote_ns}")
+    return messages
+
+
+def down(config: Config) -> list[str]:
+    if config.lab is None:
+        raise LabError("the configuration has no lab: section")
+    require_root()
+    return teardown(LabLayout(config.lab))
+
+
+def teardown(layout: LabLayout) -> list[str]:
+    messages = []
+    # Every process in the lab's namespaces is ours (servers, stray transfers): stop them
+    # by PID before the namespaces go, so none survives holding a deleted namespace.
+    for ns in (layout.client_ns, layout.remote_ns):
+        if not _ns_exists(ns):
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(int(pid), sig)
+                except (ProcessLookupError, ValueError):
+                    pass
+            if sig == signal.SIGTERM and pids:
+                _wait_gone(pids, 3.0)
+        if pids:
+            messages.append(f"stopped {len(pids)} process(es) in {ns}")
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        messages.append(f"deleted namespace {ns}")
+    if (layout.state_dir / MARKER).exists():
+        shutil.rmtree(layout.state_dir, ignore_errors=True)
+        messages.append(f"removed {layout.state_dir}")
+    return messages or [f"lab {layout.config.name} was not up"]
+
+
+def _wait_gone(pids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.05)
+
+
+def status(config: Config) -> tuple[bool, list[str]]:
+    """(everything up?, one line per component)."""
+    if config.lab is None:
+        raise LabError("the configuration has no lab: section")
+    layout = LabLayout(config.lab)
+    lines = []
+    ok = True
+
+    def report(name: str, good: bool, detail: str) -> None:
+        nonlocal ok
+        ok = ok and good
+        lines.append(f"{name:<12} {'up' if good else 'DOWN':<5} {detail}")
+
+    for ns in (layout.client_ns, layout.remote_ns):
+        report("namespace", _ns_exists(ns), ns)
+    if _ns_exists(layout.client_ns):
+        link = subprocess.run(["ip", "-n", layout.client_ns, "-br", "addr", "show", layout.client_if],
+                              capture_output=True, text=True).stdout.strip()
+        report("veth", "UP" in link, link or layout.client_if)
+        qdisc = subprocess.run(["tc", "-n", layout.client_ns, "qdisc", "show", "dev", layout.client_if],
+                               capture_output=True, text=True).stdout.strip().splitlines()
+        lines.append(f"{'shape':<12} {'':<5} {'; '.join(qdisc) or 'none'}")
+    pid = _pid_alive(layout.pidfile("sshd"), str(layout.sshd_config))
+    report("sshd", pid is not None, f"pid {pid}" if pid else f"not running (log {layout.logfile('sshd')})")
+    sums = read_checksums(layout.checksums)
+    for name, ds in lab_datasets(config).items():
+        path = layout.data_dir / ds.file
+        good = path.exists() and path.stat().st_size == ds.size and ds.file in sums
+        report("dataset", good, f"{name}: {path} ({ds.size} bytes)")
+    if not netem_available():
+        lines.append(f"{'netem':<12} {'':<5} not available in this kernel: delay/loss cannot be applied")
+    return ok, lines

@@ -1,0 +1,85 @@
+"""Every metric the exporter publishes: name, type, labels and HELP, defined once.
+
+The collector, the backfill writer, the docs' metrics reference and the rules all use
+these names; docs/metrics.md is checked against this table by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "bigbinf_"
+SERIES_LABELS = ("protocol", "remote", "dataset", "direction")
+CACHED = " Cached from the last scheduled run of the series; not measured at scrape time."
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    type: str  # gauge | counter | histogram | info | stateset-as-gauge
+    help: str
+    labels: tuple[str, ...] = ()
+    unit_note: str = ""
+
+
+def _last(name: str, help_: str, extra: tuple[str, ...] = ()) -> Spec:
+    return Spec(PREFIX + "last_transfer_" + name, "gauge", help_ + CACHED, SERIES_LABELS + extra)
+
+
+LAST_RESULT = (
+    _last("start_timestamp_seconds", "UTC start time of the last transfer of the series."),
+    _last("success", "1 if the last transfer's outcome was ok, else 0."),
+    _last("outcome", "1 for the outcome (ok, failed, timeout, skipped) of the last transfer, 0 for the others.", ("outcome",)),
+    _last("duration_seconds", "Wall-clock duration of the last transfer command."),
+    _last("throughput_bytes_per_second", "File bytes divided by duration of the last transfer (0 unless ok)."),
+    _last("file_bytes", "Bytes of the dataset moved by the last transfer."),
+    _last("wire_bytes", "Link-layer frame bytes captured during the last transfer; way=down is remote to client.", ("way",)),
+    _last("payload_bytes", "TCP/UDP payload bytes captured during the last transfer.", ("way",)),
+    _last("packets", "Packets captured during the last transfer.", ("way",)),
+    _last("byte_ratio", "Wire bytes (down + up) per file byte of the last transfer."),
+    _last("retransmits_wire", "Retransmitted TCP segments seen in the capture of the last transfer (receiver-side view: undercounts the sender's under drops)."),
+    _last("verified", "1 if the last transfer's file size (and sha256 where known) matched, else 0."),
+    _last("capture_dropped_packets", "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire numbers are low."),
+    Spec(PREFIX + "last_success_timestamp_seconds", "gauge",
+         "UTC start time of the last transfer of the series whose outcome was ok." + CACHED, SERIES_LABELS),
+)
+
+# Counters and histograms: every transfer is counted exactly once, so windowed queries
+# (increase/rate over any range) count transfers, bytes and retransmits exactly.
+DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+THROUGHPUT_BUCKETS = (1e5, 1e6, 5e6, 1e7, 2.5e7, 5e7, 7.5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 5e9, 1e10)
+
+TRANSFERS_TOTAL = Spec(PREFIX + "transfers_total", "counter",
+                       "Transfers run since the exporter started, by outcome.", SERIES_LABELS + ("outcome",))
+DURATION_HIST = Spec(PREFIX + "transfer_duration_seconds", "histogram",
+                     "Wall-clock duration of transfers whose outcome was ok.", SERIES_LABELS)
+THROUGHPUT_HIST = Spec(PREFIX + "transfer_throughput_bytes_per_second", "histogram",
+                       "Throughput (file bytes / duration) of transfers whose outcome was ok.", SERIES_LABELS)
+FILE_BYTES_TOTAL = Spec(PREFIX + "transfer_file_bytes_total", "counter",
+                        "File bytes moved by transfers whose outcome was ok.", SERIES_LABELS)
+WIRE_BYTES_TOTAL = Spec(PREFIX + "transfer_wire_bytes_total", "counter",
+                        "Link-layer frame bytes captured during transfers whose outcome was ok.", SERIES_LABELS + ("way",))
+RETRANSMITS_TOTAL = Spec(PREFIX + "transfer_retransmits_wire_total", "counter",
+                         "Retransmitted TCP segments seen in captures of transfers whose outcome was ok.", SERIES_LABELS)
+PAYLOAD_SIZE_HIST = Spec(PREFIX + "transfer_payload_size_bytes", "histogram",
+                         "TCP/UDP payload size of every captured packet of ok transfers (the protocol's packet-size fingerprint).",
+                         SERIES_LABELS + ("way",))
+
+ROUNDS_TOTAL = Spec(PREFIX + "rounds_total", "counter", "Scheduled rounds completed since the exporter started.")
+ROUNDS_SKIPPED_TOTAL = Spec(PREFIX + "rounds_skipped_total", "counter",
+                            "Rounds not started because the previous round was still running.")
+ROUND_DURATION_HIST = Spec(PREFIX + "round_duration_seconds", "histogram", "Wall-clock duration of completed rounds.")
+LAST_ROUND_END = Spec(PREFIX + "last_round_end_timestamp_seconds", "gauge", "UTC time the last round ended.")
+CONFIG_RELOAD_OK = Spec(PREFIX + "config_last_reload_successful", "gauge",
+                        "1 if the last configuration load or reload succeeded, else 0 (the previous configuration stays in force).")
+CONFIG_RELOAD_TS = Spec(PREFIX + "config_last_reload_success_timestamp_seconds", "gauge",
+                        "UTC time of the last successful configuration load.")
+JOURNAL_FAILURES_TOTAL = Spec(PREFIX + "journal_write_failures_total", "counter",
+                              "Results that could not be written to the journal (they are still published).")
+BUILD_INFO = Spec(PREFIX + "build_info", "gauge", "Always 1; the version label says which bigbinf is running.", ("version",))
+
+ALL = LAST_RESULT + (
+    TRANSFERS_TOTAL, DURATION_HIST, THROUGHPUT_HIST, FILE_BYTES_TOTAL, WIRE_BYTES_TOTAL, RETRANSMITS_TOTAL,
+    PAYLOAD_SIZE_HIST, ROUNDS_TOTAL, ROUNDS_SKIPPED_TOTAL, ROUND_DURATION_HIST, LAST_ROUND_END,
+    CONFIG_RELOAD_OK, CONFIG_RELOAD_TS, JOURNAL_FAILURES_TOTAL, BUILD_INFO,
+)

@@ -1,0 +1,79 @@
+"""From a validated Config to the ordered list of transfers one round runs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config, DatasetConfig, RemoteConfig
+from .lab import LabLayout
+from .protocols import REGISTRY, Profile
+
+
+@dataclass(frozen=True)
+class Remote:
+    name: str
+    address: str
+    port: int
+    user: str
+    key: Path | None
+    ssh_config: Path | None
+    data_dir: Path
+    checksums: Path | None
+    netns: str | None
+    interface: str
+    password_env: str | None
+
+
+@dataclass(frozen=True)
+class TransferSpec:
+    protocol: str
+    profile: Profile
+    template: tuple[str, ...]
+    remote: Remote
+    dataset: str
+    dataset_config: DatasetConfig
+    direction: str
+    timeout_seconds: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol}/{self.remote.name}/{self.dataset}/{self.direction}"
+
+
+def resolve_remote(name: str, remote: RemoteConfig, config: Config) -> Remote:
+    if remote.lab:
+        assert config.lab is not None  # guaranteed by validation
+        layout = LabLayout(config.lab)
+        return Remote(name=name, address=config.lab.remote_address, port=22, user="root",
+                      key=layout.client_key, ssh_config=layout.ssh_config, data_dir=layout.data_dir,
+                      checksums=layout.checksums, netns=layout.client_ns, interface=layout.client_if,
+                      password_env=remote.password_env)
+    assert remote.address and remote.data_dir  # guaranteed by validation
+    return Remote(name=name, address=remote.address, port=remote.port, user=remote.user, key=remote.key,
+                  ssh_config=remote.ssh_config, data_dir=remote.data_dir, checksums=remote.checksums,
+                  netns=remote.netns, interface=remote.interface, password_env=remote.password_env)
+
+
+def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: str) -> TransferSpec | None:
+    proto = config.protocols[protocol]
+    if direction not in proto.directions:
+        return None
+    profile = REGISTRY[proto.module or (protocol if protocol in REGISTRY else "command")]
+    own = proto.command if direction == "download" else proto.upload_command
+    template = own or profile.commands[direction]
+    return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
+                        remote=resolve_remote(remote, config.remotes[remote], config),
+                        dataset=dataset, dataset_config=config.datasets[dataset], direction=direction,
+                        timeout_seconds=proto.timeout or config.transfer.timeout)
+
+
+def plan_round(config: Config) -> list[TransferSpec]:
+    """Transfers of one round, in a stable order (the schedule's list, or every combination)."""
+    if config.schedule.transfers is not None:
+        wanted = [(t.protocol, t.remote, t.dataset, t.direction) for t in config.schedule.transfers]
+    else:
+        wanted = list(itertools.product(config.protocols, config.remotes, config.datasets, ("download", "upload")))
+    specs = [_spec(config, *w) for w in wanted]
+    return [s for s in specs if s is not None]

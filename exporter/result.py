@@ -1,0 +1,121 @@
+"""The result of one transfer: the single record every later stage consumes.
+
+Data flows one way: schedule -> run -> capture -> analyse -> *result* -> journal ->
+collector -> /metrics.  A Result is immutable and serialises to one JSON object (one line
+of the journal).  Fields added later must have defaults so old journals still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+OUTCOMES = ("ok", "failed", "timeout", "skipped")
+DIRECTIONS = ("download", "upload")
+# Packet directions on the wire, as the study named them: "down" is remote -> client,
+# "up" is client -> remote, whatever the transfer direction.
+WAYS = ("down", "up")
+
+# Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
+# the MSS of a 1500-byte MTU with TCP timestamps, 1460 without; 8948/8960 the same for
+# 9000-byte jumbo frames.  Enough resolution for the study's Fig 5 "fingerprint".
+PAYLOAD_BUCKETS = (0, 64, 128, 256, 512, 1024, 1400, 1448, 1460, 1472, 1500, 4096, 8948, 8960, 65535)
+
+
+def empty_histogram() -> dict[str, list[int]]:
+    """Per way, a count of packets per PAYLOAD_BUCKETS bucket (not cumulative); the last
+    slot counts payloads above the largest bound."""
+    return {way: [0] * (len(PAYLOAD_BUCKETS) + 1) for way in WAYS}
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What identifies a series: these four are the metric labels of every result."""
+
+    protocol: str
+    remote: str
+    dataset: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class Result:
+    protocol: str
+    remote: str
+    dataset: str
+    direction: str
+    start_timestamp: float  # UTC epoch seconds when the command was started
+    outcome: str
+    error: str = ""
+    duration_seconds: float = 0.0  # wall clock of the transfer command
+    file_bytes: int = 0  # size of the dataset (sum of its files)
+    files: int = 0  # number of files in the dataset
+    verified: bool = False  # size (and sha256 where known) matched
+    wire_bytes_down: int = 0  # link-layer frame bytes remote -> client
+    wire_bytes_up: int = 0
+    payload_bytes_down: int = 0  # L4 payload bytes remote -> client
+    payload_bytes_up: int = 0
+    packets_down: int = 0
+    packets_up: int = 0
+    retransmits_wire: int = 0  # retransmitted segments seen in the capture (both ways)
+    first_packet_timestamp: float | None = None
+    last_packet_timestamp: float | None = None
+    capture_dropped: int = 0  # packets the kernel dropped before tcpdump read them
+    payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
+    round_id: str = ""
+    client_address: str = ""  # the two hosts the capture was filtered on
+    remote_address: str = ""
+    pcap_path: str = ""  # set only when captures are kept
+    packets_path: str = ""  # per-packet list (JSON lines) of an imported 2015 .dump
+    source: str = "exporter"  # "exporter", or "import" for results brought in by `import`
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction {self.direction!r} is not one of {DIRECTIONS}")
+
+    @property
+    def key(self) -> SeriesKey:
+        return SeriesKey(self.protocol, self.remote, self.dataset, self.direction)
+
+    @property
+    def wire_bytes_total(self) -> int:
+        return self.wire_bytes_down + self.wire_bytes_up
+
+    @property
+    def throughput_bytes_per_second(self) -> float:
+        """File bytes over the command's wall-clock duration (the study's 'speed')."""
+        if self.outcome != "ok" or self.duration_seconds <= 0:
+            return 0.0
+        return self.file_bytes / self.duration_seconds
+
+    @property
+    def byte_ratio(self) -> float:
+        """Wire bytes (down + up) per file byte; 1.05 means 5% overhead."""
+        if self.file_bytes <= 0:
+            return 0.0
+        return self.wire_bytes_total / self.file_bytes
+
+    @property
+    def start_utc(self) -> str:
+        return dt.datetime.fromtimestamp(self.start_timestamp, dt.timezone.utc).isoformat()
+
+    def to_json(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        # Derived values are written too, so readers of the journal (jq, the report,
+        # other tools) need not re-derive them; from_json ignores them.
+        record["start_utc"] = self.start_utc
+        record["throughput_bytes_per_second"] = self.throughput_bytes_per_second
+        record["byte_ratio"] = self.byte_ratio
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "Result":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names})

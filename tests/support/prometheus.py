@@ -1,0 +1,110 @@
+"""A real Prometheus (Debian's binary) started on loopback for a test, and removed after.
+
+Usage:
+    with PrometheusServer(config_text, tmp_path) as prom:
+        prom.wait_for(lambda: prom.query("up") ...)
+        prom.query("increase(x[5m])", time=ts)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrometheusServer:
+    def __init__(self, config_text: str, workdir: Path, extra_files: dict[str, str] | None = None,
+                 storage: Path | None = None, extra_args: list[str] | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = self.workdir / "prometheus.yml"
+        self.storage = storage or self.workdir / "tsdb"
+        self.log = self.workdir / "prometheus.log"
+        self.config_text = config_text
+        self.extra_files = extra_files or {}
+        self.extra_args = extra_args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> "PrometheusServer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for name, text in self.extra_files.items():
+            (self.workdir / name).write_text(text)
+        self.config.write_text(self.config_text)
+        argv = [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.storage}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
+                *self.extra_args]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"))
+        try:
+            self.wait_for(self._ready, timeout=30, what="Prometheus to become ready")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def _ready(self) -> bool:
+        if self.proc and self.proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    def api(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as r:
+            body = json.load(r)
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def query(self, expr: str, time: float | None = None) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr, time=time)
+        if data["resultType"] == "scalar":
+            return [{"metric": {}, "value": data["result"]}]
+        return data["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        return self.api("query_range", query=expr, start=start, end=end, step=step)["result"]
+
+    def reload(self) -> None:
+        req = urllib.request.Request(self.url + "/-/reload", method="POST")
+        urllib.request.urlopen(req, timeout=10).close()
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5,
+                 what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(interval)

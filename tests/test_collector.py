@@ -1,0 +1,97 @@
+"""The exposition: names, types, labels and values, against a golden file and by sample."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter import metric_names as M
+from exporter.collector import BigbinfCollector, ExporterState
+from exporter.result import PAYLOAD_BUCKETS, Result, SeriesKey, empty_histogram
+
+GOLDEN = Path(__file__).parent / "golden" / "metrics.prom"
+LABELS = {"protocol": "scp", "remote": "lab", "dataset": "f64m", "direction": "download"}
+
+
+def _result(start: float, outcome: str = "ok", **kw) -> Result:
+    hist = empty_histogram()
+    hist["down"][PAYLOAD_BUCKETS.index(1448)] = 46000
+    hist["up"][0] = 23000
+    values = dict(protocol="scp", remote="lab", dataset="f64m", direction="download", start_timestamp=start,
+                  outcome=outcome, duration_seconds=2.75, file_bytes=64 << 20, files=1, verified=outcome == "ok",
+                  wire_bytes_down=70_000_000, wire_bytes_up=1_600_000, payload_bytes_down=67_200_000,
+                  payload_bytes_up=40_000, packets_down=46_000, packets_up=23_000, retransmits_wire=3,
+                  payload_histogram=hist)
+    values.update(kw)
+    return Result(**values)
+
+
+def _state() -> ExporterState:
+    state = ExporterState()
+    state.record_config(True, when=1_763_000_000.0)
+    state.prime([SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")])
+    state.record(_result(1_763_000_100.0))
+    state.record(_result(1_763_000_200.0, outcome="failed", error="scp exited 1", duration_seconds=0.2,
+                         wire_bytes_down=500, wire_bytes_up=400, verified=False))
+    state.record_round(5.0, 1_763_000_205.0)
+    return state
+
+
+def _registry(state: ExporterState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    return registry
+
+
+def test_exposition_matches_golden_file() -> None:
+    text = generate_latest(_registry(_state())).decode()
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "exposition changed: review it, then UPDATE_GOLDEN=1 pytest tests/test_collector.py"
+
+
+def test_samples() -> None:
+    reg = _registry(_state())
+    get = reg.get_sample_value
+    # The last result is the failed one; the last success is the earlier ok one.
+    assert get("bigbinf_last_transfer_success", LABELS) == 0
+    assert get("bigbinf_last_transfer_outcome", {**LABELS, "outcome": "failed"}) == 1
+    assert get("bigbinf_last_transfer_outcome", {**LABELS, "outcome": "ok"}) == 0
+    assert get("bigbinf_last_transfer_throughput_bytes_per_second", LABELS) == 0
+    assert get("bigbinf_last_success_timestamp_seconds", LABELS) == 1_763_000_100.0
+    # Every transfer counted once, by outcome; histograms count only ok transfers.
+    assert get("bigbinf_transfers_total", {**LABELS, "outcome": "ok"}) == 1
+    assert get("bigbinf_transfers_total", {**LABELS, "outcome": "failed"}) == 1
+    assert get("bigbinf_transfer_duration_seconds_count", LABELS) == 1
+    assert get("bigbinf_transfer_throughput_bytes_per_second_sum", LABELS) == (64 << 20) / 2.75
+    assert get("bigbinf_transfer_wire_bytes_total", {**LABELS, "way": "down"}) == 70_000_000
+    assert get("bigbinf_transfer_payload_size_bytes_bucket", {**LABELS, "way": "down", "le": "1400"}) == 0
+    assert get("bigbinf_transfer_payload_size_bytes_bucket", {**LABELS, "way": "down", "le": "1448"}) == 46000
+    assert get("bigbinf_transfer_payload_size_bytes_sum", {**LABELS, "way": "down"}) == 67_200_000
+    # A primed series exists at 0 before its first transfer, so increase() counts the first.
+    primed = {**LABELS, "dataset": "f5m"}
+    assert get("bigbinf_transfers_total", {**primed, "outcome": "ok"}) == 0
+    assert get("bigbinf_last_transfer_success", primed) is None
+    assert get("bigbinf_rounds_total") == 1
+    assert get("bigbinf_config_last_reload_successful") == 1
+
+
+def test_restore_keeps_newest_and_last_success() -> None:
+    state = ExporterState()
+    n = state.restore([_result(300.0, outcome="timeout"), _result(100.0), _result(200.0)])
+    assert n == 3
+    reg = _registry(state)
+    assert reg.get_sample_value("bigbinf_last_transfer_start_timestamp_seconds", LABELS) == 300.0
+    assert reg.get_sample_value("bigbinf_last_success_timestamp_seconds", LABELS) == 200.0
+
+
+def test_every_metric_has_help_and_base_unit_names() -> None:
+    text = generate_latest(_registry(_state())).decode()
+    for spec in M.ALL:
+        assert f"# HELP {spec.name} " in text, spec.name
+        assert not any(bad in spec.name for bad in ("_ms", "_kb", "_mb", "_bits", "_percent")), spec.name
+        if spec.name.startswith(M.PREFIX + "last_transfer_"):
+            assert "Cached from the last scheduled run" in spec.help
+    assert "bigbinf_transfers_total{" in text

@@ -1,0 +1,125 @@
+"""Configuration validation: every error gathered, each named by file and path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.config import ConfigError, load_config, parse_config, parse_duration, parse_size
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = "schedules/t.yaml"
+BASE = """
+remotes:
+  lab: {lab: true}
+datasets:
+  f1: {file: f1.bin, size: 1MiB}
+protocols:
+  scp: {}
+lab: {name: t1}
+"""
+KNOWN_PLACEHOLDERS = ("{host}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_dir}, {file}, "
+                      "{local_path}, {local_dir}, {size}")
+
+BAD = [
+    ("unknown placeholder",
+     BASE.replace("scp: {}", 'scp: {command: [scp, -F, "{ssh_config}", "{hots}:{remote_path}", "{local_path}"]}'),
+     [f"protocols.scp.command[3]: unknown placeholder {{hots}}; known placeholders: {KNOWN_PLACEHOLDERS}"]),
+    ("unknown top-level key", BASE + "extra: 1\n",
+     ["extra: unknown key 'extra'; allowed keys: remotes, datasets, protocols, schedule, transfer, capture, journal, lab"]),
+    ("unknown nested key", BASE.replace("scp: {}", "scp: {tiemout: 5s}"),
+     ["protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: module, command, upload_command, directions, timeout"]),
+    ("missing section", BASE.replace("protocols:\n  scp: {}\n", ""), ["protocols: required key is missing"]),
+    ("bad size", BASE.replace("1MiB", "1 megabyte"),
+     ["datasets.f1.size: '1 megabyte' is not a size; write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB"]),
+    ("boolean size", BASE.replace("1MiB", "true"), ["datasets.f1.size: expected a size such as 64MiB"]),
+    ("bad duration", BASE + "transfer: {timeout: soon}\n",
+     ["transfer.timeout: 'soon' is not a duration; write e.g. 500ms, 30s, 10m, 2h"]),
+    ("bad cron", BASE + "schedule: {cron: ['61 * * * *']}\n",
+     ["schedule.cron[0]: '61 * * * *' is not a cron expression (minute hour day month weekday): Error validating "
+      "expression '61': the last value (61) is higher than the maximum value (59)"]),
+    ("bad direction", BASE.replace("scp: {}", "scp: {directions: [sideways]}"),
+     ["protocols.scp.directions[0]: 'sideways' is not allowed; input should be 'download' or 'upload'"]),
+    ("lab remote without lab section", BASE.replace("lab: {name: t1}\n", ""),
+     ["remotes.lab.lab: lab: true needs a top-level lab: section"]),
+    ("unknown module", BASE.replace("scp: {}", "scp: {module: warp}"),
+     ["protocols.scp.module: unknown module 'warp'; known modules: command, scp"]),
+    ("remote without address", BASE.replace("lab: {lab: true}", "site: {user: x}"),
+     ["remotes.site.address: required unless lab: true", "remotes.site.data_dir: required unless lab: true"]),
+    ("bad name", BASE.replace("  f1:", "  F1 big:"),
+     ["datasets.F1 big: 'F1 big' is not a valid name: use lower-case letters, digits, '_', '.', '-' (max 63)"]),
+    ("bad rate", BASE.replace("lab: {name: t1}", "lab: {name: t1, link: {rate: fast}}"),
+     ["lab.link.rate: 'fast' is not a tc rate; write e.g. 200mbit, 1gbit"]),
+    ("bad time zone", BASE + "schedule: {timezone: Mars/Olympus}\n",
+     ["schedule.timezone: 'Mars/Olympus' is not a time zone name; write e.g. UTC or Africa/Johannesburg"]),
+    ("yaml syntax", "remotes: [\n",
+     ["line 2 column 1: YAML syntax error: expected the node content, but found '<stream end>'"]),
+    ("not a mapping", "- a\n", ["the file must be a YAML mapping with remotes, datasets and protocols"]),
+    ("dangling reference", BASE + "schedule: {transfers: [{protocol: ftp, remote: lab, dataset: f1}]}\n",
+     ["schedule.transfers[0].protocol: no protocol named 'ftp'; defined: scp"]),
+    ("bad braces", BASE.replace("scp: {}", 'scp: {command: [echo, "{oops"]}'),
+     ["protocols.scp.command[1]: bad braces in '{oops': expected '}' before end of string; write {{ and }} for literal braces"]),
+    ("cron and interval", BASE + "schedule: {cron: ['0 3 * * *'], interval: 1m}\n",
+     ["schedule: give either cron or interval, not both"]),
+    ("no default upload", BASE.replace("scp: {}", "scp: {directions: [upload]}"),
+     ["protocols.scp.upload_command: module 'scp' has no default upload command: give upload_command"]),
+    ("every error gathered",
+     BASE.replace("scp: {}", "scp: {tiemout: 5s, directions: [sideways]}") + "transfer: {timeout: soon}\n",
+     ["protocols.scp.directions[0]: 'sideways' is not allowed; input should be 'download' or 'upload'",
+      "protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: module, command, upload_command, directions, timeout",
+      "transfer.timeout: 'soon' is not a duration; write e.g. 500ms, 30s, 10m, 2h"]),
+]
+
+
+@pytest.mark.parametrize("text,expected", [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_config_reports_every_error_with_file_and_path(text: str, expected: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, SRC)
+    assert info.value.lines() == [f"{SRC}: {line}" for line in expected]
+
+
+def test_defaults_are_filled_in() -> None:
+    config = parse_config(BASE, SRC)
+    assert config.schedule.cron == ["0 13 * * *", "0 3 * * *"]  # the study's schedule
+    assert config.capture.snaplen == 128
+    assert config.datasets["f1"].size == 1024 * 1024
+    assert config.protocols["scp"].directions == ["download"]
+
+
+@pytest.mark.parametrize("text,value", [("1MiB", 2**20), ("1.5GiB", 3 * 2**29), ("5MB", 5_000_000), (42, 42)])
+def test_sizes(text: object, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text,value", [("500ms", 0.5), ("30s", 30), ("10m", 600), ("2h", 7200), (3, 3.0)])
+def test_durations(text: object, value: float) -> None:
+    assert parse_duration(text) == value
+
+
+def test_shipped_configs_are_valid() -> None:
+    for path in sorted((ROOT / "schedules").glob("*.yaml")):
+        load_config(path)
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read the file: No such file or directory"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_config_check_exit_codes(tmp_path: Path) -> None:
+    good = _cli("--config.file", "schedules/lab.yaml", "--config.check")
+    assert good.returncode == 0, good.stderr
+    assert "configuration is valid" in good.stdout
+    bad_file = tmp_path / "bad.yaml"
+    bad_file.write_text(BASE + "extra: 1\n")
+    bad = _cli("--config.file", str(bad_file), "--config.check")
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == (f"{bad_file}: extra: unknown key 'extra'; allowed keys: remotes, datasets, "
+                                  "protocols, schedule, transfer, capture, journal, lab")

@@ -1,0 +1,83 @@
+"""A real Prometheus scrapes the exporter while it runs scheduled rounds in the lab."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.journal import Journal
+
+from .support.exporter import ExporterProcess
+from .support.prometheus import PrometheusServer
+
+pytestmark = [pytest.mark.lab, pytest.mark.prometheus]
+ROUNDS = 3
+SERIES = '{protocol="scp",remote="lab",dataset="f1m",direction="download"}'
+
+
+def _config_file(config, tmp: Path, schedule: dict) -> Path:
+    raw = json.loads(config.model_dump_json())
+    raw["schedule"] = schedule
+    path = tmp / "exporter.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _prometheus_config(target: str) -> str:
+    return yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "bigbinf", "static_configs": [{"targets": [target]}]}],
+    })
+
+
+def test_prometheus_counts_every_round_and_restart_republishes(make_lab, tmp_path: Path) -> None:
+    config = make_lab()
+    journal = Journal(config.journal.path)
+    fast = _config_file(config, tmp_path, {"interval": "4s", "jitter": 0})
+    exporter = ExporterProcess(fast, tmp_path / "exporter.log")
+    with PrometheusServer(_prometheus_config(exporter.address), tmp_path / "prom") as prom, exporter:
+        def settled() -> float | None:
+            # Prometheus has scraped the count of everything journaled so far, and >= ROUNDS.
+            before = len(list(journal.read()))
+            seen = prom.query(f"sum(bigbinf_transfers_total{SERIES})")
+            after = len(list(journal.read()))
+            if before == after >= ROUNDS and seen and float(seen[0]["value"][1]) == after:
+                return float(after)
+            return None
+
+        n = prom.wait_for(settled, timeout=120, what=f"{ROUNDS} rounds scraped")
+        exporter.stop()
+        window = "10m"
+        raw = prom.query(f'bigbinf_transfers_total{{outcome="ok",{SERIES[1:-1]}}}[{window}]')
+        samples = raw[0]["values"]
+        # The series was primed at 0 before the first transfer, so increase() sees all of them.
+        assert float(samples[0][1]) == 0.0
+        last_ts = max(float(s[0]) for s in samples)
+        increase = prom.query(f"sum(increase(bigbinf_transfers_total{SERIES}[{window}]))", time=last_ts)
+        assert float(increase[0]["value"][1]) == n
+        assert float(prom.query(f"sum(increase(bigbinf_transfer_duration_seconds_count{SERIES}[{window}]))",
+                                time=last_ts)[0]["value"][1]) == n
+        results = list(journal.read())
+        assert len(results) == n and all(r.outcome == "ok" for r in results), [r.error for r in results]
+        gauge = prom.query(f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES}", time=last_ts)
+        assert float(gauge[0]["value"][1]) == results[-1].throughput_bytes_per_second
+
+        # Restart (a schedule that will not fire during the test): the journal republishes.
+        slow = _config_file(config, tmp_path, {"interval": "1h"})
+        with ExporterProcess(slow, tmp_path / "exporter2.log", port=exporter.port) as restarted:
+            text = restarted.metrics()
+            start_ts = time.time()
+            again = prom.wait_for(lambda: prom.query(
+                f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES}", time=time.time()), timeout=30,
+                what="Prometheus to scrape the restarted exporter")
+            assert float(again[0]["value"][1]) == results[-1].throughput_bytes_per_second
+            assert float(again[0]["value"][0]) >= start_ts - 1  # a fresh scrape, not the old sample
+        scraped = {(f.name, tuple(sorted(smp.labels.items()))): smp.value
+                   for f in text_string_to_metric_families(text) for smp in f.samples}
+        labels = (("dataset", "f1m"), ("direction", "download"), ("protocol", "scp"), ("remote", "lab"))
+        assert scraped[("bigbinf_last_transfer_start_timestamp_seconds", labels)] == results[-1].start_timestamp
