@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = getattr(args, "log_level", "info")
     logging.basicConfig(level={"warn": "WARNING"}.get(level, level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level != "debug":
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     if not hasattr(args, "config_file"):
         args.config_file = DEFAULT_CONFIG
     if args.config_check:
@@ -152,7 +154,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # SIGHUP reloads in a thread: the handler must return quickly.
     signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=exporter.reload, daemon=True).start())
     exporter.start()
-    stop.wait()
+    # Python runs signal handlers only in the main thread between bytecodes; an unbounded
+    # wait would hold SIGHUP back until shutdown, so wake up regularly.
+    while not stop.wait(0.5):
+        pass
     log.info("shutting down")
     exporter.stop()
     return 0

@@ -176,6 +176,7 @@ class ScheduleConfig(_Strict):
     interval: Duration | None = None  # alternative to cron, for demos and tests
     timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
     jitter: Duration = 0.0  # random delay added to each start
+    start_delay: Duration | None = None  # also run a round this long after the exporter starts
     rounds: Annotated[int, Field(ge=1, le=100)] = 1  # repetitions per scheduled run
     transfers: list[TransferSelector] | None = None  # default: every protocol x remote x dataset x direction
 

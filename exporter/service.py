@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -147,6 +148,12 @@ class Exporter:
     def start(self) -> None:
         self.scheduler.add_job(self._scheduled_round, make_trigger(self.config.schedule), id=JOB_ID,
                                max_instances=1, coalesce=True, misfire_grace_time=3600)
+        delay = self.config.schedule.start_delay
+        if delay is not None:
+            # A one-off first round (demos: data within seconds, after Prometheus has
+            # scraped the primed zero counters).  It shares the round lock.
+            when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=delay)
+            self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round")
         self.scheduler.start()
         job = self.scheduler.get_job(JOB_ID)
         log.info("next round at %s", job.next_run_time if job else "never")

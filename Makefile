@@ -1,0 +1,28 @@
+# Quick start (Debian 12, as root):  make demo   |   make test
+.PHONY: setup demo demo-stop test test-fast check lab-up lab-down
+
+setup:
+	scripts/setup.sh
+
+demo:
+	scripts/demo.sh
+
+demo-stop:
+	scripts/demo-stop.sh
+
+test: setup
+	.venv/bin/python -m pytest -ra
+
+# Unit tests only (no root, no lab).
+test-fast:
+	.venv/bin/python -m pytest -ra -m "not lab"
+
+check:
+	.venv/bin/bigbinf-exporter --config.file schedules/lab.yaml --config.check
+	promtool check config prometheus/prometheus.yml
+
+lab-up:
+	.venv/bin/bigbinf-exporter --config.file schedules/lab.yaml lab up
+
+lab-down:
+	.venv/bin/bigbinf-exporter --config.file schedules/lab.yaml lab down

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: the lab as the remote site, Prometheus,
+# node-exporter, Alertmanager and the exporter on a fast schedule, all on loopback.
+# Ctrl-C (or `make demo-stop` from another terminal) stops everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG=${CONFIG:-schedules/demo.yaml}
+STATE=${STATE:-/var/lib/bigbinf/demo}
+PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
+ALERTMANAGER_PORT=${ALERTMANAGER_PORT:-9093}
+NODE_EXPORTER_PORT=${NODE_EXPORTER_PORT:-9100}
+EXPORTER_PORT=${EXPORTER_PORT:-9753}
+PIDS="$STATE/pids"
+EXPORTER=.venv/bin/bigbinf-exporter
+
+scripts/setup.sh
+
+for pair in PROMETHEUS_PORT:$PROMETHEUS_PORT ALERTMANAGER_PORT:$ALERTMANAGER_PORT \
+            NODE_EXPORTER_PORT:$NODE_EXPORTER_PORT EXPORTER_PORT:$EXPORTER_PORT; do
+  port=${pair#*:}
+  if ss -Hltn "sport = :$port" | grep -q .; then
+    echo "demo: port $port is in use (another Prometheus or exporter?): stop it, or set ${pair%%:*}=<free port>" >&2
+    exit 1
+  fi
+done
+
+mkdir -p "$STATE/prometheus" "$STATE/alertmanager" "$PIDS"
+# Prometheus reads the repo's config with the ports of this run substituted.
+sed -e "s/127.0.0.1:9753/127.0.0.1:$EXPORTER_PORT/; s/127.0.0.1:9100/127.0.0.1:$NODE_EXPORTER_PORT/" \
+    -e "s/127.0.0.1:9093/127.0.0.1:$ALERTMANAGER_PORT/; s/127.0.0.1:9090/127.0.0.1:$PROMETHEUS_PORT/" \
+    prometheus/prometheus.yml > "$STATE/prometheus.yml"
+cp -r prometheus/rules "$STATE/" 2>/dev/null || true
+
+cleanup() {
+  trap - INT TERM EXIT
+  echo; echo "demo: stopping"
+  scripts/demo-stop.sh
+}
+trap cleanup INT TERM EXIT
+
+"$EXPORTER" --config.file "$CONFIG" lab up
+
+start() {  # name, argv...
+  local name=$1; shift
+  "$@" >"$STATE/$name.log" 2>&1 &
+  echo $! > "$PIDS/$name.pid"
+}
+start prometheus prometheus --config.file="$STATE/prometheus.yml" --storage.tsdb.path="$STATE/prometheus" \
+  --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle
+start node-exporter prometheus-node-exporter --web.listen-address="127.0.0.1:$NODE_EXPORTER_PORT" \
+  --no-collector.systemd
+start alertmanager prometheus-alertmanager --config.file=prometheus/alertmanager.yml \
+  --storage.path="$STATE/alertmanager" --web.listen-address="127.0.0.1:$ALERTMANAGER_PORT" --cluster.listen-address=
+start exporter "$EXPORTER" --config.file "$CONFIG" --web.listen-address "127.0.0.1:$EXPORTER_PORT"
+
+sleep 2
+for name in prometheus node-exporter alertmanager exporter; do
+  if ! kill -0 "$(cat "$PIDS/$name.pid")" 2>/dev/null; then
+    echo "demo: $name failed to start; its log:" >&2
+    tail -20 "$STATE/$name.log" >&2
+    exit 1
+  fi
+done
+
+cat <<MSG
+
+bigbinf demo is running (a round of transfers every minute against the lab).
+  exporter metrics   http://127.0.0.1:$EXPORTER_PORT/metrics
+  Prometheus         http://127.0.0.1:$PROMETHEUS_PORT/graph?g0.expr=bigbinf_last_transfer_throughput_bytes_per_second
+  Alertmanager       http://127.0.0.1:$ALERTMANAGER_PORT/
+  node-exporter      http://127.0.0.1:$NODE_EXPORTER_PORT/metrics
+  journal            $(grep -A1 '^journal:' "$CONFIG" | awk '/path:/ {print $2}')
+  logs               $STATE/*.log
+  one round now      $EXPORTER --config.file $CONFIG once
+Stop with Ctrl-C (or 'make demo-stop' from another terminal).
+MSG
+
+# Follow the exporter's log until interrupted or until something dies.
+tail -n +1 -f "$STATE/exporter.log" &
+echo $! > "$PIDS/tail.pid"
+while kill -0 "$(cat "$PIDS/exporter.pid")" 2>/dev/null; do sleep 2; done
+echo "demo: the exporter stopped; see $STATE/exporter.log" >&2
+exit 1
