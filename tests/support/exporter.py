@@ -23,7 +23,8 @@ class ExporterProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> "ExporterProcess":
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         PrometheusServer.wait_for(self._up, timeout=30, what="the exporter to serve /metrics")
         return self
 

@@ -50,7 +50,8 @@ class PrometheusServer:
         argv = [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.storage}",
                 f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
                 *self.extra_args]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"))
+        with open(self.log, "wb") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         try:
             self.wait_for(self._ready, timeout=30, what="Prometheus to become ready")
         except BaseException:

@@ -1,0 +1,262 @@
+"""Backfill: the journal's history as Prometheus TSDB blocks.
+
+The live exporter publishes each series' last result as gauges (metric_names.LAST_RESULT)
+and Prometheus records them only from the moment it scrapes.  History from before that
+(an earlier journal, imported 2015 dumps) is written here as OpenMetrics, one sample per
+gauge per result at the result's start time, and turned into blocks by
+`promtool tsdb create-blocks-from openmetrics`.  Moved into Prometheus' data directory,
+the blocks make that history appear in queries and dashboards as if it had been scraped.
+
+Why start time: the live gauges change when a transfer ends, but its identity (and the
+start_timestamp gauge's value) is the start; putting the sample there makes
+`bigbinf_last_transfer_start_timestamp_seconds == timestamp()` hold for backfilled data.
+Prometheus stores milliseconds, so sample times are the start time rounded down to the
+millisecond (never after the start, so a query at the start time sees the sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import metric_names
+from .journal import Journal, SkippedLine
+from .report import Progress, UsageError, parse_when
+from .result import OUTCOMES, Result, SeriesKey
+
+Value = float | int | bool
+Extra = tuple[tuple[str, str], ...]  # labels beyond the series labels: (("way", "down"),)
+Samples = Callable[[Result], list[tuple[Extra, Value]]]
+
+
+def _per_way(down: Callable[[Result], int], up: Callable[[Result], int]) -> Samples:
+    return lambda r: [((("way", "down"),), down(r)), ((("way", "up"),), up(r))]
+
+
+def _plain(get: Callable[[Result], Value]) -> Samples:
+    return lambda r: [((), get(r))]
+
+
+# Per gauge: the samples one result contributes.  Every gauge of metric_names.LAST_RESULT
+# must be here or be LAST_SUCCESS (a test checks), so a gauge added to the live exporter
+# cannot be silently missing from backfilled history.
+LAST = metric_names.PREFIX + "last_transfer_"
+GAUGES: dict[str, Samples] = {
+    LAST + "start_timestamp_seconds": _plain(lambda r: r.start_timestamp),
+    LAST + "success": _plain(lambda r: r.outcome == "ok"),
+    LAST + "outcome": lambda r: [((("outcome", o),), r.outcome == o) for o in OUTCOMES],
+    LAST + "duration_seconds": _plain(lambda r: r.duration_seconds),
+    LAST + "throughput_bytes_per_second": _plain(lambda r: r.throughput_bytes_per_second),
+    LAST + "file_bytes": _plain(lambda r: r.file_bytes),
+    LAST + "wire_bytes": _per_way(lambda r: r.wire_bytes_down, lambda r: r.wire_bytes_up),
+    LAST + "payload_bytes": _per_way(lambda r: r.payload_bytes_down, lambda r: r.payload_bytes_up),
+    LAST + "packets": _per_way(lambda r: r.packets_down, lambda r: r.packets_up),
+    LAST + "byte_ratio": _plain(lambda r: r.byte_ratio),
+    LAST + "retransmits_wire": _plain(lambda r: r.retransmits_wire),
+    LAST + "verified": _plain(lambda r: r.verified),
+    LAST + "capture_dropped_packets": _plain(lambda r: r.capture_dropped),
+}
+LAST_SUCCESS = metric_names.PREFIX + "last_success_timestamp_seconds"
+
+
+class BackfillError(Exception):
+    """promtool missing or failing: reported as one line with the fix."""
+
+
+# ---------------------------------------------------------------------------------------
+# OpenMetrics
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_value(value: Value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))  # shortest text that reads back as the same float64
+
+
+def timestamp_ms(start: float) -> int:
+    return math.floor(start * 1000)
+
+
+def format_timestamp(ms: int) -> str:
+    return f"{ms // 1000}.{ms % 1000:03d}"  # OpenMetrics timestamps are seconds
+
+
+def _labels(key: SeriesKey, extra: Sequence[tuple[str, str]]) -> str:
+    pairs = [("protocol", key.protocol), ("remote", key.remote), ("dataset", key.dataset),
+             ("direction", key.direction), *extra]
+    return "{" + ",".join(f'{name}="{_escape_label(value)}"' for name, value in pairs) + "}"
+
+
+def by_series(results: Iterable[Result]) -> dict[SeriesKey, list[Result]]:
+    """Each series' results in time order, one per millisecond (the journal's later line
+    wins: a sample is unique per series and timestamp)."""
+    unique: dict[tuple[SeriesKey, int], Result] = {}
+    for result in results:
+        unique[(result.key, timestamp_ms(result.start_timestamp))] = result
+    series: dict[SeriesKey, list[Result]] = defaultdict(list)
+    for (key, _), result in sorted(unique.items(), key=lambda kv: (_key_order(kv[0][0]), kv[0][1])):
+        series[key].append(result)
+    return series
+
+
+def _key_order(key: SeriesKey) -> tuple[str, str, str, str]:
+    return (key.protocol, key.remote, key.dataset, key.direction)
+
+
+def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
+    """OpenMetrics text: each family once, each series' samples together and in time
+    order (promtool's parser and the format require both), then `# EOF`."""
+    specs = {spec.name: spec for spec in metric_names.LAST_RESULT}
+    for name, values in GAUGES.items():
+        yield f"# HELP {name} {_escape_help(specs[name].help)}\n"
+        yield f"# TYPE {name} gauge\n"
+        # Group per extra-label combination first, so every series stays contiguous.
+        for key, results in series.items():
+            rows: dict[Extra, list[str]] = defaultdict(list)
+            for result in results:
+                stamp = format_timestamp(timestamp_ms(result.start_timestamp))
+                for extra, value in values(result):
+                    rows[extra].append(f"{format_value(value)} {stamp}")
+            for extra, samples in rows.items():
+                labels = _labels(key, extra)
+                for sample in samples:
+                    yield f"{name}{labels} {sample}\n"
+    yield f"# HELP {LAST_SUCCESS} {_escape_help(specs[LAST_SUCCESS].help)}\n"
+    yield f"# TYPE {LAST_SUCCESS} gauge\n"
+    for key, results in series.items():
+        last_ok: float | None = None
+        for result in results:
+            if result.outcome == "ok":
+                last_ok = result.start_timestamp
+            if last_ok is not None:  # the live gauge is absent until a series' first success
+                stamp = format_timestamp(timestamp_ms(result.start_timestamp))
+                yield f"{LAST_SUCCESS}{_labels(key, ())} {format_value(last_ok)} {stamp}\n"
+    yield "# EOF\n"
+
+
+def write_openmetrics(results: Iterable[Result], path: Path) -> tuple[int, int]:
+    """Write the file; returns (results written, series)."""
+    series = by_series(results)
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(openmetrics_lines(series))
+    return sum(len(v) for v in series.values()), len(series)
+
+
+# ---------------------------------------------------------------------------------------
+# promtool
+
+
+def find_promtool(given: str | None) -> str:
+    exe = shutil.which(given) if given else shutil.which("promtool")
+    if not exe:
+        where = f"--promtool {given}" if given else "promtool on PATH"
+        raise BackfillError(f"{where} not found: install Prometheus' promtool (Debian: apt install prometheus) "
+                            "or pass --promtool PATH")
+    return exe
+
+
+def create_blocks(openmetrics: Path, out_dir: Path, promtool: str, max_block_duration: str | None = None) -> str:
+    """Run promtool; returns its listing of the blocks created."""
+    argv = [promtool, "tsdb", "create-blocks-from", "openmetrics"]
+    if max_block_duration:
+        argv.append(f"--max-block-duration={max_block_duration}")
+    argv += [str(openmetrics), str(out_dir)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BackfillError(f"promtool failed (exit {proc.returncode}) on {openmetrics}: "
+                            f"{detail[-1] if detail else 'no output'}")
+    return proc.stdout
+
+
+def block_dirs(out_dir: Path) -> list[Path]:
+    """The block directories in out_dir (a block is a directory holding meta.json)."""
+    return sorted(p for p in out_dir.iterdir() if (p / "meta.json").is_file()) if out_dir.is_dir() else []
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "backfill", help="write the journal as Prometheus TSDB blocks (promtool)",
+        description="Write the journal's results as OpenMetrics (the last-result gauges at each result's start "
+                    "time) and create TSDB blocks from it with promtool; move the blocks into Prometheus' data "
+                    "directory to see the history (see docs/report.md).")
+    p.add_argument("--journal", required=True, metavar="PATH", help="journal to read")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the new blocks (created if missing)")
+    p.add_argument("--from", dest="start", metavar="WHEN", help="only results started at or after (UTC unless offset)")
+    p.add_argument("--to", dest="end", metavar="WHEN", help="only results started before (UTC unless offset)")
+    p.add_argument("--openmetrics", metavar="FILE", help="also keep the OpenMetrics file here")
+    p.add_argument("--promtool", metavar="PATH", help="promtool binary (default: promtool on PATH)")
+    p.add_argument("--max-block-duration", metavar="DURATION",
+                   help="passed to promtool, e.g. 24h for long histories (default: promtool's 2h)")
+    p.set_defaults(func=run)
+
+
+def _read(journal_path: Path, start: float | None, end: float | None,
+          stream: TextIO) -> tuple[list[Result], list[SkippedLine]]:
+    unreadable: list[SkippedLine] = []
+    progress = Progress("read", "journal results", stream=stream)
+    results = [r for r in progress.counted(Journal(journal_path).read(unreadable))
+               if (start is None or r.start_timestamp >= start) and (end is None or r.start_timestamp < end)]
+    return results, unreadable
+
+
+def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
+    stream = stream if stream is not None else sys.stderr
+    journal_path, out_dir = Path(args.journal), Path(args.out)
+    try:
+        start = parse_when(args.start, 0.0, "--from") if args.start else None
+        end = parse_when(args.end, 0.0, "--to", end_of_day=True) if args.end else None
+        if not journal_path.is_file():
+            raise UsageError(f"--journal {journal_path}: no such file; give the exporter's journal path", 1)
+        promtool = find_promtool(args.promtool)
+        results, unreadable = _read(journal_path, start, end, stream)
+        for line in unreadable:
+            print(f"backfill: skipped {line}", file=stream)
+        if not results:
+            raise UsageError(f"--journal {journal_path}: no results to backfill"
+                             + (" in --from/--to" if start or end else ""), 1)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="bigbinf-backfill-") as tmp:
+            # Outside out_dir: out_dir's contents are meant to be moved into the data dir.
+            om = Path(args.openmetrics) if args.openmetrics else Path(tmp) / "backfill.om"
+            written, series = write_openmetrics(results, om)
+            before = set(block_dirs(out_dir))
+            create_blocks(om, out_dir, promtool, args.max_block_duration)
+        created = [b for b in block_dirs(out_dir) if b not in before]
+    except (UsageError, BackfillError) as exc:
+        print(f"bigbinf-exporter backfill: error: {exc}", file=stream)
+        return getattr(exc, "code", 1)
+    except OSError as exc:
+        print(f"bigbinf-exporter backfill: error: cannot write {exc.filename or out_dir} ({exc.strerror or exc}); "
+              "choose a writable --out/--openmetrics", file=stream)
+        return 1
+    print(f"backfill: {written} results of {series} series, {len(unreadable)} unreadable journal lines skipped; "
+          f"created {len(created)} blocks in {out_dir}. Move them into Prometheus' data directory "
+          f"(--storage.tsdb.path); see docs/report.md.", file=stream)
+    return 0
