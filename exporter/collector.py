@@ -200,6 +200,13 @@ class BigbinfCollector(Collector):
             fam[p + "retransmits_wire"].add_metric(lv, r.retransmits_wire)
             fam[p + "verified"].add_metric(lv, 1.0 if r.verified else 0.0)
             fam[p + "capture_dropped_packets"].add_metric(lv, r.capture_dropped)
+            fam[p + "data_flows"].add_metric(lv, r.data_flows)
+            if r.transport:
+                fam[p + "transport"].add_metric(lv + [r.transport], 1.0)
+            if r.retransmits_sender is not None:
+                fam[p + "retransmits_sender"].add_metric(lv + [r.retransmits_sender_source], r.retransmits_sender)
+            if r.rtt_seconds is not None:
+                fam[p + "rtt_seconds"].add_metric(lv, r.rtt_seconds)
         for key in sorted(s.last_success, key=_labels):
             fam[M.PREFIX + "last_success_timestamp_seconds"].add_metric(_labels(key), s.last_success[key])
         yield from fam.values()

@@ -109,6 +109,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Name = Annotated[str, AfterValidator(_check_name)]
 TemplateElement = Annotated[str, AfterValidator(_check_template)]
 Direction = Literal["download", "upload"]
+LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "iperf3"]
 
 
 class _Strict(BaseModel):
@@ -134,6 +135,7 @@ class LabConfig(_Strict):
     prefix_length: Annotated[int, Field(ge=8, le=30)] = 24
     link: LinkConfig = LinkConfig()
     datasets: list[Name] | None = None  # which datasets the lab creates; default all
+    servers: list[LabServerName] | None = None  # which servers the lab runs; default all installed
 
 
 class RemoteConfig(_Strict):
@@ -144,6 +146,8 @@ class RemoteConfig(_Strict):
     key: Path | None = None
     ssh_config: Path | None = None
     data_dir: Path | None = None  # where the datasets' files live on the remote
+    upload_dir: Path | None = None  # where uploads go on the remote (needed for uploads)
+    serve_root: Path | None = None  # the directory URLs are relative to ({remote_name}); default /
     checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
     netns: str | None = None  # client-side network namespace to run transfers in
     interface: str = "any"  # capture interface on the client side
@@ -151,13 +155,16 @@ class RemoteConfig(_Strict):
 
 
 class DatasetConfig(_Strict):
-    file: str
-    size: Size
+    file: str  # a file name; with count > 1, the name of the directory holding the files
+    size: Size  # bytes per file
+    count: Annotated[int, Field(ge=1, le=100_000)] = 1  # > 1: many files (moved recursively)
     create: Literal["random", "zero"] = "random"  # how the lab fills the file
 
 
 class ProtocolConfig(_Strict):
     module: str | None = None  # registry key; default: the protocol's name if registered, else "command"
+    binary: str | None = None  # the module's executable ({binary}), e.g. a site's HPN-scp build
+    options: dict[str, Any] = {}  # module parameters, e.g. gridftp's parallel, concurrency
     command: list[TemplateElement] | None = None  # overrides the module's default (download)
     upload_command: list[TemplateElement] | None = None
     directions: list[Direction] = ["download"]
@@ -314,6 +321,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
             for key in ("address", "data_dir"):
                 if not remote.get(key):
                     issues.append(ConfigIssue(f"remotes.{name}.{key}", f"required unless lab: true"))
+    uploads = []
     for name, proto in protocols.items():
         if not isinstance(proto, dict):
             continue
@@ -323,12 +331,23 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
                                       f"unknown module {module!r}; known modules: {', '.join(REGISTRY)}"))
             continue
         profile = REGISTRY[module]
+        options = proto.get("options") if isinstance(proto.get("options"), dict) else {}
+        bad_options = profile.check_options(options)
+        issues += [ConfigIssue(f"protocols.{name}.options.{opt}", problem) for opt, problem in bad_options]
+        defaults = profile.commands(profile.option_values(options)) if not bad_options else {}
         directions = proto.get("directions") or ["download"]
         for direction in directions if isinstance(directions, list) else []:
             key = "command" if direction == "download" else "upload_command"
-            if direction in DIRECTIONS and not proto.get(key) and direction not in profile.commands:
+            if direction in DIRECTIONS and not proto.get(key) and not bad_options \
+                    and (direction, "file") not in defaults and (direction, "tree") not in defaults:
                 issues.append(ConfigIssue(f"protocols.{name}.{key}",
                                           f"module {module!r} has no default {direction} command: give {key}"))
+            if direction == "upload":
+                uploads.append(name)
+    for name, remote in remotes.items():
+        if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
+            issues.append(ConfigIssue(f"remotes.{name}.upload_dir",
+                                      f"required for uploads (protocols {', '.join(uploads)} upload)"))
     schedule = raw.get("schedule") if isinstance(raw.get("schedule"), dict) else {}
     for i, sel in enumerate(schedule.get("transfers") or []):
         if not isinstance(sel, dict):

@@ -18,7 +18,6 @@ The link is made to behave like a WAN link and to be measurable:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config, DatasetConfig, LabConfig, LinkConfig
+from . import datasets as dataset_files
+from . import labservers
+from .labservers import SERVERS
 from .process import check_run, in_netns
 
 MARKER = ".bigbinf-lab"  # down removes the state dir only if up created it
-CHUNK = 4 * 1024 * 1024
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,28 @@ class LabLayout:
         return self.config.state_dir
 
     @property
+    def serve_root(self) -> Path:
+        """The tree every lab server serves: data/ (downloads) and upload/."""
+        return self.state_dir / "srv"
+
+    @property
     def data_dir(self) -> Path:
-        return self.state_dir / "data"
+        return self.serve_root / "data"
+
+    @property
+    def upload_dir(self) -> Path:
+        return self.serve_root / "upload"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    def config_file(self, name: str) -> Path:
+        return self.state_dir / "etc" / name
 
     @property
     def checksums(self) -> Path:
-        return self.data_dir / "SHA256SUMS"
+        return self.data_dir / dataset_files.MANIFEST
 
     @property
     def client_key(self) -> Path:
@@ -88,17 +104,14 @@ class LabLayout:
 
     @property
     def sshd_config(self) -> Path:
-        return self.state_dir / "sshd_config"
+        return self.config_file("sshd_config")
 
     @property
     def authorized_keys(self) -> Path:
         return self.state_dir / "authorized_keys"
 
-    def pidfile(self, server: str) -> Path:
-        return self.state_dir / f"{server}.pid"
-
     def logfile(self, server: str) -> Path:
-        return self.state_dir / f"{server}.log"
+        return self.state_dir / "log" / f"{server}.log"
 
 
 class LabError(RuntimeError):
@@ -209,51 +222,39 @@ def _ssh_files(layout: LabLayout) -> None:
     addr = layout.config.remote_address
     _write(layout.authorized_keys, layout.client_key.with_suffix(".pub").read_text())
     _write(layout.known_hosts, f"{addr} {layout.host_key.with_suffix('.pub').read_text()}")
-    _write(layout.sshd_config, "\n".join([
-        f"ListenAddress {addr}", "Port 22",
-        f"HostKey {layout.host_key}",
-        f"AuthorizedKeysFile {layout.authorized_keys}",
-        f"PidFile {layout.pidfile('sshd')}",
-        "PermitRootLogin prohibit-password", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
-        "Subsystem sftp internal-sftp", "MaxStartups 100", "LogLevel INFO", ""]))
     _write(layout.ssh_config, "\n".join([
         f"Host {addr}", f"  IdentityFile {layout.client_key}", "  IdentitiesOnly yes",
         f"  UserKnownHostsFile {layout.known_hosts}", "  StrictHostKeyChecking yes",
         "  BatchMode yes", "  Compression no", "  LogLevel ERROR", ""]))
 
 
-def _pid_alive(pidfile: Path, marker: str) -> int | None:
-    """The pid in `pidfile` if that process is alive and its command line has `marker`."""
-    try:
-        pid = int(pidfile.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if marker in cmdline else None
+def _start_servers(layout: LabLayout, names: list[str]) -> list[str]:
+    messages = []
+    for name in names:
+        server = SERVERS[name]
+        if not server.installed():
+            messages.append(f"{name} is not installed: {server.serves} transfers will be skipped")
+            continue
+        try:
+            labservers.start(layout, server)
+        except labservers.ServerError as exc:
+            raise LabError(str(exc)) from None
+        if name == "sshd":
+            _wait_ssh_login(layout)
+    return messages
 
 
-def _start_sshd(layout: LabLayout) -> None:
-    if _pid_alive(layout.pidfile("sshd"), str(layout.sshd_config)):
-        return
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir
-    check_run([SSHD, "-t", "-f", str(layout.sshd_config)], "check the lab's sshd_config")
-    argv = in_netns(layout.remote_ns, [SSHD, "-D", "-f", str(layout.sshd_config),
-                                       "-E", str(layout.logfile("sshd"))])
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    # sshd -D writes its own PidFile, but only once listening; record ours now as well.
-    layout.pidfile("sshd").write_text(f"{proc.pid}\n")
-    deadline = time.monotonic() + 15
+def _wait_ssh_login(layout: LabLayout, timeout: float = 15.0) -> None:
+    """sshd listening is not enough: the lab key must log in."""
     probe = in_netns(layout.client_ns, ["ssh", "-F", str(layout.ssh_config), "-o", "ConnectTimeout=2",
                                         f"root@{layout.config.remote_address}", "true"])
+    deadline = time.monotonic() + timeout
     while True:
-        if proc.poll() is not None:
-            raise LabError(f"sshd exited {proc.returncode} in {layout.remote_ns}; see {layout.logfile('sshd')}")
-        if subprocess.run(probe, capture_output=True, timeout=10).returncode == 0:
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+        if proc.returncode == 0:
             return
         if time.monotonic() > deadline:
-            raise LabError(f"sshd in {layout.remote_ns} did not accept the lab key within 15s; "
+            raise LabError(f"the lab key cannot log in to sshd in {layout.remote_ns}: {proc.stderr.strip()}; "
                            f"see {layout.logfile('sshd')}")
         time.sleep(0.2)
 
@@ -261,52 +262,37 @@ def _start_sshd(layout: LabLayout) -> None:
 # ---------------------------------------------------------------- datasets
 
 
-def read_checksums(path: Path) -> dict[str, str]:
-    """sha256sum-format file -> {file name: hex digest}; missing file -> {}."""
-    sums: dict[str, str] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return sums
-    for line in lines:
-        parts = line.strip().split(None, 1)
-        if len(parts) == 2 and len(parts[0]) == 64:
-            sums[parts[1].lstrip("*")] = parts[0].lower()
-    return sums
-
-
-def _create_file(path: Path, size: int, fill: str) -> str:
-    digest = hashlib.sha256()
-    zero = bytes(CHUNK)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        left = size
-        while left:
-            n = min(CHUNK, left)
-            # Random content: ssh/gridftp compression or sparse tricks must not flatter.
-            block = os.urandom(n) if fill == "random" else zero[:n]
-            f.write(block)
-            digest.update(block)
-            left -= n
-    tmp.replace(path)
-    return digest.hexdigest()
-
-
 def _datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str]:
     layout.data_dir.mkdir(parents=True, exist_ok=True)
-    sums = read_checksums(layout.checksums)
     made = []
     for name, ds in datasets.items():
-        path = layout.data_dir / ds.file
-        if path.exists() and path.stat().st_size == ds.size and ds.file in sums:
-            continue
-        sums[ds.file] = _create_file(path, ds.size, ds.create)
-        made.append(f"{name} ({ds.file}, {ds.size} bytes)")
-    layout.checksums.write_text("".join(f"{h}  {f}\n" for f, h in sorted(sums.items())))
+        if dataset_files.ensure(layout.data_dir, ds):
+            what = f"{ds.count} x {ds.size} bytes" if ds.count > 1 else f"{ds.size} bytes"
+            made.append(f"{name} ({ds.file}, {what})")
     return made
 
 
 # ---------------------------------------------------------------- commands
+
+
+def _make_dirs(layout: LabLayout) -> None:
+    blocked = [p for p in layout.state_dir.resolve().parents if p.exists() and not p.stat().st_mode & 0o001]
+    if blocked:
+        raise LabError(f"lab.state_dir {layout.state_dir}: {blocked[0]} is not searchable by other users, but the "
+                       "lab's servers run as unprivileged users (ftp, xrootd); choose a state_dir under e.g. "
+                       "/var/lib or /var/tmp, or chmod o+x the parent")
+    # Readable by the unprivileged users servers run as (ftp, xrootd); keys stay 0600.
+    for d in (layout.state_dir, layout.serve_root, layout.data_dir, layout.run_dir,
+              layout.state_dir / "etc", layout.state_dir / "log"):
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o755)
+    layout.upload_dir.mkdir(parents=True, exist_ok=True)
+    layout.upload_dir.chmod(0o1777)  # servers write uploads as different users
+
+
+def lab_servers(config: Config) -> list[str]:
+    assert config.lab is not None
+    return list(config.lab.servers) if config.lab.servers is not None else list(SERVERS)
 
 
 def lab_datasets(config: Config) -> dict[str, DatasetConfig]:
@@ -326,14 +312,14 @@ def up(config: Config) -> list[str]:
         raise LabError("the configuration has no lab: section")
     require_root()
     layout = LabLayout(config.lab)
-    layout.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _make_dirs(layout)
     (layout.state_dir / MARKER).write_text(config.lab.name + "\n")
     messages = []
     _link_up(layout)
     messages += _shape(layout)
     _ssh_files(layout)
-    _start_sshd(layout)
     made = _datasets(layout, lab_datasets(config))
+    messages += _start_servers(layout, lab_servers(config))
     if made:
         messages.append("created datasets: " + ", ".join(made))
     messages.append(f"lab {config.lab.name} is up: client {config.lab.client_address} in {layout.client_ns}, "
@@ -402,13 +388,21 @@ def status(config: Config) -> tuple[bool, list[str]]:
         qdisc = subprocess.run(["tc", "-n", layout.client_ns, "qdisc", "show", "dev", layout.client_if],
                                capture_output=True, text=True).stdout.strip().splitlines()
         lines.append(f"{'shape':<12} {'':<5} {'; '.join(qdisc) or 'none'}")
-    pid = _pid_alive(layout.pidfile("sshd"), str(layout.sshd_config))
-    report("sshd", pid is not None, f"pid {pid}" if pid else f"not running (log {layout.logfile('sshd')})")
-    sums = read_checksums(layout.checksums)
+    for name in lab_servers(config):
+        server = SERVERS[name]
+        if not server.installed():
+            lines.append(f"{name:<12} {'':<5} not installed ({server.serves} will be skipped)")
+            continue
+        pid = labservers.running_pid(layout, server)
+        good = pid is not None and labservers.listening(layout, server.port)
+        report(name, good, f"pid {pid}, port {server.port} ({server.serves})" if good
+               else f"not running (log {layout.logfile(name + '.stdout')})")
+    sums = dataset_files.read_manifest(layout.checksums)
     for name, ds in lab_datasets(config).items():
-        path = layout.data_dir / ds.file
-        good = path.exists() and path.stat().st_size == ds.size and ds.file in sums
-        report("dataset", good, f"{name}: {path} ({ds.size} bytes)")
+        members = dataset_files.member_names(ds)
+        good = all((layout.data_dir / m).exists() and m in sums for m in members)
+        what = f"{ds.count} x {ds.size} bytes" if ds.count > 1 else f"{ds.size} bytes"
+        report("dataset", good, f"{name}: {layout.data_dir / ds.file} ({what})")
     if not netem_available():
         lines.append(f"{'netem':<12} {'':<5} not available in this kernel: delay/loss cannot be applied")
     return ok, lines

@@ -39,6 +39,12 @@ LAST_RESULT = (
     _last("byte_ratio", "Wire bytes (down + up) per file byte of the last transfer."),
     _last("retransmits_wire", "Retransmitted TCP segments seen in the capture of the last transfer (receiver-side view: undercounts the sender's under drops)."),
     _last("verified", "1 if the last transfer's file size (and sha256 where known) matched, else 0."),
+    _last("data_flows", "Distinct 5-tuples that carried data (>= 64 KiB payload) in the last transfer."),
+    _last("transport", "1 for the transport (tcp or udp) that carried the last transfer's data.", ("transport",)),
+    _last("retransmits_sender", "Retransmitted segments counted by the sender in the last transfer: source=kernel is "
+          "tcp_info of the transfer's sockets (uploads), source=iperf3 is iperf3's own report. Absent when the "
+          "sender is remote and does not report.", ("source",)),
+    _last("rtt_seconds", "Mean round-trip time reported by the tool for the last transfer (iperf3); absent otherwise."),
     _last("capture_dropped_packets", "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire numbers are low."),
     Spec(PREFIX + "last_success_timestamp_seconds", "gauge",
          "UTC start time of the last transfer of the series whose outcome was ok." + CACHED, SERIES_LABELS),

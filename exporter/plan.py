@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .config import Config, DatasetConfig, RemoteConfig
 from .lab import LabLayout
-from .protocols import REGISTRY, Profile
+from .protocols import REGISTRY, Expectation, Profile
 
 
 @dataclass(frozen=True)
@@ -20,10 +22,13 @@ class Remote:
     key: Path | None
     ssh_config: Path | None
     data_dir: Path
+    upload_dir: Path | None
+    serve_root: Path
     checksums: Path | None
     netns: str | None
     interface: str
     password_env: str | None
+    local_fs: bool = False  # the remote's files are visible here (the lab): uploads can be verified
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,10 @@ class TransferSpec:
     dataset_config: DatasetConfig
     direction: str
     timeout_seconds: float
+    binary: str = ""
+    kind: str = "file"  # "tree" for a many-files dataset
+    options: Mapping[str, Any] = field(default_factory=dict)
+    expectation: Expectation = Expectation()
 
     @property
     def label(self) -> str:
@@ -48,11 +57,13 @@ def resolve_remote(name: str, remote: RemoteConfig, config: Config) -> Remote:
         layout = LabLayout(config.lab)
         return Remote(name=name, address=config.lab.remote_address, port=22, user="root",
                       key=layout.client_key, ssh_config=layout.ssh_config, data_dir=layout.data_dir,
+                      upload_dir=layout.upload_dir, serve_root=layout.serve_root,
                       checksums=layout.checksums, netns=layout.client_ns, interface=layout.client_if,
-                      password_env=remote.password_env)
+                      password_env=remote.password_env, local_fs=True)
     assert remote.address and remote.data_dir  # guaranteed by validation
     return Remote(name=name, address=remote.address, port=remote.port, user=remote.user, key=remote.key,
-                  ssh_config=remote.ssh_config, data_dir=remote.data_dir, checksums=remote.checksums,
+                  ssh_config=remote.ssh_config, data_dir=remote.data_dir, upload_dir=remote.upload_dir,
+                  serve_root=remote.serve_root or Path("/"), checksums=remote.checksums,
                   netns=remote.netns, interface=remote.interface, password_env=remote.password_env)
 
 
@@ -61,12 +72,19 @@ def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: s
     if direction not in proto.directions:
         return None
     profile = REGISTRY[proto.module or (protocol if protocol in REGISTRY else "command")]
+    ds = config.datasets[dataset]
+    kind = "tree" if ds.count > 1 else "file"
+    options = profile.option_values(proto.options)
     own = proto.command if direction == "download" else proto.upload_command
-    template = own or profile.commands[direction]
+    template = own or profile.commands(options).get((direction, kind))
+    if template is None:
+        return None  # e.g. HTTP cannot move a directory: not every protocol does every dataset
     return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
                         remote=resolve_remote(remote, config.remotes[remote], config),
-                        dataset=dataset, dataset_config=config.datasets[dataset], direction=direction,
-                        timeout_seconds=proto.timeout or config.transfer.timeout)
+                        dataset=dataset, dataset_config=ds, direction=direction,
+                        timeout_seconds=proto.timeout or config.transfer.timeout,
+                        binary=proto.binary or profile.binary, kind=kind, options=options,
+                        expectation=profile.expect(options))
 
 
 def plan_round(config: Config) -> list[TransferSpec]:

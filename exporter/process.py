@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 IP = "ip"
 # Process groups started for transfers and captures, so that a shutdown in the middle of
@@ -70,33 +71,42 @@ def kill_all_active() -> int:
     return len(procs)
 
 
+@dataclass(frozen=True)
+class Completed:
+    returncode: int | None  # None when killed at the timeout
+    timed_out: bool
+    duration_seconds: float
+    start_timestamp: float
+    stderr_tail: str
+    stdout: str = ""  # only when asked for
+
+
 def run_with_timeout(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None,
-                     cwd: str | None = None) -> tuple[int | None, bool, float, float, str]:
-    """Run argv; returns (returncode or None, timed_out, duration, start epoch, stderr tail)."""
+                     cwd: str | None = None, capture_stdout: bool = False) -> Completed:
+    """Run argv in its own session; on timeout kill its whole process group."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     start_wall = time.time()
     start = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=full_env, cwd=cwd, start_new_session=True)
     track(proc)
     try:
-        _, err = proc.communicate(timeout=timeout)
-        duration = time.monotonic() - start
-        return proc.returncode, False, duration, start_wall, _tail(err)
+        out, err = proc.communicate(timeout=timeout)
+        return Completed(proc.returncode, False, time.monotonic() - start, start_wall, _tail(err),
+                         (out or b"").decode("utf-8", "replace"))
     except subprocess.TimeoutExpired:
         duration = time.monotonic() - start
         kill_group(proc)
-        err = proc.stderr.read() if proc.stderr else b""
-        return None, True, duration, start_wall, _tail(err)
+        out, err = proc.communicate()
+        return Completed(None, True, duration, start_wall, _tail(err), (out or b"").decode("utf-8", "replace"))
     except BaseException:
         kill_group(proc)
         raise
     finally:
         untrack(proc)
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def _tail(data: bytes | None) -> str:

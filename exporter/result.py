@@ -65,6 +65,14 @@ class Result:
     first_packet_timestamp: float | None = None
     last_packet_timestamp: float | None = None
     capture_dropped: int = 0  # packets the kernel dropped before tcpdump read them
+    transport: str = ""  # what carried the data on the wire: "tcp" or "udp" ("" if not captured)
+    data_flows: int = 0  # distinct 5-tuples that carried data
+    expected: str = ""  # what the profile expected to see, e.g. "TCP, >= 4 data flows"
+    # Sender-side retransmits where the sender's count is available: "kernel" = tcp_info of
+    # the transfer's sockets (uploads: the local kernel is the sender), "iperf3" = its JSON.
+    retransmits_sender: int | None = None
+    retransmits_sender_source: str = ""
+    rtt_seconds: float | None = None  # mean RTT where the tool reports it (iperf3)
     payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
     round_id: str = ""
     client_address: str = ""  # the two hosts the capture was filtered on

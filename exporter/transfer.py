@@ -1,13 +1,13 @@
 """One transfer, measured from the wire: capture -> run -> stop -> analyse -> verify -> Result.
 
 Whatever goes wrong (the command fails or hangs, the capture or the analysis fails, the
-file is wrong), a Result is still returned with what was measured and an error that says
-what happened; a transfer never raises into the round.
+file is wrong, the wire shows another transport than the profile claims), a Result is
+still returned with what was measured and an error that says what happened; a transfer
+never raises into the round.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -16,30 +16,24 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
+from . import datasets
 from .analyse import Analysis, PcapError, analyse_pcap
 from .capture import Capture, CaptureError, wait_linger
 from .config import Config
-from .lab import read_checksums
 from .plan import TransferSpec
 from .process import in_netns
 from .protocols.base import RunContext, RunOutcome, render
 from .result import Result
+from .sockstats import SocketWatch
 
 log = logging.getLogger(__name__)
-HASH_CHUNK = 4 * 1024 * 1024
-
-
-class SkipTransfer(Exception):
-    """The transfer cannot run here (e.g. its binary is not installed)."""
-
-
-@dataclass(frozen=True)
-class Verification:
-    ok: bool
-    detail: str
+# A flow is a data flow if it carried at least this much payload: control channels
+# (FTP, GridFTP) and handshakes stay below it, any real data stream is far above.
+DATA_FLOW_BYTES = 64 * 1024
 
 
 def client_address_for(remote_address: str, netns: str | None) -> str:
@@ -53,39 +47,33 @@ def client_address_for(remote_address: str, netns: str | None) -> str:
     return match.group(1)
 
 
-def placeholder_values(spec: TransferSpec, workdir: Path) -> dict[str, str]:
+def upload_source(spec: TransferSpec, config: Config) -> Path:
+    """The local copy an upload sends: created once per dataset, reused after."""
+    root = config.transfer.workdir / "sources"
+    root.mkdir(parents=True, exist_ok=True)
+    datasets.ensure(root, spec.dataset_config)
+    return root / spec.dataset_config.file
+
+
+def placeholder_values(spec: TransferSpec, workdir: Path, local_source: Path | None = None,
+                       upload_name: str = "") -> dict[str, str]:
     remote, ds = spec.remote, spec.dataset_config
+    if spec.direction == "download":
+        remote_path, local_path = remote.data_dir / ds.file, workdir / ds.file
+    else:
+        assert remote.upload_dir is not None and local_source is not None  # guaranteed by validation
+        remote_path, local_path = remote.upload_dir / upload_name, local_source
+    try:
+        remote_name = str(remote_path.relative_to(remote.serve_root))
+    except ValueError:
+        remote_name = str(remote_path).lstrip("/")
     return {
         "host": remote.address, "port": str(remote.port), "user": remote.user,
         "key": str(remote.key or ""), "ssh_config": str(remote.ssh_config or "/dev/null"),
-        "remote_path": str(remote.data_dir / ds.file), "remote_dir": str(remote.data_dir),
-        "file": ds.file, "local_path": str(workdir / ds.file), "local_dir": str(workdir),
-        "size": str(ds.size),
+        "remote_path": str(remote_path), "remote_name": remote_name, "remote_dir": str(remote_path.parent),
+        "file": ds.file, "local_path": str(local_path), "local_dir": str(workdir),
+        "size": str(datasets.total_bytes(ds)), "binary": spec.binary,
     }
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(HASH_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def verify_download(spec: TransferSpec, local: Path) -> Verification:
-    ds = spec.dataset_config
-    if not local.exists():
-        return Verification(False, f"no file arrived at {local}")
-    size = local.stat().st_size
-    if size != ds.size:
-        return Verification(False, f"received {size} bytes, expected {ds.size}")
-    expected = read_checksums(spec.remote.checksums).get(ds.file) if spec.remote.checksums else None
-    if expected is None:
-        return Verification(True, "size matches (no sha256 known for the remote file)")
-    actual = sha256_file(local)
-    if actual != expected:
-        return Verification(False, f"sha256 {actual[:16]}... differs from the remote's {expected[:16]}...")
-    return Verification(True, "size and sha256 match")
 
 
 def _redact(text: str, secrets: list[str]) -> str:
@@ -96,93 +84,153 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Result:
-    base = dict(protocol=spec.protocol, remote=spec.remote.name, dataset=spec.dataset,
-                direction=spec.direction, round_id=round_id, file_bytes=spec.dataset_config.size, files=1,
-                remote_address=spec.remote.address)
-    binary = spec.profile.binary or spec.template[0]
-    if shutil.which(binary) is None:
+    ds = spec.dataset_config
+    base: dict[str, Any] = dict(protocol=spec.protocol, remote=spec.remote.name, dataset=spec.dataset,
+                                direction=spec.direction, round_id=round_id, file_bytes=datasets.total_bytes(ds),
+                                files=ds.count, remote_address=spec.remote.address,
+                                expected=spec.expectation.describe())
+    binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else ""
+    if not binary or shutil.which(binary) is None:
         return Result(start_timestamp=time.time(), outcome="skipped",
-                      error=f"{binary} is not installed on this host", **base)
+                      error=f"{binary or spec.binary} is not installed on this host", **base)
     config.transfer.workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
+    upload_name = f"{ds.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
     try:
-        return _measure(spec, config, workdir, base)
+        return _measure(spec, config, workdir, upload_name, base)
     finally:
         if not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
+        if upload_name and spec.remote.local_fs and spec.remote.upload_dir:
+            _remove(spec.remote.upload_dir / upload_name)  # the lab's disk is not a landfill
 
 
-def _measure(spec: TransferSpec, config: Config, workdir: Path, base: dict) -> Result:
-    secrets = []
-    env = {}
-    if spec.remote.password_env:
-        secret = os.environ.get(spec.remote.password_env, "")
-        secrets.append(secret)
-        env[spec.remote.password_env] = secret
-    ctx = RunContext(argv=render(spec.template, placeholder_values(spec, workdir)),
-                     timeout_seconds=spec.timeout_seconds, workdir=workdir, netns=spec.remote.netns, env=env)
-    cap_cfg = config.capture
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str, base: dict[str, Any]) -> Result:
+    password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
     try:
+        source = upload_source(spec, config) if spec.direction == "upload" else None
         client = client_address_for(spec.remote.address, spec.remote.netns)
     except (CaptureError, OSError, subprocess.SubprocessError) as exc:
         return Result(start_timestamp=time.time(), outcome="failed", error=str(exc), **base)
+    values = placeholder_values(spec, workdir, source, upload_name)
+    ctx = RunContext(argv=render(spec.template, values), timeout_seconds=spec.timeout_seconds, workdir=workdir,
+                     netns=spec.remote.netns, values=values, options=spec.options, direction=spec.direction,
+                     kind=spec.kind, password=password)
     base["client_address"] = client
+    cap_cfg = config.capture
     pcap = workdir / "capture.pcap"
     capture = Capture(spec.remote.interface, pcap, client, spec.remote.address, netns=spec.remote.netns,
                       snaplen=cap_cfg.snaplen, buffer_bytes=cap_cfg.buffer,
                       start_timeout=cap_cfg.start_timeout) if cap_cfg.enabled else None
+    # For uploads over TCP the local kernel is the sender: its per-socket count is the truth.
+    watch = SocketWatch(spec.remote.address, spec.remote.netns) \
+        if spec.direction == "upload" and spec.expectation.transport == "tcp" else None
     try:
-        if capture:
-            capture.start()
-        try:
+        with ExitStack() as stack:
+            if watch:
+                stack.enter_context(watch)
+            if capture:
+                stack.enter_context(capture)
             outcome: RunOutcome = spec.profile.runner(ctx)
             wait_linger(cap_cfg.linger)
-        finally:
-            stats = capture.stop() if capture else None
     except CaptureError as exc:
         return Result(start_timestamp=time.time(), outcome="failed", error=f"capture: {exc}", **base)
 
     errors: list[str] = []
-    measured = dict(start_timestamp=outcome.start_timestamp, duration_seconds=outcome.duration_seconds,
-                    capture_dropped=stats.dropped if stats else 0)
+    measured: dict[str, Any] = dict(start_timestamp=outcome.start_timestamp,
+                                    duration_seconds=outcome.duration_seconds,
+                                    capture_dropped=capture.stats.dropped if capture and capture.stats else 0)
+    measured.update(_sender_retransmits(watch, outcome))
+    if not spec.profile.produces_file and outcome.reported.get("bytes"):
+        # iperf3 moves "about" -n bytes (the receiver resets the socket at the end): count
+        # what it says was received, so throughput and byte ratio refer to real bytes.
+        base["file_bytes"] = int(outcome.reported["bytes"])
+    if "mean_rtt_seconds" in outcome.reported:
+        measured["rtt_seconds"] = outcome.reported["mean_rtt_seconds"]
+    analysis = None
     if capture:
         try:
-            measured.update(_from_analysis(analyse_pcap(pcap, client, spec.remote.address)))
+            analysis = analyse_pcap(pcap, client, spec.remote.address)
+            measured.update(_from_analysis(analysis))
         except PcapError as exc:
             errors.append(f"analysis: {exc}")
-        if stats and stats.dropped:
-            errors.append(f"tcpdump dropped {stats.dropped} packets: wire numbers are low")
+        if capture.stats and capture.stats.dropped:
+            errors.append(f"tcpdump dropped {capture.stats.dropped} packets: wire numbers are low")
         if cap_cfg.keep and pcap.exists():
             measured["pcap_path"] = str(_keep_pcap(pcap, config, spec, outcome.start_timestamp))
 
     if outcome.timed_out:
-        kind = "timeout"
         errors.insert(0, f"killed after the {spec.timeout_seconds:g}s timeout")
+        kind = "timeout"
     elif outcome.returncode != 0:
-        kind = "failed"
         errors.insert(0, f"{ctx.argv[0]} exited {outcome.returncode}: {outcome.stderr_tail[-500:]}".strip())
+        kind = "failed"
     else:
-        check = verify_download(spec, workdir / spec.dataset_config.file)
+        problems = _check(spec, values, analysis, measured)
+        errors[:0] = problems
+        kind = "failed" if problems or any(e.startswith("analysis") for e in errors) else "ok"
+    return Result(outcome=kind, error=_redact("; ".join(errors), [password]), **base, **measured)
+
+
+def _check(spec: TransferSpec, values: dict[str, str], analysis: Analysis | None, measured: dict) -> list[str]:
+    """Integrity and transport checks of a command that exited 0; sets measured['verified']."""
+    problems = []
+    if spec.profile.produces_file:
+        check = _verify(spec, values)
         measured["verified"] = check.ok
-        kind = "ok" if check.ok and not any(e.startswith("analysis") for e in errors) else "failed"
         if not check.ok:
-            errors.insert(0, f"verification: {check.detail}")
-    return Result(outcome=kind, error=_redact("; ".join(errors), secrets), **base, **measured)
+            problems.append(f"verification: {check.detail}")
+    if analysis is not None:
+        want, seen = spec.expectation, (measured.get("transport") or "nothing", measured.get("data_flows", 0))
+        if seen[0] != want.transport or seen[1] < want.min_data_flows:
+            problems.append(f"transport: expected {want.describe()}; the capture saw "
+                            f"{seen[0].upper()} with {seen[1]} data flow{'s' if seen[1] != 1 else ''}")
+    return problems
 
 
-def _from_analysis(a: Analysis) -> dict:
+def _verify(spec: TransferSpec, values: dict[str, str]) -> datasets.Verification:
+    ds = spec.dataset_config
+    if spec.direction == "download":
+        sums = datasets.read_manifest(spec.remote.checksums)
+        return datasets.verify_copy(Path(values["local_path"]), ds, sums)
+    if not spec.remote.local_fs:
+        return datasets.Verification(False, "uploads to this remote cannot be read back to verify")
+    sums = datasets.read_manifest(Path(values["local_path"]).parent / datasets.MANIFEST)
+    return datasets.verify_copy(Path(values["remote_path"]), ds, sums)
+
+
+def _sender_retransmits(watch: SocketWatch | None, outcome: RunOutcome) -> dict[str, Any]:
+    if watch is not None and watch.retransmits is not None:
+        return {"retransmits_sender": watch.retransmits, "retransmits_sender_source": "kernel"}
+    if "retransmits" in outcome.reported:
+        return {"retransmits_sender": int(outcome.reported["retransmits"]), "retransmits_sender_source": "iperf3"}
+    return {}
+
+
+def _from_analysis(a: Analysis) -> dict[str, Any]:
+    data_flows = [f for f in a.flows if f.payload_bytes_down + f.payload_bytes_up >= DATA_FLOW_BYTES]
+    main = max(data_flows, key=lambda f: f.payload_bytes_down + f.payload_bytes_up, default=None)
     return dict(wire_bytes_down=a.wire_bytes["down"], wire_bytes_up=a.wire_bytes["up"],
                 payload_bytes_down=a.payload_bytes["down"], payload_bytes_up=a.payload_bytes["up"],
                 packets_down=a.packets["down"], packets_up=a.packets["up"],
                 retransmits_wire=a.retransmits["down"] + a.retransmits["up"],
                 first_packet_timestamp=a.first_packet_timestamp, last_packet_timestamp=a.last_packet_timestamp,
-                payload_histogram=a.payload_histogram)
+                payload_histogram=a.payload_histogram, data_flows=len(data_flows),
+                transport=main.transport if main else "")
 
 
 def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:
     keep_dir = config.journal.path.parent / "pcaps"
     keep_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
-    target = keep_dir / f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
+    name = f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
+    target = keep_dir / name
     shutil.move(pcap, target)
     return target

@@ -39,10 +39,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # In CI a lab test must run: a skipped lab test would make the suite pass vacuously.
 
 
+# Lab servers drop privileges (xrootd, ftp), so the lab's tree must be reachable by other
+# users: pytest's own temp dirs are 0700.
+LAB_ROOT = Path("/var/tmp")
+
+
 def lab_config(tmp: Path, name: str, link: dict | None = None, datasets: dict | None = None,
                protocols: dict | None = None, **sections: dict) -> Config:
     raw = {
-        "lab": {"name": name, "state_dir": str(tmp / "lab"), "link": link or {}},
+        "lab": {"name": name, "state_dir": str(LAB_ROOT / f"bigbinf-{name}"), "link": link or {}},
         "remotes": {"lab": {"lab": True}},
         "datasets": datasets or {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
         "protocols": protocols or {"scp": {}},
@@ -64,22 +69,40 @@ def unique_name() -> str:
     return "bbt" + uuid.uuid4().hex[:7]
 
 
-@pytest.fixture
-def make_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Config]]:
-    """make_lab(link=..., datasets=...) -> a Config whose lab is up; all labs torn down after."""
-    layouts: list[LabLayout] = []
+class LabFactory:
+    """Creates labs with unique names; tears every one of them down at the end."""
 
-    def factory(**kwargs) -> Config:
+    def __init__(self, tmp_factory: pytest.TempPathFactory) -> None:
+        self.tmp_factory = tmp_factory
+        self.layouts: list[LabLayout] = []
+
+    def __call__(self, **kwargs) -> Config:
         name = "bbt" + uuid.uuid4().hex[:7]
-        tmp = tmp_path_factory.mktemp(name)
+        tmp = self.tmp_factory.mktemp(name)
         config = lab_config(tmp, name, **kwargs)
-        layouts.append(LabLayout(config.lab))
+        self.layouts.append(LabLayout(config.lab))  # registered before up: a failed up is torn down too
         lab.up(config)
         return config
 
+    def teardown(self) -> None:
+        for layout in self.layouts:
+            lab.teardown(layout)
+
+
+@pytest.fixture
+def make_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFactory]:
+    """make_lab(link=..., datasets=...) -> a Config whose lab is up; torn down after the test."""
+    factory = LabFactory(tmp_path_factory)
     yield factory
-    for layout in layouts:
-        lab.teardown(layout)
+    factory.teardown()
+
+
+@pytest.fixture(scope="module")
+def make_module_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFactory]:
+    """The same, shared by a module's tests (lab set-up costs seconds)."""
+    factory = LabFactory(tmp_path_factory)
+    yield factory
+    factory.teardown()
 
 
 def veth_counters(config: Config) -> dict[str, int]:

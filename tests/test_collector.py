@@ -23,7 +23,7 @@ def _result(start: float, outcome: str = "ok", **kw) -> Result:
                   outcome=outcome, duration_seconds=2.75, file_bytes=64 << 20, files=1, verified=outcome == "ok",
                   wire_bytes_down=70_000_000, wire_bytes_up=1_600_000, payload_bytes_down=67_200_000,
                   payload_bytes_up=40_000, packets_down=46_000, packets_up=23_000, retransmits_wire=3,
-                  payload_histogram=hist)
+                  payload_histogram=hist, transport="tcp", data_flows=1)
     values.update(kw)
     return Result(**values)
 
@@ -35,6 +35,10 @@ def _state() -> ExporterState:
     state.record(_result(1_763_000_100.0))
     state.record(_result(1_763_000_200.0, outcome="failed", error="scp exited 1", duration_seconds=0.2,
                          wire_bytes_down=500, wire_bytes_up=400, verified=False))
+    state.record(_result(1_763_000_150.0, direction="upload", retransmits_sender=120,
+                         retransmits_sender_source="kernel"))
+    state.record(_result(1_763_000_160.0, protocol="iperf3", retransmits_sender=7,
+                         retransmits_sender_source="iperf3", rtt_seconds=0.0125, verified=False))
     state.record_round(5.0, 1_763_000_205.0)
     return state
 
@@ -75,6 +79,14 @@ def test_samples() -> None:
     assert get("bigbinf_transfers_total", {**primed, "outcome": "ok"}) == 0
     assert get("bigbinf_last_transfer_success", primed) is None
     assert get("bigbinf_rounds_total") == 1
+    upload = {**LABELS, "direction": "upload"}
+    assert get("bigbinf_last_transfer_retransmits_sender", {**upload, "source": "kernel"}) == 120
+    assert get("bigbinf_last_transfer_transport", {**upload, "transport": "tcp"}) == 1
+    # Unknown sender counts are absent, not 0: a download's sender is the remote.
+    assert get("bigbinf_last_transfer_retransmits_sender", {**LABELS, "source": "kernel"}) is None
+    iperf = {**LABELS, "protocol": "iperf3"}
+    assert get("bigbinf_last_transfer_rtt_seconds", iperf) == 0.0125
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf, "source": "iperf3"}) == 7
     assert get("bigbinf_config_last_reload_successful") == 1
 
 

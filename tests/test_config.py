@@ -21,8 +21,10 @@ protocols:
   scp: {}
 lab: {name: t1}
 """
-KNOWN_PLACEHOLDERS = ("{host}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_dir}, {file}, "
-                      "{local_path}, {local_dir}, {size}")
+KNOWN_PLACEHOLDERS = ("{host}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
+                      "{file}, {local_path}, {local_dir}, {size}, {binary}")
+PROTOCOL_KEYS = "module, binary, options, command, upload_command, directions, timeout"
+MODULES = "command, scp, hpnscp, sftp, ftp, gridftp, bbftp, rsync, rsyncd, http, xrootd, iperf3"
 
 BAD = [
     ("unknown placeholder",
@@ -31,7 +33,7 @@ BAD = [
     ("unknown top-level key", BASE + "extra: 1\n",
      ["extra: unknown key 'extra'; allowed keys: remotes, datasets, protocols, schedule, transfer, capture, journal, lab"]),
     ("unknown nested key", BASE.replace("scp: {}", "scp: {tiemout: 5s}"),
-     ["protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: module, command, upload_command, directions, timeout"]),
+     [f"protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: {PROTOCOL_KEYS}"]),
     ("missing section", BASE.replace("protocols:\n  scp: {}\n", ""), ["protocols: required key is missing"]),
     ("bad size", BASE.replace("1MiB", "1 megabyte"),
      ["datasets.f1.size: '1 megabyte' is not a size; write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB"]),
@@ -46,7 +48,7 @@ BAD = [
     ("lab remote without lab section", BASE.replace("lab: {name: t1}\n", ""),
      ["remotes.lab.lab: lab: true needs a top-level lab: section"]),
     ("unknown module", BASE.replace("scp: {}", "scp: {module: warp}"),
-     ["protocols.scp.module: unknown module 'warp'; known modules: command, scp"]),
+     [f"protocols.scp.module: unknown module 'warp'; known modules: {MODULES}"]),
     ("remote without address", BASE.replace("lab: {lab: true}", "site: {user: x}"),
      ["remotes.site.address: required unless lab: true", "remotes.site.data_dir: required unless lab: true"]),
     ("bad name", BASE.replace("  f1:", "  F1 big:"),
@@ -64,12 +66,21 @@ BAD = [
      ["protocols.scp.command[1]: bad braces in '{oops': expected '}' before end of string; write {{ and }} for literal braces"]),
     ("cron and interval", BASE + "schedule: {cron: ['0 3 * * *'], interval: 1m}\n",
      ["schedule: give either cron or interval, not both"]),
-    ("no default upload", BASE.replace("scp: {}", "scp: {directions: [upload]}"),
-     ["protocols.scp.upload_command: module 'scp' has no default upload command: give upload_command"]),
+    ("no default upload", BASE.replace("scp: {}", "mine: {command: [cp, a, b], directions: [upload]}"),
+     ["protocols.mine.upload_command: module 'command' has no default upload command: give upload_command"]),
+    ("unknown option", BASE.replace("scp: {}", "gridftp: {options: {paralel: 4}}"),
+     ["protocols.gridftp.options.paralel: unknown option for module 'gridftp'; allowed: parallel, concurrency, "
+      "pipelining, udt"]),
+    ("mistyped option", BASE.replace("scp: {}", "gridftp: {options: {parallel: four}}"),
+     ["protocols.gridftp.options.parallel: expected int (parallel TCP streams per file (-p)), got 'four'"]),
+    ("upload needs upload_dir",
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d}").replace(
+         "scp: {}", "scp: {directions: [download, upload]}"),
+     ["remotes.site.upload_dir: required for uploads (protocols scp upload)"]),
     ("every error gathered",
      BASE.replace("scp: {}", "scp: {tiemout: 5s, directions: [sideways]}") + "transfer: {timeout: soon}\n",
      ["protocols.scp.directions[0]: 'sideways' is not allowed; input should be 'download' or 'upload'",
-      "protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: module, command, upload_command, directions, timeout",
+      f"protocols.scp.tiemout: unknown key 'tiemout'; allowed keys: {PROTOCOL_KEYS}",
       "transfer.timeout: 'soon' is not a duration; write e.g. 500ms, 30s, 10m, 2h"]),
 ]
 

@@ -11,6 +11,7 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # Every placeholder a command template may use, and what it becomes.
 PLACEHOLDERS: Mapping[str, str] = {
@@ -19,12 +20,14 @@ PLACEHOLDERS: Mapping[str, str] = {
     "user": "the remote's login user",
     "key": "path of the private key for the remote",
     "ssh_config": "path of an ssh_config file for the remote (empty string if none)",
-    "remote_path": "absolute path of the dataset's file on the remote",
-    "remote_dir": "the remote's data directory",
-    "file": "the dataset's file name",
-    "local_path": "path of the file on this host (destination of a download, source of an upload)",
+    "remote_path": "absolute path on the remote: the dataset (download) or the upload's destination",
+    "remote_name": "the same path relative to the remote's serve_root, for URLs (ftp://{host}/{remote_name})",
+    "remote_dir": "the directory holding {remote_path}",
+    "file": "the dataset's file (or directory) name",
+    "local_path": "path on this host: the download's destination, or the upload's source",
     "local_dir": "the private temporary directory of this transfer",
     "size": "the dataset's size in bytes",
+    "binary": "the protocol's binary (its `binary:` setting, or the module's default)",
 }
 
 
@@ -69,6 +72,11 @@ class RunContext:
     workdir: Path  # private temp dir of this transfer
     netns: str | None  # client-side network namespace to run in, if any
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment (secrets: never logged)
+    values: Mapping[str, str] = field(default_factory=dict)  # the placeholder values argv was rendered with
+    options: Mapping[str, Any] = field(default_factory=dict)  # the protocol's validated options
+    direction: str = "download"
+    kind: str = "file"  # "file" or "tree" (a many-files dataset)
+    password: str = field(default="", repr=False)  # from the remote's password_env; never logged
 
 
 @dataclass(frozen=True)
@@ -78,16 +86,60 @@ class RunOutcome:
     duration_seconds: float
     start_timestamp: float
     stderr_tail: str
+    # What the tool itself reported, where it reports anything (iperf3's JSON): e.g.
+    # bytes, seconds, sender retransmits, RTT.  Absent for plain copy commands.
+    reported: Mapping[str, float] = field(default_factory=dict)
 
 
 Runner = Callable[[RunContext], RunOutcome]
+Template = Sequence[str]
+# (direction, kind) -> argv template; kind is "file" (one file) or "tree" (a directory).
+Commands = Mapping[tuple[str, str], Template]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the capture must show for the result to be believed."""
+
+    transport: str = "tcp"  # the transport that must carry the data: "tcp" or "udp"
+    min_data_flows: int = 1  # distinct 5-tuples carrying data
+
+    def describe(self) -> str:
+        flows = f">= {self.min_data_flows} data flow" + ("s" if self.min_data_flows != 1 else "")
+        return f"{self.transport.upper()}, {flows}"
+
+
+@dataclass(frozen=True)
+class Option:
+    type: type  # int, bool or str
+    default: Any
+    help: str
 
 
 @dataclass(frozen=True)
 class Profile:
     name: str
     description: str
-    commands: Mapping[str, Sequence[str]]  # direction -> default argv template
+    binary: str  # default executable; a protocol's `binary:` setting overrides it
+    commands: Callable[[Mapping[str, Any]], Commands]  # options -> templates
     runner: Runner
-    # Executable that must exist for the profile to run; None means "the argv's first element".
-    binary: str | None = None
+    options: Mapping[str, Option] = field(default_factory=dict)
+    expect: Callable[[Mapping[str, Any]], Expectation] = field(default=lambda options: Expectation())
+    produces_file: bool = True  # False for memory-to-memory tests (iperf3): nothing to verify
+
+    def option_values(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: given.get(name, opt.default) for name, opt in self.options.items()}
+
+    def check_options(self, given: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(option, problem) for every unknown or mistyped option."""
+        problems = []
+        for name, value in given.items():
+            opt = self.options.get(name)
+            if opt is None:
+                allowed = ", ".join(self.options) or "none"
+                problems.append((name, f"unknown option for module {self.name!r}; allowed: {allowed}"))
+            elif not isinstance(value, opt.type) or (opt.type is int and isinstance(value, bool)):
+                problems.append((name, f"expected {opt.type.__name__} ({opt.help}), got {value!r}"))
+            elif opt.type is int and value < 1:
+                problems.append((name, f"must be >= 1 ({opt.help})"))
+        return problems

@@ -10,14 +10,14 @@ from .base import Profile, RunContext, RunOutcome
 
 
 def run(ctx: RunContext) -> RunOutcome:
-    returncode, timed_out, duration, start, stderr = run_with_timeout(
-        in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env, cwd=str(ctx.workdir))
-    return RunOutcome(returncode, timed_out, duration, start, stderr)
+    done = run_with_timeout(in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env, cwd=str(ctx.workdir))
+    return RunOutcome(done.returncode, done.timed_out, done.duration_seconds, done.start_timestamp, done.stderr_tail)
 
 
 PROFILE = Profile(
     name="command",
     description="any transfer command given as an argv template in the config",
-    commands={},
+    binary="",
+    commands=lambda options: {},
     runner=run,
 )

@@ -1,4 +1,4 @@
-"""scp (OpenSSH).  Also HPN-scp: the same templates with the HPN binary's path in config."""
+"""scp (OpenSSH), and HPN-scp: the same templates with another binary."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ from .base import Profile
 
 # -B batch mode (never prompt), -q no progress meter, -F a per-remote ssh_config that
 # pins the key and known_hosts.  Compression stays off: it would flatter the byte ratio.
-SSH_OPTS = ["-F", "{ssh_config}", "-i", "{key}", "-P", "{port}", "-o", "BatchMode=yes", "-o", "Compression=no"]
+SSH_OPTS = ("-F", "{ssh_config}", "-i", "{key}", "-o", "BatchMode=yes", "-o", "Compression=no")
 
-PROFILE = Profile(
-    name="scp",
-    description="OpenSSH scp over the remote's sshd",
-    commands={
-        "download": ["scp", "-B", "-q", *SSH_OPTS, "{user}@{host}:{remote_path}", "{local_path}"],
-    },
-    runner=command.run,
-)
+
+def commands(options):
+    base = ["{binary}", "-B", "-q", *SSH_OPTS, "-P", "{port}"]
+    remote = "{user}@{host}:{remote_path}"
+    return {
+        ("download", "file"): [*base, remote, "{local_path}"],
+        ("download", "tree"): [*base, "-r", remote, "{local_dir}"],
+        ("upload", "file"): [*base, "{local_path}", remote],
+        ("upload", "tree"): [*base, "-r", "{local_path}", remote],
+    }
+
+
+PROFILE = Profile(name="scp", description="OpenSSH scp over the remote's sshd", binary="scp",
+                  commands=commands, runner=command.run)
+# HPN-SSH installs its scp as hpnscp; sites point `binary:` at their build.
+HPN_PROFILE = Profile(name="hpnscp", description="HPN-SSH scp (high-performance patches)", binary="hpnscp",
+                      commands=commands, runner=command.run)

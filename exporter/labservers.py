@@ -1,0 +1,233 @@
+"""The servers the lab runs in its remote namespace, one entry per server.
+
+Each server writes its own config under the lab's state dir, runs in the foreground
+(no daemons, no systemd) inside `<name>-remote`, and is ready when its port listens
+there.  All of them serve the same tree, `srv/`, so one dataset is reachable by every
+protocol: `srv/data` (downloads, read-only) and `srv/upload` (uploads, world-writable
+since servers write as different users: ftp for FTP, xrootd for xrootd).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .process import in_netns
+
+if TYPE_CHECKING:
+    from .lab import LabLayout
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class LabServer:
+    name: str
+    binary: str
+    port: int
+    configure: Callable[["LabLayout"], None]
+    argv: Callable[["LabLayout"], list[str]]
+    serves: str  # what protocols use it, for `lab status`
+    env: Callable[["LabLayout"], dict[str, str]] = field(default=lambda layout: {})
+
+    def installed(self) -> bool:
+        return shutil.which(self.binary) is not None or Path(self.binary).exists()
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _lines(*lines: str) -> str:
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- sshd
+
+
+def _sshd_configure(layout: "LabLayout") -> None:
+    addr = layout.config.remote_address
+    _write(layout.sshd_config, _lines(
+        f"ListenAddress {addr}", "Port 22",
+        f"HostKey {layout.host_key}",
+        f"AuthorizedKeysFile {layout.authorized_keys}",
+        f"PidFile {layout.run_dir / 'sshd.pid'}",
+        "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no",
+        "Subsystem sftp internal-sftp", "MaxStartups 100", "LogLevel INFO"), 0o600)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+
+
+def _sshd_argv(layout: "LabLayout") -> list[str]:
+    return [shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-f", str(layout.sshd_config),
+            "-E", str(layout.logfile("sshd"))]
+
+
+# ---------------------------------------------------------------- vsftpd
+
+
+def _vsftpd_configure(layout: "LabLayout") -> None:
+    empty = layout.run_dir / "vsftpd-empty"
+    empty.mkdir(parents=True, exist_ok=True)
+    empty.chmod(0o555)
+    _write(layout.config_file("vsftpd.conf"), _lines(
+        "listen=YES", "listen_ipv6=NO", f"listen_address={layout.config.remote_address}", "listen_port=21",
+        "background=NO", "seccomp_sandbox=NO",
+        # Anonymous FTP rooted at srv/: downloads from data/, uploads into upload/.
+        # The anonymous user is Debian's "ftp" (created by the vsftpd package); nobody's
+        # home /nonexistent makes vsftpd refuse logins even with anon_root set.
+        "anonymous_enable=YES", "no_anon_password=YES", f"anon_root={layout.serve_root}",
+        "write_enable=YES", "anon_upload_enable=YES", "anon_mkdir_write_enable=YES",
+        "anon_other_write_enable=YES",
+        "anon_umask=022", "local_enable=NO",
+        f"secure_chroot_dir={empty}",
+        "pasv_enable=YES", f"pasv_address={layout.config.remote_address}", "pasv_min_port=30000",
+        "pasv_max_port=30100", "xferlog_enable=YES", f"vsftpd_log_file={layout.logfile('vsftpd')}",
+        "dual_log_enable=YES", f"xferlog_file={layout.logfile('vsftpd-xfer')}"))
+
+
+def _vsftpd_argv(layout: "LabLayout") -> list[str]:
+    return [shutil.which("vsftpd") or "/usr/sbin/vsftpd", str(layout.config_file("vsftpd.conf"))]
+
+
+# ---------------------------------------------------------------- rsync daemon
+
+
+def _rsyncd_configure(layout: "LabLayout") -> None:
+    _write(layout.config_file("rsyncd.conf"), _lines(
+        f"pid file = {layout.run_dir / 'rsyncd.pid'}", "use chroot = no", "uid = root", "gid = root",
+        f"log file = {layout.logfile('rsyncd')}",
+        "[data]", f"    path = {layout.data_dir}", "    read only = yes",
+        "[upload]", f"    path = {layout.upload_dir}", "    read only = no"))
+
+
+def _rsyncd_argv(layout: "LabLayout") -> list[str]:
+    return ["rsync", "--daemon", "--no-detach", f"--config={layout.config_file('rsyncd.conf')}",
+            f"--address={layout.config.remote_address}", "--port=873"]
+
+
+# ---------------------------------------------------------------- nginx (HTTP, WebDAV PUT for uploads)
+
+
+def _nginx_configure(layout: "LabLayout") -> None:
+    tmp = layout.run_dir / "nginx"
+    tmp.mkdir(parents=True, exist_ok=True)
+    _write(layout.config_file("nginx.conf"), _lines(
+        "daemon off;", "master_process on;", "worker_processes 1;", "user root;",
+        f"pid {layout.run_dir / 'nginx.pid'};", f"error_log {layout.logfile('nginx')} info;",
+        "events { worker_connections 64; }",
+        "http {",
+        f"    access_log {layout.logfile('nginx-access')};",
+        f"    client_body_temp_path {tmp}/body;", f"    proxy_temp_path {tmp}/proxy;",
+        f"    fastcgi_temp_path {tmp}/fastcgi;", f"    uwsgi_temp_path {tmp}/uwsgi;",
+        f"    scgi_temp_path {tmp}/scgi;",
+        "    sendfile on;", "    tcp_nopush on;", "    types { application/octet-stream bin; }",
+        f"    server {{ listen {layout.config.remote_address}:80; root {layout.serve_root};",
+        "        location /upload/ { dav_methods PUT; create_full_put_path on; client_max_body_size 0; } }",
+        "}"))
+
+
+def _nginx_argv(layout: "LabLayout") -> list[str]:
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(layout.config_file("nginx.conf")),
+            "-p", str(layout.run_dir)]
+
+
+# ---------------------------------------------------------------- xrootd
+
+
+def _xrootd_configure(layout: "LabLayout") -> None:
+    admin = layout.run_dir / "xrootd"
+    admin.mkdir(parents=True, exist_ok=True)
+    shutil.chown(admin, "xrootd", "xrootd")
+    _write(layout.config_file("xrootd.cfg"), _lines(
+        f"all.export {layout.serve_root}", "xrd.port 1094", "xrd.network nodnr",
+        f"all.adminpath {admin}", f"all.pidpath {admin}"))
+
+
+def _xrootd_argv(layout: "LabLayout") -> list[str]:
+    # It drops to the xrootd user before opening its log: the log lives in a dir it owns.
+    return [shutil.which("xrootd") or "/usr/bin/xrootd", "-c", str(layout.config_file("xrootd.cfg")),
+            "-l", str(layout.run_dir / "xrootd" / "xrootd.log"), "-R", "xrootd"]
+
+
+# ---------------------------------------------------------------- iperf3
+
+
+def _nothing(layout: "LabLayout") -> None:
+    return None
+
+
+def _iperf3_argv(layout: "LabLayout") -> list[str]:
+    return ["iperf3", "-s", "-B", layout.config.remote_address, "-p", "5201"]
+
+
+SERVERS: dict[str, LabServer] = {
+    "sshd": LabServer("sshd", "sshd", 22, _sshd_configure, _sshd_argv, "scp, sftp, rsync over ssh"),
+    "vsftpd": LabServer("vsftpd", "vsftpd", 21, _vsftpd_configure, _vsftpd_argv, "ftp"),
+    "rsyncd": LabServer("rsyncd", "rsync", 873, _rsyncd_configure, _rsyncd_argv, "rsync daemon"),
+    "nginx": LabServer("nginx", "nginx", 80, _nginx_configure, _nginx_argv, "http"),
+    "xrootd": LabServer("xrootd", "xrootd", 1094, _xrootd_configure, _xrootd_argv, "xrootd"),
+    "iperf3": LabServer("iperf3", "iperf3", 5201, _nothing, _iperf3_argv, "iperf3"),
+}
+
+
+# ---------------------------------------------------------------- running them
+
+
+def pidfile(layout: "LabLayout", server: LabServer) -> Path:
+    return layout.run_dir / f"{server.name}.launcher.pid"
+
+
+def running_pid(layout: "LabLayout", server: LabServer) -> int | None:
+    """PID of the server we started, if it is still that process."""
+    try:
+        pid = int(pidfile(layout, server).read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if str(layout.state_dir) in cmdline or server.binary in cmdline else None
+
+
+def listening(layout: "LabLayout", port: int) -> bool:
+    out = subprocess.run(["ss", "-N", layout.remote_ns, "-Hltn", f"sport = :{port}"],
+                         capture_output=True, text=True).stdout
+    return bool(out.strip())
+
+
+def start(layout: "LabLayout", server: LabServer, timeout: float = 15.0) -> int:
+    pid = running_pid(layout, server)
+    if pid and listening(layout, server.port):
+        return pid
+    server.configure(layout)
+    log = open(layout.logfile(server.name + ".stdout"), "ab")
+    env = {**server.env(layout)}
+    proc = subprocess.Popen(in_netns(layout.remote_ns, server.argv(layout)), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True,
+                            env={**_base_env(), **env})
+    log.close()
+    pidfile(layout, server).write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + timeout
+    while not listening(layout, server.port):
+        if proc.poll() is not None:
+            raise ServerError(f"{server.name} exited {proc.returncode} in {layout.remote_ns}; "
+                              f"see {layout.logfile(server.name + '.stdout')} and {layout.logfile(server.name)}")
+        if time.monotonic() > deadline:
+            raise ServerError(f"{server.name} did not listen on port {server.port} within {timeout:g}s; "
+                              f"see {layout.logfile(server.name + '.stdout')}")
+        time.sleep(0.1)
+    return proc.pid
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")} | {"HOME": "/root"}

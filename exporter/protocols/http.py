@@ -1,0 +1,18 @@
+"""HTTP with curl: GET for downloads, PUT (WebDAV) for uploads.  No directories: HTTP
+has no standard listing to mirror."""
+
+from __future__ import annotations
+
+from . import command
+from .base import Profile
+
+
+def commands(options):
+    url = "http://{host}/{remote_name}"
+    curl = ["{binary}", "-sS", "--fail"]
+    return {("download", "file"): [*curl, "-o", "{local_path}", url],
+            ("upload", "file"): [*curl, "-T", "{local_path}", url]}
+
+
+PROFILE = Profile(name="http", description="HTTP GET/PUT with curl", binary="curl", commands=commands,
+                  runner=command.run)

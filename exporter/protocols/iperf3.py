@@ -1,0 +1,48 @@
+"""iperf3: the memory-to-memory baseline (no file, no disk).
+
+Its JSON gives what a copy command cannot: the sender's retransmits (for a download,
+-R, the remote's count, sent back to the client) and, when the client sends, the RTT.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..process import in_netns, run_with_timeout
+from .base import Option, Profile, RunContext, RunOutcome
+
+
+def commands(options):
+    base = ["{binary}", "-c", "{host}", "-p", str(options["port"]), "-n", "{size}", "-J"]
+    if options["congestion"]:
+        base += ["-C", options["congestion"]]
+    return {("download", "file"): [*base, "-R"], ("upload", "file"): base}
+
+
+def parse_report(stdout: str) -> dict[str, float]:
+    """bytes, seconds, sender retransmits and mean RTT from iperf3 -J output."""
+    try:
+        end = json.loads(stdout)["end"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    received, sent = end.get("sum_received", {}), end.get("sum_sent", {})
+    report = {"bytes": float(received.get("bytes", 0)), "seconds": float(received.get("seconds", 0))}
+    if "retransmits" in sent:
+        report["retransmits"] = float(sent["retransmits"])
+    rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
+    if rtts:
+        report["mean_rtt_seconds"] = sum(rtts) / len(rtts) / 1e6  # iperf3 reports microseconds
+    return report
+
+
+def run(ctx: RunContext) -> RunOutcome:
+    done = run_with_timeout(in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env,
+                            cwd=str(ctx.workdir), capture_stdout=True)
+    return RunOutcome(done.returncode, done.timed_out, done.duration_seconds, done.start_timestamp,
+                      done.stderr_tail, parse_report(done.stdout))
+
+
+PROFILE = Profile(name="iperf3", description="iperf3 memory-to-memory baseline", binary="iperf3",
+                  commands=commands, runner=run, produces_file=False,
+                  options={"congestion": Option(str, "", "TCP congestion control for the test socket (-C)"),
+                           "port": Option(int, 5201, "the iperf3 server's port")})

@@ -1,0 +1,27 @@
+"""rsync over ssh, and from an rsync daemon (modules named like the served dirs)."""
+
+from __future__ import annotations
+
+from . import command
+from .base import Profile
+
+# rsync splits the -e value itself (no shell is involved); paths must not contain spaces.
+RSH = "ssh -F {ssh_config} -i {key} -p {port} -o BatchMode=yes -o Compression=no"
+
+
+def _commands(remote: str, extra: list[str]):
+    base = ["{binary}", "-a", "--whole-file", *extra]
+    return {
+        ("download", "file"): [*base, remote, "{local_path}"],
+        ("download", "tree"): [*base, remote + "/", "{local_path}/"],
+        ("upload", "file"): [*base, "{local_path}", remote],
+        ("upload", "tree"): [*base, "{local_path}/", remote + "/"],
+    }
+
+
+PROFILE = Profile(name="rsync", description="rsync over ssh", binary="rsync",
+                  commands=lambda options: _commands("{user}@{host}:{remote_path}", ["-e", RSH]),
+                  runner=command.run)
+DAEMON_PROFILE = Profile(name="rsyncd", description="rsync from an rsync daemon", binary="rsync",
+                         commands=lambda options: _commands("rsync://{host}/{remote_name}", []),
+                         runner=command.run)

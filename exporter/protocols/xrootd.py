@@ -1,0 +1,22 @@
+"""xrootd with xrdcp (root://host//absolute/path)."""
+
+from __future__ import annotations
+
+from . import command
+from .base import Profile
+
+
+def commands(options):
+    base = ["{binary}", "--force", "--silent"]
+    url = "root://{host}/{remote_path}"
+    return {
+        ("download", "file"): [*base, url, "{local_path}"],
+        ("download", "tree"): [*base, "--recursive", url, "{local_dir}"],
+        ("upload", "file"): [*base, "{local_path}", url],
+        # xrdcp copies a directory only into an existing target: --path creates it.
+        ("upload", "tree"): [*base, "--recursive", "--path", "{local_path}", url + "/"],
+    }
+
+
+PROFILE = Profile(name="xrootd", description="xrootd with xrdcp", binary="xrdcp", commands=commands,
+                  runner=command.run)
