@@ -1,5 +1,5 @@
 # Quick start (Debian 12, as root):  make demo   |   make test
-.PHONY: setup demo demo-stop test test-fast check lab-up lab-down
+.PHONY: setup demo demo-stop test test-fast check rules dashboards lab-up lab-down
 
 setup:
 	scripts/setup.sh
@@ -20,6 +20,18 @@ test-fast:
 check:
 	.venv/bin/bigbinf-exporter --config.file schedules/lab.yaml --config.check
 	promtool check config prometheus/prometheus.yml
+	promtool check config prometheus/prometheus-compose.yml
+	promtool test rules prometheus/tests/*.yml
+	amtool check-config prometheus/alertmanager.yml
+	.venv/bin/python prometheus/generate_rules.py --check
+	.venv/bin/python grafana/generate.py --check
+
+# Regenerate the committed rules and dashboards after changing their generators.
+rules:
+	.venv/bin/python prometheus/generate_rules.py
+
+dashboards:
+	.venv/bin/python grafana/generate.py
 
 lab-up:
 	.venv/bin/bigbinf-exporter --config.file schedules/lab.yaml lab up

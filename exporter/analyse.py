@@ -1,43 +1,48 @@
 """Read a classic pcap of one transfer and count what crossed the wire between two hosts.
 
-This is the "analyse" stage: capture -> *analyse* -> result.  It reads the file tcpdump
+This is the "analyse" stage: capture -> *analyse* -> result.  It reads what tcpdump
 wrote (``tcpdump -s 128 -w F host A and host B``) with ``mmap`` + ``struct`` in pure
 Python: scapy dissects ~8 k packets/s, far too slow for the ~2 M packets of a 2 GiB
-transfer, while this loop keeps per-packet work to a few slices and integer operations
-and its memory to O(flows) (docs/benchmarks.md, section "pcap analyser", has numbers).
+transfer; this loop does a few struct unpacks and integer operations per packet and
+keeps memory O(flows) (docs/benchmarks.md, "pcap analyser", has the numbers).
 
-What is counted, per way ("down" = remote -> client, "up" = client -> remote):
+What is counted, per way ("down" = remote -> client, "up" = client -> remote), over
+the packets whose IP addresses are exactly the two hosts (all others, and non-IP
+frames, only go into ``other_packets``):
 
-* wire bytes: the original (on-the-wire) length of each link-layer frame, the pcap
-  record's ``orig_len``, so the snap length (128) does not matter;
-* payload bytes: the L4 payload computed from the IP header's lengths (IPv4 total
-  length, IPv6 payload length) minus the IP, extension and TCP/UDP header lengths,
-  never from the captured length;
-* retransmissions: TCP segments that Wireshark 4.0 marks ``tcp.analysis.retransmission``,
-  reproduced from ``tcp_analyze_sequence_number`` in Wireshark's packet-tcp.c (see
-  ``_TcpConversation``).  tshark 4.0 sets that field for plain (RTO) retransmissions,
-  for fast retransmissions and for spurious retransmissions; out-of-order segments,
-  keep-alives and zero-window probes are not counted.
+* wire bytes: the original length of each link-layer frame, the pcap record's
+  ``orig_len``, so the snap length does not matter;
+* payload bytes: the L4 payload from the IP header's lengths (IPv4 total length, IPv6
+  payload length) minus the IP, IPv6 extension and TCP/UDP header lengths, never from
+  the captured length.  For transport "other" (ICMP, ...) it is the whole IP payload;
+  a later IP fragment counts all its bytes as payload of the first fragment's flow;
+* retransmissions: the TCP segments tshark 4.0 marks ``tcp.analysis.retransmission``,
+  reproduced from ``tcp_analyze_sequence_number`` in Wireshark 4.0.17's packet-tcp.c
+  (see ``_TcpConversation``).  That field is set on plain (RTO) retransmissions, fast
+  retransmissions and spurious retransmissions (data already acknowledged); it is not
+  set on out-of-order segments, keep-alives or zero-window probes.  Checked frame by
+  frame against tshark 4.0.17 on crafted, random and real captures (tests).  Not
+  reproduced: segments inside IP fragments (tshark analyses the reassembled datagram),
+  and Wireshark's cap of 10000 unacknowledged segments per direction.
 
 Why the wire count of retransmissions differs from the sender's kernel count
 (``nstat TcpRetransSegs``, ``ss -ti`` ``retrans``, iperf3 "Retr"):
 
-* The capture runs at the receiver (the client for a download).  A segment the sender
-  retransmitted because the original was dropped in a queue *before* the capture point
-  (a tbf/qdisc overflow, a router) is seen once on the wire at the receiver: the
-  original never arrived.  If the retransmission is dropped too, the capture sees
-  neither.  So under queue drops the wire count is several times lower than the
-  kernel's (the lab measured ~6x fewer).
+* The capture runs at one end (the client; for a download, the receiver).  A segment
+  dropped in a queue *before* the capture point (a qdisc, a router) is never seen;
+  its retransmission is seen once and counted once, if it is not dropped too.  Every
+  dropped retransmission is in the kernel's count and not on this wire.  So under
+  queue drops the wire count is several times lower: a 64 MiB transfer through a tbf
+  that dropped 31,902 frames had 57,388 retransmitted segments by the sender's
+  ``nstat`` and 17,678 on the wire (the lab notes saw ~6x).
 * The wire count is a heuristic on sequence numbers, not knowledge of what the sender
   did: reordering (as on a veth) makes a late original look like a retransmission,
-  and a retransmission that overlaps data already acknowledged is counted as
-  "spurious".  On a reordering veth tshark flagged 690 segments where the sender
-  retransmitted 185.
-* The kernel counts segments it sent, including retransmissions of segments the
-  capture never saw and TSO/GSO super-segments split later; the capture counts frames.
+  and a resent segment that was already acknowledged is a "spurious" retransmission.
+  On a reordering veth tshark flagged 690 segments where the sender retransmitted 185.
+* The kernel counts segments before TSO/GSO splits them; the capture counts frames.
 
 The sender's kernel counter is the truth about the sender; this count is the truth
-about the wire at the capture point.  Both are useful, they are simply different.
+about the wire at the capture point.  For downloads only the latter is local.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Union
 
-from .result import PAYLOAD_BUCKETS, WAYS, empty_histogram
+from .result import PAYLOAD_BUCKETS
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -111,6 +116,9 @@ _MAGICS = {
 _PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 _FILE_HEADER_LEN = 24
 _RECORD_HEADER_LEN = 16
+# Pages already decoded are handed back to the kernel every this many bytes: the mapped
+# file would otherwise show up whole in the process's RSS (though only as page cache).
+_RELEASE_EVERY = 32 << 20
 # Larger than any record tcpdump or Wireshark writes (WTAP_MAX_PACKET_SIZE_STANDARD is
 # 256 KiB): a bigger incl_len means the file is damaged, not that a packet is huge.
 _MAX_RECORD = 0x40000
@@ -150,7 +158,8 @@ _u16 = struct.Struct("!H").unpack_from
 _u32 = struct.Struct("!I").unpack_from
 _tcp_header = struct.Struct("!HHIIBBH").unpack_from  # sport dport seq ack off flags win
 _ports = struct.Struct("!HH").unpack_from
-_ipv4_lengths = struct.Struct("!xxHxxHxB").unpack_from  # total length, frag field, proto
+# IPv4 header: version/IHL, total length, fragment field, protocol, source + destination.
+_ipv4_header = struct.Struct("!BxH2xHxB2x8s").unpack_from
 
 
 @dataclass(frozen=True)
@@ -172,15 +181,15 @@ def _parse_file_header(name: str, buf: bytes | mmap.mmap) -> _FileHeader | None:
             f"{name}: pcapng is not supported; capture with `tcpdump -w` (classic pcap) "
             f"or convert with `editcap -F pcap {name} OUT.pcap`"
         )
+    if size < _FILE_HEADER_LEN and any(known.startswith(magic) for known in _MAGICS):
+        raise PcapError(
+            f"{name}: truncated pcap file header ({size} of {_FILE_HEADER_LEN} bytes); "
+            "the capture was stopped before it started: capture again"
+        )
     if magic not in _MAGICS:
         raise PcapError(
             f"{name}: not a classic pcap file (magic {magic.hex()}); capture with "
             f"`tcpdump -w`, or convert with `editcap -F pcap {name} OUT.pcap`"
-        )
-    if size < _FILE_HEADER_LEN:
-        raise PcapError(
-            f"{name}: truncated pcap file header ({size} of {_FILE_HEADER_LEN} bytes); "
-            "the capture was stopped before it started: capture again"
         )
     order, ns_per_frac = _MAGICS[magic]
     snaplen, network = struct.unpack_from(order + "II", buf, 16)
@@ -198,14 +207,17 @@ def _parse_file_header(name: str, buf: bytes | mmap.mmap) -> _FileHeader | None:
 def _mapped(path: PathLike) -> Iterator[bytes | mmap.mmap]:
     """The file's bytes, memory-mapped so a multi-GB capture is not read into memory."""
     name = os.fspath(path)
+    mm: mmap.mmap | None = None
     try:
         with open(name, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                yield b""  # mmap cannot map an empty file
-                return
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if os.fstat(f.fileno()).st_size:  # mmap cannot map an empty file
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                mm.madvise(mmap.MADV_SEQUENTIAL)  # read once, front to back: read ahead
     except OSError as e:
         raise PcapError(f"{name}: cannot read the capture ({e.strerror}); check the path and permissions") from e
+    if mm is None:
+        yield b""
+        return
     try:
         yield mm
     finally:
@@ -234,10 +246,11 @@ def _address_bytes(address: str) -> bytes:
     raise ValueError(f"{address!r} is not an IPv4 or IPv6 address")
 
 
-# A decoded packet, as a plain tuple because it is built ~2 M times per capture:
-# (ts_ns, down, orig_len, transport, payload, sport, dport, tcp) where tcp is None or
-# (seq, ack, seglen, flags, window) for a segment the TCP analysis can use.
-_Decoded = tuple[int, bool, int, int, int, int, int, "tuple[int, int, int, int, int] | None"]
+# A decoded packet, as a flat tuple because it is built ~2 M times per capture:
+# (ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags,
+# window); flags is _NO_ANALYSIS unless the TCP sequence analysis can use the segment.
+_Decoded = tuple[int, bool, int, int, int, int, int, int, int, int, int, int]
+_NO_ANALYSIS = -1
 
 
 def _decode(
@@ -249,21 +262,24 @@ def _decode(
     per packet costs as much as the whole IPv4/TCP decode (measured), and this loop
     runs millions of times per capture.  Rarer paths (IPv6) are helper functions.
     """
-    header = _parse_file_header(name, buf)
-    if header is None:
-        return
     client_b, remote_b = _address_bytes(client), _address_bytes(remote)
     if len(client_b) != len(remote_b):
         raise ValueError(f"{client} and {remote} are not of the same address family")
+    header = _parse_file_header(name, buf)
+    if header is None:
+        return
     v4 = len(client_b) == 4
     pair_down, pair_up = remote_b + client_b, client_b + remote_b
     unpack_record = header.record.unpack_from
+    max_record = max(header.snaplen, _MAX_RECORD)
     ns_per_frac = header.ns_per_frac
     linktype = header.linktype
     size = len(buf)
     offset = _FILE_HEADER_LEN
     fragments: dict[tuple[bool, int, int], tuple[int, int]] = {}  # first-fragment ports
-    u16, tcp_header, ports, ipv4_lengths = _u16, _tcp_header, _ports, _ipv4_lengths
+    released = 0  # pages below this offset were given back (madvise)
+    release_at = _RELEASE_EVERY if isinstance(buf, mmap.mmap) else size + 1
+    u16, tcp_header, ports, ipv4_header = _u16, _tcp_header, _ports, _ipv4_header
     vlan_tpids = _VLAN_TPIDS
 
     while offset < size:
@@ -273,14 +289,17 @@ def _decode(
         ts_sec, ts_frac, caplen, orig_len = unpack_record(buf, offset)
         start = offset + _RECORD_HEADER_LEN
         end = start + caplen
-        if caplen > _MAX_RECORD:
+        if caplen > max_record:
             raise PcapError(
-                f"{name}: damaged record at byte {offset} (captured length {caplen}); "
-                f"the file is corrupt: capture again, or keep the part before it with `editcap -r {name} OUT.pcap 1-N`"
+                f"{name}: damaged record at byte {offset} (captured length {caplen} is "
+                f"beyond any capture's); the file is corrupt: capture the transfer again"
             )
         if end > size:
             totals.truncated_tail = True
             return
+        if offset > release_at:  # everything before this record has been decoded
+            released = _release(buf, released, offset)
+            release_at = released + _RELEASE_EVERY
         offset = end
 
         # --- link layer -> (l3 start, ethertype)
@@ -308,19 +327,18 @@ def _decode(
 
         # --- network layer
         if ethertype == _ETH_IPV4:
-            if not v4 or l3 + 20 > end or buf[l3] >> 4 != 4:
+            if not v4 or l3 + 20 > end:
                 totals.other_packets += 1
                 continue
-            addresses = buf[l3 + 12 : l3 + 20]
-            if addresses == pair_down:
+            version_ihl, total_length, frag, proto, addresses = ipv4_header(buf, l3)
+            if addresses == pair_down and version_ihl >> 4 == 4:
                 down = True
-            elif addresses == pair_up:
+            elif addresses == pair_up and version_ihl >> 4 == 4:
                 down = False
             else:
                 totals.other_packets += 1
                 continue
-            ihl = (buf[l3] & 0x0F) * 4
-            total_length, frag, proto = ipv4_lengths(buf, l3)
+            ihl = (version_ihl & 0x0F) * 4
             if ihl < 20:  # bogus header: count the packet, but do not trust what follows
                 ihl, proto = 20, -1
             if total_length == 0:  # TSO frame captured before segmentation
@@ -354,7 +372,7 @@ def _decode(
         if frag_offset:  # a later fragment: all of it is payload, ports from the first
             sport, dport = fragments.get(fragment_key, (0, 0))  # type: ignore[arg-type]
             transport = _TCP if proto == _IPPROTO_TCP else _UDP if proto == _IPPROTO_UDP else _OTHER
-            yield ts_ns, down, orig_len, transport, l4_length, sport, dport, None
+            yield ts_ns, down, orig_len, transport, l4_length, sport, dport, 0, 0, 0, _NO_ANALYSIS, 0
         elif proto == _IPPROTO_TCP and l4 + 20 <= end:
             sport, dport, seq, ack, data_offset, flags, window = tcp_header(buf, l4)
             tcp_length = (data_offset >> 4) * 4
@@ -362,21 +380,28 @@ def _decode(
             if fragment_key is not None:
                 _remember_fragment(fragments, fragment_key, sport, dport)
                 # The segment spans fragments; Wireshark analyses only the reassembled one.
-                yield ts_ns, down, orig_len, _TCP, max(seglen, 0), sport, dport, None
+                yield ts_ns, down, orig_len, _TCP, max(seglen, 0), sport, dport, 0, 0, 0, _NO_ANALYSIS, 0
             elif seglen < 0:  # "short segment": Wireshark computes no length, no analysis
-                yield ts_ns, down, orig_len, _TCP, 0, sport, dport, None
+                yield ts_ns, down, orig_len, _TCP, 0, sport, dport, 0, 0, 0, _NO_ANALYSIS, 0
             else:
-                flags |= (data_offset & 0x0F) << 8
                 if tcp_length < 20:
                     flags |= _BOGUS_HEADER
-                yield ts_ns, down, orig_len, _TCP, seglen, sport, dport, (seq, ack, seglen, flags, window)
+                yield ts_ns, down, orig_len, _TCP, seglen, sport, dport, seq, ack, seglen, flags, window
         elif proto == _IPPROTO_UDP and l4 + 8 <= end:
             sport, dport = ports(buf, l4)
             if fragment_key is not None:
                 _remember_fragment(fragments, fragment_key, sport, dport)
-            yield ts_ns, down, orig_len, _UDP, max(l4_length - 8, 0), sport, dport, None
+            yield ts_ns, down, orig_len, _UDP, max(l4_length - 8, 0), sport, dport, 0, 0, 0, _NO_ANALYSIS, 0
         else:
-            yield ts_ns, down, orig_len, _OTHER, l4_length, 0, 0, None
+            yield ts_ns, down, orig_len, _OTHER, l4_length, 0, 0, 0, 0, 0, _NO_ANALYSIS, 0
+
+
+def _release(buf: mmap.mmap, released: int, offset: int) -> int:
+    """Unmap the whole pages in [released, offset): decoded, not needed again (they stay
+    in the page cache for anyone else); returns the new start of what is still mapped."""
+    upto = offset - offset % mmap.PAGESIZE
+    buf.madvise(mmap.MADV_DONTNEED, released, upto - released)
+    return upto
 
 
 def _skip_vlan_tags(buf: bytes | mmap.mmap, payload: int, ethertype: int, end: int) -> tuple[int, int]:
@@ -518,8 +543,9 @@ class _TcpConversation:
         if not fwd.base_set:
             fwd.base_seq = seq if flags & _SYN else (seq - 1) & _M32
             fwd.base_set = True
-        if not rev.base_set and flags & _ACK:
-            rev.base_set = True  # (its base_seq is never compared)
+        if not rev.base_set and flags & _ACK:  # the other side's ISN, as far as we know
+            rev.base_seq = (ack - 1) & _M32
+            rev.base_set = True
 
         nextseq = fwd.nextseq
         lastack = fwd.lastack
@@ -561,11 +587,12 @@ class _TcpConversation:
         if (seglen or syn_fin) and not keep_alive:
             # LT_SEQ(seq, nextseq), unless it starts one byte early and adds data
             # (data after a zero-window probe byte).
-            seq_not_advanced = bool(nextseq) and ((seq - nextseq) & _M32) >= _HALF
+            seq_not_advanced = nextseq != 0 and ((seq - nextseq) & _M32) >= _HALF
             if seglen > 1 and (nextseq - 1) & _M32 == seq:
                 seq_not_advanced = False
             end = (seq + seglen) & _M32
-            if seglen and rev.lastack and ((rev.lastack - end) & _M32) < _HALF:
+            beyond_ack = (end - rev.lastack) & _M32  # LE_SEQ(end, lastack): 0 or negative
+            if seglen and rev.lastack and (beyond_ack == 0 or beyond_ack >= _HALF):
                 retransmission = True  # spurious: all of it was already acknowledged
             elif seq_not_advanced:
                 since_ack = ts - rev.lastacktime
@@ -611,46 +638,41 @@ def iter_packets(path: PathLike, client_address: str, remote_address: str) -> It
     """Every packet between the two hosts, in file order (a truncated last record is
     skipped silently here; analyse_pcap reports it)."""
     name = os.fspath(path)
-    totals = _ScanTotals()
     with _mapped(name) as buf:
-        for ts_ns, down, orig_len, transport, payload, _sport, _dport, _tcp in _decode(
-            name, buf, client_address, remote_address, totals
+        for ts_ns, down, orig_len, transport, payload, *_ in _decode(
+            name, buf, client_address, remote_address, _ScanTotals()
         ):
             yield Packet(ts_ns / 1e9, "down" if down else "up", orig_len, payload, _TRANSPORT_NAMES[transport])
 
 
-class _Flow:
-    __slots__ = ("payload", "packets", "tcp")
-
-    def __init__(self) -> None:
-        self.payload = [0, 0]  # [down, up]
-        self.packets = [0, 0]
-        self.tcp: _TcpConversation | None = None
-
-
 def _retransmissions(path: PathLike, client_address: str, remote_address: str) -> list[tuple[int, bool]]:
     """(1-based frame number, down) of every retransmission: to compare with tshark
-    frame by frame in tests; analyse_pcap does the same analysis without the list."""
+    frame by frame in tests; analyse_pcap runs the same analysis without the list."""
     name = os.fspath(path)
     totals = _ScanTotals()
     found: list[tuple[int, bool]] = []
     conversations: dict[tuple[int, int], _TcpConversation] = {}
     with _mapped(name) as buf:
         yielded = 0
-        for ts_ns, down, _orig, _tr, _payload, sport, dport, tcp in _decode(
+        for ts_ns, down, _o, _t, _p, sport, dport, seq, ack, seglen, flags, window in _decode(
             name, buf, client_address, remote_address, totals
         ):
             yielded += 1
-            if tcp is None:
+            if flags == _NO_ANALYSIS:
                 continue
             key = (dport, sport) if down else (sport, dport)
             conversation = conversations.get(key)
             if conversation is None:
                 conversation = conversations[key] = _TcpConversation()
-            if conversation.segment(down, ts_ns, *tcp):
+            if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
                 # Every earlier record was either yielded or counted as "other".
                 found.append((yielded + totals.other_packets, down))
     return found
+
+
+# Per-flow accumulator, a list for speed: wire bytes, payload bytes and packets, each
+# [down, up], then the flow's TCP analysis (or None).
+_WIRE, _PAYLOAD, _PACKETS, _CONVERSATION = 0, 2, 4, 6
 
 
 def analyse_pcap(path: PathLike, client_address: str, remote_address: str) -> Analysis:
@@ -658,78 +680,70 @@ def analyse_pcap(path: PathLike, client_address: str, remote_address: str) -> An
     the traffic between client_address and remote_address in a classic pcap."""
     name = os.fspath(path)
     totals = _ScanTotals()
-    wire = [0, 0]  # index 0 = down, 1 = up
-    payload_sum = [0, 0]
-    packets = [0, 0]
+    flows: dict[int, list] = {}  # key: transport << 32 | client_port << 16 | remote_port
+    n_buckets = len(PAYLOAD_BUCKETS) + 1
+    histogram = [0] * (2 * n_buckets)  # down buckets, then up buckets
     retransmits = [0, 0]
-    histogram = [[0] * (len(PAYLOAD_BUCKETS) + 1) for _ in WAYS]
-    flows: dict[tuple[int, int, int], _Flow] = {}
     first_ts: int | None = None
     last_ts = 0
     buckets = PAYLOAD_BUCKETS
 
     with _mapped(name) as buf:
-        for ts_ns, down, orig_len, transport, payload, sport, dport, tcp in _decode(
+        for ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags, window in _decode(
             name, buf, client_address, remote_address, totals
         ):
-            way = 0 if down else 1
-            wire[way] += orig_len
-            payload_sum[way] += payload
-            packets[way] += 1
-            histogram[way][bisect_left(buckets, payload)] += 1
-            if first_ts is None:
-                first_ts = ts_ns
-            last_ts = ts_ns
-            key = (transport, dport, sport) if down else (transport, sport, dport)
+            if down:
+                way = 0
+                key = transport << 32 | dport << 16 | sport
+            else:
+                way = 1
+                key = transport << 32 | sport << 16 | dport
             flow = flows.get(key)
             if flow is None:
-                flow = flows[key] = _Flow()
-            flow.payload[way] += payload
-            flow.packets[way] += 1
-            if tcp is not None:
-                conversation = flow.tcp
+                flow = flows[key] = [0, 0, 0, 0, 0, 0, None]
+                if first_ts is None:  # the first packet always starts a flow
+                    first_ts = ts_ns
+            flow[way] += orig_len
+            flow[_PAYLOAD + way] += payload
+            flow[_PACKETS + way] += 1
+            histogram[way * n_buckets + bisect_left(buckets, payload)] += 1
+            last_ts = ts_ns
+            if flags != _NO_ANALYSIS:
+                conversation = flow[_CONVERSATION]
                 if conversation is None:
-                    conversation = flow.tcp = _TcpConversation()
-                if conversation.segment(down, ts_ns, *tcp):
+                    conversation = flow[_CONVERSATION] = _TcpConversation()
+                if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
                     retransmits[way] += 1
 
+    def per_way(field: int) -> dict[str, int]:
+        return {"down": sum(f[field] for f in flows.values()), "up": sum(f[field + 1] for f in flows.values())}
+
     return Analysis(
-        wire_bytes=_per_way(wire),
-        payload_bytes=_per_way(payload_sum),
-        packets=_per_way(packets),
-        retransmits=_per_way(retransmits),
+        wire_bytes=per_way(_WIRE),
+        payload_bytes=per_way(_PAYLOAD),
+        packets=per_way(_PACKETS),
+        retransmits={"down": retransmits[0], "up": retransmits[1]},
         first_packet_timestamp=None if first_ts is None else first_ts / 1e9,
         last_packet_timestamp=None if first_ts is None else last_ts / 1e9,
-        payload_histogram=_histogram(histogram),
+        payload_histogram={"down": histogram[:n_buckets], "up": histogram[n_buckets:]},
         flows=_flow_stats(flows),
         other_packets=totals.other_packets,
         truncated_tail=totals.truncated_tail,
     )
 
 
-def _per_way(values: list[int]) -> dict[str, int]:
-    return {"down": values[0], "up": values[1]}
-
-
-def _histogram(counts: list[list[int]]) -> dict[str, list[int]]:
-    histogram = empty_histogram()
-    histogram["down"] = counts[0]
-    histogram["up"] = counts[1]
-    return histogram
-
-
-def _flow_stats(flows: dict[tuple[int, int, int], _Flow]) -> tuple[FlowStats, ...]:
+def _flow_stats(flows: dict[int, list]) -> tuple[FlowStats, ...]:
     stats = [
         FlowStats(
-            transport=_TRANSPORT_NAMES[transport],
-            client_port=client_port,
-            remote_port=remote_port,
-            payload_bytes_down=flow.payload[0],
-            payload_bytes_up=flow.payload[1],
-            packets_down=flow.packets[0],
-            packets_up=flow.packets[1],
+            transport=_TRANSPORT_NAMES[key >> 32],
+            client_port=(key >> 16) & 0xFFFF,
+            remote_port=key & 0xFFFF,
+            payload_bytes_down=flow[_PAYLOAD],
+            payload_bytes_up=flow[_PAYLOAD + 1],
+            packets_down=flow[_PACKETS],
+            packets_up=flow[_PACKETS + 1],
         )
-        for (transport, client_port, remote_port), flow in flows.items()
+        for key, flow in flows.items()
     ]
     stats.sort(key=lambda f: (-(f.payload_bytes_down + f.payload_bytes_up), f.transport, f.client_port, f.remote_port))
     return tuple(stats)

@@ -30,41 +30,17 @@ from typing import Any, TextIO
 from . import metric_names
 from .journal import Journal, SkippedLine
 from .report import Progress, UsageError, parse_when
-from .result import OUTCOMES, Result, SeriesKey
+from .collector import last_result_samples
+from .result import Result, SeriesKey
 
 Value = float | int | bool
 Extra = tuple[tuple[str, str], ...]  # labels beyond the series labels: (("way", "down"),)
-Samples = Callable[[Result], list[tuple[Extra, Value]]]
 
 
-def _per_way(down: Callable[[Result], int], up: Callable[[Result], int]) -> Samples:
-    return lambda r: [((("way", "down"),), down(r)), ((("way", "up"),), up(r))]
-
-
-def _plain(get: Callable[[Result], Value]) -> Samples:
-    return lambda r: [((), get(r))]
-
-
-# Per gauge: the samples one result contributes.  Every gauge of metric_names.LAST_RESULT
-# must be here or be LAST_SUCCESS (a test checks), so a gauge added to the live exporter
-# cannot be silently missing from backfilled history.
-LAST = metric_names.PREFIX + "last_transfer_"
-GAUGES: dict[str, Samples] = {
-    LAST + "start_timestamp_seconds": _plain(lambda r: r.start_timestamp),
-    LAST + "success": _plain(lambda r: r.outcome == "ok"),
-    LAST + "outcome": lambda r: [((("outcome", o),), r.outcome == o) for o in OUTCOMES],
-    LAST + "duration_seconds": _plain(lambda r: r.duration_seconds),
-    LAST + "throughput_bytes_per_second": _plain(lambda r: r.throughput_bytes_per_second),
-    LAST + "file_bytes": _plain(lambda r: r.file_bytes),
-    LAST + "wire_bytes": _per_way(lambda r: r.wire_bytes_down, lambda r: r.wire_bytes_up),
-    LAST + "payload_bytes": _per_way(lambda r: r.payload_bytes_down, lambda r: r.payload_bytes_up),
-    LAST + "packets": _per_way(lambda r: r.packets_down, lambda r: r.packets_up),
-    LAST + "byte_ratio": _plain(lambda r: r.byte_ratio),
-    LAST + "retransmits_wire": _plain(lambda r: r.retransmits_wire),
-    LAST + "verified": _plain(lambda r: r.verified),
-    LAST + "capture_dropped_packets": _plain(lambda r: r.capture_dropped),
-}
-LAST_SUCCESS = metric_names.PREFIX + "last_success_timestamp_seconds"
+# The gauges one result sets come from collector.last_result_samples, the same function
+# the live exporter publishes with, so backfilled history cannot drift from live data.
+LAST_SUCCESS = metric_names.LAST_SUCCESS.name
+GAUGES = tuple(spec.name for spec in metric_names.LAST_RESULT if spec.name != LAST_SUCCESS)
 
 
 class BackfillError(Exception):
@@ -129,7 +105,8 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
     """OpenMetrics text: each family once, each series' samples together and in time
     order (promtool's parser and the format require both), then `# EOF`."""
     specs = {spec.name: spec for spec in metric_names.LAST_RESULT}
-    for name, values in GAUGES.items():
+    by_result = {id(r): list(last_result_samples(r)) for results in series.values() for r in results}
+    for name in GAUGES:
         yield f"# HELP {name} {_escape_help(specs[name].help)}\n"
         yield f"# TYPE {name} gauge\n"
         # Group per extra-label combination first, so every series stays contiguous.
@@ -137,7 +114,7 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
             rows: dict[Extra, list[str]] = defaultdict(list)
             for result in results:
                 stamp = format_timestamp(timestamp_ms(result.start_timestamp))
-                for extra, value in values(result):
+                for _, extra, value in (smp for smp in by_result[id(result)] if smp[0] == name):
                     rows[extra].append(f"{format_value(value)} {stamp}")
             for extra, samples in rows.items():
                 labels = _labels(key, extra)

@@ -76,6 +76,7 @@ class ExporterState:
         self.latest: dict[SeriesKey, Result] = {}
         self.last_success: dict[SeriesKey, float] = {}
         self.series: dict[SeriesKey, SeriesCounters] = defaultdict(SeriesCounters)
+        self.schedule_interval: dict[SeriesKey, float] = {}
         self.rounds_total = 0
         self.rounds_skipped = 0
         self.round_duration = Histogram(M.DURATION_BUCKETS)
@@ -84,10 +85,15 @@ class ExporterState:
         self.config_ok_timestamp: float | None = None
         self.journal_failures = 0
 
-    def prime(self, keys: Iterable[SeriesKey]) -> None:
+    def prime(self, keys: Iterable[SeriesKey], schedule_interval: float | None = None) -> None:
+        """Export every configured series from now on (counters at 0), with the longest
+        gap its schedule allows; series no longer configured lose their interval."""
+        keys = list(keys)
         with self._lock:
             for key in keys:
                 self.series[key]  # defaultdict creates the zeroed counters
+            if schedule_interval is not None:
+                self.schedule_interval = {key: schedule_interval for key in keys}
 
     def restore(self, results: Iterable[Result]) -> int:
         """Last-result gauges from the journal (counters restart at 0, as counters do)."""
@@ -158,6 +164,40 @@ class ExporterState:
         return clone
 
 
+Extra = tuple[tuple[str, str], ...]
+
+
+def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
+    """The last-result gauges one result sets: (metric, labels beyond the series', value).
+
+    The single owner of this mapping: the collector publishes it live and the backfill
+    writes it into history, so the two can never disagree."""
+    p = M.PREFIX + "last_transfer_"
+    yield p + "start_timestamp_seconds", (), r.start_timestamp
+    yield p + "success", (), 1.0 if r.outcome == "ok" else 0.0
+    for outcome in OUTCOMES:
+        yield p + "outcome", (("outcome", outcome),), 1.0 if r.outcome == outcome else 0.0
+    yield p + "duration_seconds", (), r.duration_seconds
+    yield p + "throughput_bytes_per_second", (), r.throughput_bytes_per_second
+    yield p + "file_bytes", (), r.file_bytes
+    for name, down, up in (("wire_bytes", r.wire_bytes_down, r.wire_bytes_up),
+                           ("payload_bytes", r.payload_bytes_down, r.payload_bytes_up),
+                           ("packets", r.packets_down, r.packets_up)):
+        yield p + name, (("way", "down"),), down
+        yield p + name, (("way", "up"),), up
+    yield p + "byte_ratio", (), r.byte_ratio
+    yield p + "retransmits_wire", (), r.retransmits_wire
+    yield p + "verified", (), 1.0 if r.verified else 0.0
+    yield p + "data_flows", (), r.data_flows
+    if r.transport:
+        yield p + "transport", (("transport", r.transport),), 1.0
+    if r.retransmits_sender is not None:
+        yield p + "retransmits_sender", (("source", r.retransmits_sender_source),), r.retransmits_sender
+    if r.rtt_seconds is not None:
+        yield p + "rtt_seconds", (), r.rtt_seconds
+    yield p + "capture_dropped_packets", (), r.capture_dropped
+
+
 def _labels(key: SeriesKey) -> list[str]:
     return [key.protocol, key.remote, key.dataset, key.direction]
 
@@ -180,35 +220,12 @@ class BigbinfCollector(Collector):
     @staticmethod
     def _last_results(s: ExporterState) -> Iterator[Metric]:
         fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.LAST_RESULT}
-        p = M.PREFIX + "last_transfer_"
         for key in sorted(s.latest, key=_labels):
-            r = s.latest[key]
             lv = _labels(key)
-            fam[p + "start_timestamp_seconds"].add_metric(lv, r.start_timestamp)
-            fam[p + "success"].add_metric(lv, 1.0 if r.outcome == "ok" else 0.0)
-            for outcome in OUTCOMES:
-                fam[p + "outcome"].add_metric(lv + [outcome], 1.0 if r.outcome == outcome else 0.0)
-            fam[p + "duration_seconds"].add_metric(lv, r.duration_seconds)
-            fam[p + "throughput_bytes_per_second"].add_metric(lv, r.throughput_bytes_per_second)
-            fam[p + "file_bytes"].add_metric(lv, r.file_bytes)
-            for way, wire, payload, packets in (("down", r.wire_bytes_down, r.payload_bytes_down, r.packets_down),
-                                                ("up", r.wire_bytes_up, r.payload_bytes_up, r.packets_up)):
-                fam[p + "wire_bytes"].add_metric(lv + [way], wire)
-                fam[p + "payload_bytes"].add_metric(lv + [way], payload)
-                fam[p + "packets"].add_metric(lv + [way], packets)
-            fam[p + "byte_ratio"].add_metric(lv, r.byte_ratio)
-            fam[p + "retransmits_wire"].add_metric(lv, r.retransmits_wire)
-            fam[p + "verified"].add_metric(lv, 1.0 if r.verified else 0.0)
-            fam[p + "capture_dropped_packets"].add_metric(lv, r.capture_dropped)
-            fam[p + "data_flows"].add_metric(lv, r.data_flows)
-            if r.transport:
-                fam[p + "transport"].add_metric(lv + [r.transport], 1.0)
-            if r.retransmits_sender is not None:
-                fam[p + "retransmits_sender"].add_metric(lv + [r.retransmits_sender_source], r.retransmits_sender)
-            if r.rtt_seconds is not None:
-                fam[p + "rtt_seconds"].add_metric(lv, r.rtt_seconds)
+            for name, extra, value in last_result_samples(s.latest[key]):
+                fam[name].add_metric(lv + [v for _, v in extra], value)
         for key in sorted(s.last_success, key=_labels):
-            fam[M.PREFIX + "last_success_timestamp_seconds"].add_metric(_labels(key), s.last_success[key])
+            fam[M.LAST_SUCCESS.name].add_metric(_labels(key), s.last_success[key])
         yield from fam.values()
 
     # -- counters and histograms
@@ -251,6 +268,11 @@ class BigbinfCollector(Collector):
         def counter(spec: M.Spec, value: float) -> CounterMetricFamily:
             return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, value=value)
 
+        interval = GaugeMetricFamily(M.SCHEDULE_INTERVAL.name, M.SCHEDULE_INTERVAL.help,
+                                     labels=M.SCHEDULE_INTERVAL.labels)
+        for key in sorted(s.schedule_interval, key=_labels):
+            interval.add_metric(_labels(key), s.schedule_interval[key])
+        yield interval
         yield counter(M.ROUNDS_TOTAL, s.rounds_total)
         yield counter(M.ROUNDS_SKIPPED_TOTAL, s.rounds_skipped)
         rd = HistogramMetricFamily(M.ROUND_DURATION_HIST.name, M.ROUND_DURATION_HIST.help)

@@ -46,9 +46,10 @@ LAST_RESULT = (
           "sender is remote and does not report.", ("source",)),
     _last("rtt_seconds", "Mean round-trip time reported by the tool for the last transfer (iperf3); absent otherwise."),
     _last("capture_dropped_packets", "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire numbers are low."),
-    Spec(PREFIX + "last_success_timestamp_seconds", "gauge",
-         "UTC start time of the last transfer of the series whose outcome was ok." + CACHED, SERIES_LABELS),
 )
+LAST_SUCCESS = Spec(PREFIX + "last_success_timestamp_seconds", "gauge",
+                    "UTC start time of the last transfer of the series whose outcome was ok." + CACHED, SERIES_LABELS)
+LAST_RESULT = LAST_RESULT + (LAST_SUCCESS,)
 
 # Counters and histograms: every transfer is counted exactly once, so windowed queries
 # (increase/rate over any range) count transfers, bytes and retransmits exactly.
@@ -71,6 +72,10 @@ PAYLOAD_SIZE_HIST = Spec(PREFIX + "transfer_payload_size_bytes", "histogram",
                          "TCP/UDP payload size of every captured packet of ok transfers (the protocol's packet-size fingerprint).",
                          SERIES_LABELS + ("way",))
 
+SCHEDULE_INTERVAL = Spec(PREFIX + "schedule_interval_seconds", "gauge",
+                         "Longest expected gap between two scheduled starts of the series: the schedule interval, "
+                         "or for cron schedules the longest gap between consecutive fire times, plus the jitter. "
+                         "Stale-data alerts compare the last success against a multiple of it.", SERIES_LABELS)
 ROUNDS_TOTAL = Spec(PREFIX + "rounds_total", "counter", "Scheduled rounds completed since the exporter started.")
 ROUNDS_SKIPPED_TOTAL = Spec(PREFIX + "rounds_skipped_total", "counter",
                             "Rounds not started because the previous round was still running.")
@@ -86,6 +91,6 @@ BUILD_INFO = Spec(PREFIX + "build_info", "gauge", "Always 1; the version label s
 
 ALL = LAST_RESULT + (
     TRANSFERS_TOTAL, DURATION_HIST, THROUGHPUT_HIST, FILE_BYTES_TOTAL, WIRE_BYTES_TOTAL, RETRANSMITS_TOTAL,
-    PAYLOAD_SIZE_HIST, ROUNDS_TOTAL, ROUNDS_SKIPPED_TOTAL, ROUND_DURATION_HIST, LAST_ROUND_END,
+    PAYLOAD_SIZE_HIST, SCHEDULE_INTERVAL, ROUNDS_TOTAL, ROUNDS_SKIPPED_TOTAL, ROUND_DURATION_HIST, LAST_ROUND_END,
     CONFIG_RELOAD_OK, CONFIG_RELOAD_TS, JOURNAL_FAILURES_TOTAL, BUILD_INFO,
 )

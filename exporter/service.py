@@ -45,6 +45,26 @@ def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
     return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
 
 
+def longest_gap_seconds(schedule: ScheduleConfig) -> float:
+    """The longest time between two scheduled starts, plus the jitter (what "stale"
+    means for a series).  For cron schedules: the largest gap between consecutive fire
+    times over a year from a fixed date, so the value does not depend on today."""
+    if schedule.interval:
+        return schedule.interval + schedule.jitter
+    trigger = OrTrigger([CronTrigger.from_crontab(expr, timezone=schedule.timezone) for expr in schedule.cron])
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    previous, gap = None, 0.0
+    when = trigger.get_next_fire_time(None, start)
+    for _ in range(2000):
+        if when is None or when > start + dt.timedelta(days=400):
+            break
+        if previous is not None:
+            gap = max(gap, (when - previous).total_seconds())
+        previous = when
+        when = trigger.get_next_fire_time(when, when + dt.timedelta(microseconds=1))
+    return gap + schedule.jitter
+
+
 def series_of(config: Config) -> list[SeriesKey]:
     return [SeriesKey(s.protocol, s.remote.name, s.dataset, s.direction) for s in plan_round(config)]
 
@@ -130,7 +150,7 @@ class Exporter:
         self.runner = RoundRunner(config, self.state)
         restored = self.state.restore(self.runner.journal.read())
         log.info("restored %d results from %s", restored, config.journal.path)
-        self.state.prime(series_of(config))
+        self.state.prime(series_of(config), longest_gap_seconds(config.schedule))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
         self.httpd: ThreadingHTTPServer | None = None
         self._reload_lock = threading.Lock()
@@ -173,7 +193,7 @@ class Exporter:
                 return False
             self.runner.config = config
             self.runner.journal = Journal(config.journal.path)
-            self.state.prime(series_of(config))
+            self.state.prime(series_of(config), longest_gap_seconds(config.schedule))
             self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)

@@ -30,7 +30,11 @@ mkdir -p "$STATE/prometheus" "$STATE/alertmanager" "$PIDS"
 sed -e "s/127.0.0.1:9753/127.0.0.1:$EXPORTER_PORT/; s/127.0.0.1:9100/127.0.0.1:$NODE_EXPORTER_PORT/" \
     -e "s/127.0.0.1:9093/127.0.0.1:$ALERTMANAGER_PORT/; s/127.0.0.1:9090/127.0.0.1:$PROMETHEUS_PORT/" \
     prometheus/prometheus.yml > "$STATE/prometheus.yml"
-cp -r prometheus/rules "$STATE/" 2>/dev/null || true
+# A fresh copy of the rules: a rule file since removed from the repo must not stay loaded.
+rm -rf "$STATE/rules" && cp -r prometheus/rules "$STATE/rules"
+# Refuse to start on a broken config rather than run without rules or alerting.
+promtool check config "$STATE/prometheus.yml" >/dev/null
+amtool check-config prometheus/alertmanager.yml >/dev/null
 
 cleanup() {
   trap - INT TERM EXIT

@@ -34,6 +34,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Go, for tests/compose_check (compose.yaml loaded with the compose-go v2 loader, which
+# needs Go >= 1.23).  Debian 12's golang-go is 1.19, too old for any compose-go v2;
+# bookworm-backports has 1.23.  A Go >= 1.21 already installed is used as it is (it
+# fetches the 1.23 toolchain itself through the module proxy when it needs it).
+go_usable() {
+  local go ver
+  go=$(command -v go || true)
+  [ -n "$go" ] || { [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go; } || return 1
+  ver=$("$go" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+  [ -n "$ver" ] && [ "$ver" -ge 21 ]
+}
+if ! go_usable; then
+  echo "setup: installing Go from bookworm-backports (for the compose.yaml test)"
+  export DEBIAN_FRONTEND=noninteractive
+  echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports golang-go >/dev/null
+fi
+
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv

@@ -30,7 +30,7 @@ def make_results(base: float) -> list[Result]:
     return [
         scp(0, duration_seconds=2.5, file_bytes=5242880, files=1, verified=True, wire_bytes_down=5500000,
             wire_bytes_up=120000, payload_bytes_down=5243000, payload_bytes_up=300, packets_down=3700,
-            packets_up=1850, retransmits_wire=4, capture_dropped=0),
+            packets_up=1850, retransmits_wire=4, capture_dropped=0, transport="tcp", data_flows=1),
         scp(1, outcome="failed", error="exit 1", duration_seconds=0.75, file_bytes=5242880, wire_bytes_down=900,
             wire_bytes_up=400, packets_down=3, packets_up=4),
         scp(2, duration_seconds=2.0, file_bytes=5242880, verified=True, wire_bytes_down=5400000, wire_bytes_up=110000,
@@ -38,7 +38,9 @@ def make_results(base: float) -> list[Result]:
             capture_dropped=7),
         Result("http", "uct", "1GiB", "upload", base + 3 * 1200 + 0.5, "ok", duration_seconds=47.125,
                file_bytes=2**30, verified=False, wire_bytes_down=2_000_000, wire_bytes_up=1_100_000_000,
-               payload_bytes_down=10, payload_bytes_up=2**30, packets_down=300_000, packets_up=700_000),
+               payload_bytes_down=10, payload_bytes_up=2**30, packets_down=300_000, packets_up=700_000,
+               transport="udp", data_flows=2, retransmits_sender=42, retransmits_sender_source="kernel",
+               rtt_seconds=0.0125),
         Result("http", "uct", "1GiB", "upload", base + 4 * 1200, "timeout", error="killed after 600 s",
                duration_seconds=600.0, file_bytes=2**30),
     ]
@@ -53,8 +55,10 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         "throughput_bytes_per_second": r.file_bytes / r.duration_seconds if ok else 0.0,
         "file_bytes": r.file_bytes, "byte_ratio": (r.wire_bytes_down + r.wire_bytes_up) / r.file_bytes,
         "retransmits_wire": r.retransmits_wire, "verified": 1.0 if r.verified else 0.0,
-        "capture_dropped_packets": r.capture_dropped,
+        "capture_dropped_packets": r.capture_dropped, "data_flows": r.data_flows,
     }
+    if r.rtt_seconds is not None:
+        plain["rtt_seconds"] = r.rtt_seconds
     samples = {(LAST + name, ()): float(v) for name, v in plain.items()}
     for outcome in ("ok", "failed", "timeout", "skipped"):
         samples[(LAST + "outcome", (("outcome", outcome),))] = 1.0 if r.outcome == outcome else 0.0
@@ -63,6 +67,10 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
                            ("packets", r.packets_down, r.packets_up)):
         samples[(LAST + name, (("way", "down"),))] = float(down)
         samples[(LAST + name, (("way", "up"),))] = float(up)
+    if r.transport:
+        samples[(LAST + "transport", (("transport", r.transport),))] = 1.0
+    if r.retransmits_sender is not None:
+        samples[(LAST + "retransmits_sender", (("source", r.retransmits_sender_source),))] = float(r.retransmits_sender)
     if last_ok is not None:
         samples[("bigbinf_last_success_timestamp_seconds", ())] = last_ok
     return samples
@@ -83,9 +91,11 @@ def run(argv: list[str]) -> int:
 # OpenMetrics text
 
 
-def test_every_last_result_gauge_is_backfilled() -> None:
-    names = set(backfill.GAUGES) | {backfill.LAST_SUCCESS}
-    assert names == {spec.name for spec in metric_names.LAST_RESULT}
+def test_every_last_result_gauge_is_backfilled(tmp_path: Path) -> None:
+    om = tmp_path / "x.om"
+    backfill.write_openmetrics(make_results(1_700_000_000.0), om)
+    sampled = {line.split("{", 1)[0] for line in om.read_text().splitlines() if not line.startswith("#")}
+    assert sampled == {spec.name for spec in metric_names.LAST_RESULT}
 
 
 def test_openmetrics_text(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ def _result(start: float, outcome: str = "ok", **kw) -> Result:
 def _state() -> ExporterState:
     state = ExporterState()
     state.record_config(True, when=1_763_000_000.0)
-    state.prime([SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")])
+    state.prime([SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")],
+                schedule_interval=50460.0)
     state.record(_result(1_763_000_100.0))
     state.record(_result(1_763_000_200.0, outcome="failed", error="scp exited 1", duration_seconds=0.2,
                          wire_bytes_down=500, wire_bytes_up=400, verified=False))
@@ -79,6 +80,7 @@ def test_samples() -> None:
     assert get("bigbinf_transfers_total", {**primed, "outcome": "ok"}) == 0
     assert get("bigbinf_last_transfer_success", primed) is None
     assert get("bigbinf_rounds_total") == 1
+    assert get("bigbinf_schedule_interval_seconds", primed) == 50460.0
     upload = {**LABELS, "direction": "upload"}
     assert get("bigbinf_last_transfer_retransmits_sender", {**upload, "source": "kernel"}) == 120
     assert get("bigbinf_last_transfer_transport", {**upload, "transport": "tcp"}) == 1

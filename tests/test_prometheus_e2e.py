@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 import time
 from pathlib import Path
 
@@ -40,7 +41,13 @@ def test_prometheus_counts_every_round_and_restart_republishes(make_lab, tmp_pat
     journal = Journal(config.journal.path)
     fast = _config_file(config, tmp_path, {"interval": "4s", "jitter": 0})
     exporter = ExporterProcess(fast, tmp_path / "exporter.log")
-    with PrometheusServer(_prometheus_config(exporter.address), tmp_path / "prom") as prom, exporter:
+    with ExitStack() as stack:
+        prom = stack.enter_context(PrometheusServer(_prometheus_config(exporter.address), tmp_path / "prom"))
+        # Prometheus hands static targets to its scrapers on a 5 s discovery tick: start the
+        # exporter only once the target is active, so the primed zero is scraped before
+        # the first round (4 s after start).
+        prom.wait_for(lambda: prom.api("targets")["activeTargets"], timeout=30, what="the scrape target")
+        stack.enter_context(exporter)  # stopped by the stack even if an assertion fails
         def settled() -> float | None:
             # Prometheus has scraped the count of everything journaled so far, and >= ROUNDS.
             before = len(list(journal.read()))
@@ -56,7 +63,7 @@ def test_prometheus_counts_every_round_and_restart_republishes(make_lab, tmp_pat
         raw = prom.query(f'bigbinf_transfers_total{{outcome="ok",{SERIES[1:-1]}}}[{window}]')
         samples = raw[0]["values"]
         # The series was primed at 0 before the first transfer, so increase() sees all of them.
-        assert float(samples[0][1]) == 0.0
+        assert float(samples[0][1]) == 0.0, samples[:6]
         last_ts = max(float(s[0]) for s in samples)
         increase = prom.query(f"sum(increase(bigbinf_transfers_total{SERIES}[{window}]))", time=last_ts)
         assert float(increase[0]["value"][1]) == n

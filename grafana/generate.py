@@ -1,0 +1,534 @@
+#!/usr/bin/env python3
+"""Generate bigbinf's Grafana dashboards (grafana/dashboards/*.json).
+
+No Grafana server can run where bigbinf is developed, so the dashboards are built from
+typed Python with grafana-foundation-sdk pinned to the Grafana 11.6 build
+(`pip install 'grafana-foundation-sdk==1769699379!11.6.0'`) and the JSON is committed.
+tests/test_dashboards.py fails when the committed JSON differs from this output, and
+runs every panel query against a live Prometheus that scraped a real exporter.
+
+    python3 grafana/generate.py            # rewrite grafana/dashboards/
+    python3 grafana/generate.py --check    # exit 1 if the committed JSON is out of date
+
+docs/dashboards.md says what each panel answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import bargauge, barchart, heatmap, stat, table, timeseries, xychart
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
+from grafana_foundation_sdk.builders.dashboard import (Dashboard, DashboardLink, QueryVariable,
+                                                       Row, TextBoxVariable, ThresholdsConfig)
+from grafana_foundation_sdk.builders.prometheus import Dataquery
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (BigValueColorMode, BigValueTextMode, LegendDisplayMode,
+                                                  LegendPlacement, VisibilityMode, VizOrientation)
+from grafana_foundation_sdk.models.dashboard import (DashboardCursorSync, DashboardLinkType, DataSourceRef,
+                                                     DataTransformerConfig, DynamicConfigValue, GridPos, Threshold,
+                                                     ThresholdsMode, ValueMap, ValueMappingResult,
+                                                     VariableOption, VariableRefresh, VariableSort)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+from grafana_foundation_sdk.models.xychart import SeriesMapping, XYShowMode
+
+HERE = Path(__file__).resolve().parent
+OUT_DIR = HERE / "dashboards"
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="bigbinf-prometheus")  # provisioned with this uid
+SERIES = "protocol, remote, dataset, direction"
+# Every panel narrows to the dashboard's variables (multi-value: Grafana renders a regex).
+SEL = 'remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset", direction=~"$direction"'
+# Time-of-day panels tile the range into 1-minute windows (see delta()).
+TILE = "1m"
+TILE_SECONDS = 60
+
+
+def sel(*extra: str) -> str:
+    return "{" + ", ".join((SEL, *extra)) + "}"
+
+
+def eq(label: str, value: str, op: str = "=") -> str:
+    return f'{label}{op}"{value}"'
+
+
+# ---------------------------------------------------------------- PromQL
+
+
+def delta(metric: str) -> str:
+    """Increase of a counter in the TILE ending at the evaluation time, exactly.
+
+    x - x offset 1m at 1-minute steps telescopes: the windows tile the range with no gap
+    and no overlap, and nothing is extrapolated.  A reset (exporter restart) or a new
+    series counts from 0, which is where bigbinf's counters start.
+    """
+    m = metric + sel()
+    return f"({m} - {m} offset {TILE} >= 0 or {m})"
+
+
+def local_hour_now() -> str:
+    # The hour of the window (t-1m, t] in local time; $tz_offset is hours east of UTC.
+    return f"hour(vector(time() - {TILE_SECONDS} + $tz_offset * 3600))"
+
+
+def in_peak() -> str:
+    # Rotate the clock so the peak starts at 0: a window like 22h-06h is one comparison.
+    return f"(({local_hour_now()} - $peak_start + 24) % 24) < (($peak_end - $peak_start + 24) % 24)"
+
+
+def tiled_sum(metric: str, by: str, keep: str) -> str:
+    """Sum over the range of a counter's increase in the tiles that `keep` selects."""
+    return f"sum_over_time((sum by ({by}) ({delta(metric)}) {keep})[$__range:{TILE}])"
+
+
+def per_transfer_mean_by_period(keep: str) -> str:
+    thr = "bigbinf_transfer_throughput_bytes_per_second"
+    mean = (f"{tiled_sum(thr + '_sum', SERIES, keep)}\n  / ({tiled_sum(thr + '_count', SERIES, keep)} > 0)")
+    return f'sum by (transfer) (label_join(\n  {mean},\n  "transfer", " ", {quote_labels(SERIES)}))'
+
+
+def hour_label() -> str:
+    return f'label_replace(count_values("hour", {local_hour_now()}), "hour", "0$1", "hour", "([0-9])")'
+
+
+def per_transfer_mean_by_hour() -> str:
+    thr = "bigbinf_transfer_throughput_bytes_per_second"
+    keep = f"* on() group_left(hour) {hour_label()}"
+    mean = (f"{tiled_sum(thr + '_sum', SERIES, keep)}\n  / ({tiled_sum(thr + '_count', SERIES, keep)} > 0)")
+    return f'sum by (transfer, hour) (label_join(\n  {mean},\n  "transfer", " ", {quote_labels(SERIES)}))'
+
+
+def quote_labels(labels: str) -> str:
+    return ", ".join(f'"{x.strip()}"' for x in labels.split(","))
+
+
+def range_ratio(num: str, den: str, by: str) -> str:
+    """Exact mean over the dashboard range: ratio of two counters' increases (same scrapes)."""
+    return f"sum by ({by}) (increase({num}[$__range]))\n  / (sum by ({by}) (increase({den}[$__range])) > 0)"
+
+
+def outcome_code() -> str:
+    """The last outcome as one number a value mapping can name and colour: ok 0, skipped 1, failed 2, timeout 3."""
+    parts = [f"{weight}sum without(outcome) (bigbinf_last_transfer_outcome{sel(eq('outcome', name))})"
+             for weight, name in (("", "skipped"), ("2 * ", "failed"), ("3 * ", "timeout"))]
+    return "\n+ ".join(parts)
+
+
+def largest_dataset() -> str:
+    size = f"bigbinf_last_transfer_file_bytes{sel()}"
+    return f"(max by (dataset) ({size}) == scalar(max({size})))"
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def query(expr: str, legend: str = "", ref: str = "A", instant: bool = False,
+          fmt: PromQueryFormat | None = None) -> Dataquery:
+    q = Dataquery().expr(expr).ref_id(ref).datasource(DATASOURCE)
+    q = q.instant() if instant else q.range()
+    if legend:
+        q = q.legend_format(legend)
+    if fmt is not None:
+        q = q.format(fmt)
+    return q
+
+
+def merge_and_rename(names: dict[str, str], exclude: Sequence[str] = ("Time",)) -> list[DataTransformerConfig]:
+    """Instant table queries -> one table with readable columns, in the given order."""
+    order = {name: i for i, name in enumerate(names.values())}
+    return [
+        DataTransformerConfig(id_val="merge", options={}),
+        DataTransformerConfig(id_val="organize", options={
+            "excludeByName": {name: True for name in exclude},
+            "renameByName": names,
+            "indexByName": order,
+        }),
+    ]
+
+
+def unit_override(name: str, unit: str) -> tuple[str, list[DynamicConfigValue]]:
+    return name, [DynamicConfigValue(id_val="unit", value=unit)]
+
+
+OUTCOME_MAPPINGS = [ValueMap(options={
+    "0": ValueMappingResult(text="ok", color="green", index=0),
+    "1": ValueMappingResult(text="skipped", color="blue", index=1),
+    "2": ValueMappingResult(text="failed", color="red", index=2),
+    "3": ValueMappingResult(text="timeout", color="orange", index=3),
+})]
+
+
+def thresholds(*steps: tuple[float | None, str]) -> ThresholdsConfig:
+    return ThresholdsConfig().mode(ThresholdsMode.ABSOLUTE).steps([Threshold(value=v, color=c) for v, c in steps])
+
+
+def legend_list() -> VizLegendOptions:
+    return VizLegendOptions().show_legend(True).display_mode(LegendDisplayMode.LIST).placement(LegendPlacement.BOTTOM)
+
+
+def legend_table() -> VizLegendOptions:
+    return (VizLegendOptions().display_mode(LegendDisplayMode.TABLE).placement(LegendPlacement.BOTTOM)
+            .show_legend(True).calcs(["lastNotNull", "mean", "max"]))
+
+
+LEGEND_SERIES = "{{protocol}} {{dataset}} {{direction}} {{remote}}"
+
+
+@dataclass
+class Grid:
+    """Places panels left to right, wrapping at 24 columns, and numbers them."""
+
+    x: int = 0
+    y: int = 0
+    row_h: int = 0
+    next_id: int = 1
+
+    def place(self, panel: cogbuilder.Builder, w: int, h: int) -> cogbuilder.Builder:
+        if self.x + w > 24:
+            self.newline()
+        panel.grid_pos(GridPos(h=h, w=w, x=self.x, y=self.y)).id(self.next_id).datasource(DATASOURCE)
+        self.next_id += 1
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        return panel
+
+    def newline(self) -> None:
+        if self.x:
+            self.y += self.row_h
+        self.x, self.row_h = 0, 0
+
+    def row(self, title: str) -> Row:
+        self.newline()
+        row = Row(title).grid_pos(GridPos(h=1, w=24, x=0, y=self.y)).id(self.next_id)
+        self.next_id += 1
+        self.y += 1
+        return row
+
+
+def series_variable(name: str, label: str, query_text: str) -> QueryVariable:
+    return (QueryVariable(name).label(label).datasource(DATASOURCE).query(query_text)
+            .multi(True).include_all(True).all_value(".*")
+            .current(VariableOption(selected=True, text="All", value="$__all"))
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC))
+
+
+def series_variables() -> list[QueryVariable]:
+    # Chained: each list only offers values that exist for the choices before it.
+    metric = "bigbinf_transfers_total"
+    return [
+        series_variable("remote", "Remote", f"label_values({metric}, remote)"),
+        series_variable("protocol", "Protocol", f'label_values({metric}{{remote=~"$remote"}}, protocol)'),
+        series_variable("dataset", "Dataset", f'label_values({metric}{{remote=~"$remote", protocol=~"$protocol"}}, dataset)'),
+        series_variable("direction", "Direction",
+                        f'label_values({metric}{{remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset"}}, direction)'),
+    ]
+
+
+def base(uid: str, title: str, description: str, time_from: str = "now-7d") -> Dashboard:
+    d = (Dashboard(title).uid(uid).description(description).tags(["bigbinf"]).editable()
+         .time(time_from, "now").refresh("1m").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR)
+         .link(DashboardLink("bigbinf dashboards").type(DashboardLinkType.DASHBOARDS).tags(["bigbinf"])
+               .as_dropdown(True).include_vars(True).keep_time(True))
+         .variables(series_variables()))
+    return d
+
+
+# ---------------------------------------------------------------- dashboards
+
+
+def overview() -> Dashboard:
+    g = Grid()
+    d = base("bigbinf-overview", "bigbinf / Overview",
+             "Latest result per series, the study's Table 2 over the time range, and firing alerts.")
+    d.with_row(g.row("Last transfer of each series"))
+    d.with_panel(g.place(
+        stat.Panel().title("Throughput").description("File bytes / duration of the last transfer (0 if it failed).")
+        .with_target(query(f"bigbinf_last_transfer_throughput_bytes_per_second{sel()}", LEGEND_SERIES, instant=True))
+        .unit("Bps").color_mode(BigValueColorMode.NONE).text_mode(BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
+    d.with_panel(g.place(
+        stat.Panel().title("Outcome").description("How the last transfer ended: ok, skipped, failed or timeout.")
+        .with_target(query(
+            outcome_code(),
+            LEGEND_SERIES, instant=True))
+        .mappings(OUTCOME_MAPPINGS).color_mode(BigValueColorMode.BACKGROUND)
+        .text_mode(BigValueTextMode.VALUE_AND_NAME).reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
+    d.with_panel(g.place(
+        stat.Panel().title("Byte ratio").description("Wire bytes (down + up) per file byte of the last transfer.")
+        .with_target(query(f"bigbinf_last_transfer_byte_ratio{sel()}", LEGEND_SERIES, instant=True))
+        .decimals(3).thresholds(thresholds((None, "green"), (1.1, "orange")))
+        .color_mode(BigValueColorMode.VALUE).text_mode(BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
+    d.with_panel(g.place(
+        stat.Panel().title("Retransmits").description(
+            "Retransmitted TCP segments seen in the capture of the last transfer (receiver's view: a trend signal).")
+        .with_target(query(f"bigbinf_last_transfer_retransmits_wire{sel()}", LEGEND_SERIES, instant=True))
+        .decimals(0).color_mode(BigValueColorMode.NONE).text_mode(BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
+
+    d.with_row(g.row("Table 2: means per dataset and protocol over the time range"))
+    by = "dataset, protocol, direction"
+    ok_count = "bigbinf_transfer_duration_seconds_count" + sel()
+    wire = "bigbinf_transfer_wire_bytes_total"
+    columns = [
+        ("A", f"round(sum by ({by}) (increase({ok_count}[$__range])))", "ok transfers"),
+        ("B", f"round(sum by ({by}) (increase(bigbinf_transfers_total{sel(eq('outcome', 'failed|timeout', '=~'))}[$__range])))",
+         "failed"),
+        ("C", range_ratio(wire + sel('way="down"'), ok_count, by), "bytes down"),
+        ("D", range_ratio(wire + sel('way="up"'), ok_count, by), "bytes up"),
+        ("E", range_ratio(wire + sel(), ok_count, by), "bytes total"),
+        ("F", range_ratio(wire + sel(), "bigbinf_transfer_file_bytes_total" + sel(), by), "ratio"),
+        ("G", range_ratio("bigbinf_transfer_duration_seconds_sum" + sel(), ok_count, by), "time"),
+        ("H", range_ratio("bigbinf_transfer_throughput_bytes_per_second_sum" + sel(),
+                          "bigbinf_transfer_throughput_bytes_per_second_count" + sel(), by), "speed"),
+    ]
+    t2 = table.Panel().title("Means per dataset and protocol (the study's Table 2)").description(
+        "Per-transfer means of the ok transfers in the time range, from counters (exact).")
+    for ref, expr, _ in columns:
+        t2 = t2.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
+    names = {"dataset": "dataset", "protocol": "protocol", "direction": "direction"}
+    names.update({f"Value #{ref}": name for ref, _, name in columns})
+    t2 = t2.transformations(merge_and_rename(names))
+    for name, unit in (("bytes down", "bytes"), ("bytes up", "bytes"), ("bytes total", "bytes"),
+                       ("time", "s"), ("speed", "Bps")):
+        t2 = t2.override_by_name(*unit_override(name, unit))
+    t2 = t2.override_by_name("ratio", [DynamicConfigValue(id_val="decimals", value=3)])
+    d.with_panel(g.place(t2, 24, 8))
+
+    d.with_row(g.row("Alerts"))
+    d.with_panel(g.place(
+        table.Panel().title("Firing alerts").description("bigbinf alerts Prometheus is firing now; see docs/runbook.md.")
+        .with_target(query('ALERTS{alertname=~"Bigbinf.*", alertstate="firing"}', instant=True, fmt=PromQueryFormat.TABLE))
+        .transformations([DataTransformerConfig(id_val="organize", options={
+            "excludeByName": {"Time": True, "Value": True, "__name__": True, "alertstate": True}})])
+        .no_value("No bigbinf alert is firing"), 24, 6))
+    return d
+
+
+def protocols() -> Dashboard:
+    g = Grid()
+    d = base("bigbinf-protocols", "bigbinf / Protocols",
+             "Protocol against protocol: throughput over time, by file size (the study's Fig 8) and "
+             "the time for the largest file (Fig 6).")
+    d.with_row(g.row("Throughput over time"))
+    d.with_panel(g.place(
+        timeseries.Panel().title("Throughput per transfer").description(
+            "Throughput of each series' last ok transfer, and the 7-day median the regression alert compares with.")
+        .with_target(query(f"bigbinf_last_transfer_throughput_bytes_per_second{sel()}\n"
+                           f"  and bigbinf_last_transfer_success{sel()} == 1", LEGEND_SERIES))
+        .with_target(query(f"series:bigbinf_transfer_throughput_bytes_per_second:median7d{sel()}",
+                           LEGEND_SERIES + " 7-day median", ref="B"))
+        .override_by_regexp(".*7-day median", [DynamicConfigValue(
+            id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})])
+        .unit("Bps").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 24, 9))
+
+    d.with_row(g.row("By file size (Fig 8)"))
+    by = "protocol, dataset"
+    ok_count = "bigbinf_transfer_duration_seconds_count" + sel()
+    size = range_ratio("bigbinf_transfer_file_bytes_total" + sel(), ok_count, by)
+    speed = range_ratio("bigbinf_transfer_throughput_bytes_per_second_sum" + sel(),
+                        "bigbinf_transfer_throughput_bytes_per_second_count" + sel(), by)
+    ratio = range_ratio("bigbinf_transfer_wire_bytes_total" + sel(), "bigbinf_transfer_file_bytes_total" + sel(), by)
+    for title, expr, name, unit in (("Throughput vs file size", speed, "throughput", "Bps"),
+                                    ("Byte ratio vs file size", ratio, "byte ratio", "none")):
+        # One frame per protocol, x = file size (first number field), y = the measure.
+        panel = (xychart.Panel().title(title + " (Fig 8)").description(
+            "Per-transfer mean over the time range, one line per protocol, one point per dataset.")
+            .with_target(query(size, ref="A", instant=True, fmt=PromQueryFormat.TABLE))
+            .with_target(query(expr, ref="B", instant=True, fmt=PromQueryFormat.TABLE))
+            .transformations(merge_and_rename({"protocol": "protocol", "Value #A": "file size", "Value #B": name},
+                                              exclude=("Time", "dataset"))
+                             + [DataTransformerConfig(id_val="partitionByValues",
+                                                      options={"fields": ["protocol"], "keepFields": False})])
+            .mapping(SeriesMapping.AUTO).show(XYShowMode.POINTS_AND_LINES).point_size(xychart.XychartFieldConfigPointSize().fixed(8))
+            .legend(legend_list())
+            .override_by_name(*unit_override("file size", "bytes"))
+            .override_by_name(*unit_override(name, unit)))
+        d.with_panel(g.place(panel, 12, 9))
+
+    d.with_row(g.row("Time for the largest file (Fig 6)"))
+    duration = range_ratio("bigbinf_transfer_duration_seconds_sum" + sel(), ok_count, SERIES)
+    d.with_panel(g.place(
+        timeseries.Panel().title("Time per transfer, largest dataset").description(
+            "Wall-clock time of each last transfer of the largest dataset selected.")
+        .with_target(query(f"bigbinf_last_transfer_duration_seconds{sel()}\n"
+                           f"  and bigbinf_last_transfer_success{sel()} == 1\n"
+                           f"  and on(dataset) {largest_dataset()}", LEGEND_SERIES))
+        .unit("s").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 16, 8))
+    d.with_panel(g.place(
+        bargauge.Panel().title("Mean time, largest dataset").description(
+            "Mean wall-clock time of the ok transfers of the largest dataset in the time range.")
+        .with_target(query(f"({duration})\n  and on(dataset) {largest_dataset()}", LEGEND_SERIES, instant=True))
+        .unit("s").min(0).orientation(VizOrientation.HORIZONTAL)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 8, 8))
+    return d
+
+
+def time_of_day() -> Dashboard:
+    g = Grid()
+    d = base("bigbinf-time-of-day", "bigbinf / Time of day",
+             "Peak against off-peak (the study's Fig 4), throughput by hour of day, and today against "
+             "yesterday and last week.  Peak hours and the time zone are the variables on the right.")
+    d.with_variable(TextBoxVariable("peak_start").label("Peak from (h)").default_value("11")
+                    .current(VariableOption(selected=True, text="11", value="11"))
+                    .description("First peak hour, local time (the study: 11h)."))
+    d.with_variable(TextBoxVariable("peak_end").label("Peak until (h)").default_value("15")
+                    .current(VariableOption(selected=True, text="15", value="15"))
+                    .description("First hour after the peak, local time (the study: 15h)."))
+    d.with_variable(TextBoxVariable("tz_offset").label("UTC offset (h)").default_value("0")
+                    .current(VariableOption(selected=True, text="0", value="0"))
+                    .description("Local time = UTC + this many hours (PromQL's hour() is UTC)."))
+
+    d.with_row(g.row("Peak against off-peak (Fig 4)"))
+    peak = per_transfer_mean_by_period(f"and on() {in_peak()}")
+    offpeak = per_transfer_mean_by_period(f"unless on() {in_peak()}")
+    d.with_panel(g.place(
+        barchart.Panel().title("Mean throughput, peak and off-peak (Fig 4)").description(
+            "Per-transfer mean of the ok transfers that ended in peak or off-peak hours in the time range "
+            "(exact, from counters, 1-minute resolution).")
+        .with_target(query(peak, ref="A", instant=True, fmt=PromQueryFormat.TABLE))
+        .with_target(query(offpeak, ref="B", instant=True, fmt=PromQueryFormat.TABLE))
+        .transformations(merge_and_rename({"transfer": "transfer", "Value #A": "peak", "Value #B": "off-peak"}))
+        .x_field("transfer").unit("Bps").show_value(VisibilityMode.AUTO).x_tick_label_rotation(-30)
+        .legend(legend_list()), 14, 9))
+    d.with_panel(g.place(
+        bargauge.Panel().title("7-day median by period (alert baseline)").description(
+            "The baseline BigbinfThroughputRegressionTimeOfDay compares the last transfer with "
+            "(recording rules; peak hours as in prometheus/generate_rules.py).")
+        .with_target(query(f"series_period:bigbinf_transfer_throughput_bytes_per_second:median7d{sel()}",
+                           "{{protocol}} {{dataset}} {{direction}} {{period}}", instant=True))
+        .unit("Bps").min(0).orientation(VizOrientation.HORIZONTAL)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 10, 9))
+
+    d.with_row(g.row("Hour of day"))
+    d.with_panel(g.place(
+        barchart.Panel().title("Mean throughput by hour of day").description(
+            "Per-transfer mean of the ok transfers that ended in each local hour, over the time range.")
+        .with_target(query(per_transfer_mean_by_hour(), instant=True, fmt=PromQueryFormat.TABLE))
+        .transformations([
+            DataTransformerConfig(id_val="groupingToMatrix",
+                                  options={"columnField": "transfer", "rowField": "hour", "valueField": "Value"}),
+            DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "hour\\transfer"}]}),
+        ])
+        .unit("Bps").show_value(VisibilityMode.NEVER)
+        .legend(legend_list()), 24, 9))
+
+    d.with_row(g.row("Today, yesterday, last week"))
+    ok = f"series:bigbinf_last_transfer_throughput_bytes_per_second:ok{sel()}"
+    legend = "{{protocol}} {{dataset}} {{direction}}"
+    d.with_panel(g.place(
+        timeseries.Panel().title("Throughput today, yesterday and a week ago").description(
+            "Last ok transfer's throughput over the last 24h, with the same hours one day and seven days earlier.")
+        .time_from("24h")
+        .with_target(query(f"avg by (protocol, dataset, direction) ({ok})", legend + " today"))
+        .with_target(query(f"avg by (protocol, dataset, direction) ({ok} offset 1d)", legend + " yesterday", ref="B"))
+        .with_target(query(f"avg by (protocol, dataset, direction) ({ok} offset 7d)", legend + " last week", ref="C"))
+        .override_by_regexp(".* yesterday", [DynamicConfigValue(
+            id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})])
+        .override_by_regexp(".* last week", [DynamicConfigValue(
+            id_val="custom.lineStyle", value={"fill": "dot", "dash": [0, 10]})])
+        .unit("Bps").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 24, 9))
+    return d
+
+
+def transfer_detail() -> Dashboard:
+    g = Grid()
+    d = base("bigbinf-transfer-detail", "bigbinf / Transfer detail",
+             "What the capture saw: the payload-size fingerprint (the study's Fig 5), packets, "
+             "retransmits and duration.")
+    d.with_row(g.row("Payload-size fingerprint (Fig 5)"))
+    for way, arrow in (("down", "remote → client"), ("up", "client → remote")):
+        d.with_panel(g.place(
+            bargauge.Panel().title(f"Packets by payload size, {way} ({arrow})").description(
+                "Captured packets of the ok transfers in the time range, by TCP/UDP payload size bucket "
+                "(0 = pure ACKs; 1448/1460 = full 1500-MTU segments).")
+            .with_target(query(
+                f"sum by (le) (increase(bigbinf_transfer_payload_size_bytes_bucket{sel(eq('way', way))}[$__range]))",
+                "{{le}}", instant=True, fmt=PromQueryFormat.HEATMAP))
+            .unit("none").min(0).orientation(VizOrientation.HORIZONTAL)
+            .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 12, 10))
+    d.with_panel(g.place(
+        heatmap.Panel().title("Payload sizes over time, down").description(
+            "The same fingerprint per time slot: each transfer is a column.")
+        .with_target(query(
+            f"sum by (le) (increase(bigbinf_transfer_payload_size_bytes_bucket{sel(eq('way', 'down'))}[$__rate_interval]))",
+            "{{le}}", fmt=PromQueryFormat.HEATMAP))
+        .calculate(False).unit("none"), 24, 8))
+
+    d.with_row(g.row("Per transfer"))
+    d.with_panel(g.place(
+        timeseries.Panel().title("Packets").description("Packets captured during each last transfer, per way.")
+        .with_target(query(f"bigbinf_last_transfer_packets{sel()}", LEGEND_SERIES + " {{way}}"))
+        .min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 12, 8))
+    d.with_panel(g.place(
+        timeseries.Panel().title("Duration").description("Wall-clock duration of each last transfer.")
+        .with_target(query(f"bigbinf_last_transfer_duration_seconds{sel()}", LEGEND_SERIES))
+        .unit("s").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 12, 8))
+    d.with_panel(g.place(
+        timeseries.Panel().title("Retransmits").description(
+            "Retransmitted TCP segments seen in each last transfer's capture (receiver's view).")
+        .with_target(query(f"bigbinf_last_transfer_retransmits_wire{sel()}", LEGEND_SERIES))
+        .min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 12, 8))
+    d.with_panel(g.place(
+        timeseries.Panel().title("Retransmit ratio, recent window").description(
+            "Retransmitted segments per captured packet over the recording rules' recent window "
+            "(what BigbinfRetransmitsHigh watches).")
+        .with_target(query(f"series:bigbinf_transfer_retransmits_wire_per_packet:ratio_recent{sel()}", LEGEND_SERIES))
+        .unit("percentunit").min(0).legend(legend_table()), 12, 8))
+    d.with_panel(g.place(
+        stat.Panel().title("Mean duration over the range").description("Per-transfer mean of the ok transfers.")
+        .with_target(query(range_ratio("bigbinf_transfer_duration_seconds_sum" + sel(),
+                                       "bigbinf_transfer_duration_seconds_count" + sel(), SERIES),
+                           LEGEND_SERIES, instant=True))
+        .unit("s").color_mode(BigValueColorMode.NONE).text_mode(BigValueTextMode.VALUE_AND_NAME)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 12, 6))
+    d.with_panel(g.place(
+        stat.Panel().title("Capture drops, last transfer").description(
+            "Packets the kernel dropped before tcpdump read them; non-zero means the wire numbers are low.")
+        .with_target(query(f"bigbinf_last_transfer_capture_dropped_packets{sel()}", LEGEND_SERIES, instant=True))
+        .thresholds(thresholds((None, "green"), (1, "red"))).color_mode(BigValueColorMode.BACKGROUND)
+        .text_mode(BigValueTextMode.VALUE_AND_NAME).reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 12, 6))
+    return d
+
+
+DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
+    "overview.json": overview,
+    "protocols.json": protocols,
+    "time-of-day.json": time_of_day,
+    "transfer-detail.json": transfer_detail,
+}
+
+
+def render() -> dict[str, str]:
+    """File name -> JSON text (stable: sorted keys, fixed indentation)."""
+    return {name: json.dumps(make().build(), cls=JSONEncoder, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for name, make in DASHBOARDS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate grafana/dashboards/*.json")
+    parser.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    parser.add_argument("--check", action="store_true", help="compare with --out-dir instead of writing")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, text in render().items():
+        path = args.out_dir / name
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+            continue
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if stale:
+        print("generate: out of date (run grafana/generate.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

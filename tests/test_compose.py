@@ -1,0 +1,135 @@
+"""compose.yaml, validated the way `docker compose` v2 reads it.
+
+No Docker engine runs here, so the file is loaded with the compose-go v2 loader (the
+library docker compose v2 is built on) by a tiny Go program, tests/compose_check, built
+on the fly (Go's build cache makes rebuilds take well under a second).  The test then
+checks what the stack needs: pinned images, capture capabilities, the transfer network,
+Grafana's secret from the environment, and files that exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKER = ROOT / "tests" / "compose_check"
+PASSWORD = "not-a-real-password"
+SERVICES = {"remote", "exporter", "prometheus", "alertmanager", "grafana", "node-exporter"}
+UPSTREAM = {  # image repository -> the release line it must be pinned within
+    "prometheus": r"prom/prometheus:v2\.\d+\.\d+",
+    "alertmanager": r"prom/alertmanager:v0\.\d+\.\d+",
+    "grafana": r"grafana/grafana:11\.6\.\d+",
+    "node-exporter": r"prom/node-exporter:v1\.\d+\.\d+",
+}
+
+
+def go_binary() -> str | None:
+    return shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if Path(p).exists()), None)
+
+
+@pytest.fixture(scope="module")
+def compose_check(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    go = go_binary()
+    if go is None:
+        pytest.skip("Go is not installed (scripts/setup.sh installs it): compose.yaml cannot be loaded "
+                    "with the compose-go v2 loader")
+    out = tmp_path_factory.mktemp("compose_check") / "compose_check"
+    # The module needs Go >= 1.23 (compose-go v2.9); an older go fetches that toolchain itself.
+    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=CHECKER, capture_output=True, text=True,
+                          env={**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false"}, timeout=600)
+    assert proc.returncode == 0, f"go build of tests/compose_check failed:\n{proc.stderr}"
+    return out
+
+
+def load(checker: Path, *env: str) -> subprocess.CompletedProcess[str]:
+    argv = [str(checker)]
+    for item in env:
+        argv += ["-env", item]
+    return subprocess.run([*argv, str(ROOT / "compose.yaml")], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def project(compose_check: Path) -> dict[str, Any]:
+    proc = load(compose_check, f"GRAFANA_ADMIN_PASSWORD={PASSWORD}")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_compose_loads_with_every_service(project: dict[str, Any]) -> None:
+    assert project["name"] == "bigbinf"
+    assert set(project["services"]) == SERVICES
+
+
+def test_images_are_pinned(project: dict[str, Any]) -> None:
+    for name, service in project["services"].items():
+        image = service["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and tag and tag != "latest" and "/" not in tag, f"{name}: {image} is not pinned"
+        if name in UPSTREAM:
+            assert re.fullmatch(UPSTREAM[name], image), f"{name}: {image}"
+    assert project["services"]["exporter"]["build"]["context"] == str(ROOT)
+    assert project["services"]["remote"]["build"]["context"] == str(ROOT / "docker" / "remote")
+    for dockerfile in (ROOT / "Dockerfile", ROOT / "docker" / "remote" / "Dockerfile"):
+        froms = re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), re.M)
+        assert froms and all(re.fullmatch(r"[\w./-]+:[\w.-]+", f) and not f.endswith(":latest") for f in froms)
+
+
+def test_exporter_can_capture_the_transfers(project: dict[str, Any]) -> None:
+    services = project["services"]
+    exporter, remote = services["exporter"], services["remote"]
+    assert {"NET_ADMIN", "NET_RAW"} <= set(exporter["cap_add"])
+    assert exporter["networks"]["transfer"]["ipv4_address"] == "198.18.0.1"
+    assert "monitoring" in exporter["networks"]  # Prometheus scrapes it there
+    assert remote["networks"]["transfer"]["ipv4_address"] == "198.18.0.2"
+    assert exporter["depends_on"]["remote"]["condition"] == "service_healthy"
+    subnet = project["networks"]["transfer"]["ipam"]["config"][0]["subnet"]
+    assert subnet.startswith("198.18.")  # the benchmarking range, as in the lab
+    shared = {(v["source"], v["target"], bool(v.get("read_only"))) for v in exporter["volumes"]}
+    assert ("remote-shared", "/shared", True) in shared
+
+
+def test_exporter_config_matches_the_remote_service() -> None:
+    config = load_config(ROOT / "schedules" / "compose.yaml")
+    remote = config.remotes["demo"]
+    assert remote.address == "198.18.0.2" and str(remote.key).startswith("/shared/")
+    dockerfile = (ROOT / "docker" / "remote" / "Dockerfile").read_text()
+    pairs = re.search(r'BIGBINF_DATASETS="([^"]+)"', dockerfile).group(1).split()
+    served = {name: int(size) for name, size in (p.split(":") for p in pairs)}
+    assert {ds.file: ds.size for ds in config.datasets.values()} == served
+    assert "schedules/compose.yaml" in (ROOT / "Dockerfile").read_text()
+
+
+def test_grafana_secret_comes_from_the_environment(project: dict[str, Any], compose_check: Path) -> None:
+    env = project["services"]["grafana"]["environment"]
+    assert env["GF_SECURITY_ADMIN_PASSWORD"] == PASSWORD
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert env["PROMETHEUS_URL"] == "http://prometheus:9090"
+    missing = load(compose_check)
+    assert missing.returncode == 1 and "GRAFANA_ADMIN_PASSWORD" in missing.stderr
+    # The password is never written into the repository's files.
+    assert PASSWORD not in (ROOT / "compose.yaml").read_text()
+
+
+def test_bind_mounts_exist_and_configs_are_valid(project: dict[str, Any]) -> None:
+    for name, service in project["services"].items():
+        for v in service.get("volumes", []):
+            if v["type"] == "bind" and v["source"].startswith(str(ROOT)):
+                assert Path(v["source"]).exists(), f"{name}: {v['source']}"
+    prom = ROOT / "prometheus" / "prometheus-compose.yml"
+    subprocess.run(["promtool", "check", "config", str(prom)], check=True, capture_output=True)
+    native = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+    composed = yaml.safe_load(prom.read_text())
+    jobs = {j["job_name"] for j in composed["scrape_configs"]}
+    assert {j["job_name"] for j in native["scrape_configs"]} <= jobs  # same rules work in both
+    assert composed["rule_files"] == native["rule_files"]
