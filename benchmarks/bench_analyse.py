@@ -8,7 +8,7 @@ Usage:
 The synthetic capture is what tcpdump -s 128 writes for a bulk download over Ethernet:
 1514-byte data frames (MSS 1448, TCP timestamps) cut to 128 captured bytes, one ACK per
 two segments, and a loss every 500 segments repaired by a fast retransmission after
-three duplicate ACKs; so the TCP analysis has real work.  All tools read the same file
+four duplicate ACKs; so the TCP analysis has real work.  All tools read the same file
 in one run; scapy only reads a subset (it is ~50x slower) and is scaled by its count.
 Python readers are timed best-of --repeat (the machine is shared, timings are noisy);
 tshark, at ~10 s a run, once.
@@ -85,7 +85,7 @@ def write_synthetic(path: Path, packets: int) -> int:
                 acked = lost if lost is not None else seq
                 emit(False, cseq, acked, 0x10, 0, 5_000)
                 if lost is not None and segment % 500 == 6:
-                    emit(False, cseq, acked, 0x10, 0, 5_000)  # third duplicate ACK
+                    emit(False, cseq, acked, 0x10, 0, 5_000)  # fourth duplicate ACK
                     emit(True, lost, cseq, 0x10, MSS, 100_000)  # fast retransmission
                     lost = None
                     emit(False, cseq, seq, 0x10, 0, 5_000)

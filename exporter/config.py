@@ -109,7 +109,7 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 Name = Annotated[str, AfterValidator(_check_name)]
 TemplateElement = Annotated[str, AfterValidator(_check_template)]
 Direction = Literal["download", "upload"]
-LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "iperf3"]
+LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "gridftp-client", "iperf3"]
 
 
 class _Strict(BaseModel):

@@ -354,15 +354,30 @@ def teardown(layout: LabLayout) -> list[str]:
             messages.append(f"stopped {len(pids)} process(es) in {ns}")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         messages.append(f"deleted namespace {ns}")
+    for ns in (layout.client_ns, layout.remote_ns):
+        hosts_dir = labservers.netns_hosts(ns).parent
+        if hosts_dir.exists():
+            shutil.rmtree(hosts_dir, ignore_errors=True)
+            messages.append(f"removed {hosts_dir}")
     if (layout.state_dir / MARKER).exists():
         shutil.rmtree(layout.state_dir, ignore_errors=True)
         messages.append(f"removed {layout.state_dir}")
     return messages or [f"lab {layout.config.name} was not up"]
 
 
+def _alive(pid: str) -> bool:
+    """Running, not a zombie (a server started by this very process, e.g. in tests, stays
+    a zombie until reaped; it is gone all the same)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def _wait_gone(pids: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
 
 
@@ -394,7 +409,7 @@ def status(config: Config) -> tuple[bool, list[str]]:
             lines.append(f"{name:<12} {'':<5} not installed ({server.serves} will be skipped)")
             continue
         pid = labservers.running_pid(layout, server)
-        good = pid is not None and labservers.listening(layout, server.port)
+        good = pid is not None and labservers.listening(layout, server)
         report(name, good, f"pid {pid}, port {server.port} ({server.serves})" if good
                else f"not running (log {layout.logfile(name + '.stdout')})")
     sums = dataset_files.read_manifest(layout.checksums)

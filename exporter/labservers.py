@@ -10,10 +10,11 @@ since servers write as different users: ftp for FTP, xrootd for xrootd).
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,10 @@ class LabServer:
     configure: Callable[["LabLayout"], None]
     argv: Callable[["LabLayout"], list[str]]
     serves: str  # what protocols use it, for `lab status`
-    env: Callable[["LabLayout"], dict[str, str]] = field(default=lambda layout: {})
+    side: str = "remote"  # the namespace it runs in: "remote", or "client" (UDT's local end)
+
+    def netns(self, layout: "LabLayout") -> str:
+        return layout.remote_ns if self.side == "remote" else layout.client_ns
 
     def installed(self) -> bool:
         return shutil.which(self.binary) is not None or Path(self.binary).exists()
@@ -159,6 +163,49 @@ def _xrootd_argv(layout: "LabLayout") -> list[str]:
             "-l", str(layout.run_dir / "xrootd" / "xrootd.log"), "-R", "xrootd"]
 
 
+# ---------------------------------------------------------------- GridFTP
+
+
+def netns_hosts(ns: str) -> Path:
+    """`ip netns exec NS` bind-mounts /etc/netns/NS/* over /etc: a private hosts file."""
+    return Path("/etc/netns") / ns / "hosts"
+
+
+def _gridftp_configure(layout: "LabLayout") -> None:
+    # globus-gridftp-server reverse-resolves its listen address (getnameinfo without
+    # NI_NUMERICHOST) and gives up with "Temporary failure in name resolution" when no
+    # resolver answers, as in a namespace; neither -hostname nor GLOBUS_HOSTNAME avoids
+    # it.  A private hosts file naming both lab addresses (and this host) does.
+    name = layout.config.name
+    hosts = _lines("127.0.0.1 localhost", f"127.0.1.1 {socket.gethostname()}",
+                   f"{layout.config.client_address} {name}-client",
+                   f"{layout.config.remote_address} {name}-remote")
+    for ns in (layout.remote_ns, layout.client_ns):
+        _write(netns_hosts(ns), hosts)
+    logs = layout.run_dir / "gridftp-log"
+    logs.mkdir(parents=True, exist_ok=True)
+    logs.chmod(0o1777)  # sessions run as the anonymous user (nobody) and log from there
+
+
+def _gridftp_argv_for(address: str, layout: "LabLayout", tag: str) -> list[str]:
+    logs = layout.run_dir / "gridftp-log"
+    return [shutil.which("globus-gridftp-server") or "/usr/sbin/globus-gridftp-server",
+            "-aa", "-anonymous-user", "nobody", "-p", "2811",
+            "-control-interface", address, "-data-interface", address, "-port-range", "50000,50100",
+            # udt must be whitelisted for SITE SETNETSTACK udt to be accepted
+            "-dc-whitelist", "udt,tcp",
+            "-l", str(logs / f"{tag}.log"), "-Z", str(logs / f"{tag}-transfers.log"),
+            "-log-module", "stdio:buffer=0"]
+
+
+def _gridftp_argv(layout: "LabLayout") -> list[str]:
+    return _gridftp_argv_for(layout.config.remote_address, layout, "remote")
+
+
+def _gridftp_client_argv(layout: "LabLayout") -> list[str]:
+    return _gridftp_argv_for(layout.config.client_address, layout, "client")
+
+
 # ---------------------------------------------------------------- iperf3
 
 
@@ -176,6 +223,10 @@ SERVERS: dict[str, LabServer] = {
     "rsyncd": LabServer("rsyncd", "rsync", 873, _rsyncd_configure, _rsyncd_argv, "rsync daemon"),
     "nginx": LabServer("nginx", "nginx", 80, _nginx_configure, _nginx_argv, "http"),
     "xrootd": LabServer("xrootd", "xrootd", 1094, _xrootd_configure, _xrootd_argv, "xrootd"),
+    "gridftp": LabServer("gridftp", "globus-gridftp-server", 2811, _gridftp_configure, _gridftp_argv, "gridftp"),
+    # UDT needs a GridFTP server at this end too: the transfer is third-party.
+    "gridftp-client": LabServer("gridftp-client", "globus-gridftp-server", 2811, _gridftp_configure,
+                                _gridftp_client_argv, "gridftp UDT (local end)", side="client"),
     "iperf3": LabServer("iperf3", "iperf3", 5201, _nothing, _iperf3_argv, "iperf3"),
 }
 
@@ -197,28 +248,26 @@ def running_pid(layout: "LabLayout", server: LabServer) -> int | None:
     return pid if str(layout.state_dir) in cmdline or server.binary in cmdline else None
 
 
-def listening(layout: "LabLayout", port: int) -> bool:
-    out = subprocess.run(["ss", "-N", layout.remote_ns, "-Hltn", f"sport = :{port}"],
+def listening(layout: "LabLayout", server: LabServer) -> bool:
+    out = subprocess.run(["ss", "-N", server.netns(layout), "-Hltn", f"sport = :{server.port}"],
                          capture_output=True, text=True).stdout
     return bool(out.strip())
 
 
 def start(layout: "LabLayout", server: LabServer, timeout: float = 15.0) -> int:
     pid = running_pid(layout, server)
-    if pid and listening(layout, server.port):
+    if pid and listening(layout, server):
         return pid
     server.configure(layout)
     log = open(layout.logfile(server.name + ".stdout"), "ab")
-    env = {**server.env(layout)}
-    proc = subprocess.Popen(in_netns(layout.remote_ns, server.argv(layout)), stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=log, start_new_session=True,
-                            env={**_base_env(), **env})
+    proc = subprocess.Popen(in_netns(server.netns(layout), server.argv(layout)), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True, env=_base_env())
     log.close()
     pidfile(layout, server).write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + timeout
-    while not listening(layout, server.port):
+    while not listening(layout, server):
         if proc.poll() is not None:
-            raise ServerError(f"{server.name} exited {proc.returncode} in {layout.remote_ns}; "
+            raise ServerError(f"{server.name} exited {proc.returncode} in {server.netns(layout)}; "
                               f"see {layout.logfile(server.name + '.stdout')} and {layout.logfile(server.name)}")
         if time.monotonic() > deadline:
             raise ServerError(f"{server.name} did not listen on port {server.port} within {timeout:g}s; "

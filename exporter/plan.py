@@ -79,12 +79,17 @@ def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: s
     template = own or profile.commands(options).get((direction, kind))
     if template is None:
         return None  # e.g. HTTP cannot move a directory: not every protocol does every dataset
+    expectation = profile.expect(options)
+    if kind == "tree":
+        # Parallel streams are per file: with many small files a tool may open fewer
+        # (GridFTP -p 4 on 256 KiB files used one), so only the transport is enforced.
+        expectation = Expectation(transport=expectation.transport, min_data_flows=1)
     return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
                         remote=resolve_remote(remote, config.remotes[remote], config),
                         dataset=dataset, dataset_config=ds, direction=direction,
                         timeout_seconds=proto.timeout or config.transfer.timeout,
                         binary=proto.binary or profile.binary, kind=kind, options=options,
-                        expectation=profile.expect(options))
+                        expectation=expectation)
 
 
 def plan_round(config: Config) -> list[TransferSpec]:

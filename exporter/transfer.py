@@ -56,7 +56,7 @@ def upload_source(spec: TransferSpec, config: Config) -> Path:
 
 
 def placeholder_values(spec: TransferSpec, workdir: Path, local_source: Path | None = None,
-                       upload_name: str = "") -> dict[str, str]:
+                       upload_name: str = "", client: str = "") -> dict[str, str]:
     remote, ds = spec.remote, spec.dataset_config
     if spec.direction == "download":
         remote_path, local_path = remote.data_dir / ds.file, workdir / ds.file
@@ -68,7 +68,7 @@ def placeholder_values(spec: TransferSpec, workdir: Path, local_source: Path | N
     except ValueError:
         remote_name = str(remote_path).lstrip("/")
     return {
-        "host": remote.address, "port": str(remote.port), "user": remote.user,
+        "host": remote.address, "client": client, "port": str(remote.port), "user": remote.user,
         "key": str(remote.key or ""), "ssh_config": str(remote.ssh_config or "/dev/null"),
         "remote_path": str(remote_path), "remote_name": remote_name, "remote_dir": str(remote_path.parent),
         "file": ds.file, "local_path": str(local_path), "local_dir": str(workdir),
@@ -119,7 +119,7 @@ def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str
         client = client_address_for(spec.remote.address, spec.remote.netns)
     except (CaptureError, OSError, subprocess.SubprocessError) as exc:
         return Result(start_timestamp=time.time(), outcome="failed", error=str(exc), **base)
-    values = placeholder_values(spec, workdir, source, upload_name)
+    values = placeholder_values(spec, workdir, source, upload_name, client)
     ctx = RunContext(argv=render(spec.template, values), timeout_seconds=spec.timeout_seconds, workdir=workdir,
                      netns=spec.remote.netns, values=values, options=spec.options, direction=spec.direction,
                      kind=spec.kind, password=password)

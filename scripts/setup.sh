@@ -16,6 +16,9 @@ APT_PACKAGES=(
   tcpdump tshark                           # capture; tshark is the tests' independent truth
   openssh-server openssh-client            # scp/sftp server and client in the lab
   iperf3                                   # memory-to-memory baseline
+  coreutils curl lftp vsftpd rsync nginx-light        # clients and servers of the protocols
+  globus-gridftp-server-progs globus-gass-copy-progs libglobus-xio-udt-driver  # GridFTP (+UDT)
+  xrootd-server xrootd-client
   prometheus prometheus-node-exporter prometheus-alertmanager  # the monitoring stack (+promtool, amtool)
 )
 
@@ -48,7 +51,11 @@ go_usable() {
 if ! go_usable; then
   echo "setup: installing Go from bookworm-backports (for the compose.yaml test)"
   export DEBIAN_FRONTEND=noninteractive
-  echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+  # The same mirror apt already uses here (deb822 sources, or the classic list).
+  mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)
+  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+  [ -n "$mirror" ] || { echo "setup: no Debian mirror found in apt's sources; install Go >= 1.21 by hand" >&2; exit 1; }
+  echo "deb $mirror bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends -t bookworm-backports golang-go >/dev/null
 fi

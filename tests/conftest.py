@@ -51,7 +51,8 @@ def lab_config(tmp: Path, name: str, link: dict | None = None, datasets: dict | 
         "remotes": {"lab": {"lab": True}},
         "datasets": datasets or {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
         "protocols": protocols or {"scp": {}},
-        "transfer": {"workdir": str(tmp / "work"), "timeout": "2m"},
+        # Also reachable by other users: UDT's local GridFTP server writes as nobody.
+        "transfer": {"workdir": str(LAB_ROOT / f"bigbinf-{name}" / "work"), "timeout": "2m"},
         "journal": {"path": str(tmp / "journal.jsonl")},
         "schedule": {"interval": "1h"},
     }

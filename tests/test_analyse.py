@@ -83,8 +83,7 @@ def write(
         if isinstance(when, tuple):
             sec, ns = when
         else:
-            ns_total = round((T0 + when) * 1e9)
-            sec, ns = divmod(ns_total, 1_000_000_000)
+            sec, ns = divmod(T0 * 1_000_000_000 + round(when * 1e9), 1_000_000_000)
         frac = ns if nano else ns // 1000
         writer.write_packet(data[:snaplen], sec=sec, usec=frac, wirelen=len(data))
     writer.close()

@@ -21,7 +21,7 @@ protocols:
   scp: {}
 lab: {name: t1}
 """
-KNOWN_PLACEHOLDERS = ("{host}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
+KNOWN_PLACEHOLDERS = ("{host}, {client}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
                       "{file}, {local_path}, {local_dir}, {size}, {binary}")
 PROTOCOL_KEYS = "module, binary, options, command, upload_command, directions, timeout"
 MODULES = "command, scp, hpnscp, sftp, ftp, gridftp, bbftp, rsync, rsyncd, http, xrootd, iperf3"
@@ -70,7 +70,7 @@ BAD = [
      ["protocols.mine.upload_command: module 'command' has no default upload command: give upload_command"]),
     ("unknown option", BASE.replace("scp: {}", "gridftp: {options: {paralel: 4}}"),
      ["protocols.gridftp.options.paralel: unknown option for module 'gridftp'; allowed: parallel, concurrency, "
-      "pipelining, udt"]),
+      "pipelining, udt, local_port"]),
     ("mistyped option", BASE.replace("scp: {}", "gridftp: {options: {parallel: four}}"),
      ["protocols.gridftp.options.parallel: expected int (parallel TCP streams per file (-p)), got 'four'"]),
     ("upload needs upload_dir",

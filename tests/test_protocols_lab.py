@@ -25,6 +25,7 @@ PROTOCOLS = {
     "gridftp": {},
     "gridftp-p4": {"module": "gridftp", "options": {"parallel": 4}},
     "gridftp-cc4": {"module": "gridftp", "options": {"concurrency": 4}},
+    "gridftp-udt": {"module": "gridftp", "options": {"udt": True}},
 }
 DATASETS = {"f4m": {"file": "f4m.bin", "size": "4MiB"},
             # The many-small-files case, scaled down from the study's 1,000 x 1 MiB.
@@ -74,9 +75,28 @@ def test_protocol_moves_a_file(lab: Config, protocol: str, direction: str) -> No
     # The data crossed the wire in the right direction.
     moved = result.payload_bytes_down if direction == "download" else result.payload_bytes_up
     assert moved >= result.file_bytes
-    if direction == "upload":
+    if direction == "upload" and spec.expectation.transport == "tcp":
         assert result.retransmits_sender_source == "kernel"
         assert result.retransmits_sender is not None
+
+
+def test_gridftp_udt_moves_the_data_over_udp(lab: Config) -> None:
+    result = _transfer_checked(lab, _spec(lab, "gridftp-udt", "f4m", "download"))
+    assert result.transport == "udp" and result.verified
+    # Only the control channels are TCP: almost every byte on the wire is UDP payload.
+    assert result.payload_bytes_down >= result.file_bytes
+
+
+def test_silent_fallback_to_tcp_is_a_failure(make_lab) -> None:
+    # globus-url-copy -udt between client and server stays on TCP without a word; a
+    # profile that expects UDT must not report that as a UDT result.
+    config = make_lab(protocols={"udt-two-party": {
+        "module": "gridftp", "options": {"udt": True},
+        "command": ["globus-url-copy", "-udt", "ftp://{host}:2811{remote_path}", "file://{local_path}"]}})
+    result = run_transfer(_spec(config, "udt-two-party", "f1m", "download"), config, "test")
+    assert result.outcome == "failed"
+    assert result.error == ("transport: expected UDP, >= 1 data flow; the capture saw TCP with 1 data flow")
+    assert result.verified  # the file itself arrived fine: only the claim about it was wrong
 
 
 def test_gridftp_parallel_streams_show_as_flows(lab: Config) -> None:

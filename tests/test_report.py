@@ -29,6 +29,9 @@ UTC = dt.timezone.utc
 MIB = 2**20
 
 
+MAC_CLIENT, MAC_REMOTE = "02:00:00:00:00:01", "02:00:00:00:00:02"
+
+
 def at(day: int, hour: int, minute: int = 0) -> float:
     """UTC epoch of 2024-03-<day> hour:minute."""
     return dt.datetime(2024, 3, day, hour, minute, tzinfo=UTC).timestamp()
@@ -294,9 +297,10 @@ def test_fig5_from_a_real_capture(tmp_path: Path) -> None:
     frames = []
     for k in range(40):
         if k % 4:
-            pkt = Ether() / IP(src=remote, dst=client) / TCP(sport=22, dport=50000, flags="A") / (b"x" * 1448)
+            # Explicit MACs: a bare Ether() makes scapy resolve them with ARP on the host's network.
+            pkt = Ether(src=MAC_REMOTE, dst=MAC_CLIENT) / IP(src=remote, dst=client) / TCP(sport=22, dport=50000, flags="A") / (b"x" * 1448)
         else:
-            pkt = Ether() / IP(src=client, dst=remote) / TCP(sport=50000, dport=22, flags="A")
+            pkt = Ether(src=MAC_CLIENT, dst=MAC_REMOTE) / IP(src=client, dst=remote) / TCP(sport=50000, dport=22, flags="A")
         pkt.time = 1_700_000_000 + k * 0.01
         frames.append(pkt)
     pcap = tmp_path / "scp.pcap"

@@ -16,6 +16,7 @@ from typing import Any
 # Every placeholder a command template may use, and what it becomes.
 PLACEHOLDERS: Mapping[str, str] = {
     "host": "the remote's address",
+    "client": "this host's address towards the remote (the source address the kernel picks)",
     "port": "the remote's port (ssh by default)",
     "user": "the remote's login user",
     "key": "path of the private key for the remote",
