@@ -320,7 +320,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
         if not remote.get("lab"):
             for key in ("address", "data_dir"):
                 if not remote.get(key):
-                    issues.append(ConfigIssue(f"remotes.{name}.{key}", f"required unless lab: true"))
+                    issues.append(ConfigIssue(f"remotes.{name}.{key}", "required unless lab: true"))
     uploads = []
     for name, proto in protocols.items():
         if not isinstance(proto, dict):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -27,52 +26,27 @@ import yaml
 
 from .conftest import lab_config
 from .support.exporter import ExporterProcess
-from .support.prometheus import PrometheusServer, free_port
+from .support.prometheus import LoopbackServer, PrometheusServer, free_port
 
 pytestmark = [pytest.mark.prometheus]
 ROOT = Path(__file__).resolve().parents[1]
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
-class AlertmanagerServer:
+class AlertmanagerServer(LoopbackServer):
     """Debian's Alertmanager on loopback, clustering off, stopped on exit."""
+
+    name = "alertmanager"
 
     def __init__(self, config: Path, workdir: Path) -> None:
         if ALERTMANAGER is None:
             pytest.fail("prometheus-alertmanager is not installed: run scripts/setup.sh")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "alertmanager.log"
-        self.argv = [ALERTMANAGER, f"--config.file={config}", f"--storage.path={workdir / 'am-data'}",
-                     f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="]
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(workdir)
+        self.config = config
 
-    def __enter__(self) -> "AlertmanagerServer":
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "wb"))
-        try:
-            PrometheusServer.wait_for(self._ready, timeout=30, what="Alertmanager to become ready")
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def _ready(self) -> bool:
-        if self.proc and self.proc.poll() is not None:
-            raise RuntimeError(f"alertmanager exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
+    def argv(self) -> list[str]:
+        return [ALERTMANAGER, f"--config.file={self.config}", f"--storage.path={self.workdir / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="]
 
     def alerts(self, alertname: str) -> list[dict[str, Any]]:
         query = urllib.parse.urlencode({"filter": f'alertname="{alertname}"'})

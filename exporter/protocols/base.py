@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..process import Completed
+
 # Every placeholder a command template may use, and what it becomes.
 PLACEHOLDERS: Mapping[str, str] = {
     "host": "the remote's address",
@@ -81,12 +83,9 @@ class RunContext:
 
 
 @dataclass(frozen=True)
-class RunOutcome:
-    returncode: int | None  # None when killed at the timeout
-    timed_out: bool
-    duration_seconds: float
-    start_timestamp: float
-    stderr_tail: str
+class RunOutcome(Completed):
+    """How the command ended (Completed), plus what the tool itself reported."""
+
     # What the tool itself reported, where it reports anything (iperf3's JSON): e.g.
     # bytes, seconds, sender retransmits, RTT.  Absent for plain copy commands.
     reported: Mapping[str, float] = field(default_factory=dict)

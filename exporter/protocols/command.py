@@ -11,7 +11,7 @@ from .base import Profile, RunContext, RunOutcome
 
 def run(ctx: RunContext) -> RunOutcome:
     done = run_with_timeout(in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env, cwd=str(ctx.workdir))
-    return RunOutcome(done.returncode, done.timed_out, done.duration_seconds, done.start_timestamp, done.stderr_tail)
+    return RunOutcome(**vars(done))
 
 
 PROFILE = Profile(

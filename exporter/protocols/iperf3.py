@@ -38,8 +38,7 @@ def parse_report(stdout: str) -> dict[str, float]:
 def run(ctx: RunContext) -> RunOutcome:
     done = run_with_timeout(in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env,
                             cwd=str(ctx.workdir), capture_stdout=True)
-    return RunOutcome(done.returncode, done.timed_out, done.duration_seconds, done.start_timestamp,
-                      done.stderr_tail, parse_report(done.stdout))
+    return RunOutcome(**vars(done), reported=parse_report(done.stdout))
 
 
 PROFILE = Profile(name="iperf3", description="iperf3 memory-to-memory baseline", binary="iperf3",

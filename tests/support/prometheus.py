@@ -28,32 +28,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class PrometheusServer:
-    def __init__(self, config_text: str, workdir: Path, extra_files: dict[str, str] | None = None,
-                 storage: Path | None = None, extra_args: list[str] | None = None) -> None:
+class LoopbackServer:
+    """A server binary on a free loopback port for the length of a `with`; its readiness
+    is its /-/ready endpoint.  Subclasses give the argv."""
+
+    name = "server"
+
+    def __init__(self, workdir: Path) -> None:
         self.workdir = Path(workdir)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.config = self.workdir / "prometheus.yml"
-        self.storage = storage or self.workdir / "tsdb"
-        self.log = self.workdir / "prometheus.log"
-        self.config_text = config_text
-        self.extra_files = extra_files or {}
-        self.extra_args = extra_args or []
+        self.log = self.workdir / f"{self.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "PrometheusServer":
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def __enter__(self):
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for name, text in self.extra_files.items():
-            (self.workdir / name).write_text(text)
-        self.config.write_text(self.config_text)
-        argv = [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.storage}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle",
-                *self.extra_args]
+        argv = self.argv()
         with open(self.log, "wb") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            self.wait_for(self._ready, timeout=30, what="Prometheus to become ready")
+            self.wait_for(self._ready, timeout=30, what=f"{self.name} to become ready")
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -70,12 +67,44 @@ class PrometheusServer:
 
     def _ready(self) -> bool:
         if self.proc and self.proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as r:
                 return r.status == 200
         except (urllib.error.URLError, ConnectionError, OSError):
             return False
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5,
+                 what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(interval)
+
+
+class PrometheusServer(LoopbackServer):
+    name = "prometheus"
+
+    def __init__(self, config_text: str, workdir: Path, extra_files: dict[str, str] | None = None,
+                 storage: Path | None = None, extra_args: list[str] | None = None) -> None:
+        super().__init__(workdir)
+        self.config = self.workdir / "prometheus.yml"
+        self.storage = storage or self.workdir / "tsdb"
+        self.config_text = config_text
+        self.extra_files = extra_files or {}
+        self.extra_args = extra_args or []
+
+    def argv(self) -> list[str]:
+        for name, text in self.extra_files.items():
+            (self.workdir / name).write_text(text)
+        self.config.write_text(self.config_text)
+        return [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.storage}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", *self.extra_args]
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
@@ -97,15 +126,3 @@ class PrometheusServer:
     def reload(self) -> None:
         req = urllib.request.Request(self.url + "/-/reload", method="POST")
         urllib.request.urlopen(req, timeout=10).close()
-
-    @staticmethod
-    def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5,
-                 what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(interval)
