@@ -7,6 +7,7 @@ uploads the client namespace's TcpRetransSegs (nstat) for the sender's retransmi
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import pytest
@@ -143,3 +144,35 @@ def test_upload_sender_retransmits_equal_kernel_counter(make_lab) -> None:
     assert result.retransmits_sender_source == "kernel"
     assert result.retransmits_sender > 0
     assert result.retransmits_sender == after - before
+
+
+def _nstat_retrans_in(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("TcpRetransSegs")))
+
+
+def test_iperf3_download_reports_the_remote_senders_retransmits(make_lab) -> None:
+    # -R: the remote sends.  Its namespace's kernel counter is the truth iperf3 reports;
+    # iperf3 counts its data stream, the namespace also its control connection.
+    config = make_lab(link={"rate": "200mbit", "burst": "32KiB", "limit": "64KiB"},
+                      datasets={"f8m": {"file": "f8m.bin", "size": "8MiB"}},
+                      protocols={"iperf3": {}})
+    remote_ns = LabLayout(config.lab).remote_ns
+    before = _nstat_retrans_in(remote_ns)
+    result = run_transfer(_spec(config, "iperf3", "f8m", "download"), config, "test")
+    after = _nstat_retrans_in(remote_ns)
+    assert result.outcome == "ok", result.error
+    assert result.retransmits_sender_source == "iperf3"
+    assert after - before > 0
+    assert 0 <= (after - before) - result.retransmits_sender <= 2, (result.retransmits_sender, after - before)
+
+
+@pytest.mark.parametrize("protocol,module,binary", [("hpn-scp", "hpnscp", "hpnscp"), ("bbftp", "bbftp", "bbftp")])
+def test_profiles_without_their_binary_are_skipped(make_lab, protocol: str, module: str, binary: str) -> None:
+    if shutil.which(binary):
+        pytest.skip(f"{binary} is installed here: nothing to skip")
+    config = make_lab(protocols={protocol: {"module": module}})
+    result = run_transfer(_spec(config, protocol, "f1m", "download"), config, "test")
+    assert result.outcome == "skipped"
+    assert result.error == f"{binary} is not installed on this host"
