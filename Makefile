@@ -1,4 +1,4 @@
-# Quick start (Debian 12, as root):  make demo   |   make test
+# Shortcuts; the quick start itself needs no make: scripts/demo.sh | scripts/test.sh
 .PHONY: setup demo demo-stop test test-fast check rules dashboards lab-up lab-down
 
 setup:
@@ -10,8 +10,8 @@ demo:
 demo-stop:
 	scripts/demo-stop.sh
 
-test: setup
-	.venv/bin/python -m pytest -ra
+test:
+	scripts/test.sh
 
 # Unit tests only (no root, no lab).
 test-fast:

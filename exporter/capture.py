@@ -75,10 +75,11 @@ class Capture:
         self._reader.start()
         # tcpdump prints "listening on IF" once the socket is open and the filter set:
         # only then is the first packet of the transfer sure to be recorded.
-        if not self._listening.wait(self.start_timeout):
+        self._listening.wait(self.start_timeout)
+        if not any("listening on" in line for line in self._stderr) or self.proc.poll() is not None:
+            errors = " ".join(self._stderr[-3:]) or "no output"
             self.stop()
-            raise CaptureError(f"tcpdump did not start within {self.start_timeout:g}s: "
-                               + (" ".join(self._stderr[-3:]) or "no output"))
+            raise CaptureError(f"tcpdump did not start capturing within {self.start_timeout:g}s: {errors}")
 
     def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr

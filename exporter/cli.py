@@ -145,9 +145,14 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .service import Exporter
+    from .service import Exporter, ListenError
 
     exporter = Exporter(args.config_file, args.listen)
+    try:
+        exporter.bind()
+    except ListenError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

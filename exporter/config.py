@@ -64,6 +64,39 @@ def _check_name(value: str) -> str:
     return value
 
 
+def _check_file_name(value: str) -> str:
+    # One path component: lab up writes it as root under data_dir, and it ends up inside
+    # sftp batch files and lftp/bbftp command scripts.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}", value):
+        raise ValueError(f"{value!r} is not a plain file name: use letters, digits, '_', '.', '+', '-' "
+                         "(no '/', no leading '.' or '-')")
+    return value
+
+
+def _check_ip(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    return value
+
+
+def _check_host(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not re.fullmatch(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?",
+                        value):
+        raise ValueError(f"{value!r} is neither an IP address nor a host name")
+    return value
+
+
 def _check_rate(value: str) -> str:
     if not _RATE.match(value):
         raise ValueError(f"{value!r} is not a tc rate; write e.g. 200mbit, 1gbit")
@@ -130,8 +163,8 @@ class LinkConfig(_Strict):
 class LabConfig(_Strict):
     name: Annotated[str, AfterValidator(_check_lab_name)] = "bigbinf"
     state_dir: Path = Path("/var/lib/bigbinf/lab")
-    client_address: str = "198.18.0.1"
-    remote_address: str = "198.18.0.2"
+    client_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.1"
+    remote_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.2"
     prefix_length: Annotated[int, Field(ge=8, le=30)] = 24
     link: LinkConfig = LinkConfig()
     datasets: list[Name] | None = None  # which datasets the lab creates; default all
@@ -140,7 +173,7 @@ class LabConfig(_Strict):
 
 class RemoteConfig(_Strict):
     lab: bool = False  # take address, user, key, netns, interface from the lab section
-    address: str | None = None
+    address: Annotated[str, AfterValidator(_check_host)] | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 22
     user: str = "root"
     key: Path | None = None
@@ -155,7 +188,7 @@ class RemoteConfig(_Strict):
 
 
 class DatasetConfig(_Strict):
-    file: str  # a file name; with count > 1, the name of the directory holding the files
+    file: Annotated[str, AfterValidator(_check_file_name)]  # with count > 1, the directory's name
     size: Size  # bytes per file
     count: Annotated[int, Field(ge=1, le=100_000)] = 1  # > 1: many files (moved recursively)
     create: Literal["random", "zero"] = "random"  # how the lab fills the file
@@ -196,7 +229,7 @@ class TransferConfig(_Strict):
 
 class CaptureConfig(_Strict):
     enabled: bool = True
-    snaplen: Annotated[int, Field(ge=64, le=65535)] = 128
+    snaplen: Annotated[int, Field(ge=64, le=128)] = 128  # headers (+ <= ~60 payload bytes)
     buffer: Size = 4 * 1024 * 1024
     linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
     keep: bool = False  # keep the pcap (under the journal's directory)
@@ -352,10 +385,14 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     for i, sel in enumerate(schedule.get("transfers") or []):
         if not isinstance(sel, dict):
             continue
+        dangling = False
         for kind, known in (("protocol", protocols), ("remote", remotes), ("dataset", datasets)):
             if kind in sel and sel[kind] not in known:
+                dangling = True
                 issues.append(ConfigIssue(f"schedule.transfers[{i}].{kind}",
                                           f"no {kind} named {sel[kind]!r}; defined: {', '.join(known) or 'none'}"))
+        if not dangling and isinstance(protocols.get(sel.get("protocol")), dict):
+            issues += _selector_issues(i, sel, protocols[sel["protocol"]], datasets.get(sel.get("dataset")))
     lab = raw.get("lab") if isinstance(raw.get("lab"), dict) else {}
     for i, name in enumerate(lab.get("datasets") or []):
         if name not in datasets:
@@ -363,6 +400,27 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     if schedule.get("interval") is not None and "cron" in schedule:
         issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
     return issues
+
+
+def _selector_issues(i: int, sel: Mapping[str, Any], proto: Mapping[str, Any],
+                     dataset: Any) -> list[ConfigIssue]:
+    """An explicitly listed transfer the plan could not run must not vanish silently."""
+    direction = sel.get("direction", "download")
+    directions = proto.get("directions") or ["download"]
+    if direction not in directions:
+        return [ConfigIssue(f"schedule.transfers[{i}].direction",
+                            f"protocol {sel['protocol']!r} does not run {direction}s; add it to its directions")]
+    own = proto.get("command" if direction == "download" else "upload_command")
+    module = proto.get("module") or (sel["protocol"] if sel["protocol"] in REGISTRY else "command")
+    profile = REGISTRY.get(module)
+    count = dataset.get("count", 1) if isinstance(dataset, dict) else 1
+    kind = "tree" if isinstance(count, int) and count > 1 else "file"
+    if own or profile is None or profile.check_options(proto.get("options") or {}):
+        return []
+    if (direction, kind) not in profile.commands(profile.option_values(proto.get("options") or {})):
+        return [ConfigIssue(f"schedule.transfers[{i}].dataset",
+                            f"module {module!r} cannot {direction} a directory of files; pick another protocol")]
+    return []
 
 
 # ---------------------------------------------------------------- loading

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .result import Result, SeriesKey
+from .result import Result
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,12 @@ class Journal:
                 if not text.strip():
                     continue
                 try:
-                    yield Result.from_json(json.loads(text))
+                    record = json.loads(text)
+                    if not isinstance(record, dict):
+                        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+                    yield Result.from_json(record)
                 except (ValueError, TypeError) as exc:
                     problem = SkippedLine(self.path, number, str(exc) or type(exc).__name__)
                     log.warning("%s", problem)
                     if skipped is not None:
                         skipped.append(problem)
-
-    def latest(self) -> dict[SeriesKey, Result]:
-        """The newest result of every series (by start time, later lines win ties)."""
-        newest: dict[SeriesKey, Result] = {}
-        for result in self.read():
-            current = newest.get(result.key)
-            if current is None or result.start_timestamp >= current.start_timestamp:
-                newest[result.key] = result
-        return newest

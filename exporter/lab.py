@@ -275,6 +275,19 @@ def _datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str
 # ---------------------------------------------------------------- commands
 
 
+def _claim_state_dir(layout: LabLayout) -> None:
+    """`down` deletes the state dir, so `up` may only use one it creates (or created
+    before): never an existing directory such as /var/lib/bigbinf or /var/tmp."""
+    state, marker = layout.state_dir, layout.state_dir / MARKER
+    if marker.exists():
+        return
+    if state.exists() and any(state.iterdir()):
+        raise LabError(f"lab.state_dir {state} exists and was not made by `lab up` (`lab down` deletes the "
+                       "state dir): choose a new directory, e.g. /var/lib/bigbinf/lab")
+    state.mkdir(parents=True, exist_ok=True)
+    marker.write_text(layout.config.name + "\n")
+
+
 def _make_dirs(layout: LabLayout) -> None:
     blocked = [p for p in layout.state_dir.resolve().parents if p.exists() and not p.stat().st_mode & 0o001]
     if blocked:
@@ -312,8 +325,8 @@ def up(config: Config) -> list[str]:
         raise LabError("the configuration has no lab: section")
     require_root()
     layout = LabLayout(config.lab)
+    _claim_state_dir(layout)
     _make_dirs(layout)
-    (layout.state_dir / MARKER).write_text(config.lab.name + "\n")
     messages = []
     _link_up(layout)
     messages += _shape(layout)

@@ -34,6 +34,10 @@ from .transfer import run_transfer
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
+
+
+class ListenError(RuntimeError):
+    pass
 JOB_ID = "round"
 
 
@@ -104,6 +108,10 @@ class RoundRunner:
                     return results
                 log.info("round %s: %s", round_id, spec.label)
                 result = run_transfer(spec, config, round_id)
+                if self.stopping.is_set():
+                    # Killed by our own shutdown: not a measurement of the remote.
+                    log.info("%s interrupted by shutdown: not recorded", spec.label)
+                    return results
                 self.publish(result)
                 results.append(result)
             self.state.record_round(time.monotonic() - start, time.time())
@@ -148,7 +156,11 @@ class Exporter:
         config = load_config(self.config_path)  # a bad config at start is fatal (--config.check says why)
         self.state.record_config(True)
         self.runner = RoundRunner(config, self.state)
-        restored = self.state.restore(self.runner.journal.read())
+        # Only series this configuration measures: imported 2015 dumps and series removed
+        # from the config would otherwise come back as unbounded, stale label values.
+        configured = set(series_of(config))
+        restored = self.state.restore(r for r in self.runner.journal.read()
+                                      if r.source == "exporter" and r.key in configured)
         log.info("restored %d results from %s", restored, config.journal.path)
         self.state.prime(series_of(config), longest_gap_seconds(config.schedule))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
@@ -165,7 +177,21 @@ class Exporter:
         except Exception:  # a bug must not kill the scheduler thread silently
             log.exception("round failed")
 
+    def bind(self) -> None:
+        """Parse and bind --web.listen-address first: a bad value or a busy port is a clear
+        error before any round is scheduled."""
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ListenError(f"--web.listen-address {self.listen!r}: expected host:port, e.g. 127.0.0.1:9753")
+        try:
+            self.httpd = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(self))
+        except OSError as exc:
+            raise ListenError(f"--web.listen-address {self.listen}: {exc.strerror}; choose another port "
+                              "or stop what uses it") from None
+
     def start(self) -> None:
+        if self.httpd is None:
+            self.bind()
         self.scheduler.add_job(self._scheduled_round, make_trigger(self.config.schedule), id=JOB_ID,
                                max_instances=1, coalesce=True, misfire_grace_time=3600)
         delay = self.config.schedule.start_delay
@@ -177,8 +203,7 @@ class Exporter:
         self.scheduler.start()
         job = self.scheduler.get_job(JOB_ID)
         log.info("next round at %s", job.next_run_time if job else "never")
-        host, _, port = self.listen.rpartition(":")
-        self.httpd = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(self))
+        assert self.httpd is not None
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         log.info("listening on http://%s/metrics", self.listen)
 

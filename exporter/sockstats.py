@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 from .process import in_netns, kill_group, track, untrack
@@ -36,13 +37,24 @@ class SocketWatch:
         self.proc: subprocess.Popen[bytes] | None = None
         self.retransmits: int | None = None
         self.sockets = 0
+        self._chunks: list[bytes] = []
+        self._reader: threading.Thread | None = None
 
     def __enter__(self) -> "SocketWatch":
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         track(self.proc)
+        # Drain continuously: a many-files upload closes a socket per file, and a full pipe
+        # would block ss and lose events.
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
         time.sleep(_START_SECONDS)
         return self
+
+    def _drain(self) -> None:
+        assert self.proc and self.proc.stdout
+        for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+            self._chunks.append(chunk)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -54,7 +66,9 @@ class SocketWatch:
         self.proc = None
         kill_group(proc, grace=1.0)
         untrack(proc)
-        output = proc.stdout.read().decode("utf-8", "replace") if proc.stdout else ""
+        if self._reader:
+            self._reader.join(5)
+        output = b"".join(self._chunks).decode("utf-8", "replace")
         totals = [int(m.group(1)) for m in _RETRANS.finditer(output)]
         # A socket that never retransmitted prints no retrans field; count sockets by
         # their info lines (indented) to tell "no sockets seen" from "0 retransmits".

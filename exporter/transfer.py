@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,17 @@ log = logging.getLogger(__name__)
 # A flow is a data flow if it carried at least this much payload: control channels
 # (FTP, GridFTP) and handshakes stay below it, any real data stream is far above.
 DATA_FLOW_BYTES = 64 * 1024
+# Uploads to a remote whose files we cannot read: verified stays 0, the outcome is not
+# made a failure for it.
+UNVERIFIABLE = datasets.Verification(False, "uploads to this remote cannot be read back to verify")
+
+
+def resolve(address: str) -> str:
+    """An IP for the remote (configs may name hosts): routes and capture filters need one."""
+    try:
+        return socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0]
+    except socket.gaierror as exc:
+        raise CaptureError(f"cannot resolve {address}: {exc.strerror}") from None
 
 
 def client_address_for(remote_address: str, netns: str | None) -> str:
@@ -93,13 +105,18 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
     if not binary or shutil.which(binary) is None:
         return Result(start_timestamp=time.time(), outcome="skipped",
                       error=f"{binary or spec.binary} is not installed on this host", **base)
-    config.transfer.workdir.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
     upload_name = f"{ds.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
+    workdir: Path | None = None
     try:
+        config.transfer.workdir.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
         return _measure(spec, config, workdir, upload_name, base)
+    except Exception as exc:  # a transfer never takes the round (and its other results) down
+        log.exception("%s: unexpected error", spec.label)
+        return Result(start_timestamp=time.time(), outcome="failed",
+                      error=f"internal error: {type(exc).__name__}: {exc}", **base)
     finally:
-        if not config.transfer.keep_files:
+        if workdir is not None and not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
         if upload_name and spec.remote.local_fs and spec.remote.upload_dir:
             _remove(spec.remote.upload_dir / upload_name)  # the lab's disk is not a landfill
@@ -116,48 +133,56 @@ def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str
     password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
     try:
         source = upload_source(spec, config) if spec.direction == "upload" else None
-        client = client_address_for(spec.remote.address, spec.remote.netns)
+        remote_ip = resolve(spec.remote.address)
+        client = client_address_for(remote_ip, spec.remote.netns)
     except (CaptureError, OSError, subprocess.SubprocessError) as exc:
         return Result(start_timestamp=time.time(), outcome="failed", error=str(exc), **base)
     values = placeholder_values(spec, workdir, source, upload_name, client)
+    # The secret reaches the command only through its environment (under the variable the
+    # remote names, e.g. RSYNC_PASSWORD) or a private file a module writes; never argv.
+    env = {spec.remote.password_env: password} if spec.remote.password_env else {}
     ctx = RunContext(argv=render(spec.template, values), timeout_seconds=spec.timeout_seconds, workdir=workdir,
-                     netns=spec.remote.netns, values=values, options=spec.options, direction=spec.direction,
-                     kind=spec.kind, password=password)
+                     netns=spec.remote.netns, env=env, values=values, options=spec.options,
+                     direction=spec.direction, kind=spec.kind, password=password)
     base["client_address"] = client
     cap_cfg = config.capture
     pcap = workdir / "capture.pcap"
-    capture = Capture(spec.remote.interface, pcap, client, spec.remote.address, netns=spec.remote.netns,
+    base["remote_address"] = remote_ip
+    capture = Capture(spec.remote.interface, pcap, client, remote_ip, netns=spec.remote.netns,
                       snaplen=cap_cfg.snaplen, buffer_bytes=cap_cfg.buffer,
                       start_timeout=cap_cfg.start_timeout) if cap_cfg.enabled else None
     # For uploads over TCP the local kernel is the sender: its per-socket count is the truth.
-    watch = SocketWatch(spec.remote.address, spec.remote.netns) \
+    watch = SocketWatch(remote_ip, spec.remote.netns) \
         if spec.direction == "upload" and spec.expectation.transport == "tcp" else None
+    errors: list[str] = []
+    try:
+        if capture:
+            capture.start()
+    except CaptureError as exc:
+        return Result(start_timestamp=time.time(), outcome="failed", error=f"capture: {exc}", **base)
     try:
         with ExitStack() as stack:
             if watch:
                 stack.enter_context(watch)
-            if capture:
-                stack.enter_context(capture)
             outcome: RunOutcome = spec.profile.runner(ctx)
             wait_linger(cap_cfg.linger)
-    except CaptureError as exc:
-        return Result(start_timestamp=time.time(), outcome="failed", error=f"capture: {exc}", **base)
+    finally:
+        if capture:
+            try:
+                capture.stop()
+            except CaptureError as exc:  # the transfer's own outcome stays; the wire numbers are suspect
+                errors.append(f"capture: {exc}")
 
-    errors: list[str] = []
     measured: dict[str, Any] = dict(start_timestamp=outcome.start_timestamp,
                                     duration_seconds=outcome.duration_seconds,
                                     capture_dropped=capture.stats.dropped if capture and capture.stats else 0)
     measured.update(_sender_retransmits(watch, outcome))
-    if not spec.profile.produces_file and outcome.reported.get("bytes"):
-        # iperf3 moves "about" -n bytes (the receiver resets the socket at the end): count
-        # what it says was received, so throughput and byte ratio refer to real bytes.
-        base["file_bytes"] = int(outcome.reported["bytes"])
     if "mean_rtt_seconds" in outcome.reported:
         measured["rtt_seconds"] = outcome.reported["mean_rtt_seconds"]
     analysis = None
     if capture:
         try:
-            analysis = analyse_pcap(pcap, client, spec.remote.address)
+            analysis = analyse_pcap(pcap, client, remote_ip)
             measured.update(_from_analysis(analysis))
         except PcapError as exc:
             errors.append(f"analysis: {exc}")
@@ -175,7 +200,7 @@ def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str
     else:
         problems = _check(spec, values, analysis, measured)
         errors[:0] = problems
-        kind = "failed" if problems or any(e.startswith("analysis") for e in errors) else "ok"
+        kind = "failed" if problems or any(e.startswith(("analysis", "capture")) for e in errors) else "ok"
     return Result(outcome=kind, error=_redact("; ".join(errors), [password]), **base, **measured)
 
 
@@ -185,7 +210,7 @@ def _check(spec: TransferSpec, values: dict[str, str], analysis: Analysis | None
     if spec.profile.produces_file:
         check = _verify(spec, values)
         measured["verified"] = check.ok
-        if not check.ok:
+        if check is not UNVERIFIABLE and not check.ok:
             problems.append(f"verification: {check.detail}")
     if analysis is not None:
         want, seen = spec.expectation, (measured.get("transport") or "nothing", measured.get("data_flows", 0))
@@ -201,7 +226,7 @@ def _verify(spec: TransferSpec, values: dict[str, str]) -> datasets.Verification
         sums = datasets.read_manifest(spec.remote.checksums)
         return datasets.verify_copy(Path(values["local_path"]), ds, sums)
     if not spec.remote.local_fs:
-        return datasets.Verification(False, "uploads to this remote cannot be read back to verify")
+        return UNVERIFIABLE
     sums = datasets.read_manifest(Path(values["local_path"]).parent / datasets.MANIFEST)
     return datasets.verify_copy(Path(values["remote_path"]), ds, sums)
 
@@ -228,7 +253,7 @@ def _from_analysis(a: Analysis) -> dict[str, Any]:
 
 def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:
     keep_dir = config.journal.path.parent / "pcaps"
-    keep_dir.mkdir(parents=True, exist_ok=True)
+    keep_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
     name = f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
     target = keep_dir / name

@@ -227,11 +227,15 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "  bigbinf_last_success_timestamp_seconds\n"
             "  or (bigbinf_schedule_interval_seconds * 0\n"
             "      + on(job, instance) group_left() bigbinf_config_last_reload_success_timestamp_seconds)\n"
-            f") > {num(s.stale_multiple)} * bigbinf_schedule_interval_seconds"),
+            f") > {num(s.stale_multiple)} * bigbinf_schedule_interval_seconds\n"
+            # A protocol whose binary is not installed here is skipped every round: that
+            # is reported by its outcome, not a stale series to page about.
+            "unless on(job, instance, protocol, remote, dataset, direction)\n"
+            '  bigbinf_last_transfer_outcome{outcome="skipped"} == 1'),
               s.stale_for, "warning",
               f"No successful transfer for {SERIES_TEXT}",
               f"The last successful transfer started {{{{ $value | humanizeDuration }}}} ago, more than "
-              f"{num(s.stale_multiple)} times the schedule interval."),
+              f"{num(s.stale_multiple)} times the schedule interval (series whose last outcome is skipped are left out)."),
         alert(s, "BigbinfTransfersFailing", f"{FAILED_RECENT} > {num(s.failure_ratio)}", s.failing_for,
               "warning",
               f"Transfers failing: {SERIES_TEXT}",

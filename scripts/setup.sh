@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install what bigbinf needs on Debian 12 (as root): the system tools and servers from
 # apt, and the Python package in a venv at .venv.  Idempotent; safe to run again.
-#   scripts/setup.sh          # runtime + tests
+#   scripts/setup.sh          # what the demo and the exporter need
+#   scripts/setup.sh --test   # also what the tests need (Go, for the compose.yaml check)
 set -euo pipefail
+FOR_TESTS=0
+[ "${1:-}" = "--test" ] && FOR_TESTS=1
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -11,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 APT_PACKAGES=(
-  python3 python3-venv python3-pip        # the exporter
+  python3 python3-venv python3-pip make   # the exporter (make: the Makefile's shortcuts)
   iproute2 ethtool kmod procps             # the lab: namespaces, veth, tc, offloads
   tcpdump tshark                           # capture; tshark is the tests' independent truth
   openssh-server openssh-client            # scp/sftp server and client in the lab
@@ -32,8 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   # Debian's prometheus packages would start system services where systemd runs; the
   # demo starts its own on loopback, so keep the package scripts from starting anything.
+  # An existing policy-rc.d (container images ship one) is kept and put back afterwards.
+  if [ -e /usr/sbin/policy-rc.d ]; then cp -p /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.bigbinf-saved; fi
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  trap 'if [ -e /usr/sbin/policy-rc.d.bigbinf-saved ]; then mv /usr/sbin/policy-rc.d.bigbinf-saved /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi' EXIT
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
@@ -48,7 +53,7 @@ go_usable() {
   ver=$("$go" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
   [ -n "$ver" ] && [ "$ver" -ge 21 ]
 }
-if ! go_usable; then
+if [ "$FOR_TESTS" = 1 ] && ! go_usable; then
   echo "setup: installing Go from bookworm-backports (for the compose.yaml test)"
   export DEBIAN_FRONTEND=noninteractive
   # The same mirror apt already uses here (deb822 sources, or the classic list).

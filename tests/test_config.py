@@ -73,6 +73,18 @@ BAD = [
       "pipelining, udt, local_port"]),
     ("mistyped option", BASE.replace("scp: {}", "gridftp: {options: {parallel: four}}"),
      ["protocols.gridftp.options.parallel: expected int (parallel TCP streams per file (-p)), got 'four'"]),
+    ("unsafe file name", BASE.replace("f1.bin", "../../etc/passwd"),
+     ["datasets.f1.file: '../../etc/passwd' is not a plain file name: use letters, digits, '_', '.', '+', '-' "
+      "(no '/', no leading '.' or '-')"]),
+    ("bad addresses", BASE.replace("lab: {lab: true}", "site: {address: 'dtn.example.org; rm', data_dir: /d}").replace(
+        "lab: {name: t1}", "lab: {name: t1, client_address: 10.0.0.300}"),
+     ["remotes.site.address: 'dtn.example.org; rm' is neither an IP address nor a host name",
+      "lab.client_address: '10.0.0.300' is not an IP address"]),
+    ("snaplen above headers", BASE + "capture: {snaplen: 1500}\n",
+     ["capture.snaplen: input should be less than or equal to 128 (got 1500)"]),
+    ("explicit transfer the protocol cannot run", BASE + "schedule: {transfers: [{protocol: scp, remote: lab, "
+     "dataset: f1, direction: upload}]}\n",
+     ["schedule.transfers[0].direction: protocol 'scp' does not run uploads; add it to its directions"]),
     ("upload needs upload_dir",
      BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d}").replace(
          "scp: {}", "scp: {directions: [download, upload]}"),

@@ -124,10 +124,7 @@ def test_http_has_no_directory_transfer(lab: Config) -> None:
 
 
 def _nstat_retrans(config: Config) -> int:
-    ns = LabLayout(config.lab).client_ns
-    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
-                         capture_output=True, text=True, check=True).stdout
-    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("TcpRetransSegs")))
+    return _nstat_retrans_in(LabLayout(config.lab).client_ns)
 
 
 def test_upload_sender_retransmits_equal_kernel_counter(make_lab) -> None:

@@ -25,7 +25,11 @@ class ExporterProcess:
     def __enter__(self) -> "ExporterProcess":
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
-        PrometheusServer.wait_for(self._up, timeout=30, what="the exporter to serve /metrics")
+        try:
+            PrometheusServer.wait_for(self._up, timeout=30, what="the exporter to serve /metrics")
+        except BaseException:
+            self.stop()  # never leave an exporter behind a failed start
+            raise
         return self
 
     def _up(self) -> bool:
