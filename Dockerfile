@@ -1,11 +1,15 @@
 # The bigbinf exporter as a container (compose.yaml builds it).  It needs tcpdump and
 # the transfer clients; capture needs CAP_NET_RAW and CAP_NET_ADMIN (compose.yaml adds
-# them) and runs on the container's own interfaces.
+# them) and runs on the container's own interfaces.  The same image is compose's demo
+# remote site (`lab serve`), so it carries the lab's servers too.
 FROM debian:12.11-slim
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-venv tcpdump iproute2 procps openssh-client ca-certificates \
+      python3 python3-venv tcpdump iproute2 procps coreutils ca-certificates \
+      openssh-client openssh-server curl lftp vsftpd rsync nginx-light iperf3 \
+      globus-gass-copy-progs globus-gridftp-server-progs libglobus-xio-udt-driver \
+      xrootd-client xrootd-server \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/bigbinf

@@ -47,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     once = sub.add_parser("once", parents=[common], help="run one round now, print the results, exit")
     once.set_defaults(func=cmd_once)
     lab_parser = sub.add_parser("lab", parents=[common], help="the local lab that stands in for a remote site")
-    lab_parser.add_argument("action", choices=["up", "down", "status"])
+    lab_parser.add_argument("action", choices=["up", "down", "status", "serve"],
+                            help="serve: run the remote side's servers in this network namespace "
+                                 "until stopped (a container that is the remote site)")
     lab_parser.set_defaults(func=cmd_lab)
     for name in EXTRA_COMMANDS:
         try:
@@ -98,6 +100,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_lab(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     try:
+        if args.action == "serve":
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            lab.serve(config, stop)
+            return 0
         if args.action == "up":
             messages = lab.up(config)
         elif args.action == "down":

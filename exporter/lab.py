@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,9 @@ class LabLayout:
     """Every name and path a lab uses, derived from its config alone."""
 
     config: LabConfig
+    # Serve in the current network namespace (a container that is itself the remote
+    # site: `lab serve`) instead of in <name>-remote.
+    in_place: bool = False
 
     @property
     def client_ns(self) -> str:
@@ -228,18 +232,22 @@ def _ssh_files(layout: LabLayout) -> None:
         "  BatchMode yes", "  Compression no", "  LogLevel ERROR", ""]))
 
 
-def _start_servers(layout: LabLayout, names: list[str]) -> list[str]:
+def _start_servers(layout: LabLayout, names: list[str], pids: list[int] | None = None) -> list[str]:
     messages = []
     for name in names:
         server = SERVERS[name]
         if not server.installed():
             messages.append(f"{name} is not installed: {server.serves} transfers will be skipped")
             continue
+        if layout.in_place and server.side == "client":
+            continue  # the client side is the other container's business
         try:
-            labservers.start(layout, server)
+            pid = labservers.start(layout, server)
         except labservers.ServerError as exc:
             raise LabError(str(exc)) from None
-        if name == "sshd":
+        if pids is not None:
+            pids.append(pid)
+        if name == "sshd" and not layout.in_place:
             _wait_ssh_login(layout)
     return messages
 
@@ -338,6 +346,39 @@ def up(config: Config) -> list[str]:
     messages.append(f"lab {config.lab.name} is up: client {config.lab.client_address} in {layout.client_ns}, "
                     f"remote {config.lab.remote_address} in {layout.remote_ns}")
     return messages
+
+
+def serve(config: Config, stop: "threading.Event") -> None:
+    """Run the lab's remote side in this network namespace until `stop` is set: for a
+    container that is the remote site (compose.yaml).  Writes `<state_dir>/ready` once
+    every server listens; stops every server it started on the way out."""
+    if config.lab is None:
+        raise LabError("the configuration has no lab: section")
+    require_root()
+    layout = LabLayout(config.lab, in_place=True)
+    ready = layout.state_dir / "ready"
+    ready.unlink(missing_ok=True)
+    _claim_state_dir(layout)
+    _make_dirs(layout)
+    _ssh_files(layout)
+    _datasets(layout, lab_datasets(config))
+    pids = []
+    try:
+        for message in _start_servers(layout, lab_servers(config), pids):
+            print(message, flush=True)
+        ready.write_text("ready\n")
+        print(f"lab {config.lab.name}: serving on {config.lab.remote_address} "
+              f"({', '.join(n for n in lab_servers(config) if SERVERS[n].installed())})", flush=True)
+        while not stop.wait(0.5):  # wake up: signal handlers run only between waits
+            pass
+    finally:
+        ready.unlink(missing_ok=True)
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        _wait_gone([str(p) for p in pids], 5.0)
 
 
 def down(config: Config) -> list[str]:

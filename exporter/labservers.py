@@ -38,7 +38,9 @@ class LabServer:
     serves: str  # what protocols use it, for `lab status`
     side: str = "remote"  # the namespace it runs in: "remote", or "client" (UDT's local end)
 
-    def netns(self, layout: "LabLayout") -> str:
+    def netns(self, layout: "LabLayout") -> str | None:
+        if layout.in_place:
+            return None  # `lab serve`: this namespace is the remote site
         return layout.remote_ns if self.side == "remote" else layout.client_ns
 
     def installed(self) -> bool:
@@ -180,8 +182,9 @@ def _gridftp_configure(layout: "LabLayout") -> None:
     hosts = _lines("127.0.0.1 localhost", f"127.0.1.1 {socket.gethostname()}",
                    f"{layout.config.client_address} {name}-client",
                    f"{layout.config.remote_address} {name}-remote")
-    for ns in (layout.remote_ns, layout.client_ns):
-        _write(netns_hosts(ns), hosts)
+    if not layout.in_place:  # a container's own /etc/hosts already names its address
+        for ns in (layout.remote_ns, layout.client_ns):
+            _write(netns_hosts(ns), hosts)
     logs = layout.run_dir / "gridftp-log"
     logs.mkdir(parents=True, exist_ok=True)
     logs.chmod(0o1777)  # sessions run as the anonymous user (nobody) and log from there
@@ -249,8 +252,9 @@ def running_pid(layout: "LabLayout", server: LabServer) -> int | None:
 
 
 def listening(layout: "LabLayout", server: LabServer) -> bool:
-    out = subprocess.run(["ss", "-N", server.netns(layout), "-Hltn", f"sport = :{server.port}"],
-                         capture_output=True, text=True).stdout
+    ns = server.netns(layout)
+    argv = ["ss", *(["-N", ns] if ns else []), "-Hltn", f"sport = :{server.port}"]
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
     return bool(out.strip())
 
 

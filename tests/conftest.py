@@ -45,9 +45,10 @@ LAB_ROOT = Path("/var/tmp")
 
 
 def lab_config(tmp: Path, name: str, link: dict | None = None, datasets: dict | None = None,
-               protocols: dict | None = None, **sections: dict) -> Config:
+               protocols: dict | None = None, servers: list[str] | None = None, **sections: dict) -> Config:
     raw = {
-        "lab": {"name": name, "state_dir": str(LAB_ROOT / f"bigbinf-{name}"), "link": link or {}},
+        "lab": {"name": name, "state_dir": str(LAB_ROOT / f"bigbinf-{name}"), "link": link or {},
+                **({"servers": servers} if servers is not None else {})},
         "remotes": {"lab": {"lab": True}},
         "datasets": datasets or {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
         "protocols": protocols or {"scp": {}},

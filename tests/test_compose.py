@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from exporter.config import load_config
+from exporter.lab import LabLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "compose_check"
@@ -79,10 +80,11 @@ def test_images_are_pinned(project: dict[str, Any]) -> None:
         if name in UPSTREAM:
             assert re.fullmatch(UPSTREAM[name], image), f"{name}: {image}"
     assert project["services"]["exporter"]["build"]["context"] == str(ROOT)
-    assert project["services"]["remote"]["build"]["context"] == str(ROOT / "docker" / "remote")
-    for dockerfile in (ROOT / "Dockerfile", ROOT / "docker" / "remote" / "Dockerfile"):
-        froms = re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), re.M)
-        assert froms and all(re.fullmatch(r"[\w./-]+:[\w.-]+", f) and not f.endswith(":latest") for f in froms)
+    # The demo remote is the same image running `lab serve`.
+    assert project["services"]["remote"]["build"]["context"] == str(ROOT)
+    assert project["services"]["remote"]["image"] == project["services"]["exporter"]["image"]
+    froms = re.findall(r"^FROM\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert froms and all(re.fullmatch(r"[\w./-]+:[\w.-]+", f) and not f.endswith(":latest") for f in froms)
 
 
 def test_exporter_can_capture_the_transfers(project: dict[str, Any]) -> None:
@@ -99,15 +101,26 @@ def test_exporter_can_capture_the_transfers(project: dict[str, Any]) -> None:
     assert ("remote-shared", "/shared", True) in shared
 
 
-def test_exporter_config_matches_the_remote_service() -> None:
+def test_exporter_config_matches_the_remote_service(project: dict[str, Any]) -> None:
     config = load_config(ROOT / "schedules" / "compose.yaml")
+    served = load_config(ROOT / "schedules" / "compose-remote.yaml")
+    layout = LabLayout(served.lab)
     remote = config.remotes["demo"]
-    assert remote.address == "198.18.0.2" and str(remote.key).startswith("/shared/")
-    dockerfile = (ROOT / "docker" / "remote" / "Dockerfile").read_text()
-    pairs = re.search(r'BIGBINF_DATASETS="([^"]+)"', dockerfile).group(1).split()
-    served = {name: int(size) for name, size in (p.split(":") for p in pairs)}
-    assert {ds.file: ds.size for ds in config.datasets.values()} == served
+    # The exporter finds what `lab serve` writes, where it writes it.
+    assert remote.address == served.lab.remote_address == "198.18.0.2"
+    assert (remote.key, remote.ssh_config, remote.data_dir, remote.serve_root, remote.checksums) == \
+        (layout.client_key, layout.ssh_config, layout.data_dir, layout.serve_root, layout.checksums)
+    assert {ds.file: ds.size for ds in config.datasets.values()} == \
+        {ds.file: ds.size for ds in served.datasets.values()}
+    command = project["services"]["remote"]["command"]
+    assert command == ["--config.file", "/opt/bigbinf/schedules/compose-remote.yaml", "lab", "serve"]
+    assert project["services"]["remote"]["healthcheck"]["test"] == ["CMD", "test", "-f", str(layout.state_dir / "ready")]
     assert "schedules/compose.yaml" in (ROOT / "Dockerfile").read_text()
+    # Every server the remote runs has its package in the image.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in ("openssh-server", "vsftpd", "nginx-light", "xrootd-server", "globus-gridftp-server-progs",
+                    "iperf3", "rsync"):
+        assert package in dockerfile
 
 
 def test_grafana_secret_comes_from_the_environment(project: dict[str, Any], compose_check: Path) -> None:
