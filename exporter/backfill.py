@@ -79,8 +79,8 @@ def format_timestamp(ms: int) -> str:
     return f"{ms // 1000}.{ms % 1000:03d}"  # OpenMetrics timestamps are seconds
 
 
-def _labels(key: SeriesKey, extra: Sequence[tuple[str, str]]) -> str:
-    pairs = [("protocol", key.protocol), ("remote", key.remote), ("dataset", key.dataset),
+def _labels(key: SeriesKey, extra: Sequence[tuple[str, str]], target: Sequence[tuple[str, str]] = ()) -> str:
+    pairs = [*target, ("protocol", key.protocol), ("remote", key.remote), ("dataset", key.dataset),
              ("direction", key.direction), *extra]
     return "{" + ",".join(f'{name}="{_escape_label(value)}"' for name, value in pairs) + "}"
 
@@ -101,7 +101,8 @@ def _key_order(key: SeriesKey) -> tuple[str, str, str, str]:
     return (key.protocol, key.remote, key.dataset, key.direction)
 
 
-def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
+def openmetrics_lines(series: dict[SeriesKey, list[Result]],
+                      target: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
     """OpenMetrics text: each family once, each series' samples together and in time
     order (promtool's parser and the format require both), then `# EOF`."""
     specs = {spec.name: spec for spec in metric_names.LAST_RESULT}
@@ -117,7 +118,7 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
                 for _, extra, value in (smp for smp in by_result[id(result)] if smp[0] == name):
                     rows[extra].append(f"{format_value(value)} {stamp}")
             for extra, samples in rows.items():
-                labels = _labels(key, extra)
+                labels = _labels(key, extra, target)
                 for sample in samples:
                     yield f"{name}{labels} {sample}\n"
     yield f"# HELP {LAST_SUCCESS} {_escape_help(specs[LAST_SUCCESS].help)}\n"
@@ -129,15 +130,16 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]]) -> Iterator[str]:
                 last_ok = result.start_timestamp
             if last_ok is not None:  # the live gauge is absent until a series' first success
                 stamp = format_timestamp(timestamp_ms(result.start_timestamp))
-                yield f"{LAST_SUCCESS}{_labels(key, ())} {format_value(last_ok)} {stamp}\n"
+                yield f"{LAST_SUCCESS}{_labels(key, (), target)} {format_value(last_ok)} {stamp}\n"
     yield "# EOF\n"
 
 
-def write_openmetrics(results: Iterable[Result], path: Path) -> tuple[int, int]:
+def write_openmetrics(results: Iterable[Result], path: Path,
+                      target: Sequence[tuple[str, str]] = ()) -> tuple[int, int]:
     """Write the file; returns (results written, series)."""
     series = by_series(results)
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(openmetrics_lines(series))
+        f.writelines(openmetrics_lines(series, target))
     return sum(len(v) for v in series.values()), len(series)
 
 
@@ -189,6 +191,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--to", dest="end", metavar="WHEN", help="only results started before (UTC unless offset)")
     p.add_argument("--openmetrics", metavar="FILE", help="also keep the OpenMetrics file here")
     p.add_argument("--promtool", metavar="PATH", help="promtool binary (default: promtool on PATH)")
+    p.add_argument("--job", metavar="NAME",
+                   help="job label to give the history, e.g. bigbinf: with --instance, the same labels Prometheus "
+                        "adds to the live series, so history and live data are one series on the dashboards")
+    p.add_argument("--instance", metavar="HOST:PORT", help="instance label to give the history (see --job)")
     p.add_argument("--max-block-duration", metavar="DURATION",
                    help="passed to promtool, e.g. 24h for long histories (default: promtool's 2h)")
     p.set_defaults(func=run)
@@ -222,7 +228,8 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bigbinf-backfill-") as tmp:
             # Outside out_dir: out_dir's contents are meant to be moved into the data dir.
             om = Path(args.openmetrics) if args.openmetrics else Path(tmp) / "backfill.om"
-            written, series = write_openmetrics(results, om)
+            target = [(name, value) for name, value in (("job", args.job), ("instance", args.instance)) if value]
+            written, series = write_openmetrics(results, om, target)
             before = set(block_dirs(out_dir))
             create_blocks(om, out_dir, promtool, args.max_block_duration)
         created = [b for b in block_dirs(out_dir) if b not in before]

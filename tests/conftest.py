@@ -39,6 +39,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # In CI a lab test must run: a skipped lab test would make the suite pass vacuously.
 
 
+# A skip whose reason starts with this is a real "does not apply on this machine"
+# (e.g. the binary a skip test needs absent is installed); every other skip is a
+# missing tool or permission.
+NOT_APPLICABLE = "not applicable here: "
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Under CI a skipped test is a failure: a missing tshark, promtool or Go must not let
+    the suite pass without its independent checks."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if NOT_APPLICABLE not in reason:
+            report.outcome = "failed"
+            report.longrepr = f"skipped under CI (every check must run here): {reason}"
+
+
 # Lab servers drop privileges (xrootd, ftp), so the lab's tree must be reachable by other
 # users: pytest's own temp dirs are 0700.
 LAB_ROOT = Path("/var/tmp")

@@ -126,6 +126,14 @@ def test_openmetrics_text(tmp_path: Path) -> None:
     assert starts == sorted(starts) and len(starts) == 3
 
 
+def test_target_labels_make_history_one_series_with_live_data(tmp_path: Path) -> None:
+    om = tmp_path / "x.om"
+    backfill.write_openmetrics(make_results(1_700_000_000.0), om, [("job", "bigbinf"), ("instance", "127.0.0.1:9753")])
+    samples = [line for line in om.read_text().splitlines() if not line.startswith("#")]
+    assert samples and all(line.split("{", 1)[1].startswith('job="bigbinf",instance="127.0.0.1:9753",protocol=')
+                           for line in samples)
+
+
 def test_last_success_carries_over_failures(tmp_path: Path) -> None:
     om = tmp_path / "x.om"
     backfill.write_openmetrics(make_results(1_700_000_000.0), om)

@@ -17,7 +17,7 @@ from exporter.lab import LabLayout
 from exporter.plan import TransferSpec, plan_round
 from exporter.transfer import run_transfer
 
-from .conftest import veth_counters
+from .conftest import NOT_APPLICABLE, veth_counters
 
 pytestmark = pytest.mark.lab
 BOTH = ["download", "upload"]
@@ -168,7 +168,7 @@ def test_iperf3_download_reports_the_remote_senders_retransmits(make_lab) -> Non
 @pytest.mark.parametrize("protocol,module,binary", [("hpn-scp", "hpnscp", "hpnscp"), ("bbftp", "bbftp", "bbftp")])
 def test_profiles_without_their_binary_are_skipped(make_lab, protocol: str, module: str, binary: str) -> None:
     if shutil.which(binary):
-        pytest.skip(f"{binary} is installed here: nothing to skip")
+        pytest.skip(f"{NOT_APPLICABLE}{binary} is installed, so it cannot be shown missing")
     config = make_lab(protocols={protocol: {"module": module}})
     result = run_transfer(_spec(config, protocol, "f1m", "download"), config, "test")
     assert result.outcome == "skipped"

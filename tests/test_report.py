@@ -286,9 +286,6 @@ def test_fig5_reads_kept_captures_through_analyse(tmp_path: Path, monkeypatch: p
 
 
 def test_fig5_from_a_real_capture(tmp_path: Path) -> None:
-    analyse = pytest.importorskip("exporter.analyse")
-    if not hasattr(analyse, "iter_packets"):
-        pytest.skip("exporter.analyse has no iter_packets yet")
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
