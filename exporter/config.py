@@ -73,6 +73,15 @@ def _check_file_name(value: str) -> str:
     return value
 
 
+def _check_upload_dir(value: Path) -> Path:
+    # Uploads are removed after measuring, over ssh by `rm -rf -- PATH` in the remote's
+    # shell: the path must mean the same thing there.
+    if not re.fullmatch(r"/[A-Za-z0-9_.+/-]*", str(value)):
+        raise ValueError(f"{str(value)!r} is not a plain absolute path: use letters, digits, '_', '.', '+', '-', '/' "
+                         "(uploads are removed through the remote's shell)")
+    return value
+
+
 def _check_ip(value: str) -> str:
     import ipaddress
 
@@ -179,7 +188,7 @@ class RemoteConfig(_Strict):
     key: Path | None = None
     ssh_config: Path | None = None
     data_dir: Path | None = None  # where the datasets' files live on the remote
-    upload_dir: Path | None = None  # where uploads go on the remote (needed for uploads)
+    upload_dir: Annotated[Path, AfterValidator(_check_upload_dir)] | None = None  # needed for uploads
     serve_root: Path | None = None  # the directory URLs are relative to ({remote_name}); default /
     checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
     netns: str | None = None  # client-side network namespace to run transfers in
@@ -200,6 +209,9 @@ class ProtocolConfig(_Strict):
     options: dict[str, Any] = {}  # module parameters, e.g. gridftp's parallel, concurrency
     command: list[TemplateElement] | None = None  # overrides the module's default (download)
     upload_command: list[TemplateElement] | None = None
+    # Removes an upload ({remote_path}) from a remote that is not the lab; [] leaves
+    # uploads there.  Default: the module's own, where it has one (docs/protocols.md).
+    cleanup_command: list[TemplateElement] | None = None
     directions: list[Direction] = ["download"]
     timeout: Duration | None = None
 
@@ -377,6 +389,8 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
                                           f"module {module!r} has no default {direction} command: give {key}"))
             if direction == "upload":
                 uploads.append(name)
+                if "cleanup_command" not in proto and profile.produces_file:
+                    issues += _cleanup_issues(name, profile, remotes, datasets)
     for name, remote in remotes.items():
         if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
             issues.append(ConfigIssue(f"remotes.{name}.upload_dir",
@@ -400,6 +414,21 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     if schedule.get("interval") is not None and "cron" in schedule:
         issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
     return issues
+
+
+def _cleanup_issues(name: str, profile: Any, remotes: Mapping[str, Any],
+                    datasets: Mapping[str, Any]) -> list[ConfigIssue]:
+    """Scheduled uploads to a real site would fill its disk unless something removes them."""
+    sites = [r for r, remote in remotes.items() if isinstance(remote, dict) and not remote.get("lab")]
+    kinds = {"tree" if isinstance(d, dict) and isinstance(d.get("count"), int) and d["count"] > 1 else "file"
+             for d in datasets.values()}
+    missing = sorted(k for k in kinds if k not in profile.cleanup)
+    if not sites or not missing:
+        return []
+    what = " or ".join("a directory" if k == "tree" else "a file" for k in missing)
+    return [ConfigIssue(f"protocols.{name}.cleanup_command",
+                        f"uploads to {', '.join(sites)} would stay there: module {profile.name!r} cannot remove "
+                        f"{what} it uploaded; give an argv that removes {{remote_path}}, or [] to leave uploads")]
 
 
 def _selector_issues(i: int, sel: Mapping[str, Any], proto: Mapping[str, Any],

@@ -316,6 +316,17 @@ def lab_servers(config: Config) -> list[str]:
     return list(config.lab.servers) if config.lab.servers is not None else list(SERVERS)
 
 
+def missing_server(config: Config, needed: tuple[str, ...]) -> str | None:
+    """Why the lab cannot serve a transfer that needs these servers, or None when it can."""
+    running = lab_servers(config)
+    for name in needed:
+        if name not in running:
+            return f"the lab does not run {name} (lab.servers: {', '.join(running) or 'none'})"
+        if not SERVERS[name].installed():
+            return f"the lab's {name} server ({SERVERS[name].binary}) is not installed on this host"
+    return None
+
+
 def lab_datasets(config: Config) -> dict[str, DatasetConfig]:
     assert config.lab is not None
     names = config.lab.datasets or list(config.datasets)

@@ -138,7 +138,7 @@ def _nginx_configure(layout: "LabLayout") -> None:
         f"    scgi_temp_path {tmp}/scgi;",
         "    sendfile on;", "    tcp_nopush on;", "    types { application/octet-stream bin; }",
         f"    server {{ listen {layout.config.remote_address}:80; root {layout.serve_root};",
-        "        location /upload/ { dav_methods PUT; create_full_put_path on; client_max_body_size 0; } }",
+        "        location /upload/ { dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } }",
         "}"))
 
 

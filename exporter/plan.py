@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Config, DatasetConfig, RemoteConfig
+from .config import Config, DatasetConfig, ProtocolConfig, RemoteConfig
 from .lab import LabLayout
 from .protocols import REGISTRY, Expectation, Profile
 
@@ -45,6 +45,8 @@ class TransferSpec:
     kind: str = "file"  # "tree" for a many-files dataset
     options: Mapping[str, Any] = field(default_factory=dict)
     expectation: Expectation = Expectation()
+    lab_servers: tuple[str, ...] = ()  # the lab servers it needs (a transfer to the lab only)
+    cleanup: tuple[str, ...] = ()  # argv template removing an upload from a remote site; () = none
 
     @property
     def label(self) -> str:
@@ -84,12 +86,20 @@ def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: s
         # Parallel streams are per file: with many small files a tool may open fewer
         # (GridFTP -p 4 on 256 KiB files used one), so only the transport is enforced.
         expectation = Expectation(transport=expectation.transport, min_data_flows=1)
+    remote_config = config.remotes[remote]
     return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
-                        remote=resolve_remote(remote, config.remotes[remote], config),
+                        remote=resolve_remote(remote, remote_config, config),
                         dataset=dataset, dataset_config=ds, direction=direction,
                         timeout_seconds=proto.timeout or config.transfer.timeout,
                         binary=proto.binary or profile.binary, kind=kind, options=options,
-                        expectation=expectation)
+                        expectation=expectation,
+                        lab_servers=profile.lab_servers(options) if remote_config.lab else (),
+                        cleanup=_cleanup(proto, profile, kind) if direction == "upload" and not remote_config.lab else ())
+
+
+def _cleanup(proto: ProtocolConfig, profile: Profile, kind: str) -> tuple[str, ...]:
+    own = proto.cleanup_command
+    return tuple(own if own is not None else profile.cleanup.get(kind, ()))
 
 
 def plan_round(config: Config) -> list[TransferSpec]:

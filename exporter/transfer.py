@@ -8,6 +8,7 @@ never raises into the round.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -21,12 +22,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from . import datasets
+from . import datasets, lab
 from .analyse import Analysis, PcapError, analyse_pcap
 from .capture import Capture, CaptureError, wait_linger
 from .config import Config
 from .plan import TransferSpec
-from .process import in_netns
+from .process import in_netns, run_with_timeout
 from .protocols.base import RunContext, RunOutcome, render
 from .result import Result
 from .sockstats import SocketWatch
@@ -105,28 +106,63 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
     if not binary or shutil.which(binary) is None:
         return Result(start_timestamp=time.time(), outcome="skipped",
                       error=f"{binary or spec.binary} is not installed on this host", **base)
+    if spec.lab_servers and config.lab is not None:
+        reason = lab.missing_server(config, spec.lab_servers)
+        if reason:
+            return Result(start_timestamp=time.time(), outcome="skipped", error=reason, **base)
     upload_name = f"{ds.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
     workdir: Path | None = None
+    cleanup_problem = ""
     try:
         config.transfer.workdir.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
-        return _measure(spec, config, workdir, upload_name, base)
+        result = _measure(spec, config, workdir, upload_name, base)
     except Exception as exc:  # a transfer never takes the round (and its other results) down
         log.exception("%s: unexpected error", spec.label)
-        return Result(start_timestamp=time.time(), outcome="failed",
-                      error=f"internal error: {type(exc).__name__}: {exc}", **base)
+        result = Result(start_timestamp=time.time(), outcome="failed",
+                        error=f"internal error: {type(exc).__name__}: {exc}", **base)
     finally:
+        if upload_name and workdir is not None:
+            cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
         if workdir is not None and not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
-        if upload_name and spec.remote.local_fs and spec.remote.upload_dir:
-            _remove(spec.remote.upload_dir / upload_name)  # the lab's disk is not a landfill
+    if cleanup_problem:  # the measurement stands; the note says what was left on the remote
+        result = dataclasses.replace(result, error="; ".join(filter(None, [result.error, cleanup_problem])))
+    return result
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
+CLEANUP_TIMEOUT_SECONDS = 120.0
+
+
+def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_name: str) -> str:
+    """Remove what an upload left on the remote; a problem is returned, not raised."""
+    remote = spec.remote
+    if remote.local_fs and remote.upload_dir:  # the lab: its disk is ours
+        target = remote.upload_dir / upload_name
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        return ""
+    if not spec.cleanup:
+        return ""  # cleanup_command: [] -- the site removes uploads itself
+    password = os.environ.get(remote.password_env, "") if remote.password_env else ""
+    values = placeholder_values(spec, workdir, config.transfer.workdir / "sources" / spec.dataset_config.file,
+                                upload_name)
+    argv = render(spec.cleanup, values)
+    try:
+        done = run_with_timeout(in_netns(remote.netns, argv), CLEANUP_TIMEOUT_SECONDS, cwd=str(workdir),
+                                env={remote.password_env: password} if remote.password_env else None)
+    except OSError as exc:
+        problem = f"{argv[0]}: {exc.strerror}"
     else:
-        path.unlink(missing_ok=True)
+        if done.returncode == 0:
+            return ""
+        problem = (f"killed after {CLEANUP_TIMEOUT_SECONDS:g}s" if done.timed_out
+                   else _exited(argv[0], done.returncode, done.stderr_tail[-300:]))
+    problem = _redact(f"cleanup: {values['remote_path']} stays on {remote.name}: {problem}", [password])
+    log.warning("%s: %s", spec.label, problem)
+    return problem
 
 
 def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str, base: dict[str, Any]) -> Result:
@@ -195,13 +231,17 @@ def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str
         errors.insert(0, f"killed after the {spec.timeout_seconds:g}s timeout")
         kind = "timeout"
     elif outcome.returncode != 0:
-        errors.insert(0, f"{ctx.argv[0]} exited {outcome.returncode}: {outcome.stderr_tail[-500:]}".strip())
+        errors.insert(0, _exited(ctx.argv[0], outcome.returncode, outcome.stderr_tail[-500:]))
         kind = "failed"
     else:
         problems = _check(spec, values, analysis, measured)
         errors[:0] = problems
         kind = "failed" if problems or any(e.startswith(("analysis", "capture")) for e in errors) else "ok"
     return Result(outcome=kind, error=_redact("; ".join(errors), [password]), **base, **measured)
+
+
+def _exited(program: str, returncode: int | None, stderr_tail: str) -> str:
+    return f"{program} exited {returncode}" + (f": {stderr_tail.strip()}" if stderr_tail.strip() else "")
 
 
 def _check(spec: TransferSpec, values: dict[str, str], analysis: Analysis | None, measured: dict) -> list[str]:

@@ -23,7 +23,7 @@ lab: {name: t1}
 """
 KNOWN_PLACEHOLDERS = ("{host}, {client}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
                       "{file}, {local_path}, {local_dir}, {size}, {binary}")
-PROTOCOL_KEYS = "module, binary, options, command, upload_command, directions, timeout"
+PROTOCOL_KEYS = "module, binary, options, command, upload_command, cleanup_command, directions, timeout"
 MODULES = "command, scp, hpnscp, sftp, ftp, gridftp, bbftp, rsync, rsyncd, http, xrootd, iperf3"
 
 BAD = [
@@ -89,6 +89,15 @@ BAD = [
      BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d}").replace(
          "scp: {}", "scp: {directions: [download, upload]}"),
      ["remotes.site.upload_dir: required for uploads (protocols scp upload)"]),
+    ("upload nothing can remove",
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: /u}").replace(
+         "scp: {}", "gridftp: {directions: [upload]}"),
+     ["protocols.gridftp.cleanup_command: uploads to site would stay there: module 'gridftp' cannot remove a file "
+      "it uploaded; give an argv that removes {remote_path}, or [] to leave uploads"]),
+    ("upload_dir the remote's shell would misread",
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: '/u/my uploads'}"),
+     ["remotes.site.upload_dir: '/u/my uploads' is not a plain absolute path: use letters, digits, '_', '.', "
+      "'+', '-', '/' (uploads are removed through the remote's shell)"]),
     ("every error gathered",
      BASE.replace("scp: {}", "scp: {tiemout: 5s, directions: [sideways]}") + "transfer: {timeout: soon}\n",
      ["protocols.scp.directions[0]: 'sideways' is not allowed; input should be 'download' or 'upload'",
@@ -120,6 +129,17 @@ def test_sizes(text: object, value: int) -> None:
 @pytest.mark.parametrize("text,value", [("500ms", 0.5), ("30s", 30), ("10m", 600), ("2h", 7200), (3, 3.0)])
 def test_durations(text: object, value: float) -> None:
     assert parse_duration(text) == value
+
+
+def test_uploads_to_a_site_need_a_way_to_remove_them_or_an_explicit_no() -> None:
+    site = BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: /u}")
+    # The module's own cleanup (ssh rm), a user's argv, or [] to leave uploads to the site.
+    assert parse_config(site.replace("scp: {}", "scp: {directions: [upload]}"), SRC)
+    for own in ("[uberftp, '{host}', rm, '{remote_path}']", "[]"):
+        config = parse_config(site.replace("scp: {}", f"gridftp: {{directions: [upload], cleanup_command: {own}}}"), SRC)
+        assert config.protocols["gridftp"].cleanup_command is not None
+    # Uploads to the lab are removed from its disk directly: nothing to configure.
+    assert parse_config(BASE.replace("scp: {}", "gridftp: {directions: [upload]}"), SRC)
 
 
 def test_shipped_configs_are_valid() -> None:

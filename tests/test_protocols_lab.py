@@ -7,17 +7,21 @@ uploads the client namespace's TcpRetransSegs (nstat) for the sender's retransmi
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from exporter.config import Config
 from exporter.lab import LabLayout
+from exporter.labservers import SERVERS
 from exporter.plan import TransferSpec, plan_round
 from exporter.transfer import run_transfer
 
-from .conftest import NOT_APPLICABLE, veth_counters
+from .conftest import NOT_APPLICABLE, lab_config, veth_counters
 
 pytestmark = pytest.mark.lab
 BOTH = ["download", "upload"]
@@ -173,3 +177,63 @@ def test_profiles_without_their_binary_are_skipped(make_lab, protocol: str, modu
     result = run_transfer(_spec(config, protocol, "f1m", "download"), config, "test")
     assert result.outcome == "skipped"
     assert result.error == f"{binary} is not installed on this host"
+
+
+def test_protocols_whose_lab_server_is_absent_are_skipped(make_lab, monkeypatch) -> None:
+    # nginx "uninstalled" (a binary path that does not exist), vsftpd left out of lab.servers.
+    monkeypatch.setitem(SERVERS, "nginx", dataclasses.replace(SERVERS["nginx"], binary="/nonexistent/nginx"))
+    config = make_lab(servers=["sshd", "nginx"], protocols={"ftp": {}, "http": {}, "scp": {}})
+    results = {s.protocol: run_transfer(s, config, "test") for s in plan_round(config)}
+    assert results["ftp"].outcome == "skipped"
+    assert results["ftp"].error == "the lab does not run vsftpd (lab.servers: sshd, nginx)"
+    assert results["http"].outcome == "skipped"
+    assert results["http"].error == "the lab's nginx server (/nonexistent/nginx) is not installed on this host"
+    assert results["scp"].outcome == "ok", results["scp"].error
+
+
+def _site_config(lab: Config, tmp: Path, datasets: dict, protocols: dict) -> Config:
+    """The module's lab reached as an ordinary remote site: no lab shortcuts (uploads are
+    not removed from its disk directly), the way a real data warehouse is configured."""
+    layout = LabLayout(lab.lab)
+    site = {"address": lab.lab.remote_address, "user": "root", "key": str(layout.client_key),
+            "ssh_config": str(layout.ssh_config), "data_dir": str(layout.data_dir),
+            "upload_dir": str(layout.upload_dir), "serve_root": str(layout.serve_root),
+            "checksums": str(layout.checksums), "netns": layout.client_ns, "interface": layout.client_if}
+    return lab_config(tmp, lab.lab.name, datasets=datasets, remotes={"site": site},
+                      protocols={p: {"directions": ["upload"], **cfg} for p, cfg in protocols.items()})
+
+
+UPLOAD_CLEANERS = [("f4m", p) for p in ("scp", "sftp", "rsync", "ftp", "http", "xrootd")] + \
+                  [("many", p) for p in ("scp", "rsync", "ftp")]
+
+
+@pytest.mark.parametrize("dataset,protocol", UPLOAD_CLEANERS, ids=[f"{p}-{d}" for d, p in UPLOAD_CLEANERS])
+def test_uploads_to_a_site_are_removed_by_the_protocols_cleanup(lab: Config, tmp_path: Path,
+                                                                dataset: str, protocol: str) -> None:
+    config = _site_config(lab, tmp_path, {dataset: DATASETS[dataset]}, {protocol: {}})
+    upload_dir = LabLayout(lab.lab).upload_dir
+    assert list(upload_dir.iterdir()) == []
+    spec = _spec(config, protocol, dataset, "upload")
+    assert spec.cleanup and not spec.remote.local_fs
+    # (Not the veth counters here: the removal's own traffic is on the link, after the capture.)
+    result = run_transfer(spec, config, "test")
+    assert result.outcome == "ok" and result.error == "", result.error
+    assert result.payload_bytes_up >= result.file_bytes  # it did arrive before it was removed
+    assert list(upload_dir.iterdir()) == []
+
+
+def test_a_failed_cleanup_keeps_the_measurement_and_says_what_stays(lab: Config, tmp_path: Path) -> None:
+    upload_dir = LabLayout(lab.lab).upload_dir
+    try:
+        config = _site_config(lab, tmp_path, {"f4m": DATASETS["f4m"]},
+                              {"scp": {"cleanup_command": ["false"]}, "sftp": {"cleanup_command": []}})
+        failing, left = (run_transfer(_spec(config, p, "f4m", "upload"), config, "test") for p in ("scp", "sftp"))
+        assert failing.outcome == "ok" and failing.throughput_bytes_per_second > 0
+        assert re.fullmatch(rf"cleanup: {upload_dir}/f4m\.bin\.[0-9a-f]{{12}} stays on site: false exited 1",
+                            failing.error), failing.error
+        assert left.outcome == "ok" and left.error == ""
+        # Both stay: one because removing it failed, one because the config says so.
+        assert len(list(upload_dir.iterdir())) == 2
+    finally:
+        for leftover in upload_dir.iterdir():
+            leftover.unlink()

@@ -6,6 +6,7 @@ command, the dataset's sha256 written by the lab, tshark's sequence analysis, /p
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -55,16 +56,26 @@ def test_scp_download_wire_bytes_equal_kernel_counters_and_timing_matches(make_l
     assert sum(result.payload_histogram["down"][9:]) == 0
     assert 1.0 < result.byte_ratio < 1.1
 
-    # The same command, timed by the test itself outside the exporter.
-    workdir = tmp_path / "own"
-    workdir.mkdir()
-    argv = in_netns(spec.remote.netns, render(spec.template, placeholder_values(spec, workdir)))
-    start = time.monotonic()
-    subprocess.run(argv, check=True, capture_output=True)
-    own_seconds = time.monotonic() - start
-    own_throughput = 64 * MiB / own_seconds
-    assert abs(result.throughput_bytes_per_second - own_throughput) / own_throughput < 0.02, \
-        (result.throughput_bytes_per_second, own_throughput)
+    # The same command, timed by the test itself outside the exporter.  Medians of three
+    # interleaved runs each: one scheduling hiccup on a busy 2-core machine (seen: 64 ms in
+    # 3 s) must not decide a 2% comparison either way.
+    exporter_seconds, own_seconds = [result.duration_seconds], []
+    for i in range(3):
+        if i:
+            again = run_transfer(spec, config, "test")
+            assert again.outcome == "ok", again.error
+            exporter_seconds.append(again.duration_seconds)
+        workdir = tmp_path / f"own{i}"
+        workdir.mkdir()
+        argv = in_netns(spec.remote.netns, render(spec.template, placeholder_values(spec, workdir)))
+        start = time.monotonic()
+        subprocess.run(argv, check=True, capture_output=True)
+        own_seconds.append(time.monotonic() - start)
+        assert (workdir / "f64m.bin").stat().st_size == 64 * MiB
+    exporter_throughput = 64 * MiB / statistics.median(exporter_seconds)
+    own_throughput = 64 * MiB / statistics.median(own_seconds)
+    assert result.throughput_bytes_per_second == pytest.approx(64 * MiB / result.duration_seconds)
+    assert abs(exporter_throughput - own_throughput) / own_throughput < 0.02, (exporter_seconds, own_seconds)
     # And the shaped link bounds it: 200 Mbit/s is 25 MB/s.
     assert result.throughput_bytes_per_second < 25e6
 

@@ -109,6 +109,11 @@ class Expectation:
         return f"{self.transport.upper()}, {flows}"
 
 
+def needs(*servers: str) -> Callable[[Mapping[str, Any]], tuple[str, ...]]:
+    """lab_servers= for a profile whose needs do not depend on its options."""
+    return lambda options: servers
+
+
 @dataclass(frozen=True)
 class Option:
     type: type  # int, bool or str
@@ -126,6 +131,13 @@ class Profile:
     options: Mapping[str, Option] = field(default_factory=dict)
     expect: Callable[[Mapping[str, Any]], Expectation] = field(default=lambda options: Expectation())
     produces_file: bool = True  # False for memory-to-memory tests (iperf3): nothing to verify
+    # The lab servers (labservers.SERVERS) a transfer to the lab needs: without one of them
+    # the transfer is skipped with the reason, not failed on a refused connection.
+    lab_servers: Callable[[Mapping[str, Any]], tuple[str, ...]] = field(default=lambda options: ())
+    # kind ("file"/"tree") -> argv template that removes an upload ({remote_path}) from a
+    # remote site, so that scheduled uploads do not fill its disk.  A kind missing here
+    # needs the protocol's cleanup_command in the config (checked at load).
+    cleanup: Mapping[str, list[str]] = field(default_factory=dict)
 
     def option_values(self, given: Mapping[str, Any]) -> dict[str, Any]:
         return {name: given.get(name, opt.default) for name, opt in self.options.items()}

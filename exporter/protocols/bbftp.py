@@ -6,7 +6,7 @@ bbftp's -e takes bbftp's own command language, not a shell command line.
 from __future__ import annotations
 
 from . import command
-from .base import Option, Profile
+from .base import Option, Profile, needs
 
 
 def commands(options):
@@ -17,5 +17,6 @@ def commands(options):
 
 
 PROFILE = Profile(name="bbftp", description="bbFTP (parallel streams over ssh-started bbftpd)", binary="bbftp",
-                  commands=commands, runner=command.run,
-                  options={"streams": Option(int, 1, "parallel TCP streams (-p)")})
+                  commands=commands, runner=command.run, lab_servers=needs("sshd"),
+                  options={"streams": Option(int, 1, "parallel TCP streams (-p)")},
+                  cleanup={"file": ["{binary}", "-s", "-u", "{user}", "-e", "rm {remote_path}", "{host}"]})

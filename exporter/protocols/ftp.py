@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from . import command
-from .base import Profile, RunContext, RunOutcome
+from .base import Profile, RunContext, RunOutcome, needs
 
 NETRC = ".netrc"
 
@@ -29,6 +29,15 @@ def commands(options):
     }
 
 
+# DELE before curl lists "/" (to /dev/null); lftp's rm -r for a directory.  Both log in
+# like the transfer did (the netrc file is still in the transfer's directory).
+CLEANUP = {
+    "file": ["curl", "-sS", "--fail", "--netrc-optional", "--netrc-file", "{local_dir}/" + NETRC,
+             "-o", "/dev/null", "-Q", "DELE /{remote_name}", "ftp://{host}/"],
+    "tree": ["lftp", "-e", "set cmd:fail-exit yes; rm -r /{remote_name}; quit", "ftp://{host}"],
+}
+
+
 def run(ctx: RunContext) -> RunOutcome:
     password = ctx.password
     netrc = ctx.workdir / NETRC
@@ -40,4 +49,4 @@ def run(ctx: RunContext) -> RunOutcome:
 
 
 PROFILE = Profile(name="ftp", description="FTP (curl; lftp mirror for directories)", binary="curl",
-                  commands=commands, runner=run)
+                  commands=commands, runner=run, lab_servers=needs("vsftpd"), cleanup=CLEANUP)

@@ -55,6 +55,10 @@ def expect(options) -> Expectation:
     return Expectation(transport="tcp", min_data_flows=options["parallel"])
 
 
+def lab_servers(options) -> tuple[str, ...]:
+    return ("gridftp", "gridftp-client") if options["udt"] else ("gridftp",)
+
+
 OPTIONS = {
     "parallel": Option(int, 1, "parallel TCP streams per file (-p)"),
     "concurrency": Option(int, 1, "files in flight at once (-cc)"),
@@ -64,4 +68,5 @@ OPTIONS = {
 }
 
 PROFILE = Profile(name="gridftp", description="GridFTP with globus-url-copy", binary="globus-url-copy",
-                  commands=commands, runner=run, options=OPTIONS, expect=expect)
+                  commands=commands, runner=run, options=OPTIONS, expect=expect,
+                  lab_servers=lab_servers)

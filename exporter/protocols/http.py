@@ -4,7 +4,7 @@ has no standard listing to mirror."""
 from __future__ import annotations
 
 from . import command
-from .base import Profile
+from .base import Profile, needs
 
 
 def commands(options):
@@ -14,5 +14,8 @@ def commands(options):
             ("upload", "file"): [*curl, "-T", "{local_path}", url]}
 
 
+# WebDAV DELETE; the server must allow it where it allows PUT.
+CLEANUP = {"file": ["curl", "-sS", "--fail", "-X", "DELETE", "http://{host}/{remote_name}"]}
+
 PROFILE = Profile(name="http", description="HTTP GET/PUT with curl", binary="curl", commands=commands,
-                  runner=command.run)
+                  runner=command.run, lab_servers=needs("nginx"), cleanup=CLEANUP)

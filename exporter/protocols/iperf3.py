@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..process import in_netns, run_with_timeout
-from .base import Option, Profile, RunContext, RunOutcome
+from .base import Option, Profile, RunContext, RunOutcome, needs
 
 
 def commands(options):
@@ -42,6 +42,6 @@ def run(ctx: RunContext) -> RunOutcome:
 
 
 PROFILE = Profile(name="iperf3", description="iperf3 memory-to-memory baseline", binary="iperf3",
-                  commands=commands, runner=run, produces_file=False,
+                  commands=commands, runner=run, lab_servers=needs("iperf3"), produces_file=False,
                   options={"congestion": Option(str, "", "TCP congestion control for the test socket (-C)"),
                            "port": Option(int, 5201, "the iperf3 server's port")})

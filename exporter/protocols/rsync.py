@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from . import command
-from .base import Profile
+from .base import Profile, needs
+from .scp import SSH_CLEANUPS
 
 # rsync splits the -e value itself (no shell is involved); paths must not contain spaces.
 RSH = "ssh -F {ssh_config} -i {key} -p {port} -o BatchMode=yes -o Compression=no"
@@ -21,7 +22,7 @@ def _commands(remote: str, extra: list[str]):
 
 PROFILE = Profile(name="rsync", description="rsync over ssh", binary="rsync",
                   commands=lambda options: _commands("{user}@{host}:{remote_path}", ["-e", RSH]),
-                  runner=command.run)
+                  runner=command.run, lab_servers=needs("sshd"), cleanup=SSH_CLEANUPS)
 DAEMON_PROFILE = Profile(name="rsyncd", description="rsync from an rsync daemon", binary="rsync",
                          commands=lambda options: _commands("rsync://{host}/{remote_name}", []),
-                         runner=command.run)
+                         runner=command.run, lab_servers=needs("rsyncd"))

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from . import command
-from .base import Profile
+from .base import Profile, needs
 
 # -B batch mode (never prompt), -q no progress meter, -F a per-remote ssh_config that
 # pins the key and known_hosts.  Compression stays off: it would flatter the byte ratio.
 SSH_OPTS = ("-F", "{ssh_config}", "-i", "{key}", "-o", "BatchMode=yes", "-o", "Compression=no")
+
+
+# Removes an upload, file or directory, through the remote's shell; upload paths are
+# checked at config load to hold no character a shell would interpret.
+SSH_CLEANUP = ["ssh", *SSH_OPTS, "-p", "{port}", "{user}@{host}", "rm", "-rf", "--", "{remote_path}"]
+SSH_CLEANUPS = {"file": SSH_CLEANUP, "tree": SSH_CLEANUP}
 
 
 def commands(options):
@@ -22,7 +28,9 @@ def commands(options):
 
 
 PROFILE = Profile(name="scp", description="OpenSSH scp over the remote's sshd", binary="scp",
-                  commands=commands, runner=command.run)
+                  commands=commands, runner=command.run, lab_servers=needs("sshd"),
+                  cleanup=SSH_CLEANUPS)
 # HPN-SSH installs its scp as hpnscp; sites point `binary:` at their build.
 HPN_PROFILE = Profile(name="hpnscp", description="HPN-SSH scp (high-performance patches)", binary="hpnscp",
-                      commands=commands, runner=command.run)
+                      commands=commands, runner=command.run, lab_servers=needs("sshd"),
+                  cleanup=SSH_CLEANUPS)

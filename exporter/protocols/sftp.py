@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from . import command
-from .base import Profile, RunContext, RunOutcome
-from .scp import SSH_OPTS
+from .base import Profile, RunContext, RunOutcome, needs
+from .scp import SSH_CLEANUPS, SSH_OPTS
 
 BATCH = "sftp.batch"
 
@@ -28,4 +28,5 @@ def run(ctx: RunContext) -> RunOutcome:
     return command.run(ctx)
 
 
-PROFILE = Profile(name="sftp", description="OpenSSH sftp (batch mode)", binary="sftp", commands=commands, runner=run)
+PROFILE = Profile(name="sftp", description="OpenSSH sftp (batch mode)", binary="sftp", commands=commands, runner=run,
+                  lab_servers=needs("sshd"), cleanup=SSH_CLEANUPS)

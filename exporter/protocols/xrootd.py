@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import command
-from .base import Profile
+from .base import Profile, needs
 
 
 def commands(options):
@@ -18,5 +18,8 @@ def commands(options):
     }
 
 
+# xrdfs has no recursive rm: a directory upload needs the protocol's cleanup_command.
+CLEANUP = {"file": ["xrdfs", "{host}", "rm", "{remote_path}"]}
+
 PROFILE = Profile(name="xrootd", description="xrootd with xrdcp", binary="xrdcp", commands=commands,
-                  runner=command.run)
+                  runner=command.run, lab_servers=needs("xrootd"), cleanup=CLEANUP)
