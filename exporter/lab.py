@@ -11,7 +11,9 @@ The link is made to behave like a WAN link and to be measurable:
 - IPv6 off and static neighbour entries, so no ND/ARP chatter enters the interface
   counters that tests compare captures against;
 - a tbf rate limit (and queue limit) on both ends; delay and loss through netem where the
-  kernel has it, else a plain message says they were not applied.
+  kernel has it.  Where it has not, the veth pair is cut in two by a third namespace,
+  `<name>-wan`, that routes every packet through a userspace delay line (delayline.py,
+  two TUN devices); the client's veth, where captures and counters are read, is the same.
 
 `up` is idempotent; `down` removes every namespace, process and file `up` created.
 """
@@ -23,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -61,6 +64,32 @@ class LabLayout:
     @property
     def remote_if(self) -> str:
         return f"{self.config.name}-r"
+
+    # The delay line's namespace and devices (only where netem is missing and the link
+    # asks for delay or loss): client <-> wan_client_if [wan] wan_remote_if <-> remote.
+    @property
+    def wan_ns(self) -> str:
+        return f"{self.config.name}-wan"
+
+    @property
+    def wan_client_if(self) -> str:
+        return f"{self.config.name}-wc"
+
+    @property
+    def wan_remote_if(self) -> str:
+        return f"{self.config.name}-wr"
+
+    @property
+    def tun_to_remote(self) -> str:
+        return f"{self.config.name}-da"
+
+    @property
+    def tun_to_client(self) -> str:
+        return f"{self.config.name}-db"
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.client_ns, self.remote_ns, self.wan_ns)
 
     @property
     def state_dir(self) -> Path:
@@ -137,31 +166,124 @@ def _in(ns: str, argv: list[str], what: str) -> str:
 # ---------------------------------------------------------------- network
 
 
-def _link_up(layout: LabLayout) -> None:
+def _exists(ns: str, ifname: str) -> bool:
+    return subprocess.run(["ip", "-n", ns, "link", "show", ifname], capture_output=True).returncode == 0
+
+
+def _veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
+    _ip("link", "add", if_a, "netns", ns_a, "type", "veth", "peer", "name", if_b, "netns", ns_b,
+        what=f"create the veth pair {if_a}/{if_b}")
+
+
+def _wire_end(ns: str, ifname: str, address: str | None, prefix_length: int) -> None:
+    _in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], f"disable IPv6 on {ifname}")
+    if address:
+        _ip("-n", ns, "addr", "replace", f"{address}/{prefix_length}", "dev", ifname, what=f"address {ifname}")
+    _ip("-n", ns, "link", "set", ifname, "up", what=f"bring up {ifname}")
+    # Real wire-sized frames: without this the capture sees ~64 KB GSO "packets".
+    _in(ns, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"], f"turn offloads off on {ifname}")
+
+
+def _neigh(ns: str, ifname: str, address: str, peer_ns: str, peer_if: str) -> None:
+    # Static neighbours: no ARP traffic in the interface counters or the captures.
+    _ip("-n", ns, "neigh", "replace", address, "lladdr", _mac(peer_ns, peer_if), "dev", ifname,
+        "nud", "permanent", what=f"static neighbour on {ifname}")
+
+
+def _link_up(layout: LabLayout, via_wan: bool) -> None:
+    """The client-remote link: one veth pair, or two through the delay line's namespace."""
     cfg = layout.config
-    for ns in (layout.client_ns, layout.remote_ns):
+    for ns in (layout.client_ns, layout.remote_ns, *((layout.wan_ns,) if via_wan else ())):
         if not _ns_exists(ns):
             _ip("netns", "add", ns, what=f"create namespace {ns}")
         _ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
-    if subprocess.run(["ip", "-n", layout.client_ns, "link", "show", layout.client_if],
-                      capture_output=True).returncode != 0:
-        _ip("link", "add", layout.client_if, "netns", layout.client_ns, "type", "veth",
-            "peer", "name", layout.remote_if, "netns", layout.remote_ns, what="create the veth pair")
-    ends = ((layout.client_ns, layout.client_if, cfg.client_address),
-            (layout.remote_ns, layout.remote_if, cfg.remote_address))
-    for ns, ifname, address in ends:
-        _in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], f"disable IPv6 on {ifname}")
-        _ip("-n", ns, "addr", "replace", f"{address}/{cfg.prefix_length}", "dev", ifname,
-            what=f"address {ifname}")
-        _ip("-n", ns, "link", "set", ifname, "up", what=f"bring up {ifname}")
-        # Real wire-sized frames: without this the capture sees ~64 KB GSO "packets".
-        _in(ns, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"],
-            f"turn offloads off on {ifname}")
-    # Static neighbours: no ARP traffic in the interface counters or the captures.
-    for (ns, ifname, _), (peer_ns, peer_if, peer_addr) in ((ends[0], ends[1]), (ends[1], ends[0])):
-        mac = _mac(peer_ns, peer_if)
-        _ip("-n", ns, "neigh", "replace", peer_addr, "lladdr", mac, "dev", ifname, "nud", "permanent",
-            what=f"static neighbour on {ifname}")
+    if via_wan:
+        # A direct pair from an earlier `up` goes (deleting one end deletes both).
+        for ns, ifname, wan_if in ((layout.client_ns, layout.client_if, layout.wan_client_if),
+                                   (layout.remote_ns, layout.remote_if, layout.wan_remote_if)):
+            if not _exists(layout.wan_ns, wan_if):
+                if _exists(ns, ifname):
+                    _ip("-n", ns, "link", "del", ifname, what=f"remove the direct {ifname}")
+                _veth(ns, ifname, layout.wan_ns, wan_if)
+        client_peer, remote_peer = (layout.wan_ns, layout.wan_client_if), (layout.wan_ns, layout.wan_remote_if)
+    else:
+        if _ns_exists(layout.wan_ns):  # the delay line of an earlier `up` is not wanted now
+            _remove_namespace(layout.wan_ns)
+        if not (_exists(layout.client_ns, layout.client_if) and _exists(layout.remote_ns, layout.remote_if)):
+            if _exists(layout.client_ns, layout.client_if):
+                _ip("-n", layout.client_ns, "link", "del", layout.client_if, what=f"remove {layout.client_if}")
+            _veth(layout.client_ns, layout.client_if, layout.remote_ns, layout.remote_if)
+        client_peer, remote_peer = (layout.remote_ns, layout.remote_if), (layout.client_ns, layout.client_if)
+    _wire_end(layout.client_ns, layout.client_if, cfg.client_address, cfg.prefix_length)
+    _wire_end(layout.remote_ns, layout.remote_if, cfg.remote_address, cfg.prefix_length)
+    _neigh(layout.client_ns, layout.client_if, cfg.remote_address, *client_peer)
+    _neigh(layout.remote_ns, layout.remote_if, cfg.client_address, *remote_peer)
+    if via_wan:
+        _wan_up(layout)
+
+
+def _wan_up(layout: LabLayout) -> None:
+    """The middle namespace forwards between its two veths; routes through the delay line
+    are added once its devices exist (_delay_line_up)."""
+    cfg, ns = layout.config, layout.wan_ns
+    for ifname in (layout.wan_client_if, layout.wan_remote_if):
+        _wire_end(ns, ifname, None, cfg.prefix_length)
+    _neigh(ns, layout.wan_client_if, cfg.client_address, layout.client_ns, layout.client_if)
+    _neigh(ns, layout.wan_remote_if, cfg.remote_address, layout.remote_ns, layout.remote_if)
+    # Packets re-enter from the TUN devices with the far end's source address: no
+    # reverse-path filtering here.
+    for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
+        _in(ns, ["sysctl", "-qw", key], f"set {key} in {ns}")
+    _ip("-n", ns, "route", "replace", f"{cfg.client_address}/32", "dev", layout.wan_client_if, what="route to client")
+    _ip("-n", ns, "route", "replace", f"{cfg.remote_address}/32", "dev", layout.wan_remote_if, what="route to remote")
+
+
+DELAY_LINE = "delayline"
+# Policy routing in <name>-wan: what enters from one side goes into that side's TUN
+# device; what the delay line writes back comes in on the other device and takes the
+# main table.  A blackhole behind each: should the delay line die, the link drops
+# packets instead of carrying them undelayed.
+_WAN_TABLES = ((100, "wan_client_if", "tun_to_remote"), (101, "wan_remote_if", "tun_to_client"))
+
+
+def _delay_line_pid(layout: LabLayout) -> int | None:
+    try:
+        pid = int((layout.run_dir / f"{DELAY_LINE}.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"exporter.delayline" in cmdline and _alive(str(pid)) else None
+
+
+def _delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) -> None:
+    ns, pidfile = layout.wan_ns, layout.run_dir / f"{DELAY_LINE}.pid"
+    params = f"{link.delay:g} {link.loss:g}"
+    pid = _delay_line_pid(layout)
+    if pid and pidfile.read_text().split()[1:] == params.split():
+        return
+    if pid:  # other delay or loss: restart it
+        os.kill(pid, signal.SIGTERM)
+        _wait_gone([str(pid)], 5.0)
+    log_path = layout.logfile(DELAY_LINE)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(in_netns(ns, [sys.executable, "-m", "exporter.delayline", layout.tun_to_remote,
+                                              layout.tun_to_client, f"{link.delay:g}", f"{link.loss:g}"]),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    pidfile.write_text(f"{proc.pid} {params}\n")
+    deadline = time.monotonic() + timeout
+    while not all(_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise LabError(f"the delay line did not start in {ns}; see {log_path}")
+        time.sleep(0.05)
+    for table, entry_if, tun in _WAN_TABLES:
+        entry, device = getattr(layout, entry_if), getattr(layout, tun)
+        _in(ns, ["sysctl", "-qw", f"net.ipv4.conf.{device}.rp_filter=0"], f"rp_filter on {device}")
+        _ip("-n", ns, "route", "replace", "default", "dev", device, "table", str(table), what=f"route into {device}")
+        _ip("-n", ns, "route", "replace", "blackhole", "default", "metric", "1000", "table", str(table),
+            what=f"blackhole behind {device}")
+        subprocess.run(["ip", "-n", ns, "rule", "del", "priority", str(table)], capture_output=True)
+        _ip("-n", ns, "rule", "add", "priority", str(table), "iif", entry, "table", str(table),
+            what=f"send {entry}'s packets into {device}")
 
 
 def _mac(ns: str, ifname: str) -> str:
@@ -195,13 +317,17 @@ def shape_argv(ifname: str, link: LinkConfig, with_netem: bool) -> list[list[str
     return cmds
 
 
+def needs_delay_line(link: LinkConfig) -> bool:
+    return (link.delay > 0 or link.loss > 0) and not netem_available()
+
+
 def _shape(layout: LabLayout) -> list[str]:
     link = layout.config.link
     messages = []
     with_netem = netem_available()
     if (link.delay > 0 or link.loss > 0) and not with_netem:
         messages.append(f"netem is not available in this kernel: delay {link.delay * 1000:g}ms and loss "
-                        f"{link.loss:g}% were not applied (the link is shaped by rate only)")
+                        f"{link.loss:g}% each way come from a userspace delay line in {layout.wan_ns}")
     for ns, ifname in ((layout.client_ns, layout.client_if), (layout.remote_ns, layout.remote_if)):
         first, *rest = shape_argv(ifname, link, with_netem)
         subprocess.run(in_netns(ns, first), capture_output=True)
@@ -347,8 +473,11 @@ def up(config: Config) -> list[str]:
     _claim_state_dir(layout)
     _make_dirs(layout)
     messages = []
-    _link_up(layout)
+    via_wan = needs_delay_line(config.lab.link)
+    _link_up(layout, via_wan)
     messages += _shape(layout)
+    if via_wan:
+        _delay_line_up(layout, config.lab.link)
     _ssh_files(layout)
     made = _datasets(layout, lab_datasets(config))
     messages += _start_servers(layout, lab_servers(config))
@@ -401,24 +530,9 @@ def down(config: Config) -> list[str]:
 
 def teardown(layout: LabLayout) -> list[str]:
     messages = []
-    # Every process in the lab's namespaces is ours (servers, stray transfers): stop them
-    # by PID before the namespaces go, so none survives holding a deleted namespace.
-    for ns in (layout.client_ns, layout.remote_ns):
-        if not _ns_exists(ns):
-            continue
-        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.kill(int(pid), sig)
-                except (ProcessLookupError, ValueError):
-                    pass
-            if sig == signal.SIGTERM and pids:
-                _wait_gone(pids, 3.0)
-        if pids:
-            messages.append(f"stopped {len(pids)} process(es) in {ns}")
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        messages.append(f"deleted namespace {ns}")
+    for ns in layout.namespaces:
+        if _ns_exists(ns):
+            messages += _remove_namespace(ns)
     for ns in (layout.client_ns, layout.remote_ns):
         hosts_dir = labservers.netns_hosts(ns).parent
         if hosts_dir.exists():
@@ -428,6 +542,26 @@ def teardown(layout: LabLayout) -> list[str]:
         shutil.rmtree(layout.state_dir, ignore_errors=True)
         messages.append(f"removed {layout.state_dir}")
     return messages or [f"lab {layout.config.name} was not up"]
+
+
+def _remove_namespace(ns: str) -> list[str]:
+    # Every process in the lab's namespaces is ours (servers, stray transfers, the delay
+    # line): stop them by PID before the namespace goes, so none survives holding it.
+    messages = []
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(int(pid), sig)
+            except (ProcessLookupError, ValueError):
+                pass
+        if sig == signal.SIGTERM and pids:
+            _wait_gone(pids, 3.0)
+    if pids:
+        messages.append(f"stopped {len(pids)} process(es) in {ns}")
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    messages.append(f"deleted namespace {ns}")
+    return messages
 
 
 def _alive(pid: str) -> bool:
@@ -483,6 +617,11 @@ def status(config: Config) -> tuple[bool, list[str]]:
         good = all((layout.data_dir / m).exists() and m in sums for m in members)
         what = f"{ds.count} x {ds.size} bytes" if ds.count > 1 else f"{ds.size} bytes"
         report("dataset", good, f"{name}: {layout.data_dir / ds.file} ({what})")
-    if not netem_available():
-        lines.append(f"{'netem':<12} {'':<5} not available in this kernel: delay/loss cannot be applied")
+    link = config.lab.link
+    if needs_delay_line(link):
+        pid = _delay_line_pid(layout)
+        report("delay line", pid is not None, f"pid {pid}, {link.delay * 1000:g}ms and {link.loss:g}% loss each way "
+               f"in {layout.wan_ns}" if pid else f"not running (log {layout.logfile(DELAY_LINE)})")
+    elif not netem_available():
+        lines.append(f"{'netem':<12} {'':<5} not available in this kernel: delay/loss would use a userspace delay line")
     return ok, lines

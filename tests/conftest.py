@@ -134,3 +134,10 @@ def veth_counters(config: Config) -> dict[str, int]:
     stats = json.loads(out)[0]["stats64"]
     return {"down": stats["rx"]["bytes"], "up": stats["tx"]["bytes"],
             "packets_down": stats["rx"]["packets"], "packets_up": stats["tx"]["packets"]}
+
+
+def nstat_retrans(ns: str) -> int:
+    """The namespace's kernel count of retransmitted TCP segments (TcpRetransSegs)."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("TcpRetransSegs")))

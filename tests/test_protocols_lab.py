@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from exporter.labservers import SERVERS
 from exporter.plan import TransferSpec, plan_round
 from exporter.transfer import run_transfer
 
-from .conftest import NOT_APPLICABLE, lab_config, veth_counters
+from .conftest import NOT_APPLICABLE, lab_config, nstat_retrans, veth_counters
 
 pytestmark = pytest.mark.lab
 BOTH = ["download", "upload"]
@@ -127,10 +126,6 @@ def test_http_has_no_directory_transfer(lab: Config) -> None:
     assert not [s for s in plan_round(lab) if s.protocol == "http" and s.dataset == "many"]
 
 
-def _nstat_retrans(config: Config) -> int:
-    return _nstat_retrans_in(LabLayout(config.lab).client_ns)
-
-
 def test_upload_sender_retransmits_equal_kernel_counter(make_lab) -> None:
     # A tbf queue too small for a TCP burst on the client's end: the client (the sender
     # of an upload) loses segments and retransmits them.
@@ -138,19 +133,13 @@ def test_upload_sender_retransmits_equal_kernel_counter(make_lab) -> None:
                       datasets={"f8m": {"file": "f8m.bin", "size": "8MiB"}},
                       protocols={"scp": {"directions": ["upload"]}})
     spec = _spec(config, "scp", "f8m", "upload")
-    before = _nstat_retrans(config)
+    before = nstat_retrans(LabLayout(config.lab).client_ns)
     result = run_transfer(spec, config, "test")
-    after = _nstat_retrans(config)
+    after = nstat_retrans(LabLayout(config.lab).client_ns)
     assert result.outcome == "ok", result.error
     assert result.retransmits_sender_source == "kernel"
     assert result.retransmits_sender > 0
     assert result.retransmits_sender == after - before
-
-
-def _nstat_retrans_in(ns: str) -> int:
-    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
-                         capture_output=True, text=True, check=True).stdout
-    return int(next(line.split()[1] for line in out.splitlines() if line.startswith("TcpRetransSegs")))
 
 
 def test_iperf3_download_reports_the_remote_senders_retransmits(make_lab) -> None:
@@ -160,9 +149,9 @@ def test_iperf3_download_reports_the_remote_senders_retransmits(make_lab) -> Non
                       datasets={"f8m": {"file": "f8m.bin", "size": "8MiB"}},
                       protocols={"iperf3": {}})
     remote_ns = LabLayout(config.lab).remote_ns
-    before = _nstat_retrans_in(remote_ns)
+    before = nstat_retrans(remote_ns)
     result = run_transfer(_spec(config, "iperf3", "f8m", "download"), config, "test")
-    after = _nstat_retrans_in(remote_ns)
+    after = nstat_retrans(remote_ns)
     assert result.outcome == "ok", result.error
     assert result.retransmits_sender_source == "iperf3"
     assert after - before > 0
