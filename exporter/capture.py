@@ -69,7 +69,7 @@ class Capture:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, start_new_session=True)
         except FileNotFoundError:
-            raise CaptureError(f"{self.argv[0]} is not installed: install tcpdump (make setup)") from None
+            raise CaptureError(f"{self.argv[0]} is not installed: install tcpdump (scripts/setup.sh)") from None
         track(self.proc)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()

@@ -193,6 +193,11 @@ def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
         yield p + "transport", (("transport", r.transport),), 1.0
     if r.retransmits_sender is not None:
         yield p + "retransmits_sender", (("source", r.retransmits_sender_source),), r.retransmits_sender
+    if "retransmits" in r.reported and r.retransmits_sender_source != "iperf3":
+        # An iperf3 upload: the kernel's count above, iperf3's own beside it.
+        yield p + "retransmits_sender", (("source", "iperf3"),), r.reported["retransmits"]
+    if r.reported.get("bytes", 0) > 0 and r.reported.get("seconds", 0) > 0:
+        yield p + "reported_throughput_bytes_per_second", (), r.reported["bytes"] / r.reported["seconds"]
     if r.rtt_seconds is not None:
         yield p + "rtt_seconds", (), r.rtt_seconds
     yield p + "capture_dropped_packets", (), r.capture_dropped

@@ -18,7 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .protocols import REGISTRY
-from .protocols.base import TemplateError, check_template_element
+from .protocols.base import TemplateError, check_template_element, placeholders_in
 from .result import DIRECTIONS
 
 # ---------------------------------------------------------------- value types
@@ -56,6 +56,13 @@ def parse_duration(value: Any) -> float:
     if not match:
         raise ValueError(f"{value!r} is not a duration; write e.g. 500ms, 30s, 10m, 2h")
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _check_positive(value: float) -> float:
+    # A zero timeout would kill every transfer at once; a zero interval would spin.
+    if value <= 0:
+        raise ValueError("must be more than 0, e.g. 30s or 30m")
+    return value
 
 
 def _check_name(value: str) -> str:
@@ -148,6 +155,7 @@ def _check_timezone(value: str) -> str:
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_check_positive)]
 Name = Annotated[str, AfterValidator(_check_name)]
 TemplateElement = Annotated[str, AfterValidator(_check_template)]
 Direction = Literal["download", "upload"]
@@ -213,7 +221,7 @@ class ProtocolConfig(_Strict):
     # uploads there.  Default: the module's own, where it has one (docs/protocols.md).
     cleanup_command: list[TemplateElement] | None = None
     directions: list[Direction] = ["download"]
-    timeout: Duration | None = None
+    timeout: PositiveDuration | None = None
 
 
 class TransferSelector(_Strict):
@@ -225,7 +233,7 @@ class TransferSelector(_Strict):
 
 class ScheduleConfig(_Strict):
     cron: list[Annotated[str, AfterValidator(_check_cron)]] = ["0 13 * * *", "0 3 * * *"]
-    interval: Duration | None = None  # alternative to cron, for demos and tests
+    interval: PositiveDuration | None = None  # alternative to cron, for demos and tests
     timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
     jitter: Duration = 0.0  # random delay added to each start
     start_delay: Duration | None = None  # also run a round this long after the exporter starts
@@ -234,7 +242,7 @@ class ScheduleConfig(_Strict):
 
 
 class TransferConfig(_Strict):
-    timeout: Duration = 1800.0
+    timeout: PositiveDuration = 1800.0
     workdir: Path = Path("/var/tmp/bigbinf")
     keep_files: bool = False
 
@@ -245,7 +253,7 @@ class CaptureConfig(_Strict):
     buffer: Size = 4 * 1024 * 1024
     linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
     keep: bool = False  # keep the pcap (under the journal's directory)
-    start_timeout: Duration = 10.0
+    start_timeout: PositiveDuration = 10.0
 
 
 class JournalConfig(_Strict):
@@ -344,6 +352,9 @@ def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
             message = f"{err['input']!r} is not allowed; {err['msg'].lower()}"
         elif kind.startswith("value_error"):
             message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+        elif kind == "list_type" and isinstance(err["input"], str) and str(loc[-1]).endswith("command"):
+            message = (f"{err['input']!r} is a shell string; write an argv list, one element per argument, e.g. "
+                       "[scp, -B, \"{user}@{host}:{remote_path}\", \"{local_path}\"] (bigbinf never runs a shell)")
         else:
             message = err["msg"][0].lower() + err["msg"][1:] + f" (got {err['input']!r})"
         issues.append(ConfigIssue(_format_loc(loc), message))
@@ -357,6 +368,10 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     remotes = raw.get("remotes") if isinstance(raw.get("remotes"), dict) else {}
     datasets = raw.get("datasets") if isinstance(raw.get("datasets"), dict) else {}
     protocols = raw.get("protocols") if isinstance(raw.get("protocols"), dict) else {}
+    for section, example in (("remotes", "site: {address: dtn.example.org, data_dir: /data}"),
+                             ("datasets", "f1g: {file: f1g.bin, size: 1GiB}"), ("protocols", "scp: {}")):
+        if raw.get(section) == {}:  # a round would run nothing, silently
+            issues.append(ConfigIssue(section, f"empty: define at least one, e.g. {example}"))
     for name, remote in remotes.items():
         if not isinstance(remote, dict):
             continue
@@ -391,6 +406,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
                 uploads.append(name)
                 if "cleanup_command" not in proto and profile.produces_file:
                     issues += _cleanup_issues(name, profile, remotes, datasets)
+    issues += _key_issues(raw, remotes, protocols)
     for name, remote in remotes.items():
         if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
             issues.append(ConfigIssue(f"remotes.{name}.upload_dir",
@@ -414,6 +430,45 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     if schedule.get("interval") is not None and "cron" in schedule:
         issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
     return issues
+
+
+def _key_issues(raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]) -> list[ConfigIssue]:
+    """A site remote without `key` whose transfers log in with -i {key}: ssh would get an
+    empty identity and fail on every round; say so at load."""
+    schedule = raw.get("schedule") if isinstance(raw.get("schedule"), dict) else {}
+    selected = schedule.get("transfers")
+    pairs = ({(t.get("protocol"), t.get("remote")) for t in selected if isinstance(t, dict)}
+             if isinstance(selected, list) else {(p, r) for p in protocols for r in remotes})
+    needing: dict[str, list[str]] = {}
+    for protocol, remote in sorted(pairs, key=str):
+        site, proto = remotes.get(remote), protocols.get(protocol)
+        if not isinstance(site, dict) or site.get("lab") or site.get("key") or not isinstance(proto, dict):
+            continue
+        if "key" in _placeholders_used(protocol, proto):
+            needing.setdefault(remote, []).append(protocol)
+    return [ConfigIssue(f"remotes.{remote}.key", f"required: protocols {', '.join(names)} log in with {{key}}; "
+                        "give the path of the private key for this remote")
+            for remote, names in needing.items()]
+
+
+def _placeholders_used(name: str, proto: Mapping[str, Any]) -> set[str]:
+    """Every placeholder in the templates a protocol can render (its own or its module's)."""
+    module = proto.get("module") or (name if name in REGISTRY else "command")
+    profile = REGISTRY.get(module)
+    options = proto.get("options") if isinstance(proto.get("options"), dict) else {}
+    defaults = profile.commands(profile.option_values(options)) if profile and not profile.check_options(options) else {}
+    directions = proto.get("directions") if isinstance(proto.get("directions"), list) else ["download"]
+    templates: list[Any] = []
+    for direction in directions:
+        own = proto.get("command" if direction == "download" else "upload_command")
+        templates += [own] if isinstance(own, list) else [t for (d, _), t in defaults.items() if d == direction]
+    used: set[str] = set()
+    for element in (e for t in templates for e in t if isinstance(e, str)):
+        try:
+            used.update(placeholders_in(element))
+        except TemplateError:
+            pass  # reported with its path by the schema check
+    return used
 
 
 def _cleanup_issues(name: str, profile: Any, remotes: Mapping[str, Any],
@@ -455,13 +510,36 @@ def _selector_issues(i: int, sel: Mapping[str, Any], proto: Mapping[str, Any],
 # ---------------------------------------------------------------- loading
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
+        self.problem_mark = again
+        self.problem = (f"duplicate key {key!r} (first on line {first.line + 1}): YAML would silently keep only "
+                        "the last; remove or merge one")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
 def parse_config(text: str, source: str) -> Config:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise ConfigError(source, [ConfigIssue("", f"{where}YAML syntax error: {getattr(exc, 'problem', exc)}")]) from None
+        kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
+        raise ConfigError(source, [ConfigIssue("", f"{where}{kind}{getattr(exc, 'problem', exc)}")]) from None
     if not isinstance(raw, dict):
         raise ConfigError(source, [ConfigIssue("", "the file must be a YAML mapping with remotes, datasets and protocols")])
     issues = _cross_reference_issues(raw)

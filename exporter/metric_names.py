@@ -38,12 +38,17 @@ LAST_RESULT = (
     _last("packets", "Packets captured during the last transfer.", ("way",)),
     _last("byte_ratio", "Wire bytes (down + up) per file byte of the last transfer."),
     _last("retransmits_wire", "Retransmitted TCP segments seen in the capture of the last transfer (receiver-side view: undercounts the sender's under drops)."),
-    _last("verified", "1 if the last transfer's file size (and sha256 where known) matched, else 0."),
+    _last("verified", "1 if the last transfer's file size (and sha256 where known) matched, else 0; always 0 for "
+          "memory-to-memory tests (iperf3), which move no file."),
     _last("data_flows", "Distinct 5-tuples that carried data (>= 64 KiB payload) in the last transfer."),
     _last("transport", "1 for the transport (tcp or udp) that carried the last transfer's data.", ("transport",)),
     _last("retransmits_sender", "Retransmitted segments counted by the sender in the last transfer: source=kernel is "
-          "tcp_info of the transfer's sockets (uploads), source=iperf3 is iperf3's own report. Absent when the "
-          "sender is remote and does not report.", ("source",)),
+          "tcp_info of the transfer's sockets (uploads: this host sends), source=iperf3 is iperf3's own report "
+          "(downloads: the remote's count; uploads: beside the kernel's). Absent when the sender is remote and "
+          "does not report.", ("source",)),
+    _last("reported_throughput_bytes_per_second", "Throughput the tool itself reported for the last transfer: "
+          "iperf3's bytes received over its own measuring time (memory to memory, without process and "
+          "connection start-up); absent for copy tools."),
     _last("rtt_seconds", "Mean round-trip time reported by the tool for the last transfer (iperf3); absent otherwise."),
     _last("capture_dropped_packets", "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire numbers are low."),
 )
@@ -53,23 +58,24 @@ LAST_RESULT = LAST_RESULT + (LAST_SUCCESS,)
 
 # Counters and histograms: every transfer is counted exactly once, so windowed queries
 # (increase/rate over any range) count transfers, bytes and retransmits exactly.
+UPDATED = " Updated when a scheduled transfer ends, never at scrape time."
 DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 THROUGHPUT_BUCKETS = (1e5, 1e6, 5e6, 1e7, 2.5e7, 5e7, 7.5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 5e9, 1e10)
 
 TRANSFERS_TOTAL = Spec(PREFIX + "transfers_total", "counter",
-                       "Transfers run since the exporter started, by outcome.", SERIES_LABELS + ("outcome",))
+                       "Transfers run since the exporter started, by outcome." + UPDATED, SERIES_LABELS + ("outcome",))
 DURATION_HIST = Spec(PREFIX + "transfer_duration_seconds", "histogram",
-                     "Wall-clock duration of transfers whose outcome was ok.", SERIES_LABELS)
+                     "Wall-clock duration of transfers whose outcome was ok." + UPDATED, SERIES_LABELS)
 THROUGHPUT_HIST = Spec(PREFIX + "transfer_throughput_bytes_per_second", "histogram",
-                       "Throughput (file bytes / duration) of transfers whose outcome was ok.", SERIES_LABELS)
+                       "Throughput (file bytes / duration) of transfers whose outcome was ok." + UPDATED, SERIES_LABELS)
 FILE_BYTES_TOTAL = Spec(PREFIX + "transfer_file_bytes_total", "counter",
-                        "File bytes moved by transfers whose outcome was ok.", SERIES_LABELS)
+                        "File bytes moved by transfers whose outcome was ok." + UPDATED, SERIES_LABELS)
 WIRE_BYTES_TOTAL = Spec(PREFIX + "transfer_wire_bytes_total", "counter",
-                        "Link-layer frame bytes captured during transfers whose outcome was ok.", SERIES_LABELS + ("way",))
+                        "Link-layer frame bytes captured during transfers whose outcome was ok." + UPDATED, SERIES_LABELS + ("way",))
 RETRANSMITS_TOTAL = Spec(PREFIX + "transfer_retransmits_wire_total", "counter",
-                         "Retransmitted TCP segments seen in captures of transfers whose outcome was ok.", SERIES_LABELS)
+                         "Retransmitted TCP segments seen in captures of transfers whose outcome was ok." + UPDATED, SERIES_LABELS)
 PAYLOAD_SIZE_HIST = Spec(PREFIX + "transfer_payload_size_bytes", "histogram",
-                         "TCP/UDP payload size of every captured packet of ok transfers (the protocol's packet-size fingerprint).",
+                         "TCP/UDP payload size of every captured packet of ok transfers (the protocol's packet-size fingerprint)." + UPDATED,
                          SERIES_LABELS + ("way",))
 
 SCHEDULE_INTERVAL = Spec(PREFIX + "schedule_interval_seconds", "gauge",

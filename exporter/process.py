@@ -119,7 +119,7 @@ def check_run(argv: Sequence[str], what: str, timeout: float = 60, input_: bytes
     try:
         proc = subprocess.run(list(argv), input=input_, capture_output=True, timeout=timeout)
     except FileNotFoundError:
-        raise RuntimeError(f"{what}: {argv[0]} is not installed (run `make setup`)") from None
+        raise RuntimeError(f"{what}: {argv[0]} is not installed (run scripts/setup.sh)") from None
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{what}: {' '.join(argv)} did not finish in {timeout}s") from None
     if proc.returncode != 0:

@@ -73,6 +73,9 @@ class Result:
     retransmits_sender: int | None = None
     retransmits_sender_source: str = ""
     rtt_seconds: float | None = None  # mean RTT where the tool reports it (iperf3)
+    # What the tool itself reported, where it reports anything (iperf3's JSON): bytes,
+    # seconds, retransmits (its sender's), mean_rtt_seconds.  Kept beside our own numbers.
+    reported: dict[str, float] = field(default_factory=dict)
     payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
     round_id: str = ""
     client_address: str = ""  # the two hosts the capture was filtered on

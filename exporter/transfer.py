@@ -165,8 +165,25 @@ def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_nam
     return problem
 
 
+def _unready(spec: TransferSpec) -> str:
+    """What on this host keeps the transfer from starting, said with its fix; "" if nothing."""
+    remote = spec.remote
+    if remote.netns and not Path("/run/netns", remote.netns).exists():
+        if remote.local_fs:  # the lab's client namespace
+            return (f"the lab is not up (no network namespace {remote.netns}): run "
+                    "`bigbinf-exporter --config.file <this config> lab up`")
+        return (f"remotes.{remote.name}.netns: network namespace {remote.netns} does not exist; create it "
+                "or remove netns from the remote")
+    if remote.key and not remote.key.exists():
+        return f"remotes.{remote.name}.key: {remote.key} does not exist; give the path of the private key"
+    return ""
+
+
 def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str, base: dict[str, Any]) -> Result:
     password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
+    unready = _unready(spec)
+    if unready:
+        return Result(start_timestamp=time.time(), outcome="failed", error=unready, **base)
     try:
         source = upload_source(spec, config) if spec.direction == "upload" else None
         remote_ip = resolve(spec.remote.address)
@@ -213,6 +230,8 @@ def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str
                                     duration_seconds=outcome.duration_seconds,
                                     capture_dropped=capture.stats.dropped if capture and capture.stats else 0)
     measured.update(_sender_retransmits(watch, outcome))
+    if outcome.reported:
+        measured["reported"] = dict(outcome.reported)
     if "mean_rtt_seconds" in outcome.reported:
         measured["rtt_seconds"] = outcome.reported["mean_rtt_seconds"]
     analysis = None
@@ -252,6 +271,14 @@ def _check(spec: TransferSpec, values: dict[str, str], analysis: Analysis | None
         measured["verified"] = check.ok
         if check is not UNVERIFIABLE and not check.ok:
             problems.append(f"verification: {check.detail}")
+    else:
+        # Memory to memory (iperf3): no file to verify (verified stays 0), but the tool's own
+        # count says whether the dataset's size was sent at all.  Its receiver's count can be
+        # short of it (bytes still in flight when the sender's count completes the test).
+        size, sent = datasets.total_bytes(spec.dataset_config), measured.get("reported", {}).get("bytes_sent")
+        if sent is None or sent < size:
+            problems.append(f"verification: {spec.binary} reported "
+                            + (f"{sent:.0f} bytes sent of {size}" if sent is not None else "no byte count"))
     if analysis is not None:
         want, seen = spec.expectation, (measured.get("transport") or "nothing", measured.get("data_flows", 0))
         if seen[0] != want.transport or seen[1] < want.min_data_flows:

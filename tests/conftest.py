@@ -27,7 +27,7 @@ def _needs_root_and_tools() -> str | None:
         return "needs root (network namespaces)"
     missing = [t for t in ("ip", "tc", "tcpdump", "sshd", "ssh", "scp", "ethtool") if not shutil.which(t)
                and not Path("/usr/sbin", t).exists()]
-    return f"missing tools: {', '.join(missing)} (run `make setup`)" if missing else None
+    return f"missing tools: {', '.join(missing)} (run scripts/setup.sh)" if missing else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

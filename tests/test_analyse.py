@@ -194,7 +194,8 @@ class Crafted:
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Crafted]]:
     directory = tmp_path_factory.mktemp("crafted")
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    # tshark is CPU-bound: one per core (more only crowded a busy 2-core machine).
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         files = {}
         for name, sc in SCENARIOS.items():
             path = write(directory / f"{name}.pcap", sc.build(), **sc.options)

@@ -39,7 +39,12 @@ def _state() -> ExporterState:
     state.record(_result(1_763_000_150.0, direction="upload", retransmits_sender=120,
                          retransmits_sender_source="kernel"))
     state.record(_result(1_763_000_160.0, protocol="iperf3", retransmits_sender=7,
-                         retransmits_sender_source="iperf3", rtt_seconds=0.0125, verified=False))
+                         retransmits_sender_source="iperf3", verified=False,
+                         reported={"bytes": 64 << 20, "seconds": 2.5, "retransmits": 7}))
+    # An iperf3 upload: this host sends, so the kernel's count and iperf3's own are both there.
+    state.record(_result(1_763_000_170.0, protocol="iperf3", direction="upload", retransmits_sender=9,
+                         retransmits_sender_source="kernel", rtt_seconds=0.0125, verified=False,
+                         reported={"bytes": 64 << 20, "seconds": 2.0, "retransmits": 8, "mean_rtt_seconds": 0.0125}))
     state.record_round(5.0, 1_763_000_205.0)
     return state
 
@@ -87,8 +92,16 @@ def test_samples() -> None:
     # Unknown sender counts are absent, not 0: a download's sender is the remote.
     assert get("bigbinf_last_transfer_retransmits_sender", {**LABELS, "source": "kernel"}) is None
     iperf = {**LABELS, "protocol": "iperf3"}
-    assert get("bigbinf_last_transfer_rtt_seconds", iperf) == 0.0125
     assert get("bigbinf_last_transfer_retransmits_sender", {**iperf, "source": "iperf3"}) == 7
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf, "source": "kernel"}) is None
+    assert get("bigbinf_last_transfer_reported_throughput_bytes_per_second", iperf) == (64 << 20) / 2.5
+    assert get("bigbinf_last_transfer_rtt_seconds", iperf) is None  # -R: iperf3 reports no RTT
+    iperf_up = {**iperf, "direction": "upload"}
+    assert get("bigbinf_last_transfer_rtt_seconds", iperf_up) == 0.0125
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "kernel"}) == 9
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "iperf3"}) == 8
+    # Copy tools report nothing of their own.
+    assert get("bigbinf_last_transfer_reported_throughput_bytes_per_second", LABELS) is None
     assert get("bigbinf_config_last_reload_successful") == 1
 
 
@@ -108,4 +121,6 @@ def test_every_metric_has_help_and_base_unit_names() -> None:
         assert not any(bad in spec.name for bad in ("_ms", "_kb", "_mb", "_bits", "_percent")), spec.name
         if spec.name.startswith(M.PREFIX + "last_transfer_"):
             assert "Cached from the last scheduled run" in spec.help
+        if spec.name.startswith(M.PREFIX + "transfer"):  # transfers_total, transfer_*
+            assert "Updated when a scheduled transfer ends, never at scrape time." in spec.help, spec.name
     assert "bigbinf_transfers_total{" in text

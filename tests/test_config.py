@@ -49,8 +49,25 @@ BAD = [
      ["remotes.lab.lab: lab: true needs a top-level lab: section"]),
     ("unknown module", BASE.replace("scp: {}", "scp: {module: warp}"),
      [f"protocols.scp.module: unknown module 'warp'; known modules: {MODULES}"]),
-    ("remote without address", BASE.replace("lab: {lab: true}", "site: {user: x}"),
+    ("remote without address", BASE.replace("lab: {lab: true}", "site: {user: x, key: /k}"),
      ["remotes.site.address: required unless lab: true", "remotes.site.data_dir: required unless lab: true"]),
+    ("ssh login without a key", BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d}").replace(
+        "scp: {}", "scp: {}\n  sftp: {}\n  http: {}"),
+     ["remotes.site.key: required: protocols scp, sftp log in with {key}; give the path of the private key for this "
+      "remote"]),
+    ("duplicate key", BASE.replace("scp: {}", "scp: {}\n  scp: {timeout: 5s}"),
+     ["line 8 column 3: duplicate key 'scp' (first on line 7): YAML would silently keep only the last; "
+      "remove or merge one"]),
+    ("zero timeouts", BASE.replace("scp: {}", "scp: {timeout: 0s}") + "transfer: {timeout: 0}\n"
+     "schedule: {interval: 0s}\n",
+     ["protocols.scp.timeout: must be more than 0, e.g. 30s or 30m",
+      "schedule.interval: must be more than 0, e.g. 30s or 30m",
+      "transfer.timeout: must be more than 0, e.g. 30s or 30m"]),
+    ("empty sections", BASE.replace("protocols:\n  scp: {}\n", "protocols: {}\n"),
+     ["protocols: empty: define at least one, e.g. scp: {}"]),
+    ("command as a shell string", BASE.replace("scp: {}", "scp: {command: 'scp -B host:/f /tmp/f'}"),
+     ["protocols.scp.command: 'scp -B host:/f /tmp/f' is a shell string; write an argv list, one element per "
+      'argument, e.g. [scp, -B, "{user}@{host}:{remote_path}", "{local_path}"] (bigbinf never runs a shell)']),
     ("bad name", BASE.replace("  f1:", "  F1 big:"),
      ["datasets.F1 big: 'F1 big' is not a valid name: use lower-case letters, digits, '_', '.', '-' (max 63)"]),
     ("bad rate", BASE.replace("lab: {name: t1}", "lab: {name: t1, link: {rate: fast}}"),
@@ -76,7 +93,7 @@ BAD = [
     ("unsafe file name", BASE.replace("f1.bin", "../../etc/passwd"),
      ["datasets.f1.file: '../../etc/passwd' is not a plain file name: use letters, digits, '_', '.', '+', '-' "
       "(no '/', no leading '.' or '-')"]),
-    ("bad addresses", BASE.replace("lab: {lab: true}", "site: {address: 'dtn.example.org; rm', data_dir: /d}").replace(
+    ("bad addresses", BASE.replace("lab: {lab: true}", "site: {address: 'dtn.example.org; rm', data_dir: /d, key: /k}").replace(
         "lab: {name: t1}", "lab: {name: t1, client_address: 10.0.0.300}"),
      ["remotes.site.address: 'dtn.example.org; rm' is neither an IP address nor a host name",
       "lab.client_address: '10.0.0.300' is not an IP address"]),
@@ -86,7 +103,7 @@ BAD = [
      "dataset: f1, direction: upload}]}\n",
      ["schedule.transfers[0].direction: protocol 'scp' does not run uploads; add it to its directions"]),
     ("upload needs upload_dir",
-     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d}").replace(
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, key: /k}").replace(
          "scp: {}", "scp: {directions: [download, upload]}"),
      ["remotes.site.upload_dir: required for uploads (protocols scp upload)"]),
     ("upload nothing can remove",
@@ -95,7 +112,7 @@ BAD = [
      ["protocols.gridftp.cleanup_command: uploads to site would stay there: module 'gridftp' cannot remove a file "
       "it uploaded; give an argv that removes {remote_path}, or [] to leave uploads"]),
     ("upload_dir the remote's shell would misread",
-     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: '/u/my uploads'}"),
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: '/u/my uploads', key: /k}"),
      ["remotes.site.upload_dir: '/u/my uploads' is not a plain absolute path: use letters, digits, '_', '.', "
       "'+', '-', '/' (uploads are removed through the remote's shell)"]),
     ("every error gathered",
@@ -132,7 +149,7 @@ def test_durations(text: object, value: float) -> None:
 
 
 def test_uploads_to_a_site_need_a_way_to_remove_them_or_an_explicit_no() -> None:
-    site = BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: /u}")
+    site = BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: /u, key: /k}")
     # The module's own cleanup (ssh rm), a user's argv, or [] to leave uploads to the site.
     assert parse_config(site.replace("scp: {}", "scp: {directions: [upload]}"), SRC)
     for own in ("[uberftp, '{host}', rm, '{remote_path}']", "[]"):

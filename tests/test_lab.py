@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from exporter.lab import LabLayout
 from exporter.plan import plan_round
 from exporter.transfer import run_transfer
 
-from .conftest import nstat_retrans, veth_counters
+from .conftest import lab_config, nstat_retrans, veth_counters
+from .support.exporter import ROOT
 
 pytestmark = pytest.mark.lab
 ONE_WAY_SECONDS = 0.020
@@ -117,3 +119,41 @@ def test_up_is_idempotent_follows_the_config_and_down_leaves_nothing(make_lab) -
     for pid in delay_line:
         assert not Path("/proc", pid).exists()
     assert not layout.state_dir.exists()
+
+
+def _cli(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", "--config.file", str(config_file), "lab", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_lab_commands_up_status_down_leave_nothing_behind(tmp_path: Path) -> None:
+    name = "bbt" + uuid.uuid4().hex[:7]
+    config = lab_config(tmp_path, name, link={"rate": "200mbit", "delay": "2ms"})
+    config_file = tmp_path / "lab.yaml"
+    config_file.write_text(config.model_dump_json(exclude_defaults=True))  # JSON is YAML
+    layout = LabLayout(config.lab)
+    try:
+        up = _cli(config_file, "up")
+        assert up.returncode == 0, up.stderr
+        status = _cli(config_file, "status")
+        assert status.returncode == 0, status.stdout
+        installed = [n for n, server in lab.SERVERS.items() if server.installed()]
+        for server in installed:
+            assert any(line.split()[:2] == [server, "up"] for line in status.stdout.splitlines()), status.stdout
+        pids = [pid for ns in layout.namespaces for pid in _pids_in(ns)]
+        assert len(pids) >= len(installed)
+        netns_dirs = [Path("/etc/netns", ns) for ns in (layout.client_ns, layout.remote_ns)]
+        assert any(d.exists() for d in netns_dirs)  # GridFTP's private hosts file, where installed
+
+        down = _cli(config_file, "down")
+        assert down.returncode == 0, down.stderr
+        assert f"deleted namespace {layout.remote_ns}" in down.stdout
+        assert [pid for pid in pids if lab._alive(pid)] == []
+        assert [ns for ns in layout.namespaces if Path("/run/netns", ns).exists()] == []
+        assert [d for d in netns_dirs if d.exists()] == []
+        assert not layout.state_dir.exists()
+        # Down means down: status says so and fails.
+        after = _cli(config_file, "status")
+        assert after.returncode == 1
+    finally:
+        lab.teardown(layout)

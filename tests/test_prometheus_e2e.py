@@ -71,6 +71,12 @@ def test_prometheus_counts_every_round_and_restart_republishes(make_lab, tmp_pat
                                 time=last_ts)[0]["value"][1]) == n
         results = list(journal.read())
         assert len(results) == n and all(r.outcome == "ok" for r in results), [r.error for r in results]
+        # N is also what the scheduler did, counted independently of the journal: one
+        # transfer per round here, each round with its own id, none overlapping another.
+        assert len({r.round_id for r in results}) == n
+        assert float(prom.query(f"increase(bigbinf_rounds_total[{window}])", time=last_ts)[0]["value"][1]) == n
+        for before, after in zip(results, results[1:]):
+            assert before.start_timestamp + before.duration_seconds <= after.start_timestamp
         gauge = prom.query(f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES}", time=last_ts)
         assert float(gauge[0]["value"][1]) == results[-1].throughput_bytes_per_second
 
@@ -79,11 +85,13 @@ def test_prometheus_counts_every_round_and_restart_republishes(make_lab, tmp_pat
         with ExporterProcess(slow, tmp_path / "exporter2.log", port=exporter.port) as restarted:
             text = restarted.metrics()
             start_ts = time.time()
-            again = prom.wait_for(lambda: prom.query(
-                f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES}", time=time.time()), timeout=30,
-                what="Prometheus to scrape the restarted exporter")
+            # timestamp() is the sample's scrape time: only a scrape of the restarted
+            # exporter can satisfy it, not the sample left from before the restart.
+            fresh = f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES} and timestamp(" \
+                    f"bigbinf_last_transfer_throughput_bytes_per_second{SERIES}) >= {start_ts}"
+            again = prom.wait_for(lambda: prom.query(fresh, time=time.time()), timeout=30,
+                                  what="Prometheus to scrape the restarted exporter")
             assert float(again[0]["value"][1]) == results[-1].throughput_bytes_per_second
-            assert float(again[0]["value"][0]) >= start_ts - 1  # a fresh scrape, not the old sample
         scraped = {(f.name, tuple(sorted(smp.labels.items()))): smp.value
                    for f in text_string_to_metric_families(text) for smp in f.samples}
         labels = (("dataset", "f1m"), ("direction", "download"), ("protocol", "scp"), ("remote", "lab"))

@@ -52,7 +52,7 @@ def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Pat
 
 
 def test_reload_swaps_only_valid_config(tmp_path: Path) -> None:
-    raw = {"remotes": {"site": {"address": "198.18.9.2", "data_dir": "/data"}},
+    raw = {"remotes": {"site": {"address": "198.18.9.2", "data_dir": "/data", "key": "/etc/bigbinf/id_ed25519"}},
            "datasets": {"a": {"file": "a.bin", "size": "1MiB"}},
            "protocols": {"scp": {}},
            "schedule": {"interval": "1h"},

@@ -141,3 +141,21 @@ def test_missing_binary_is_skipped(make_lab) -> None:
     result = run_transfer(_only_spec(config), config, "test")
     assert result.outcome == "skipped"
     assert result.error == "hpnscp-not-installed is not installed on this host"
+
+
+def test_received_file_and_capture_are_removed_unless_kept(make_lab) -> None:
+    config = make_lab()
+    spec = _only_spec(config)
+    workdir = config.transfer.workdir
+
+    def transfer_dirs() -> list[Path]:
+        return sorted(p for p in workdir.iterdir() if p.name.startswith("bigbinf-"))
+
+    assert run_transfer(spec, config, "test").outcome == "ok"
+    assert transfer_dirs() == []  # the copy and the pcap went with the transfer's temp dir
+
+    keep = config.model_copy(update={"transfer": config.transfer.model_copy(update={"keep_files": True})})
+    assert run_transfer(spec, keep, "test").outcome == "ok"
+    (kept,) = transfer_dirs()
+    assert (kept / "f1m.bin").stat().st_size == 1024 * 1024
+    assert (kept / "capture.pcap").stat().st_size > 0

@@ -26,7 +26,10 @@ def parse_report(stdout: str) -> dict[str, float]:
     except (ValueError, KeyError, TypeError):
         return {}
     received, sent = end.get("sum_received", {}), end.get("sum_sent", {})
-    report = {"bytes": float(received.get("bytes", 0)), "seconds": float(received.get("seconds", 0))}
+    # bytes/seconds: the receiver's view (iperf3's headline throughput); bytes_sent: the
+    # sender's, which -n bounds (the receiver's count may stop short of it).
+    report = {"bytes": float(received.get("bytes", 0)), "seconds": float(received.get("seconds", 0)),
+              "bytes_sent": float(sent.get("bytes", 0))}
     if "retransmits" in sent:
         report["retransmits"] = float(sent["retransmits"])
     rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
