@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from . import metric_names
 from .journal import Journal, SkippedLine
-from .report import Progress, UsageError, parse_when
+from .report import IMPORTED, ORIGIN_LABEL, Progress, UsageError, check_journal, journal_read_error, parse_when
 from .collector import last_result_samples
 from .result import Result, SeriesKey
 
@@ -101,6 +101,14 @@ def _key_order(key: SeriesKey) -> tuple[str, str, str, str]:
     return (key.protocol, key.remote, key.dataset, key.direction)
 
 
+def _origin(result: Result) -> Extra:
+    """origin="import" on imported 2015 results: they measure other things than the live
+    exporter (payload bytes, packet-span time), and `report --source prometheus` keeps them
+    apart by this label.  The live exporter never publishes imported results, so no live
+    series gains or loses the label."""
+    return ((ORIGIN_LABEL, IMPORTED),) if result.source == IMPORTED else ()
+
+
 def openmetrics_lines(series: dict[SeriesKey, list[Result]],
                       target: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
     """OpenMetrics text: each family once, each series' samples together and in time
@@ -116,7 +124,7 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]],
             for result in results:
                 stamp = format_timestamp(timestamp_ms(result.start_timestamp))
                 for _, extra, value in (smp for smp in by_result[id(result)] if smp[0] == name):
-                    rows[extra].append(f"{format_value(value)} {stamp}")
+                    rows[extra + _origin(result)].append(f"{format_value(value)} {stamp}")
             for extra, samples in rows.items():
                 labels = _labels(key, extra, target)
                 for sample in samples:
@@ -125,12 +133,17 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]],
     yield f"# TYPE {LAST_SUCCESS} gauge\n"
     for key, results in series.items():
         last_ok: float | None = None
+        success_rows: dict[Extra, list[str]] = defaultdict(list)
         for result in results:
             if result.outcome == "ok":
                 last_ok = result.start_timestamp
             if last_ok is not None:  # the live gauge is absent until a series' first success
                 stamp = format_timestamp(timestamp_ms(result.start_timestamp))
-                yield f"{LAST_SUCCESS}{_labels(key, (), target)} {format_value(last_ok)} {stamp}\n"
+                success_rows[_origin(result)].append(f"{format_value(last_ok)} {stamp}")
+        for extra, samples in success_rows.items():
+            labels = _labels(key, extra, target)
+            for sample in samples:
+                yield f"{LAST_SUCCESS}{labels} {sample}\n"
     yield "# EOF\n"
 
 
@@ -179,9 +192,10 @@ def block_dirs(out_dir: Path) -> list[Path]:
 # CLI
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    # parents: the CLI's shared flags (--log.level ...), so they also work after `backfill`.
     p = subparsers.add_parser(
-        "backfill", help="write the journal as Prometheus TSDB blocks (promtool)",
+        "backfill", parents=list(parents), help="write the journal as Prometheus TSDB blocks (promtool)",
         description="Write the journal's results as OpenMetrics (the last-result gauges at each result's start "
                     "time) and create TSDB blocks from it with promtool; move the blocks into Prometheus' data "
                     "directory to see the history (see docs/report.md).")
@@ -215,30 +229,40 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     try:
         start = parse_when(args.start, 0.0, "--from") if args.start else None
         end = parse_when(args.end, 0.0, "--to", end_of_day=True) if args.end else None
-        if not journal_path.is_file():
-            raise UsageError(f"--journal {journal_path}: no such file; give the exporter's journal path", 1)
+        check_journal(journal_path)
         promtool = find_promtool(args.promtool)
-        results, unreadable = _read(journal_path, start, end, stream)
-        for line in unreadable:
-            print(f"backfill: skipped {line}", file=stream)
+        try:
+            results, unreadable = _read(journal_path, start, end, stream)
+        except OSError as exc:
+            raise journal_read_error(journal_path, exc) from None
+        for line in unreadable:  # the journal leaves reporting them to us: once each
+            print(f"backfill: {line}", file=stream)
         if not results:
             raise UsageError(f"--journal {journal_path}: no results to backfill"
                              + (" in --from/--to" if start or end else ""), 1)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--out {out_dir}: cannot create ({exc.strerror or exc}); choose a directory you can "
+                             "write", 1) from None
         with tempfile.TemporaryDirectory(prefix="bigbinf-backfill-") as tmp:
             # Outside out_dir: out_dir's contents are meant to be moved into the data dir.
             om = Path(args.openmetrics) if args.openmetrics else Path(tmp) / "backfill.om"
             target = [(name, value) for name, value in (("job", args.job), ("instance", args.instance)) if value]
-            written, series = write_openmetrics(results, om, target)
+            try:
+                written, series = write_openmetrics(results, om, target)
+            except OSError as exc:
+                where = f"--openmetrics {om}" if args.openmetrics else f"temporary file {om} (set TMPDIR elsewhere)"
+                raise UsageError(f"{where}: cannot write ({exc.strerror or exc}); choose a writable path", 1) \
+                    from None
             before = set(block_dirs(out_dir))
             create_blocks(om, out_dir, promtool, args.max_block_duration)
         created = [b for b in block_dirs(out_dir) if b not in before]
     except (UsageError, BackfillError) as exc:
         print(f"bigbinf-exporter backfill: error: {exc}", file=stream)
         return getattr(exc, "code", 1)
-    except OSError as exc:
-        print(f"bigbinf-exporter backfill: error: cannot write {exc.filename or out_dir} ({exc.strerror or exc}); "
-              "choose a writable --out/--openmetrics", file=stream)
+    except OSError as exc:  # the journal, --out and --openmetrics have their own messages above
+        print(f"bigbinf-exporter backfill: error: {exc.filename or out_dir}: {exc.strerror or exc}", file=stream)
         return 1
     print(f"backfill: {written} results of {series} series, {len(unreadable)} unreadable journal lines skipped; "
           f"created {len(created)} blocks in {out_dir}. Move them into Prometheus' data directory "

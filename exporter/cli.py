@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name and exc.name.startswith("exporter"):
                 continue  # not part of this build
             raise
-        module.register(sub)
+        module.register(sub, [common])  # the shared flags work after these subcommands too
     return parser
 
 

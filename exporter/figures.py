@@ -2,9 +2,14 @@
 
 Figures are built on `matplotlib.figure.Figure` with an explicit Agg canvas rather than
 pyplot: no global figure state and no GUI backend, so a report can run on a headless
-server or next to the exporter's threads.  Every PNG carries a `Panels` text chunk
-(the number of axes drawn) so tests and tools can check a figure's layout without
-looking at pixels.
+server or next to the exporter's threads.  Each figure function writes its PNG and
+returns the Figure with it (FigureFile.figure), so callers and tests can inspect what
+was drawn (axes, labels, lines, legends); the PNG also carries a `Panels` text chunk
+(the number of axes) for tools that only see the file.
+
+Imported 2015 results measure other things than new ones (payload bytes and packet-span
+time, not frame bytes and wall clock), so they are their own series, labelled
+"(2015 import)", never pooled with new results (report.measured_by).
 
 Figure 5 needs per-packet data.  It comes from a kept capture (Result.pcap_path, read
 with exporter.analyse.iter_packets) or from the packets sidecar of an imported 2015
@@ -18,7 +23,7 @@ import statistics
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -43,6 +48,7 @@ class FigureFile:
     title: str
     caption: str
     panels: int
+    figure: Figure | None = field(default=None, compare=False, repr=False)  # what was drawn
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "file": self.file.name, "title": self.title, "caption": self.caption,
@@ -58,12 +64,32 @@ def human_bytes(n: float) -> str:
     return f"{n:.3g} TiB"
 
 
-def _save(fig: Figure, path: Path, title: str) -> int:
+def _save(name: str, fig: Figure, path: Path, title: str, caption: str) -> FigureFile:
     FigureCanvasAgg(fig)  # attaches the Agg canvas: PNG rendering without pyplot or a display
     panels = len(fig.axes)
     fig.savefig(path, format="png", dpi=DPI,
                 metadata={"Title": title, "Software": "bigbinf report", "Panels": str(panels)})
-    return panels
+    return FigureFile(name, path, title, caption, panels, fig)
+
+
+def _imports_note(report: "Report") -> str:
+    """Said in a caption when imported 2015 results are drawn, since they are not comparable."""
+    from .report import IMPORT_NOTE, IMPORTED, measured_by
+
+    return " " + IMPORT_NOTE if any(measured_by(r) == IMPORTED for r in report.used) else ""
+
+
+def _group(result: Result) -> tuple[str, str, str]:
+    """A figure series: protocol, direction and kind of measurement (see report.measured_by)."""
+    from .report import measured_by
+
+    return (result.protocol, result.direction, measured_by(result))
+
+
+def _group_order(key: tuple[str, str, str]) -> Any:
+    from .report import group_order
+
+    return group_order(*key)
 
 
 def _grid(count: int, max_cols: int = 3, panel_size: tuple[float, float] = (5.0, 3.6),
@@ -110,8 +136,9 @@ def figure4(report: "Report", path: Path) -> FigureFile:
     opts = report.options
     caption = (f"Mean speed (file bytes / duration) of transfers started in the peak hours "
                f"({opts.peak_hours[0]:g}h-{opts.peak_hours[1]:g}h at UTC{opts.tz_offset_hours:+g}) and outside them, "
-               "per protocol; error bars are one standard deviation; p is Welch's t-test from Table 1.")
-    return FigureFile("fig4", path, title, caption, _save(fig, path, title))
+               "per protocol; error bars are one standard deviation; p is Welch's t-test from Table 1."
+               + _imports_note(report))
+    return _save("fig4", fig, path, title, caption)
 
 
 def _p(value: float | None) -> str:
@@ -163,15 +190,15 @@ def select_fingerprints(used: Sequence[Result]) -> tuple[int | None, list[Result
         return None, []
     per_size = Counter()
     for size in {r.file_bytes for r in candidates}:
-        per_size[size] = len({(r.protocol, r.direction) for r in candidates if r.file_bytes == size})
+        per_size[size] = len({_group(r) for r in candidates if r.file_bytes == size})
     size = max(per_size, key=lambda s: (per_size[s], s))
-    latest: dict[tuple[str, str], Result] = {}
+    latest: dict[tuple[str, str, str], Result] = {}
     for r in candidates:
         if r.file_bytes == size:
-            key = (r.protocol, r.direction)
+            key = _group(r)
             if key not in latest or r.start_timestamp > latest[key].start_timestamp:
                 latest[key] = r
-    return size, [latest[k] for k in sorted(latest, key=lambda k: (k[0], k[1] != "download"))]
+    return size, [latest[k] for k in sorted(latest, key=_group_order)]
 
 
 def figure5(report: "Report", path: Path) -> FigureFile:
@@ -184,7 +211,7 @@ def figure5(report: "Report", path: Path) -> FigureFile:
         _no_data(ax, "no per-packet data: keep captures or import 2015 dumps with packets")
         ax.set_title(title)
         caption = "No transfer in range has a kept capture or imported packet list."
-        return FigureFile("fig5", path, title, caption, _save(fig, path, title))
+        return _save("fig5", fig, path, title, caption)
     fig, axes = _grid(len(chosen), max_cols=1, panel_size=(10.0, 2.4), sharex=True)
     thinned = False
     for ax, result in zip(axes, chosen):
@@ -200,7 +227,7 @@ def figure5(report: "Report", path: Path) -> FigureFile:
             ax.axvline(end, color="green", linestyle="--", linewidth=1, label="final packet")
         else:
             _no_data(ax, "capture holds no packets between the two hosts")
-        ax.set_title(f"{series_label(result.protocol, result.direction)}: {result.start_utc}, "
+        ax.set_title(f"{series_label(*_group(result))}: {result.start_utc}, "
                      f"{result.duration_seconds:.1f} s", fontsize=10)
         ax.set_ylabel("Payload (bytes)")
     axes[-1].set_xlabel("Time since first packet (s)")
@@ -208,8 +235,9 @@ def figure5(report: "Report", path: Path) -> FigureFile:
     fig.suptitle(f"{title} ({human_bytes(size or 0)} transfers)")
     caption = (f"One {human_bytes(size or 0)} transfer per protocol; each point is a packet, its height the payload "
                "length; down = remote to client. The dashed line marks the final packet."
-               + (f" More than {MAX_POINTS_PER_PANEL:,} packets: every k-th drawn." if thinned else ""))
-    return FigureFile("fig5", path, title, caption, _save(fig, path, title))
+               + (f" More than {MAX_POINTS_PER_PANEL:,} packets: every k-th drawn." if thinned else "")
+               + _imports_note(report))
+    return _save("fig5", fig, path, title, caption)
 
 
 # ---------------------------------------------------------------------------------------
@@ -226,11 +254,11 @@ def figure6(report: "Report", path: Path) -> FigureFile:
         largest = 0
     else:
         largest = max(r.file_bytes for r in report.used)
-        times: dict[tuple[str, str], list[float]] = defaultdict(list)
+        times: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for r in report.used:
             if r.file_bytes == largest:
-                times[(r.protocol, r.direction)].append(r.duration_seconds)
-        keys = sorted(times, key=lambda k: (k[0], k[1] != "download"))
+                times[_group(r)].append(r.duration_seconds)
+        keys = sorted(times, key=_group_order)
         means = [statistics.fmean(times[k]) for k in keys]
         sds = [statistics.stdev(times[k]) if len(times[k]) > 1 else 0.0 for k in keys]
         bars = ax.bar(range(len(keys)), means, yerr=sds, capsize=3, color="tab:blue", alpha=0.8)
@@ -239,8 +267,8 @@ def figure6(report: "Report", path: Path) -> FigureFile:
         ax.set_ylabel("Mean time (s)")
     ax.set_title(f"{title} ({human_bytes(largest)})" if largest else title)
     caption = (f"Mean duration of the {human_bytes(largest)} transfers per protocol; error bars are one standard "
-               "deviation. Smaller is better." if largest else "No ok transfers in range.")
-    return FigureFile("fig6", path, title, caption, _save(fig, path, title))
+               "deviation. Smaller is better." + _imports_note(report) if largest else "No ok transfers in range.")
+    return _save("fig6", fig, path, title, caption)
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,7 +282,7 @@ def figure7(report: "Report", path: Path) -> FigureFile:
         fig, (ax,) = _grid(1)
         _no_data(ax, "no ok transfers in range")
         ax.set_title(title)
-        return FigureFile("fig7", path, title, "No ok transfers in range.", _save(fig, path, title))
+        return _save("fig7", fig, path, title, "No ok transfers in range.")
     fig, axes = _grid(len(sizes))
     markers = "os^Dv<>pP*X"
     labels = [row.label for row in report.table2]
@@ -263,8 +291,8 @@ def figure7(report: "Report", path: Path) -> FigureFile:
     color = {label: f"C{i % 10}" for i, label in enumerate(order)}  # same colour in every panel
     for ax, size in zip(axes, sizes):
         for row in (r for r in report.table2 if r.file_bytes == size):
-            members = [r for r in report.used if r.file_bytes == size and (r.protocol, r.direction) ==
-                       (row.protocol, row.direction)]
+            members = [r for r in report.used
+                       if r.file_bytes == size and _group(r) == (row.protocol, row.direction, row.source)]
             ax.scatter([r.wire_bytes_total for r in members], [r.throughput_bytes_per_second for r in members],
                        s=8, alpha=0.3, marker=style[row.label], color=color[row.label])
             ax.scatter([row.bytes_total], [row.speed_bytes_per_second], s=90, marker=style[row.label],
@@ -277,8 +305,8 @@ def figure7(report: "Report", path: Path) -> FigureFile:
     fig.suptitle(title)
     caption = ("Per file size, each protocol's mean speed against its mean total wire bytes (large markers; small "
                "ones are single transfers). The dashed red line is the file size: points right of it carried "
-               "overhead, points left of it were compressed.")
-    return FigureFile("fig7", path, title, caption, _save(fig, path, title))
+               "overhead, points left of it were compressed." + _imports_note(report))
+    return _save("fig7", fig, path, title, caption)
 
 
 # ---------------------------------------------------------------------------------------
@@ -311,8 +339,8 @@ def figure8(report: "Report", path: Path) -> FigureFile:
     ratio_ax.set_title("(b) byte ratio", fontsize=10)
     fig.suptitle(title)
     caption = ("(a) Mean speed per file size and protocol. (b) Mean wire bytes (down + up) as a percentage of the "
-               "file size: above 100% is overhead, below is compression.")
-    return FigureFile("fig8", path, title, caption, _save(fig, path, title))
+               "file size: above 100% is overhead, below is compression." + _imports_note(report))
+    return _save("fig8", fig, path, title, caption)
 
 
 FIGURES = (("fig4", figure4), ("fig5", figure5), ("fig6", figure6), ("fig7", figure7), ("fig8", figure8))

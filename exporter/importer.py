@@ -14,9 +14,10 @@ any, go to a sidecar JSON-lines file next to the journal,
 day, in the capture host's zone, so only differences are trustworthy).  The Result's
 packets_path points at it; Figure 5 of the report reads it.
 
-Importing is idempotent: a dump whose series and start time are already in the journal
-is counted as such and not written again.  A malformed dump is reported by name and
-reason and skipped; the others are imported regardless.
+Importing is idempotent: a dump whose series, client (host_to) and start time are already
+in the journal is named, counted as such and not written again; if its content differs
+from the journal's copy, the output says which fields differ.  A malformed dump is
+reported by name and reason and skipped; the others are imported regardless.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .journal import Journal
+from .journal import Journal, SkippedLine
 from .result import PAYLOAD_BUCKETS, WAYS, Result, empty_histogram
-from .report import Progress
+from .report import Progress, UsageError, check_journal, journal_read_error
 
 NAME_RE = re.compile(r"^(?P<stem>.+)_(?P<when>\d{4}-\d{2}-\d{2}_\d{2}:\d{2}:\d{2})\.dump$")
 LABEL_MAX = 64  # label values stay short and bounded: they end up in every series name
@@ -66,11 +67,13 @@ class Dump:
 @dataclass
 class ImportSummary:
     imported: int = 0
-    duplicates: int = 0
+    duplicates: int = 0  # already in the journal (conflicts included)
     malformed: list[tuple[Path, str]] = field(default_factory=list)
+    conflicts: list[tuple[Path, list[str]]] = field(default_factory=list)  # duplicates whose content differs
 
     def line(self) -> str:
-        return (f"import: {self.imported} imported, {self.duplicates} already in the journal, "
+        differ = f" ({len(self.conflicts)} with different content, not imported)" if self.conflicts else ""
+        return (f"import: {self.imported} imported, {self.duplicates} already in the journal{differ}, "
                 f"{len(self.malformed)} malformed (skipped)")
 
 
@@ -220,16 +223,19 @@ def parse_dump(path: Path) -> Dump:
     start = parse_start(record.get("utc_start_time"), name_when)
     packets = parse_packets(record["packets"]) if record.get("packets") is not None else None
     batch = record.get("batch_id", "")
-    result = Result(
-        protocol=sanitise_label(protocol_raw, "unknown", lower=True),
-        remote=sanitise_label(host_from, "unknown", lower=True),
-        dataset=sanitise_label(file_part, size_label(file_size)) if file_part else size_label(file_size),
-        direction="download",  # the testbed always copied from host_from to host_to
-        start_timestamp=start, outcome="ok", duration_seconds=duration, file_bytes=file_size,
-        files=1, verified=False, wire_bytes_down=down, wire_bytes_up=up,
-        round_id="" if batch is None else str(batch), remote_address=host_from, client_address=host_to,
-        source="import", **_packet_fields(packets),
-    )
+    try:
+        result = Result(
+            protocol=sanitise_label(protocol_raw, "unknown", lower=True),
+            remote=sanitise_label(host_from, "unknown", lower=True),
+            dataset=sanitise_label(file_part, size_label(file_size)) if file_part else size_label(file_size),
+            direction="download",  # the testbed always copied from host_from to host_to
+            start_timestamp=start, outcome="ok", duration_seconds=duration, file_bytes=file_size,
+            files=1, verified=False, wire_bytes_down=down, wire_bytes_up=up,
+            round_id="" if batch is None else str(batch), remote_address=host_from, client_address=host_to,
+            source="import", **_packet_fields(packets),
+        )
+    except ValueError as exc:  # Result's own checks: whatever slipped past the ones above
+        raise MalformedDump(str(exc)) from None
     return Dump(path, result, packets or None)
 
 
@@ -301,10 +307,42 @@ def expand(paths: Iterable[str]) -> list[Path]:
     return found
 
 
+Identity = tuple[Any, float, str]
+
+
+def identity(result: Result) -> Identity:
+    """What makes a transfer the same one: series, start time and client.  The client
+    (host_to) counts because two clients pulling the same file in the same second are two
+    transfers."""
+    return (result.key, result.start_timestamp, result.client_address)
+
+
+# Result fields -> the dump field they come from, so a difference is named as the user wrote it.
+DUMP_FIELDS = {"file_bytes": "file_size", "duration_seconds": "time", "wire_bytes_down": "bytes_down",
+               "wire_bytes_up": "bytes_up", "round_id": "batch_id", "remote_address": "host_from",
+               "start_timestamp": "utc_start_time", "packets_down": "packets", "packets_up": "packets",
+               "payload_bytes_down": "packets", "payload_bytes_up": "packets", "payload_histogram": "packets"}
+
+
+def differences(new: Result, old: Result) -> list[str]:
+    """Dump fields in which a dump differs from the journal's copy of it.  packets_path is
+    where the sidecar was written, not content."""
+    names = [DUMP_FIELDS.get(f.name, f.name) for f in dataclasses.fields(Result)
+             if f.name != "packets_path" and getattr(new, f.name) != getattr(old, f.name)]
+    return list(dict.fromkeys(names))
+
+
 def import_dumps(paths: Sequence[Path], journal_path: Path, stream: TextIO | None = None) -> ImportSummary:
+    """Import the dumps; UsageError if the journal cannot be read, OSError if it cannot be written."""
     stream = stream if stream is not None else sys.stderr
     journal = Journal(journal_path)
-    seen = {(r.key, r.start_timestamp) for r in journal.read()}
+    unreadable: list[SkippedLine] = []
+    try:
+        known = {identity(r): r for r in journal.read(unreadable)}
+    except OSError as exc:
+        raise journal_read_error(journal_path, exc) from None
+    for line in unreadable:  # e.g. a torn last line; it stays, the import appends after it
+        print(f"import: {line}", file=stream)
     summary = ImportSummary()
     progress = Progress("imported", "dumps", len(paths), stream=stream)
     for number, path in enumerate(paths, start=1):
@@ -314,33 +352,42 @@ def import_dumps(paths: Sequence[Path], journal_path: Path, stream: TextIO | Non
             summary.malformed.append((path, str(exc)))
             print(f"import: skipped {path}: {exc}", file=stream)
         else:
-            identity = (dump.result.key, dump.result.start_timestamp)
-            if identity in seen:
+            old = known.get(identity(dump.result))
+            if old is not None:
                 summary.duplicates += 1
+                differ = differences(dump.result, old)
+                if differ:
+                    summary.conflicts.append((path, differ))
+                    print(f"import: {path}: already in the journal (same series, client and start time) with "
+                          f"different {', '.join(differ)}; kept the journal's copy. To replace it, remove that "
+                          "line from the journal and import again", file=stream)
+                else:
+                    print(f"import: {path}: already in the journal; not imported again", file=stream)
             else:
-                _store(dump, journal, journal_path)
-                seen.add(identity)
+                known[identity(dump.result)] = _store(dump, journal, journal_path)
                 summary.imported += 1
         progress.update(number)
     return summary
 
 
-def _store(dump: Dump, journal: Journal, journal_path: Path) -> None:
+def _store(dump: Dump, journal: Journal, journal_path: Path) -> Result:
     result = dump.result
     if dump.packets:
         sidecar = _sidecar_path(packets_dir(journal_path), dump.path)
         write_packets(sidecar, dump.packets)
         result = dataclasses.replace(result, packets_path=str(sidecar.resolve()))
     journal.append(result)
+    return result
 
 
 # ---------------------------------------------------------------------------------------
 # CLI
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    # parents: the CLI's shared flags (--log.level ...), so they also work after `import`.
     p = subparsers.add_parser(
-        "import", help="import the 2015 testbed's .dump files into the journal",
+        "import", parents=list(parents), help="import the 2015 testbed's .dump files into the journal",
         description="Read .dump JSON files of the 2015 testbed (files or directories of them) into the journal. "
                     "Malformed files are reported and skipped; importing a dump twice adds nothing.")
     p.add_argument("dumps", nargs="+", metavar="DUMP", help=".dump file, or a directory of them")
@@ -354,15 +401,16 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         print(f"bigbinf-exporter import: error: no .dump files in {' '.join(args.dumps)}", file=sys.stderr)
         return 2
-    if journal_path.is_dir():
-        print(f"bigbinf-exporter import: error: --journal {journal_path} is a directory; give a file path",
-              file=sys.stderr)
-        return 2
     try:
+        check_journal(journal_path, must_exist=False)  # created if missing
         summary = import_dumps(paths, journal_path)
-    except OSError as exc:
+    except UsageError as exc:
+        print(f"bigbinf-exporter import: error: {exc}", file=sys.stderr)
+        return exc.code
+    except OSError as exc:  # reads of the journal are UsageErrors above: this is a write
         print(f"bigbinf-exporter import: error: cannot write {exc.filename or journal_path} "
-              f"({exc.strerror or exc}); check --journal and its directory", file=sys.stderr)
+              f"({exc.strerror or exc}); check that --journal and its directory are writable", file=sys.stderr)
         return 1
     print(f"{summary.line()} -> {journal_path}", file=sys.stderr)
-    return 1 if summary.malformed else 0
+    # Not imported and worth a look: malformed dumps, and dumps that contradict the journal.
+    return 1 if summary.malformed or summary.conflicts else 0

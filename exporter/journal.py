@@ -38,16 +38,27 @@ class Journal:
 
     def append(self, result: Result) -> None:
         """Write one result durably (flush + fsync) before anyone publishes it."""
-        line = json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n"
+        line = (json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line)
+            with open(self.path, "a+b") as f:
+                # A torn last line (power loss mid-write) has no newline: appending onto it
+                # would glue this result to it and lose both.  End it first; read() then
+                # reports the torn line alone and keeps this one.
+                end = f.seek(0, os.SEEK_END)
+                if end:
+                    f.seek(end - 1)
+                    if f.read(1) != b"\n":
+                        line = b"\n" + line
+                f.write(line)  # "a" mode: always at the end, whatever was read
                 f.flush()
                 os.fsync(f.fileno())
 
     def read(self, skipped: list[SkippedLine] | None = None) -> Iterator[Result]:
-        """Every readable result in file order; unreadable lines go to `skipped`."""
+        """Every readable result in file order.
+
+        Unreadable lines go to `skipped` if given (the caller reports them, so each is
+        said once); otherwise each is logged as a warning."""
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8", errors="replace") as f:
@@ -61,6 +72,7 @@ class Journal:
                     yield Result.from_json(record)
                 except (ValueError, TypeError) as exc:
                     problem = SkippedLine(self.path, number, str(exc) or type(exc).__name__)
-                    log.warning("%s", problem)
                     if skipped is not None:
                         skipped.append(problem)
+                    else:
+                        log.warning("%s", problem)

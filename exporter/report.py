@@ -6,7 +6,8 @@ writes, into one directory:
 
     index.html      tables, figures, and what was used and skipped
     table1.csv      peak vs off-peak per protocol: n, means, Shapiro-Wilk, Welch's t-test
-    table2.csv      per file size x protocol: mean bytes down/up/total, ratio, time, speed
+    table2.csv      per file size x protocol: mean bytes down/up/total, ratio, time, speed,
+                    and speed as the 2015 study computed it (bytes down / capture time)
     skipped.csv     every result not used, and why
     report.json     all of the above plus the parameters, for other tools
     fig4..fig8.png  the study's figures (exporter/figures.py)
@@ -14,6 +15,10 @@ writes, into one directory:
 The statistics need scipy and the figures matplotlib (the optional extra `report`); both
 are imported only when a report is built, so the exporter itself runs without them.
 The core, `build_report`, is pure: results in, tables out; the CLI wraps it.
+
+Imported 2015 dumps (Result.source "import") measure other quantities than the exporter
+(payload bytes and packet-span time, not frame bytes and wall clock), so every table row
+and figure series is per kind of measurement too (measured_by): never pooled.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import html
 import json
 import math
 import re
+import stat
 import statistics
 import sys
 import time
@@ -186,9 +192,40 @@ def describe(result: Result) -> str:
     return f"{result.protocol} {result.remote} {result.dataset} {result.direction} {result.start_utc}"
 
 
-def series_label(protocol: str, direction: str) -> str:
-    """How a row/legend names a protocol: the study only downloaded, so uploads are marked."""
-    return protocol if direction == "download" else f"{protocol} (upload)"
+IMPORTED = "import"  # Result.source of a 2015 dump brought in by `import`
+EXPORTER = "exporter"
+
+
+def measured_by(result: Result) -> str:
+    """Which kind of measurement a result is: "import" (a 2015 dump: payload bytes, packet-span
+    time) or "exporter" (frame bytes, wall-clock time; also when read back from Prometheus).
+    The two measure different things, so no table row or figure series pools them."""
+    return IMPORTED if result.source == IMPORTED else EXPORTER
+
+
+def series_label(protocol: str, direction: str, source: str = EXPORTER) -> str:
+    """How a row/legend names a protocol: the study only downloaded, so uploads are marked,
+    and imported 2015 results are marked so they are never read as new measurements."""
+    marks = [m for m, on in (("upload", direction != "download"), ("2015 import", source == IMPORTED)) if on]
+    return f"{protocol} ({', '.join(marks)})" if marks else protocol
+
+
+def group_order(protocol: str, direction: str, source: str) -> tuple[str, bool, bool]:
+    """Rows and legends: by protocol, downloads first, new measurements before imports."""
+    return (protocol, direction != "download", source == IMPORTED)
+
+
+def study_speed(result: Result) -> float | None:
+    """Speed as the 2015 study computed it: bytes down over the capture time (last minus
+    first packet), bytes counted as tcpdump's payload length.  An imported dump holds
+    exactly those numbers (bytes_down, time); a new result has them from its capture
+    (payload_bytes_down, first/last packet times), or None without a capture."""
+    if result.source == IMPORTED:
+        return result.wire_bytes_down / result.duration_seconds if result.duration_seconds > 0 else None
+    first, last = result.first_packet_timestamp, result.last_packet_timestamp
+    if first is None or last is None or last <= first:
+        return None
+    return result.payload_bytes_down / (last - first)
 
 
 def _why_skipped(result: Result, opts: ReportOptions) -> tuple[str, str] | None:
@@ -231,6 +268,7 @@ def select(results: Iterable[Result], opts: ReportOptions) -> tuple[list[Result]
 class Table1Row:
     protocol: str
     direction: str
+    source: str  # "exporter" or "import" (see measured_by)
     n_peak: int
     mean_peak: float | None  # mean speed (bytes/s)
     sd_peak: float | None
@@ -247,7 +285,7 @@ class Table1Row:
 
     @property
     def label(self) -> str:
-        return series_label(self.protocol, self.direction)
+        return series_label(self.protocol, self.direction, self.source)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -291,24 +329,19 @@ def _normal_verdict(*ps: float | None) -> str:
 
 
 def table1(used: Sequence[Result], opts: ReportOptions) -> list[Table1Row]:
-    groups: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    groups: dict[tuple[str, str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for result in used:
-        peak, offpeak = groups[(result.protocol, result.direction)]
+        peak, offpeak = groups[(result.protocol, result.direction, measured_by(result))]
         target = peak if is_peak(result.start_timestamp, opts.peak_hours, opts.tz_offset_hours) else offpeak
         target.append(result.throughput_bytes_per_second)
     rows = []
-    for (protocol, direction), (peak, offpeak) in sorted(groups.items(), key=_group_order):
+    for (protocol, direction, source), (peak, offpeak) in sorted(groups.items(), key=lambda kv: group_order(*kv[0])):
         sp, so = shapiro_p(peak), shapiro_p(offpeak)
         t, df, p, note = welch(peak, offpeak)
-        rows.append(Table1Row(protocol, direction, len(peak), _mean(peak), _sd(peak), sp,
+        rows.append(Table1Row(protocol, direction, source, len(peak), _mean(peak), _sd(peak), sp,
                               len(offpeak), _mean(offpeak), _sd(offpeak), so,
                               _normal_verdict(sp, so), t, df, p, note))
     return rows
-
-
-def _group_order(item: tuple[tuple[str, str], Any]) -> tuple[str, int]:
-    protocol, direction = item[0]
-    return (protocol, 0 if direction == "download" else 1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,6 +353,7 @@ class Table2Row:
     file_bytes: int
     protocol: str
     direction: str
+    source: str  # "exporter" or "import" (see measured_by)
     n: int
     bytes_down: float  # mean wire bytes remote -> client
     bytes_up: float
@@ -328,28 +362,33 @@ class Table2Row:
     ratio_percent: float  # the same as the study printed it: 100 = exactly the file size
     time_seconds: float  # mean duration
     speed_bytes_per_second: float  # mean of the per-transfer speeds
+    # Mean of study_speed over the transfers that have it (None if none has): the number
+    # to compare with the 2015 study's tables.
+    study_speed_bytes_per_second: float | None = None
 
     @property
     def label(self) -> str:
-        return series_label(self.protocol, self.direction)
+        return series_label(self.protocol, self.direction, self.source)
 
 
 def table2(used: Sequence[Result]) -> list[Table2Row]:
-    groups: dict[tuple[int, str, str], list[Result]] = defaultdict(list)
+    groups: dict[tuple[int, str, str, str], list[Result]] = defaultdict(list)
     for result in used:
-        groups[(result.file_bytes, result.protocol, result.direction)].append(result)
+        groups[(result.file_bytes, result.protocol, result.direction, measured_by(result))].append(result)
     rows = []
-    for (size, protocol, direction), members in sorted(
-            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "download")):
+    for (size, protocol, direction, source), members in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], *group_order(*kv[0][1:]))):
         ratio = statistics.fmean(r.byte_ratio for r in members)
+        study = [s for s in map(study_speed, members) if s is not None]
         rows.append(Table2Row(
-            file_bytes=size, protocol=protocol, direction=direction, n=len(members),
+            file_bytes=size, protocol=protocol, direction=direction, source=source, n=len(members),
             bytes_down=statistics.fmean(r.wire_bytes_down for r in members),
             bytes_up=statistics.fmean(r.wire_bytes_up for r in members),
             bytes_total=statistics.fmean(r.wire_bytes_total for r in members),
             ratio=ratio, ratio_percent=ratio * 100.0,
             time_seconds=statistics.fmean(r.duration_seconds for r in members),
             speed_bytes_per_second=statistics.fmean(r.throughput_bytes_per_second for r in members),
+            study_speed_bytes_per_second=statistics.fmean(study) if study else None,
         ))
     return rows
 
@@ -422,11 +461,12 @@ def build_report(results: Iterable[Result], peak_hours: tuple[float, float] = DE
 # Writing: CSV, JSON, HTML
 
 
-TABLE1_HEADINGS = ("Protocol", "Direction", "n peak", "Mean speed peak (B/s)", "SD peak", "Shapiro-Wilk p peak",
-                   "n off-peak", "Mean speed off-peak (B/s)", "SD off-peak", "Shapiro-Wilk p off-peak",
-                   "Normal", "Welch t", "df", "p-value", "Note")
-TABLE2_HEADINGS = ("File size (bytes)", "Protocol", "Direction", "n", "Bytes down", "Bytes up", "Bytes total",
-                   "Ratio", "Ratio (%)", "Time (s)", "Speed (bytes/s)")
+TABLE1_HEADINGS = ("Protocol", "Direction", "Source", "n peak", "Mean speed peak (B/s)", "SD peak",
+                   "Shapiro-Wilk p peak", "n off-peak", "Mean speed off-peak (B/s)", "SD off-peak",
+                   "Shapiro-Wilk p off-peak", "Normal", "Welch t", "df", "p-value", "Note")
+STUDY_SPEED_HEADING = "Speed as the study computed it (bytes down / capture time)"
+TABLE2_HEADINGS = ("File size (bytes)", "Protocol", "Direction", "Source", "n", "Bytes down", "Bytes up",
+                   "Bytes total", "Ratio", "Ratio (%)", "Time (s)", "Speed (bytes/s)", STUDY_SPEED_HEADING)
 
 
 def _write_csv(path: Path, headings: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -480,6 +520,11 @@ def _html_table(headings: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
 
 
+IMPORT_NOTE = ("Protocols marked (2015 import) are the 2015 testbed's own numbers: TCP/UDP payload bytes and the time "
+               "from first to last packet, not frame bytes and wall-clock time like new results, so they are kept "
+               "in rows of their own and never pooled with new results.")
+
+
 def render_html(report: Report) -> str:
     opts = report.options
     e = html.escape
@@ -491,9 +536,10 @@ def render_html(report: Report) -> str:
           _num(r.df, 1), _p(r.p_value), r.note] for r in report.table1))
     t2 = _html_table(
         ("File size (bytes)", "Protocol", "n", "Bytes down", "Bytes up", "Bytes total", "Ratio (%)", "Time (s)",
-         "Speed (bytes/s)"),
+         "Speed (bytes/s)", STUDY_SPEED_HEADING.replace(")", ", B/s)")),
         ([_num(r.file_bytes), r.label, str(r.n), _num(r.bytes_down), _num(r.bytes_up), _num(r.bytes_total),
-          _num(r.ratio_percent), _num(r.time_seconds), _num(r.speed_bytes_per_second)] for r in report.table2))
+          _num(r.ratio_percent), _num(r.time_seconds), _num(r.speed_bytes_per_second),
+          _num(r.study_speed_bytes_per_second)] for r in report.table2))
     figures = "\n".join(
         f'<figure><img src="{e(f.file.name)}" alt="{e(f.title)}"><figcaption><b>{e(f.title)}.</b> '
         f"{e(f.caption)}</figcaption></figure>" for f in report.figures)
@@ -502,6 +548,7 @@ def render_html(report: Report) -> str:
     skipped_table = _html_table(("Result", "Category", "Reason"), ([s.what, s.category, s.reason] for s in listed))
     more = len([s for s in report.skipped if s.category != OUT_OF_RANGE]) - len(listed)
     peak = f"{opts.peak_hours[0]:g}h00-{opts.peak_hours[1]:g}h00 at UTC{opts.tz_offset_hours:+g}"
+    imports = e(IMPORT_NOTE) + " " if any(measured_by(r) == IMPORTED for r in report.used) else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>bigbinf report</title>
 <style>
@@ -523,11 +570,14 @@ Peak hours: {e(peak)}. Generated {e(report.generated_utc)}.</p>
 <p>Mean speed (file bytes / duration) of transfers started in and outside the peak hours, the Shapiro-Wilk
 normality p-value of each group (normal: p &ge; {NORMALITY_ALPHA} in both), and the two-sided p-value of Welch's
 t-test with the null hypothesis that the mean speeds are the same. A small p-value (below 0.05) means the peak
-does make a difference.</p>
+does make a difference. {imports}</p>
 {t1}
 <h2>Table 2: per file size and protocol</h2>
-<p>Means over the transfers of each file size and protocol. Bytes are link-layer frame bytes captured on the
-client; the ratio is bytes total / file size (100% = exactly the file size); speed is file bytes / duration.</p>
+<p>Means over the transfers of each file size and protocol. In rows of new measurements, bytes are link-layer
+frame bytes captured on the client and time is the transfer command's wall clock. {imports}The ratio is bytes
+total / file size (100% = exactly the file size); speed is file bytes / time. The last column is speed as the
+2015 study computed it: payload bytes down / time from first to last packet (n/a without a capture), for
+comparison with the study's tables.</p>
 {t2}
 <h2>Figures</h2>
 {figures}
@@ -573,6 +623,7 @@ PLAIN_GAUGES = {
 }
 WAY_GAUGES = {LAST + "wire_bytes": "wire_bytes", LAST + "payload_bytes": "payload_bytes", LAST + "packets": "packets"}
 OUTCOME_GAUGE = LAST + "outcome"
+ORIGIN_LABEL = "origin"  # set by backfill on imported results: origin="import"
 SeriesId = tuple[tuple[str, str], ...]  # every label but __name__ (and way/outcome): one target's series
 
 
@@ -644,7 +695,15 @@ def read_prometheus(url: str, start: float, end: float, step: float = DEFAULT_ST
             done += 1
             progress.update(done)
         found.update(needed)
-    return _dedupe([_result_from_fields(fields) for fields in found.values()])
+    results = []
+    for fields in found.values():
+        try:
+            results.append(_result_from_fields(fields))
+        except ValueError as exc:  # e.g. a NaN gauge written by hand: one result, not the report
+            where = ",".join(f'{k}="{v}"' for k, v in sorted(fields["labels"].items()) if k != "__name__")
+            print(f"report: skipped the result of {{{where}}} started at {fields['start']!r} in {url}: {exc}",
+                  file=stream if stream is not None else sys.stderr)
+    return _dedupe(results)
 
 
 def _collect(name: str, answer: list[dict[str, Any]], needed: dict[tuple[SeriesId, float], dict[str, Any]]) -> None:
@@ -684,7 +743,9 @@ def _result_from_fields(fields: dict[str, Any]) -> Result:
         verified=fields.get("verified", 0.0) == 1.0, wire_bytes_down=whole("wire_bytes_down"),
         wire_bytes_up=whole("wire_bytes_up"), payload_bytes_down=whole("payload_bytes_down"),
         payload_bytes_up=whole("payload_bytes_up"), packets_down=whole("packets_down"), packets_up=whole("packets_up"),
-        retransmits_wire=whole("retransmits_wire"), capture_dropped=whole("capture_dropped"), source="prometheus",
+        retransmits_wire=whole("retransmits_wire"), capture_dropped=whole("capture_dropped"),
+        # backfill labels imported 2015 results origin="import" so they stay apart here too
+        source=IMPORTED if labels.get(ORIGIN_LABEL) == IMPORTED else "prometheus",
     )
 
 
@@ -701,9 +762,10 @@ def _dedupe(results: Iterable[Result]) -> list[Result]:
 # CLI
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    # parents: the CLI's shared flags (--log.level ...), so they also work after `report`.
     p = subparsers.add_parser(
-        "report", help="the study's tables and figures from stored results",
+        "report", parents=list(parents), help="the study's tables and figures from stored results",
         description="Write Table 1 (peak vs off-peak, Welch's t-test), Table 2 (per file size and protocol), "
                     "Figures 4-8 and an HTML page from the journal or from Prometheus.")
     p.add_argument("--journal", metavar="PATH", help="journal to read (needed with --source journal)")
@@ -727,6 +789,35 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def check_journal(path: Path, must_exist: bool = True) -> None:
+    """UsageError unless --journal names a file this process can read: one message per way
+    it can go wrong, each naming the path and the fix (shared by report, import, backfill)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if not must_exist:
+            return
+        raise UsageError(f"--journal {path}: no such file; give the exporter's journal path "
+                         "(journal.path in its configuration)", 1) from None
+    except OSError as exc:  # e.g. a parent directory this user may not enter
+        raise UsageError(f"--journal {path}: cannot read ({exc.strerror or exc}); check the permissions of the "
+                         "file and its directories, or run as a user who can read it", 1) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"--journal {path}: is a directory; give the journal file itself, "
+                         f"e.g. --journal {path / 'journal.jsonl'}")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--journal {path}: cannot read ({exc.strerror or exc}); check the file's permissions, "
+                         "or run as a user who can read it", 1) from None
+
+
+def journal_read_error(path: Path, exc: OSError) -> UsageError:
+    """A read that failed after check_journal passed (I/O error, file replaced)."""
+    return UsageError(f"--journal {path}: cannot read ({exc.strerror or exc}); check the file and its permissions", 1)
+
+
 def _load(args: argparse.Namespace, start: float | None, end: float | None,
           unreadable: list[SkippedLine]) -> tuple[Iterable[Result], str]:
     source = args.source
@@ -734,13 +825,7 @@ def _load(args: argparse.Namespace, start: float | None, end: float | None,
         if not args.journal:
             raise UsageError("--journal PATH is required with --source journal (the default)")
         path = Path(args.journal)
-        if not path.is_file():
-            raise UsageError(f"--journal {path}: no such file; give the exporter's journal path", 1)
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise UsageError(f"--journal {path}: cannot read ({exc.strerror}); check permissions", 1) from None
+        check_journal(path)
         progress = Progress("read", "journal results")
         return progress.counted(Journal(path).read(unreadable)), f"journal {path}"
     if len(source) == 2 and source[0] == "prometheus":
@@ -766,7 +851,12 @@ def run(args: argparse.Namespace) -> int:
         _require_extras(figures=not args.no_figures)
         unreadable: list[SkippedLine] = []
         results, source = _load(args, start, end, unreadable)
-        report = build_report(results, peak, tz, start, end, args.remote, args.direction, unreadable, source)
+        try:
+            report = build_report(results, peak, tz, start, end, args.remote, args.direction, unreadable, source)
+        except OSError as exc:  # the journal is read lazily, inside build_report
+            raise journal_read_error(Path(args.journal or ""), exc) from None
+        for line in unreadable:  # the journal leaves reporting them to us: once each
+            print(f"report: {line}", file=sys.stderr)
         out = Path(args.out)
         try:
             write_report(report, out, with_figures=not args.no_figures)

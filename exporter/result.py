@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ class Result:
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
+        _check_field_types(self)
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
         if self.direction not in DIRECTIONS:
@@ -101,7 +103,10 @@ class Result:
 
     @property
     def throughput_bytes_per_second(self) -> float:
-        """File bytes over the command's wall-clock duration (the study's 'speed')."""
+        """File bytes over the command's wall-clock duration.
+
+        Not the study's 'speed': that was bytes down (payload, overhead included) over the
+        packet span; report.study_speed computes that one for comparison with old tables."""
         if self.outcome != "ok" or self.duration_seconds <= 0:
             return 0.0
         return self.file_bytes / self.duration_seconds
@@ -128,5 +133,62 @@ class Result:
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> "Result":
-        names = {f.name for f in dataclasses.fields(cls)}
+        fields = dataclasses.fields(cls)
+        # A missing field says which, instead of a TypeError about __init__'s arguments.
+        missing = [f.name for f in fields if f.name not in record
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        names = {f.name for f in fields}
         return cls(**{k: v for k, v in record.items() if k in names})
+
+
+# Type checks of Result fields, keyed by their annotation (a string: annotations are
+# postponed).  A journal line with a wrong-typed field (a date string as start_timestamp,
+# "12" as a byte count) must fail when it is read, where Journal.read reports the line
+# and skips it, not later as a TypeError deep in report or backfill.  Fields whose
+# annotation is not listed here are not checked.
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int subclass but not a measurement; NaN/inf are no value to average.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_histogram(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and all(_is_int(n) for n in v) for k, v in value.items())
+
+
+def _is_number_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) for k, v in value.items())
+
+
+_TYPE_CHECKS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("a whole number", _is_int),
+    "float": ("a finite number", _is_number),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "dict[str, list[int]]": ("an object of lists of whole numbers", _is_histogram),
+    "dict[str, float]": ("an object of finite numbers", _is_number_map),
+}
+
+
+def _check_field_types(result: Result) -> None:
+    """ValueError naming the field, the expected type and the value, for the first wrong one."""
+    for f in dataclasses.fields(result):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        optional = annotation.endswith(" | None")
+        check = _TYPE_CHECKS.get(annotation.removesuffix(" | None"))
+        value = getattr(result, f.name)
+        if check is None or (optional and value is None):
+            continue
+        expected, valid = check
+        if not valid(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise ValueError(f"field {f.name}: expected {expected}{' or null' if optional else ''}, "
+                             f"got {type(value).__name__} {shown}")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from exporter import backfill, metric_names
+from exporter.collector import last_result_samples
 from exporter.journal import Journal
 from exporter.result import Result
 from tests.support.prometheus import PROMETHEUS, PrometheusServer
@@ -40,7 +41,7 @@ def make_results(base: float) -> list[Result]:
                file_bytes=2**30, verified=False, wire_bytes_down=2_000_000, wire_bytes_up=1_100_000_000,
                payload_bytes_down=10, payload_bytes_up=2**30, packets_down=300_000, packets_up=700_000,
                transport="udp", data_flows=2, retransmits_sender=42, retransmits_sender_source="kernel",
-               rtt_seconds=0.0125),
+               rtt_seconds=0.0125, reported={"bytes": 2.0**30, "seconds": 40.0, "retransmits": 40.0}),
         Result("http", "uct", "1GiB", "upload", base + 4 * 1200, "timeout", error="killed after 600 s",
                duration_seconds=600.0, file_bytes=2**30),
     ]
@@ -71,9 +72,22 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         samples[(LAST + "transport", (("transport", r.transport),))] = 1.0
     if r.retransmits_sender is not None:
         samples[(LAST + "retransmits_sender", (("source", r.retransmits_sender_source),))] = float(r.retransmits_sender)
+    if "retransmits" in r.reported:  # iperf3's own count, beside the kernel's
+        samples[(LAST + "retransmits_sender", (("source", "iperf3"),))] = r.reported["retransmits"]
+    if r.reported:
+        samples[(LAST + "reported_throughput_bytes_per_second", ())] = r.reported["bytes"] / r.reported["seconds"]
     if last_ok is not None:
         samples[("bigbinf_last_success_timestamp_seconds", ())] = last_ok
+    if r.source == "import":  # imported 2015 results are labelled, so a report keeps them apart
+        samples = {(name, tuple(sorted((*labels, ("origin", "import"))))): v for (name, labels), v in samples.items()}
     return samples
+
+
+def imported_result(start: float) -> Result:
+    """A 2015 dump as `import` stores it."""
+    return Result("hpn-scp", "sanbi-vm.uwc.ac.za", "5MiB.dat", "download", start, "ok", duration_seconds=0.5,
+                  file_bytes=5242880, files=1, wire_bytes_down=5243000, wire_bytes_up=52, round_id="b3f1c2",
+                  remote_address="SANBI-VM.uwc.ac.za", client_address="137.158.0.9", source="import")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,6 +163,75 @@ def test_last_success_carries_over_failures(tmp_path: Path) -> None:
 # The command's errors
 
 
+def test_imported_results_are_labelled_by_origin(tmp_path: Path) -> None:
+    om = tmp_path / "x.om"
+    results = make_results(1_700_000_000.0)
+    backfill.write_openmetrics([*results, imported_result(1_700_010_000.0)], om)
+    samples = [line for line in om.read_text().splitlines() if not line.startswith("#")]
+    labelled = [line for line in samples if 'origin="import"' in line]
+    assert labelled and all('protocol="hpn-scp"' in line for line in labelled)
+    assert [line for line in samples if 'protocol="hpn-scp"' in line] == labelled
+    # every gauge an imported result sets, with the label; and the label is the last one
+    assert len(labelled) == sum(1 for _ in last_result_samples(imported_result(0.0))) + 1  # + last success
+    assert all(line.split("}", 1)[0].endswith('origin="import"') for line in labelled)
+
+
+def fake_promtool(tmp_path: Path, script: str = "exit 0") -> Path:
+    fake = tmp_path / "promtool"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def test_unreadable_lines_are_reported_once_and_the_rest_is_backfilled(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    journal = tmp_path / "j.jsonl"
+    first, second = make_results(1_700_000_000.0)[:2]
+    Journal(journal).append(first)
+    with open(journal, "a") as f:
+        f.write(json.dumps({**first.to_json(), "start_timestamp": "2024-03-01"}) + "\n")  # line 2
+        f.write("{not json\n")  # line 3
+    Journal(journal).append(second)
+    om = tmp_path / "kept.om"
+    assert run(["backfill", "--journal", str(journal), "--out", str(tmp_path / "b"), "--openmetrics", str(om),
+                "--promtool", str(fake_promtool(tmp_path))]) == 0
+    err = capsys.readouterr().err
+    line2 = f"{journal}:2: skipped: field start_timestamp: expected a finite number, got str '2024-03-01'"
+    assert err.count(line2) == 1 and err.count(f"{journal}:3: skipped: ") == 1
+    assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()] == []  # not logged as well
+    assert "2 results of 1 series, 2 unreadable journal lines skipped" in err
+    starts = [line.rsplit(" ", 2)[1] for line in om.read_text().splitlines()
+              if line.startswith(LAST + "start_timestamp_seconds{")]
+    assert starts == [repr(first.start_timestamp), repr(second.start_timestamp)]
+
+
+def test_output_errors_name_the_option_to_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = tmp_path / "j.jsonl"
+    Journal(journal).append(make_results(1_700_000_000.0)[0])
+    promtool = str(fake_promtool(tmp_path))
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    assert run(["backfill", "--journal", str(journal), "--out", str(a_file / "blocks"), "--promtool", promtool]) == 1
+    assert capsys.readouterr().err == (f"bigbinf-exporter backfill: error: --out {a_file / 'blocks'}: cannot create "
+                                       "(Not a directory); choose a directory you can write\n")
+    assert run(["backfill", "--journal", str(journal), "--out", str(tmp_path / "b"), "--openmetrics", str(tmp_path),
+                "--promtool", promtool]) == 1
+    assert capsys.readouterr().err == (f"bigbinf-exporter backfill: error: --openmetrics {tmp_path}: cannot write "
+                                       "(Is a directory); choose a writable path\n")
+
+
+def test_shared_flags_work_after_backfill(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from exporter import cli
+
+    journal = tmp_path / "j.jsonl"
+    Journal(journal).append(make_results(1_700_000_000.0)[0])
+    argv = ["backfill", "--journal", str(journal), "--out", str(tmp_path / "b"),
+            "--promtool", str(fake_promtool(tmp_path)), "--log.level", "error"]
+    assert cli.build_parser().parse_args(argv).log_level == "error"
+    assert cli.main(argv) == 0
+    assert "backfill: 1 results of 1 series" in capsys.readouterr().err
+
+
 def test_missing_promtool_and_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     journal = tmp_path / "j.jsonl"
     Journal(journal).append(make_results(1_700_000_000.0)[0])
@@ -189,7 +272,7 @@ def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # A few hours back: inside the default 15 d retention, and older than the head block
     # Prometheus will start (blocks are loaded at startup: out-of-order ingestion is off).
     base = float(int(time.time() - 6 * HOUR))
-    results = make_results(base)
+    results = make_results(base) + [imported_result(base + 5 * 1200)]
     journal = tmp / "journal.jsonl"
     for result in results:
         Journal(journal).append(result)
@@ -236,7 +319,8 @@ def test_report_reads_the_results_back_from_prometheus(backfilled: Any, capsys: 
               "file_bytes", "verified", "wire_bytes_down", "wire_bytes_up", "payload_bytes_down", "payload_bytes_up",
               "packets_down", "packets_up", "retransmits_wire", "capture_dropped")
     assert [[getattr(r, f) for f in fields] for r in back] == [[getattr(r, f) for f in fields] for r in results]
-    assert {r.source for r in back} == {"prometheus"}
+    # New results come back as read from Prometheus; the imported one is still known as imported.
+    assert [r.source for r in back] == ["prometheus"] * 5 + ["import"]
 
     # The command, end to end: --from/--to with offsets, tables only.
     p = argparse.ArgumentParser()
@@ -246,7 +330,7 @@ def test_report_reads_the_results_back_from_prometheus(backfilled: Any, capsys: 
                          "--no-figures", "--out", str(tmp / "report")])
     assert args.func(args) == 0, capsys.readouterr().err
     data = json.loads((tmp / "report" / "report.json").read_text())
-    assert data["used_count"] == 3 and data["skipped_by_category"] == {report.NOT_OK: 2}
+    assert data["used_count"] == 4 and data["skipped_by_category"] == {report.NOT_OK: 2}
     assert data["source"] == f"prometheus {prom.url}"
-    assert [(row["protocol"], row["direction"], row["n"]) for row in data["table2"]] == [
-        ("scp", "download", 2), ("http", "upload", 1)]
+    assert [(row["protocol"], row["direction"], row["source"], row["n"]) for row in data["table2"]] == [
+        ("hpn-scp", "download", "import", 1), ("scp", "download", "exporter", 2), ("http", "upload", "exporter", 1)]

@@ -218,3 +218,65 @@ def test_imported_dumps_feed_the_report(tmp_path: Path, dumps: Path) -> None:
     report.write_report(rep, tmp_path / "out", progress_stream=io.StringIO())
     assert check_png(tmp_path / "out" / "fig5.png") == 1  # the one dump with packets
     assert [(p.way, p.length) for p in read_packets(Path(rep.used[0].packets_path))][1] == ("down", 1448)
+
+
+def test_import_onto_a_torn_last_line_loses_nothing(tmp_path: Path, dumps: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    journal_path = tmp_path / "journal.jsonl"
+    journal_path.write_text('{"torn')  # the exporter lost power mid-write: no newline
+    run(["import", "--journal", str(journal_path), str(dumps)])
+    err = capsys.readouterr().err
+    assert f"import: {journal_path}:1: skipped: " in err  # the torn line, by number
+    assert "2 imported" in err
+    skipped: list = []
+    assert sorted(r.protocol for r in Journal(journal_path).read(skipped)) == ["gridftp-udt", "hpn-scp"]
+    assert [s.line for s in skipped] == [1]
+    assert journal_path.read_text().splitlines()[0] == '{"torn'
+
+
+def test_duplicates_are_named_and_differing_content_is_said(tmp_path: Path, dumps: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    journal_path = tmp_path / "journal.jsonl"
+    good = dumps / "hpn-scp_5MiB.dat_2015-08-21_13:00:01.dump"
+    assert run(["import", "--journal", str(journal_path), str(good)]) == 0
+    before = journal_path.read_text()
+    capsys.readouterr()
+
+    assert run(["import", "--journal", str(journal_path), str(good)]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == f"import: {good}: already in the journal; not imported again"
+
+    # The same transfer (series, client, start) with other numbers: not imported, and said so.
+    changed = write_dump(tmp_path, good.name, dict(WITH_PACKETS, bytes_down=3000, bytes_total=3052, time=0.75))
+    assert run(["import", "--journal", str(journal_path), str(changed)]) == 1
+    err = capsys.readouterr().err
+    assert (f"import: {changed}: already in the journal (same series, client and start time) with different "
+            "time, bytes_down; kept the journal's copy.") in err
+    assert "0 imported, 1 already in the journal (1 with different content, not imported), 0 malformed" in err
+    assert journal_path.read_text() == before
+
+
+def test_two_clients_pulling_the_same_file_in_the_same_second_are_two_transfers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    name = "gridftp-udt_file_2.4G_2015-08-22_03:00:05.dump"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_dump(tmp_path / "a", name, WITHOUT_PACKETS)
+    second = write_dump(tmp_path / "b", name, dict(WITHOUT_PACKETS, host_to="137.158.0.10", time=120.0))
+    journal_path = tmp_path / "journal.jsonl"
+    assert run(["import", "--journal", str(journal_path), str(first), str(second)]) == 0
+    assert "2 imported, 0 already in the journal" in capsys.readouterr().err
+    assert sorted((r.client_address, r.duration_seconds) for r in Journal(journal_path).read()) == [
+        ("137.158.0.10", 120.0), ("137.158.0.9", 115.3)]
+    assert run(["import", "--journal", str(journal_path), str(first), str(second)]) == 0
+    assert "0 imported, 2 already in the journal" in capsys.readouterr().err
+
+
+def test_shared_flags_work_after_import(tmp_path: Path, dumps: Path) -> None:
+    from exporter import cli
+
+    journal_path = tmp_path / "journal.jsonl"
+    good = str(dumps / "hpn-scp_5MiB.dat_2015-08-21_13:00:01.dump")
+    args = cli.build_parser().parse_args(["import", "--log.level", "error", "--journal", "j", good])
+    assert args.log_level == "error"
+    assert cli.main(["import", "--journal", str(journal_path), good, "--log.level", "error"]) == 0
+    assert [r.protocol for r in Journal(journal_path).read()] == ["hpn-scp"]

@@ -8,6 +8,7 @@ import datetime as dt
 import io
 import json
 import math
+import statistics
 import struct
 import sys
 import types
@@ -78,6 +79,73 @@ def welch_by_hand(a: list[float], b: list[float]) -> tuple[float, float, float]:
     return t, df, two_sided_p(t, df)
 
 
+# Independent Shapiro-Wilk: Royston's (1992, 1995) approximations written out from the
+# published formulas (coefficients from normal order statistics, and the normalising
+# transforms of W for n <= 11 and n >= 12), so the report's p is checked against a
+# computation that does not go through scipy.
+
+
+def _poly(coefficients: list[float], x: float) -> float:
+    return sum(c * x**i for i, c in enumerate(coefficients))
+
+
+def shapiro_by_hand(values: list[float]) -> tuple[float, float]:
+    """(W, p) for 4 <= n <= 5000 (J. P. Royston, Statistics and Computing 2 (1992) 117-119;
+    Applied Statistics 44 (1995) 547-551, algorithm AS R94)."""
+    x, n = sorted(values), len(values)
+    normal = statistics.NormalDist()
+    m = [normal.inv_cdf((i - 0.375) / (n + 0.25)) for i in range(1, n + 1)]
+    mm = sum(v * v for v in m)
+    u = 1 / math.sqrt(n)
+    a_n = m[-1] / math.sqrt(mm) + _poly([0, 0.221157, -0.147981, -2.071190, 4.434685, -2.706056], u)
+    if n > 5:
+        a_n1 = m[-2] / math.sqrt(mm) + _poly([0, 0.042981, -0.293762, -1.752461, 5.682633, -3.582633], u)
+        phi = (mm - 2 * m[-1] ** 2 - 2 * m[-2] ** 2) / (1 - 2 * a_n**2 - 2 * a_n1**2)
+        a = [-a_n, -a_n1, *(v / math.sqrt(phi) for v in m[2:-2]), a_n1, a_n]
+    else:
+        phi = (mm - 2 * m[-1] ** 2) / (1 - 2 * a_n**2)
+        a = [-a_n, *(v / math.sqrt(phi) for v in m[1:-1]), a_n]
+    mean = sum(x) / n
+    w = sum(ai * xi for ai, xi in zip(a, x)) ** 2 / sum((xi - mean) ** 2 for xi in x)
+    if n <= 11:
+        gamma = 0.459 * n - 2.273
+        mu = _poly([0.5440, -0.39978, 0.025054, -0.0006714], n)
+        sigma = math.exp(_poly([1.3822, -0.77857, 0.062767, -0.0020322], n))
+        z = (-math.log(gamma - math.log(1 - w)) - mu) / sigma
+    else:
+        ln = math.log(n)
+        mu = _poly([-1.5861, -0.31082, -0.083751, 0.0038915], ln)
+        sigma = math.exp(_poly([-0.4803, -0.082676, 0.0030302], ln))
+        z = (math.log(1 - w) - mu) / sigma
+    return w, 1 - normal.cdf(z)
+
+
+# Shapiro & Wilk (1965), "An analysis of variance test for normality (complete samples)",
+# Biometrika 52(3/4), 591-611, section 4's worked example: weights of 11 men in pounds.
+# Published: W = 0.79, below the 1% point of W for n = 11 (0.792, their Table 6): p < 0.01.
+SHAPIRO_WILK_1965_WEIGHTS = [148.0, 154.0, 158.0, 160.0, 161.0, 162.0, 166.0, 170.0, 182.0, 195.0, 236.0]
+
+
+def test_independent_shapiro_wilk_reproduces_the_published_example() -> None:
+    w, p = shapiro_by_hand(SHAPIRO_WILK_1965_WEIGHTS)
+    assert w == pytest.approx(0.79, abs=0.005) and w < 0.792
+    assert p < 0.01
+
+
+def test_shapiro_wilk_p_of_the_published_example() -> None:
+    _, p = shapiro_by_hand(SHAPIRO_WILK_1965_WEIGHTS)
+    assert report.shapiro_p(SHAPIRO_WILK_1965_WEIGHTS) == pytest.approx(p, rel=1e-6)
+    assert report.shapiro_p(SHAPIRO_WILK_1965_WEIGHTS) < 0.01  # non-normal, as the paper concludes
+    # Through Table 1: the weights as peak speeds, the (normal-looking) off-peak speeds as the rest.
+    size = MIB
+    results = [ok("scp", at(1 + i, 12), size / speed, size) for i, speed in enumerate(SHAPIRO_WILK_1965_WEIGHTS)]
+    results += [ok("scp", at(1 + i, 3), size / speed, size) for i, speed in enumerate(OFFPEAK_SPEEDS)]
+    (row,) = build_report(results).table1
+    assert row.shapiro_p_peak == pytest.approx(p, rel=1e-6)
+    assert row.shapiro_p_offpeak == pytest.approx(shapiro_by_hand(OFFPEAK_SPEEDS)[1], rel=1e-6)
+    assert row.normal == "no"  # one group fails at alpha 0.05
+
+
 def test_independent_p_value_matches_textbook_tables() -> None:
     # Student's t tables: two-sided 5% critical values t(10) = 2.228, t(30) = 2.042, 1% t(5) = 4.032.
     assert two_sided_p(2.228138852, 10) == pytest.approx(0.05, abs=1e-8)
@@ -121,9 +189,9 @@ def test_table1_welch_p_value_equals_independent_computation(tz_offset: float) -
     assert row.df == pytest.approx(df, rel=1e-9)
     assert row.p_value == pytest.approx(p, abs=1e-9)
     assert 0.0 < row.p_value < 0.01  # peak really is slower in this data
-    assert row.shapiro_p_peak is not None and 0.0 < row.shapiro_p_peak <= 1.0
-    assert row.shapiro_p_offpeak is not None and 0.0 < row.shapiro_p_offpeak <= 1.0
-    assert row.normal in ("yes", "no")
+    assert row.shapiro_p_peak == pytest.approx(shapiro_by_hand(PEAK_SPEEDS)[1], rel=1e-6)
+    assert row.shapiro_p_offpeak == pytest.approx(shapiro_by_hand(OFFPEAK_SPEEDS)[1], rel=1e-6)
+    assert row.normal == "yes"  # both p well above 0.05 (0.94 and 0.95)
 
 
 def test_table1_small_groups_are_not_tested() -> None:
@@ -169,9 +237,9 @@ def test_table2_exact_means_per_size_and_protocol() -> None:
     ]
     rep = build_report(results, start=at(1, 0), end=at(10, 0))
     assert rep.table2 == [
-        Table2Row(1024, "ftp", "download", 1, 1000.0, 24.0, 1024.0, 1.0, 100.0, 0.5, 2048.0),
-        Table2Row(1024, "scp", "download", 2, 1350.0, 58.0, 1408.0, 1.375, 137.5, 3.0, 384.0),
-        Table2Row(4096, "scp", "download", 2, 4048.0, 560.0, 4608.0, 1.125, 112.5, 8.0, 512.0),
+        Table2Row(1024, "ftp", "download", "exporter", 1, 1000.0, 24.0, 1024.0, 1.0, 100.0, 0.5, 2048.0, None),
+        Table2Row(1024, "scp", "download", "exporter", 2, 1350.0, 58.0, 1408.0, 1.375, 137.5, 3.0, 384.0, None),
+        Table2Row(4096, "scp", "download", "exporter", 2, 4048.0, 560.0, 4608.0, 1.125, 112.5, 8.0, 512.0, None),
     ]
     assert len(rep.used) == 5
     assert rep.skipped_counts() == {report.OUT_OF_RANGE: 1, report.NOT_OK: 1}
@@ -241,23 +309,107 @@ def figure_results(tmp_path: Path) -> list[Result]:
     return results
 
 
-def test_every_figure_is_a_valid_png_with_its_panels(tmp_path: Path) -> None:
+def legend_texts(ax: object) -> list[str]:
+    legend = ax.get_legend()  # type: ignore[attr-defined]
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
+
+
+def tick_texts(ax: object) -> list[str]:
+    return [t.get_text() for t in ax.get_xticklabels()]  # type: ignore[attr-defined]
+
+
+def line_labelled(ax: object, label: str) -> object:
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == label]  # type: ignore[attr-defined]
+    return line
+
+
+def bar_heights(ax: object, container: int = 0) -> list[float]:
+    from matplotlib.container import BarContainer
+
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]  # type: ignore[attr-defined]
+    return [bar.get_height() for bar in bars[container]]
+
+
+def figures_by_name(rep: report.Report) -> dict[str, object]:
+    return {f.name: f.figure for f in rep.figures}
+
+
+def test_every_figure_is_a_valid_png_and_draws_what_the_study_drew(tmp_path: Path) -> None:
     rep = build_report(figure_results(tmp_path))
     out = tmp_path / "out"
     report.write_report(rep, out, progress_stream=io.StringIO())
-    panels = {f.name: check_png(f.file) for f in rep.figures}
-    assert panels == {"fig4": 1, "fig5": 2, "fig6": 1, "fig7": 2, "fig8": 2}
     assert {f.file.name for f in rep.figures} == {"fig4.png", "fig5.png", "fig6.png", "fig7.png", "fig8.png"}
+    figs = figures_by_name(rep)
+    # The PNG on disk is the figure drawn: same panel count.
+    assert {f.name: check_png(f.file) for f in rep.figures} == {n: len(fig.axes) for n, fig in figs.items()}
+    protocols = ["ftp", "gridftp", "scp"]
+    (ax4,) = figs["fig4"].axes  # its numbers: test_fig4_bars_are_the_peak_and_offpeak_means
+    assert legend_texts(ax4) == ["peak", "off-peak"] and ax4.get_ylabel() == "Mean speed (bytes/s)"
+    assert [t.split("\n")[0] for t in tick_texts(ax4)] == protocols
+
+    # Fig 5: 5 MiB has packet lists for two protocols (ftp, scp), 512 MiB for one.
+    fig5 = figs["fig5"]
+    assert [ax.get_title().split(":")[0] for ax in fig5.axes] == ["ftp", "scp"]
+    assert fig5.axes[-1].get_xlabel() == "Time since first packet (s)"
+    assert legend_texts(fig5.axes[0]) == ["down", "up", "final packet"]
+    for ax in fig5.axes:
+        assert ax.get_ylabel() == "Payload (bytes)"
+        assert len(line_labelled(ax, "down").get_xdata()) == 240 and len(line_labelled(ax, "up").get_xdata()) == 60
+        assert list(line_labelled(ax, "final packet").get_xdata()) == pytest.approx([2.99, 2.99])
     assert "5 MiB" in next(f for f in rep.figures if f.name == "fig5").caption
+
+    (ax6,) = figs["fig6"].axes
+    assert tick_texts(ax6) == protocols and ax6.get_ylabel() == "Mean time (s)"
+    big = 512 * MIB
+    assert bar_heights(ax6) == pytest.approx(
+        [statistics.fmean(big / (20e6 + 1e6 * p + 1e5 * i) for i in range(4)) for p in range(3)], rel=1e-12)
+
+    fig7 = figs["fig7"]
+    assert [ax.get_title() for ax in fig7.axes] == ["5 MiB file", "512 MiB file"]
+    for ax, size in zip(fig7.axes, (5 * MIB, 512 * MIB)):
+        reference = line_labelled(ax, "file size")  # the study's file-size mark
+        assert list(reference.get_xdata()) == [size, size]
+        assert reference.get_color() == "red" and reference.get_linestyle() == "--"
+        assert legend_texts(ax) == [*protocols, "file size"]
+        assert ax.get_xlabel() == "Total bytes transferred (down + up)" and ax.get_ylabel() == "Speed (bytes/s)"
+
+    speed_ax, ratio_ax = figs["fig8"].axes
+    for ax in (speed_ax, ratio_ax):
+        assert ax.get_xscale() == "log" and ax.get_xlabel() == "File size (bytes)"
+    assert legend_texts(speed_ax) == protocols
+    assert legend_texts(ratio_ax) == [*protocols, "100% = file size"]
+    assert list(line_labelled(ratio_ax, "100% = file size").get_ydata()) == [100.0, 100.0]
+    # ratio per protocol: (1.02 + 0.01) x the file size, rounded down to whole bytes
+    assert list(line_labelled(ratio_ax, "scp").get_ydata()) == pytest.approx([103.0, 103.0], rel=1e-6)
+
     page = (out / "index.html").read_text()
     for name in ("fig4.png", "fig5.png", "fig6.png", "fig7.png", "fig8.png", "Table 1", "Table 2"):
         assert name in page
 
 
+def test_fig4_bars_are_the_peak_and_offpeak_means(tmp_path: Path) -> None:
+    from exporter import figures
+
+    rep = build_report(table1_results(0.0) + [ok("ftp", at(1, 12), 1.0, MIB), ok("ftp", at(1, 3), 2.0, MIB)])
+    (ax,) = figures.figure4(rep, tmp_path / "fig4.png").figure.axes
+    _, _, p = welch_by_hand(PEAK_SPEEDS, OFFPEAK_SPEEDS)
+    assert tick_texts(ax) == ["ftp\np=n/a", f"scp\np={p:.2g}"]
+    assert bar_heights(ax, 0) == pytest.approx([MIB / 1.0, _mean(PEAK_SPEEDS)], rel=1e-12)
+    assert bar_heights(ax, 1) == pytest.approx([MIB / 2.0, _mean(OFFPEAK_SPEEDS)], rel=1e-12)
+    assert check_png(tmp_path / "fig4.png") == 1
+
+
 def test_figures_without_data_are_still_written(tmp_path: Path) -> None:
     rep = build_report([Result("scp", "uwc", "d", "download", at(1, 3), "timeout")])
     report.write_report(rep, tmp_path, progress_stream=io.StringIO())
-    assert {f.name: check_png(f.file) for f in rep.figures} == {"fig4": 1, "fig5": 1, "fig6": 1, "fig7": 1, "fig8": 2}
+    figs = figures_by_name(rep)
+    assert {name: len(fig.axes) for name, fig in figs.items()} == {"fig4": 1, "fig5": 1, "fig6": 1, "fig7": 1,
+                                                                   "fig8": 2}
+    assert {f.name: check_png(f.file) for f in rep.figures} == {n: len(fig.axes) for n, fig in figs.items()}
+    for name, fig in figs.items():
+        for ax in fig.axes:
+            assert [t.get_text() for t in ax.texts][0].startswith("no "), name  # says why it is empty
+            assert ax.get_lines() == [] and not ax.containers
 
 
 def test_fig5_reads_kept_captures_through_analyse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -281,6 +433,9 @@ def test_fig5_reads_kept_captures_through_analyse(tmp_path: Path, monkeypatch: p
                   remote_address="198.18.0.2") for p in ("http", "scp", "rsync")]
     rep = build_report(results)
     report.write_report(rep, tmp_path / "out", progress_stream=io.StringIO())
+    fig5 = figures_by_name(rep)["fig5"]
+    assert [ax.get_title().split(":")[0] for ax in fig5.axes] == ["http", "rsync", "scp"]
+    assert all(len(line_labelled(ax, "down").get_xdata()) == 25 for ax in fig5.axes)
     assert check_png(tmp_path / "out" / "fig5.png") == 3
     assert (str(pcap), "198.18.0.1", "198.18.0.2") in calls
 
@@ -310,6 +465,9 @@ def test_fig5_from_a_real_capture(tmp_path: Path) -> None:
     assert packets[-1][0] == pytest.approx(0.39)
     rep = build_report([result, ok("ftp", at(1, 3), 0.4, MIB)])  # ftp kept no capture
     report.write_report(rep, tmp_path / "out", progress_stream=io.StringIO())
+    (ax,) = figures_by_name(rep)["fig5"].axes
+    assert ax.get_title().startswith("scp:")
+    assert list(line_labelled(ax, "down").get_ydata()) == [1448] * 30
     assert check_png(tmp_path / "out" / "fig5.png") == 1
 
 
@@ -403,3 +561,141 @@ def test_progress_is_rate_limited() -> None:
     lines = out.getvalue().splitlines()
     assert lines == ["imported 100/500 dumps", "imported 200/500 dumps", "imported 300/500 dumps",
                      "imported 400/500 dumps", "imported 500/500 dumps"]
+
+
+# ---------------------------------------------------------------------------------------
+# Imported 2015 results are kept apart from new ones
+
+
+def imported(start: float, duration: float, file_bytes: int, down: int, up: int, **kw: object) -> Result:
+    return ok("scp", start, duration, file_bytes, down=down, up=up, source="import", **kw)
+
+
+def mixed_results(tmp_path: Path) -> list[Result]:
+    """scp at 1 KiB measured twice by the exporter and twice imported from 2015 dumps; one
+    of each kind has a packet list, so Fig 5 has a panel for each."""
+    sidecar = tmp_path / "packets" / "p.jsonl"
+    write_packets(sidecar, [Packet("down", k * 0.1, 1000) for k in range(5)])
+    return [
+        ok("scp", at(1, 3), 2.0, 1024, down=1200, up=80, packets_path=str(sidecar)),
+        ok("scp", at(2, 3), 4.0, 1024, down=1500, up=36),
+        imported(at(1, 4), 1.0, 1024, down=1000, up=20, packets_path=str(sidecar)),
+        imported(at(2, 4), 0.5, 1024, down=1000, up=4),
+    ]
+
+
+def test_imports_and_new_results_are_never_pooled(tmp_path: Path) -> None:
+    rep = build_report(mixed_results(tmp_path))
+    # Pooled, scp would be one row of n = 4; apart, each row's means are its own.
+    assert rep.table2 == [
+        Table2Row(1024, "scp", "download", "exporter", 2, 1350.0, 58.0, 1408.0, 1.375, 137.5, 3.0, 384.0, None),
+        # ratio (1020 + 1004) / 2 / 1024; speed (1024 + 2048) / 2; study speed (1000/1 + 1000/0.5) / 2
+        Table2Row(1024, "scp", "download", "import", 2, 1000.0, 12.0, 1012.0, 0.98828125, 98.828125, 0.75,
+                  1536.0, 1500.0),
+    ]
+    assert [(r.label, r.n_offpeak) for r in rep.table1] == [("scp", 2), ("scp (2015 import)", 2)]
+    assert [r.label for r in rep.table2] == ["scp", "scp (2015 import)"]
+
+    out = tmp_path / "out"
+    report.write_report(rep, out, progress_stream=io.StringIO())
+    with open(out / "table2.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["Protocol"], r["Source"], r["n"], r["Speed (bytes/s)"]) for r in rows] == [
+        ("scp", "exporter", "2", "384.0"), ("scp", "import", "2", "1536.0")]
+    with open(out / "table1.csv") as f:
+        assert [r["Source"] for r in csv.DictReader(f)] == ["exporter", "import"]
+    data = json.loads((out / "report.json").read_text())
+    assert [(r["source"], r["n"]) for r in data["table2"]] == [("exporter", 2), ("import", 2)]
+    assert [r["source"] for r in data["table1"]] == ["exporter", "import"]
+    page = (out / "index.html").read_text()
+    assert "<td>scp (2015 import)</td>" in page and report.IMPORT_NOTE in page.replace("&#x27;", "'")
+    assert "Bytes are link-layer frame bytes" not in page  # no longer said of every row
+
+    figs = figures_by_name(rep)
+    labels = ["scp", "scp (2015 import)"]
+    assert [t.split("\n")[0] for t in tick_texts(figs["fig4"].axes[0])] == labels
+    assert [ax.get_title().split(":")[0] for ax in figs["fig5"].axes] == labels
+    assert tick_texts(figs["fig6"].axes[0]) == labels and bar_heights(figs["fig6"].axes[0]) == [3.0, 0.75]
+    (ax7,) = figs["fig7"].axes
+    assert legend_texts(ax7) == [*labels, "file size"]
+    assert [list(c.get_offsets()[:, 0]) for c in ax7.collections] == [
+        [1280, 1536], [1408.0], [1020, 1004], [1012.0]]  # each kind's own transfers and mean
+    speed_ax, _ = figs["fig8"].axes
+    assert [list(line_labelled(speed_ax, label).get_ydata()) for label in labels] == [[384.0], [1536.0]]
+    for f in rep.figures:
+        assert report.IMPORT_NOTE in f.caption, f.name
+
+
+def test_without_imports_nothing_mentions_them(tmp_path: Path) -> None:
+    rep = build_report([r for r in mixed_results(tmp_path) if r.source != "import"])
+    report.write_report(rep, tmp_path / "out", progress_stream=io.StringIO())
+    assert [r.label for r in rep.table2] == ["scp"]
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "2015 import" not in page and all(report.IMPORT_NOTE not in f.caption for f in rep.figures)
+
+
+def test_study_speed_column_is_bytes_down_over_capture_time(tmp_path: Path) -> None:
+    def captured(start: float, first: float, last: float, payload_down: int) -> Result:
+        return ok("scp", start, 9.0, 1024, down=5000, up=50, payload_bytes_down=payload_down,
+                  first_packet_timestamp=start + first, last_packet_timestamp=start + last)
+
+    results = [
+        captured(at(1, 3), 0.5, 2.5, 1000),  # 1000 payload bytes down in a 2 s packet span: 500 B/s
+        captured(at(2, 3), 0.25, 4.25, 1000),  # 250 B/s
+        ok("scp", at(3, 3), 9.0, 1024, down=5000, up=50),  # no capture: no study speed, not averaged in
+        ok("ftp", at(1, 3), 9.0, 1024, down=5000, up=50),  # no capture in the whole group
+        imported(at(1, 4), 1.5, 1024, down=3000, up=10),  # the dump's bytes_down / time: 2000 B/s
+    ]
+    rep = build_report(results)
+    assert [(r.label, r.n, r.study_speed_bytes_per_second) for r in rep.table2] == [
+        ("ftp", 1, None), ("scp", 3, 375.0), ("scp (2015 import)", 1, 2000.0)]
+    assert [report.study_speed(r) for r in results] == [500.0, 250.0, None, None, 2000.0]
+    report.write_tables(rep, tmp_path)
+    with open(tmp_path / "table2.csv") as f:
+        rows = list(csv.DictReader(f))
+    heading = "Speed as the study computed it (bytes down / capture time)"
+    assert [r[heading] for r in rows] == ["", "375.0", "2000.0"]
+    assert [r["study_speed_bytes_per_second"] for r in json.loads((tmp_path / "report.json").read_text())["table2"]] \
+        == [None, 375.0, 2000.0]
+    page = report.render_html(rep)
+    assert "Speed as the study computed it (bytes down / capture time, B/s)" in page
+    assert "<td>375.0</td>" in page and "<td>n/a</td>" in page
+
+
+# ---------------------------------------------------------------------------------------
+# Wrong-typed journal lines, and the shared flags after the subcommand
+
+
+def test_report_skips_wrong_typed_journal_lines_and_uses_the_rest(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    journal_path = tmp_path / "journal.jsonl"
+    good = [ok("scp", at(1, 3), 2.0, 1024, down=1200, up=80), ok("scp", at(2, 3), 4.0, 1024, down=1500, up=36)]
+    Journal(journal_path).append(good[0])
+    with open(journal_path, "a") as f:
+        f.write(json.dumps({**good[0].to_json(), "start_timestamp": "2024-03-01"}) + "\n")  # line 2
+        f.write(json.dumps({**good[0].to_json(), "file_bytes": "1024"}) + "\n")  # line 3
+    Journal(journal_path).append(good[1])
+    out = tmp_path / "out"
+    assert run(["report", "--journal", str(journal_path), "--no-figures", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    line2 = f"{journal_path}:2: skipped: field start_timestamp: expected a finite number, got str '2024-03-01'"
+    line3 = f"{journal_path}:3: skipped: field file_bytes: expected a whole number, got str '1024'"
+    assert err.count(line2) == 1 and err.count(line3) == 1 and "Traceback" not in err
+    assert "used 2 results, skipped 2 (2 unreadable journal line)" in err
+    data = json.loads((out / "report.json").read_text())
+    assert [(s["what"], s["reason"].split(":")[0]) for s in data["skipped"]] == [
+        (f"{journal_path}:2", "field start_timestamp"), (f"{journal_path}:3", "field file_bytes")]
+    assert [(r["n"], r["speed_bytes_per_second"]) for r in data["table2"]] == [(2, 384.0)]
+
+
+def test_shared_flags_work_after_the_subcommand(tmp_path: Path) -> None:
+    from exporter import cli
+
+    journal_path = tmp_path / "journal.jsonl"
+    Journal(journal_path).append(ok("scp", at(1, 3), 2.0, 1024, down=1200, up=80))
+    argv = ["--journal", str(journal_path), "--no-figures", "--out", str(tmp_path / "out")]
+    args = cli.build_parser().parse_args(["report", "--log.level", "error", *argv])
+    assert args.log_level == "error" and args.func is report.run
+    assert cli.main(["report", *argv, "--log.level", "warn", "--config.file", str(tmp_path / "unused.yaml")]) == 0
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["used_count"] == 1
+    assert cli.build_parser().parse_args(["--log.level", "debug", "report", *argv]).log_level == "debug"
