@@ -120,14 +120,17 @@ def verify_copy(copy: Path, ds: DatasetConfig, sums: dict[str, str]) -> Verifica
     for path, name in pairs:
         if not path.exists():
             return Verification(False, f"no file arrived at {path}")
+        # Named as received, relative to what holds the copy: "many/part-0042.bin" says
+        # which member of a set is bad, "f5m.bin.<id>" which upload.
+        shown = path.relative_to(copy.parent) if path.is_relative_to(copy.parent) else path
         size = path.stat().st_size
         if size != ds.size:
-            return Verification(False, f"{path.name}: received {size} bytes, expected {ds.size}")
+            return Verification(False, f"{shown}: received {size} bytes, expected {ds.size}")
         expected = sums.get(name)
         if expected is not None:
             actual = sha256_file(path)
             if actual != expected:
-                return Verification(False, f"{path.name}: sha256 {actual[:16]}... differs from the source's "
+                return Verification(False, f"{shown}: sha256 {actual[:16]}... differs from the source's "
                                            f"{expected[:16]}...")
             hashed += 1
     what = f"{len(pairs)} file" + ("s" if len(pairs) != 1 else "")

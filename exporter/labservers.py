@@ -36,12 +36,15 @@ class LabServer:
     configure: Callable[["LabLayout"], None]
     argv: Callable[["LabLayout"], list[str]]
     serves: str  # what protocols use it, for `lab status`
-    side: str = "remote"  # the namespace it runs in: "remote", or "client" (UDT's local end)
+    # Where it runs: "remote" (the remote namespace), "client" (UDT's local end), or
+    # "ssh": started per transfer through the remote's sshd (bbftpd -s), so the lab only
+    # needs its binary installed and sshd up; its state is sshd's.
+    side: str = "remote"
 
     def netns(self, layout: "LabLayout") -> str | None:
         if layout.in_place:
             return None  # `lab serve`: this namespace is the remote site
-        return layout.remote_ns if self.side == "remote" else layout.client_ns
+        return layout.client_ns if self.side == "client" else layout.remote_ns
 
     def installed(self) -> bool:
         return shutil.which(self.binary) is not None or Path(self.binary).exists()
@@ -231,6 +234,9 @@ SERVERS: dict[str, LabServer] = {
     "gridftp-client": LabServer("gridftp-client", "globus-gridftp-server", 2811, _gridftp_configure,
                                 _gridftp_client_argv, "gridftp UDT (local end)", side="client"),
     "iperf3": LabServer("iperf3", "iperf3", 5201, _nothing, _iperf3_argv, "iperf3"),
+    # Not a daemon of the lab: bbftp's ssh mode runs `bbftpd -s` through sshd per transfer.
+    "bbftpd": LabServer("bbftpd", "bbftpd", 22, _nothing, _sshd_argv, "bbftp (bbftpd -s, started through sshd)",
+                        side="ssh"),
 }
 
 
@@ -241,8 +247,14 @@ def pidfile(layout: "LabLayout", server: LabServer) -> Path:
     return layout.run_dir / f"{server.name}.launcher.pid"
 
 
+def _started_by(server: LabServer) -> LabServer:
+    """The server whose process stands for this one: sshd for an ssh-started one."""
+    return SERVERS["sshd"] if server.side == "ssh" else server
+
+
 def running_pid(layout: "LabLayout", server: LabServer) -> int | None:
     """PID of the server we started, if it is still that process."""
+    server = _started_by(server)
     try:
         pid = int(pidfile(layout, server).read_text().split()[0])
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -252,6 +264,7 @@ def running_pid(layout: "LabLayout", server: LabServer) -> int | None:
 
 
 def listening(layout: "LabLayout", server: LabServer) -> bool:
+    server = _started_by(server)
     ns = server.netns(layout)
     argv = ["ss", *(["-N", ns] if ns else []), "-Hltn", f"sport = :{server.port}"]
     out = subprocess.run(argv, capture_output=True, text=True).stdout
@@ -259,6 +272,8 @@ def listening(layout: "LabLayout", server: LabServer) -> bool:
 
 
 def start(layout: "LabLayout", server: LabServer, timeout: float = 15.0) -> int:
+    # An ssh-started server is up when sshd is: start (or find) sshd, whose pid it shares.
+    server = _started_by(server)
     pid = running_pid(layout, server)
     if pid and listening(layout, server):
         return pid

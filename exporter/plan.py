@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,20 +82,39 @@ def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: s
     template = own or profile.commands(options).get((direction, kind))
     if template is None:
         return None  # e.g. HTTP cannot move a directory: not every protocol does every dataset
-    expectation = profile.expect(options)
-    if kind == "tree":
-        # Parallel streams are per file: with many small files a tool may open fewer
-        # (GridFTP -p 4 on 256 KiB files used one), so only the transport is enforced.
-        expectation = Expectation(transport=expectation.transport, min_data_flows=1)
+    expectation = profile.expect(options) if kind == "file" else _tree_expectation(profile, options, ds)
+    binary = proto.binary or profile.binary
+    missing = [b for b in profile.local_binaries(options) if shutil.which(b) is None]
+    if missing:
+        # Nothing to run: run_transfer skips a transfer without a command, naming `binary`
+        # ("globus-gridftp-server is not installed on this host").  Checked every round,
+        # like the command's own binary.
+        template, binary = (), missing[0]
     remote_config = config.remotes[remote]
     return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
                         remote=resolve_remote(remote, remote_config, config),
                         dataset=dataset, dataset_config=ds, direction=direction,
                         timeout_seconds=proto.timeout or config.transfer.timeout,
-                        binary=proto.binary or profile.binary, kind=kind, options=options,
+                        binary=binary, kind=kind, options=options,
                         expectation=expectation,
                         lab_servers=profile.lab_servers(options) if remote_config.lab else (),
                         cleanup=_cleanup(proto, profile, kind) if direction == "upload" and not remote_config.lab else ())
+
+
+def _tree_expectation(profile: Profile, options: Mapping[str, Any], ds: DatasetConfig) -> Expectation:
+    """What a many-files transfer must show.  Per-file knobs (GridFTP -p 4) need not show
+    with small files (-p 4 on 256 KiB files used one stream), so by default only the
+    transport is enforced; a profile's expect_tree (GridFTP -cc N: N sessions) counts
+    only as far as the dataset can fill it: at most one flow per file, and only if one
+    file alone makes a flow a data flow."""
+    from .transfer import DATA_FLOW_BYTES  # transfer imports this module
+
+    file_expectation = profile.expect(options)
+    if profile.expect_tree is None:
+        return Expectation(transport=file_expectation.transport, min_data_flows=1)
+    wanted = profile.expect_tree(options)
+    flows = min(wanted.min_data_flows, ds.count) if ds.size >= DATA_FLOW_BYTES else 1
+    return Expectation(transport=wanted.transport, min_data_flows=flows)
 
 
 def _cleanup(proto: ProtocolConfig, profile: Profile, kind: str) -> tuple[str, ...]:

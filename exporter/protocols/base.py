@@ -22,10 +22,10 @@ PLACEHOLDERS: Mapping[str, str] = {
     "port": "the remote's port (ssh by default)",
     "user": "the remote's login user",
     "key": "path of the private key for the remote",
-    "ssh_config": "path of an ssh_config file for the remote (empty string if none)",
+    "ssh_config": "path of an ssh_config file for the remote (/dev/null if none: ssh then reads no config file)",
     "remote_path": "absolute path on the remote: the dataset (download) or the upload's destination",
     "remote_name": "the same path relative to the remote's serve_root, for URLs (ftp://{host}/{remote_name})",
-    "remote_dir": "the directory holding {remote_path}",
+    "remote_dir": "the directory holding {remote_path}: the remote's data_dir (download) or upload_dir (upload)",
     "file": "the dataset's file (or directory) name",
     "local_path": "path on this host: the download's destination, or the upload's source",
     "local_dir": "the private temporary directory of this transfer",
@@ -130,10 +130,20 @@ class Profile:
     runner: Runner
     options: Mapping[str, Option] = field(default_factory=dict)
     expect: Callable[[Mapping[str, Any]], Expectation] = field(default=lambda options: Expectation())
+    # What a directory (many-files) transfer must show, where the tool's knobs say more
+    # than "some TCP" (GridFTP -cc N: N sessions, each with its own data channel).
+    # None: the file expectation's transport and >= 1 data flow, since per-file knobs
+    # such as parallel streams need not show with small files.  The plan caps the count
+    # by what the dataset can fill (plan._tree_expectation).
+    expect_tree: Callable[[Mapping[str, Any]], Expectation] | None = None
     produces_file: bool = True  # False for memory-to-memory tests (iperf3): nothing to verify
     # The lab servers (labservers.SERVERS) a transfer to the lab needs: without one of them
     # the transfer is skipped with the reason, not failed on a refused connection.
     lab_servers: Callable[[Mapping[str, Any]], tuple[str, ...]] = field(default=lambda options: ())
+    # Programs this host needs besides the command's own argv[0] (which is checked by
+    # itself): e.g. the local GridFTP server of a third-party transfer.  Without one the
+    # transfer is skipped, naming it, at a lab and at a site alike.
+    local_binaries: Callable[[Mapping[str, Any]], tuple[str, ...]] = field(default=lambda options: ())
     # kind ("file"/"tree") -> argv template that removes an upload ({remote_path}) from a
     # remote site, so that scheduled uploads do not fill its disk.  A kind missing here
     # needs the protocol's cleanup_command in the config (checked at load).

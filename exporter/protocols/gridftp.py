@@ -1,11 +1,19 @@
 """GridFTP with globus-url-copy: parallel streams (-p), concurrency (-cc), pipelining
 (-pp), and UDT mode.
 
-The capture must confirm the claim: -p N must show at least N data flows, and UDT mode
-must move the data over UDP.  `globus-url-copy -udt` stays on TCP without saying so for
-ftp:// URLs (seen in the lab; see gridftp_udt.py), which is why UDT mode drives a
-third-party transfer itself, and why the transport check would turn any silent fallback
-into a failed result rather than a mislabelled number.
+The capture must confirm the claim: -p N must show at least N data flows, -cc N over a
+directory N data flows (one session, control and data channel, per file in flight), and
+UDT mode must move the data over UDP.  `globus-url-copy -udt` stays on TCP without
+saying so for ftp:// URLs (seen in the lab; see gridftp_udt.py), which is why UDT mode
+drives a third-party transfer itself, and why the transport check would turn any silent
+fallback into a failed result rather than a mislabelled number.
+
+Pipelining is also a third-party affair: globus-url-copy's help says only third-party
+transfers benefit from -pp, and in the lab a two-party `-pp -r` download sent each RETR
+only after the previous file's 226 (no command in flight ahead), while the same copy
+between the remote's server and one on this host sent 11 RETRs before the first 226.  So
+`pipelining: true` copies between the remote's server and the GridFTP server on this
+host (`local_port`), like UDT mode.
 """
 
 from __future__ import annotations
@@ -16,20 +24,29 @@ from . import command
 from .base import Expectation, Option, Profile, RunContext, RunOutcome
 
 PORT = 2811
+SERVER = "globus-gridftp-server"  # the local end of third-party modes
+
+
+def _third_party(options) -> bool:
+    return bool(options["udt"] or options["pipelining"])
 
 
 def commands(options):
     if options["udt"]:
         return udt_commands(options)
     base = ["{binary}", "-p", str(options["parallel"]), "-cc", str(options["concurrency"])]
+    remote = "ftp://{host}:%d{remote_path}" % PORT
     if options["pipelining"]:
         base.append("-pp")
-    remote = "ftp://{host}:%d{remote_path}" % PORT
+        # This host's GridFTP server reads or writes {local_path} itself.
+        local = "ftp://{client}:%d{local_path}" % options["local_port"]
+    else:
+        local = "file://{local_path}"
     return {
-        ("download", "file"): [*base, remote, "file://{local_path}"],
-        ("download", "tree"): [*base, "-r", "-cd", remote + "/", "file://{local_path}/"],
-        ("upload", "file"): [*base, "file://{local_path}", remote],
-        ("upload", "tree"): [*base, "-r", "-cd", "file://{local_path}/", remote + "/"],
+        ("download", "file"): [*base, remote, local],
+        ("download", "tree"): [*base, "-r", "-cd", remote + "/", local + "/"],
+        ("upload", "file"): [*base, local, remote],
+        ("upload", "tree"): [*base, "-r", "-cd", local + "/", remote + "/"],
     }
 
 
@@ -43,7 +60,7 @@ def udt_commands(options):
 
 
 def run(ctx: RunContext) -> RunOutcome:
-    if ctx.options["udt"] and ctx.direction == "download":
+    if _third_party(ctx.options) and ctx.direction == "download":
         # The local GridFTP server writes the file as its anonymous user, not as us.
         ctx.workdir.chmod(0o1777)
     return command.run(ctx)
@@ -55,18 +72,32 @@ def expect(options) -> Expectation:
     return Expectation(transport="tcp", min_data_flows=options["parallel"])
 
 
+def expect_tree(options) -> Expectation:
+    # -cc N runs N sessions at once, each with its own control and data channel (lab:
+    # 1000 x 64 KiB with -cc 4 showed 4 control connections open together and 4 data
+    # channels of 13-26 MB).  Parallel streams are per file and need not all carry 64 KiB
+    # with small files (-p 4 moved the same set on 3), so they add nothing.
+    return Expectation(transport="tcp", min_data_flows=options["concurrency"])
+
+
 def lab_servers(options) -> tuple[str, ...]:
-    return ("gridftp", "gridftp-client") if options["udt"] else ("gridftp",)
+    return ("gridftp", "gridftp-client") if _third_party(options) else ("gridftp",)
+
+
+def local_binaries(options) -> tuple[str, ...]:
+    # UDT's driver is this Python, present everywhere: what a site may lack is the GridFTP
+    # server on this host that both third-party modes copy to and from.
+    return (SERVER,) if _third_party(options) else ()
 
 
 OPTIONS = {
     "parallel": Option(int, 1, "parallel TCP streams per file (-p)"),
     "concurrency": Option(int, 1, "files in flight at once (-cc)"),
-    "pipelining": Option(bool, False, "pipeline many small files on one connection (-pp)"),
+    "pipelining": Option(bool, False, "pipeline many small files (-pp), third-party through a GridFTP server on this host"),
     "udt": Option(bool, False, "UDT (UDP-based) data channel, third-party through a GridFTP server on this host"),
-    "local_port": Option(int, 2811, "port of the GridFTP server on this host (UDT mode)"),
+    "local_port": Option(int, 2811, "port of the GridFTP server on this host (UDT mode, pipelining)"),
 }
 
 PROFILE = Profile(name="gridftp", description="GridFTP with globus-url-copy", binary="globus-url-copy",
-                  commands=commands, runner=run, options=OPTIONS, expect=expect,
-                  lab_servers=lab_servers)
+                  commands=commands, runner=run, options=OPTIONS, expect=expect, expect_tree=expect_tree,
+                  lab_servers=lab_servers, local_binaries=local_binaries)

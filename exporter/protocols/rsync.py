@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from . import command
 from .base import Profile, needs
-from .scp import SSH_CLEANUPS
+from .scp import SSH_CLEANUPS, SSH_COMMAND_LINE
 
 # rsync splits the -e value itself (no shell is involved); paths must not contain spaces.
-RSH = "ssh -F {ssh_config} -i {key} -p {port} -o BatchMode=yes -o Compression=no"
+RSH = SSH_COMMAND_LINE
 
 
 def _commands(remote: str, extra: list[str]):
