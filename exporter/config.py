@@ -159,7 +159,7 @@ PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValida
 Name = Annotated[str, AfterValidator(_check_name)]
 TemplateElement = Annotated[str, AfterValidator(_check_template)]
 Direction = Literal["download", "upload"]
-LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "gridftp-client", "iperf3"]
+LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "gridftp-client", "iperf3", "bbftpd"]
 
 
 class _Strict(BaseModel):

@@ -183,3 +183,12 @@ def test_config_check_exit_codes(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.strip() == (f"{bad_file}: extra: unknown key 'extra'; allowed keys: remotes, datasets, "
                                   "protocols, schedule, transfer, capture, journal, lab")
+
+
+def test_lab_servers_the_config_accepts_are_the_labs_servers() -> None:
+    from typing import get_args
+
+    from exporter.config import LabServerName
+    from exporter.labservers import SERVERS
+
+    assert sorted(get_args(LabServerName)) == sorted(SERVERS)
