@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,9 @@ class TransferSpec:
     expectation: Expectation = Expectation()
     lab_servers: tuple[str, ...] = ()  # the lab servers it needs (a transfer to the lab only)
     cleanup: tuple[str, ...] = ()  # argv template removing an upload from a remote site; () = none
+    # Programs on this host the transfer needs besides its command (third-party GridFTP
+    # modes: the local GridFTP server); run_transfer skips it when one is missing.
+    requires: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -83,19 +85,13 @@ def _spec(config: Config, protocol: str, remote: str, dataset: str, direction: s
     if template is None:
         return None  # e.g. HTTP cannot move a directory: not every protocol does every dataset
     expectation = profile.expect(options) if kind == "file" else _tree_expectation(profile, options, ds)
-    binary = proto.binary or profile.binary
-    missing = [b for b in profile.local_binaries(options) if shutil.which(b) is None]
-    if missing:
-        # Nothing to run: run_transfer skips a transfer without a command, naming `binary`
-        # ("globus-gridftp-server is not installed on this host").  Checked every round,
-        # like the command's own binary.
-        template, binary = (), missing[0]
     remote_config = config.remotes[remote]
     return TransferSpec(protocol=protocol, profile=profile, template=tuple(template),
                         remote=resolve_remote(remote, remote_config, config),
                         dataset=dataset, dataset_config=ds, direction=direction,
                         timeout_seconds=proto.timeout or config.transfer.timeout,
-                        binary=binary, kind=kind, options=options,
+                        binary=proto.binary or profile.binary, kind=kind, options=options,
+                        requires=tuple(profile.local_binaries(options)),
                         expectation=expectation,
                         lab_servers=profile.lab_servers(options) if remote_config.lab else (),
                         cleanup=_cleanup(proto, profile, kind) if direction == "upload" and not remote_config.lab else ())

@@ -102,10 +102,11 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
                                 direction=spec.direction, round_id=round_id, file_bytes=datasets.total_bytes(ds),
                                 files=ds.count, remote_address=spec.remote.address,
                                 expected=spec.expectation.describe())
-    binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else ""
-    if not binary or shutil.which(binary) is None:
+    binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary
+    missing = [program for program in (binary, *spec.requires) if shutil.which(program) is None]
+    if missing:  # checked every round: installing the program brings the series back
         return Result(start_timestamp=time.time(), outcome="skipped",
-                      error=f"{binary or spec.binary} is not installed on this host", **base)
+                      error=f"{missing[0]} is not installed on this host", **base)
     if spec.lab_servers and config.lab is not None:
         reason = lab.missing_server(config, spec.lab_servers)
         if reason:
