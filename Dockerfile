@@ -13,11 +13,16 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/bigbinf
-# Dependencies first, so editing the code does not reinstall them.
+# Dependencies first, from pyproject.toml alone, so that editing the code rebuilds only
+# the layers below (the package itself, --no-deps).
 COPY pyproject.toml ./
-COPY exporter ./exporter
 RUN python3 -m venv /opt/bigbinf/venv \
- && /opt/bigbinf/venv/bin/pip install --no-cache-dir .
+ && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+      > /tmp/requirements.txt \
+ && /opt/bigbinf/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt
+COPY exporter ./exporter
+RUN /opt/bigbinf/venv/bin/pip install --no-cache-dir --no-deps .
 COPY schedules ./schedules
 
 EXPOSE 9753

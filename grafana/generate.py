@@ -40,13 +40,14 @@ from grafana_foundation_sdk.models.xychart import SeriesMapping, XYShowMode
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "dashboards"
+# The recording rules' generator: the rule names the panels show, and the PromQL that
+# attributes transfers to peak hours and hours of day, so panels and rules agree.
+sys.path.insert(0, str(HERE.parent / "prometheus"))
+import generate_rules as rules  # noqa: E402
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="bigbinf-prometheus")  # provisioned with this uid
 SERIES = "protocol, remote, dataset, direction"
 # Every panel narrows to the dashboard's variables (multi-value: Grafana renders a regex).
 SEL = 'remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset", direction=~"$direction"'
-# Time-of-day panels tile the range into 1-minute windows (see delta()).
-TILE = "1m"
-TILE_SECONDS = 60
 
 
 def sel(*extra: str) -> str:
@@ -60,47 +61,42 @@ def eq(label: str, value: str, op: str = "=") -> str:
 # ---------------------------------------------------------------- PromQL
 
 
-def delta(metric: str) -> str:
-    """Increase of a counter in the TILE ending at the evaluation time, exactly.
+def start_hour() -> str:
+    """Local hour at which each series' last transfer started; $tz_offset is hours east of UTC."""
+    return f"hour(bigbinf_last_transfer_start_timestamp_seconds{sel()} + $tz_offset * 3600)"
 
-    x - x offset 1m at 1-minute steps telescopes: the windows tile the range with no gap
-    and no overlap, and nothing is extrapolated.  A reset (exporter restart) or a new
-    series counts from 0, which is where bigbinf's counters start.
+
+def peak(op: str) -> str:
+    """Keep the series whose last transfer started in (`<`) or out of (`>=`) the peak."""
+    return rules.in_peak(start_hour(), "$peak_start", "(($peak_end - $peak_start + 24) % 24)", op)
+
+
+def per_transfer_mean(keep: str, by: str = SERIES) -> str:
+    """Per-transfer mean throughput over the range of the ok transfers that `keep` selects.
+
+    The rules' tiles: the counters' increase cut into 1-minute tiles, each kept by the
+    start time of the series' last transfer at its end (the transfer it counts), so a
+    transfer is in the same period and hour here as in the recording rules.
     """
-    m = metric + sel()
-    return f"({m} - {m} offset {TILE} >= 0 or {m})"
+    def total(part: str) -> str:
+        counter = f"{rules.THROUGHPUT}_{part}{sel()}"
+        return f"sum by ({by}) ({rules.tiles(counter, '$__range', keep)})"
+    return rules.ratio(total("sum"), total("count"))
 
 
-def local_hour_now() -> str:
-    # The hour of the window (t-1m, t] in local time; $tz_offset is hours east of UTC.
-    return f"hour(vector(time() - {TILE_SECONDS} + $tz_offset * 3600))"
+def by_transfer(expr: str, extra: str = "") -> str:
+    """One `transfer` label naming the series (a table column / bar per series)."""
+    by = f"transfer{', ' + extra if extra else ''}"
+    return f'sum by ({by}) (label_join(\n  {expr},\n  "transfer", " ", {quote_labels(SERIES)}))'
 
 
-def in_peak() -> str:
-    # Rotate the clock so the peak starts at 0: a window like 22h-06h is one comparison.
-    return f"(({local_hour_now()} - $peak_start + 24) % 24) < (($peak_end - $peak_start + 24) % 24)"
-
-
-def tiled_sum(metric: str, by: str, keep: str) -> str:
-    """Sum over the range of a counter's increase in the tiles that `keep` selects."""
-    return f"sum_over_time((sum by ({by}) ({delta(metric)}) {keep})[$__range:{TILE}])"
-
-
-def per_transfer_mean_by_period(keep: str) -> str:
-    thr = "bigbinf_transfer_throughput_bytes_per_second"
-    mean = (f"{tiled_sum(thr + '_sum', SERIES, keep)}\n  / ({tiled_sum(thr + '_count', SERIES, keep)} > 0)")
-    return f'sum by (transfer) (label_join(\n  {mean},\n  "transfer", " ", {quote_labels(SERIES)}))'
-
-
-def hour_label() -> str:
-    return f'label_replace(count_values("hour", {local_hour_now()}), "hour", "0$1", "hour", "([0-9])")'
+def per_transfer_mean_by_period(op: str) -> str:
+    return by_transfer(per_transfer_mean(f"and {peak(op)}"))
 
 
 def per_transfer_mean_by_hour() -> str:
-    thr = "bigbinf_transfer_throughput_bytes_per_second"
-    keep = f"* on() group_left(hour) {hour_label()}"
-    mean = (f"{tiled_sum(thr + '_sum', SERIES, keep)}\n  / ({tiled_sum(thr + '_count', SERIES, keep)} > 0)")
-    return f'sum by (transfer, hour) (label_join(\n  {mean},\n  "transfer", " ", {quote_labels(SERIES)}))'
+    keep = f"* ignoring(hour) group_left(hour) {rules.hour_label(start_hour())}"
+    return by_transfer(per_transfer_mean(keep, f"{SERIES}, hour"), "hour")
 
 
 def quote_labels(labels: str) -> str:
@@ -266,18 +262,20 @@ def overview() -> Dashboard:
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
     d.with_panel(g.place(
         stat.Panel().title("Retransmits").description(
-            "Retransmitted TCP segments seen in the capture of the last transfer (receiver's view: a trend signal).")
+            "Retransmitted TCP segments seen in the capture of the last transfer: for downloads the receiver's "
+            "view (a trend signal), for uploads the sender's.")
         .with_target(query(f"bigbinf_last_transfer_retransmits_wire{sel()}", LEGEND_SERIES, instant=True))
         .decimals(0).color_mode(BigValueColorMode.NONE).text_mode(BigValueTextMode.VALUE_AND_NAME)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 6, 6))
 
     d.with_row(g.row("Table 2: means per dataset and protocol over the time range"))
-    by = "dataset, protocol, direction"
+    # Every series label: downloads and uploads, or two remotes, are different rows.
+    by = "dataset, protocol, direction, remote"
     ok_count = "bigbinf_transfer_duration_seconds_count" + sel()
     wire = "bigbinf_transfer_wire_bytes_total"
     columns = [
         ("A", f"round(sum by ({by}) (increase({ok_count}[$__range])))", "ok transfers"),
-        ("B", f"round(sum by ({by}) (increase(bigbinf_transfers_total{sel(eq('outcome', 'failed|timeout', '=~'))}[$__range])))",
+        ("B", f"round(sum by ({by}) (increase(bigbinf_transfers_total{sel(eq('outcome', 'ok|skipped', '!~'))}[$__range])))",
          "failed"),
         ("C", range_ratio(wire + sel('way="down"'), ok_count, by), "bytes down"),
         ("D", range_ratio(wire + sel('way="up"'), ok_count, by), "bytes up"),
@@ -288,10 +286,11 @@ def overview() -> Dashboard:
                           "bigbinf_transfer_throughput_bytes_per_second_count" + sel(), by), "speed"),
     ]
     t2 = table.Panel().title("Means per dataset and protocol (the study's Table 2)").description(
-        "Per-transfer means of the ok transfers in the time range, from counters (exact).")
+        "Per-transfer means of the ok transfers in the time range, from counters (exact); "
+        "failed counts every outcome but ok and skipped.")
     for ref, expr, _ in columns:
         t2 = t2.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
-    names = {"dataset": "dataset", "protocol": "protocol", "direction": "direction"}
+    names = {"dataset": "dataset", "protocol": "protocol", "direction": "direction", "remote": "remote"}
     names.update({f"Value #{ref}": name for ref, _, name in columns})
     t2 = t2.transformations(merge_and_rename(names))
     for name, unit in (("bytes down", "bytes"), ("bytes up", "bytes"), ("bytes total", "bytes"),
@@ -318,17 +317,18 @@ def protocols() -> Dashboard:
     d.with_row(g.row("Throughput over time"))
     d.with_panel(g.place(
         timeseries.Panel().title("Throughput per transfer").description(
-            "Throughput of each series' last ok transfer, and the 7-day median the regression alert compares with.")
+            "Throughput of each series' last ok transfer, and the 7-day per-transfer mean "
+            "BigbinfThroughputRegression compares the recent mean with.")
         .with_target(query(f"bigbinf_last_transfer_throughput_bytes_per_second{sel()}\n"
                            f"  and bigbinf_last_transfer_success{sel()} == 1", LEGEND_SERIES))
-        .with_target(query(f"series:bigbinf_transfer_throughput_bytes_per_second:median7d{sel()}",
-                           LEGEND_SERIES + " 7-day median", ref="B"))
-        .override_by_regexp(".*7-day median", [DynamicConfigValue(
+        .with_target(query(f"{rules.MEAN_7D}{sel()}", LEGEND_SERIES + " 7-day mean", ref="B"))
+        .override_by_regexp(".*7-day mean", [DynamicConfigValue(
             id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})])
         .unit("Bps").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 24, 9))
 
     d.with_row(g.row("By file size (Fig 8)"))
-    by = "protocol, dataset"
+    # Downloads and uploads (and remotes) are separate lines, never averaged together.
+    by = "protocol, dataset, direction, remote"
     ok_count = "bigbinf_transfer_duration_seconds_count" + sel()
     size = range_ratio("bigbinf_transfer_file_bytes_total" + sel(), ok_count, by)
     speed = range_ratio("bigbinf_transfer_throughput_bytes_per_second_sum" + sel(),
@@ -338,13 +338,15 @@ def protocols() -> Dashboard:
                                     ("Byte ratio vs file size", ratio, "byte ratio", "none")):
         # One frame per protocol, x = file size (first number field), y = the measure.
         panel = (xychart.Panel().title(title + " (Fig 8)").description(
-            "Per-transfer mean over the time range, one line per protocol, one point per dataset.")
+            "Per-transfer mean over the time range, one line per protocol, direction and remote, "
+            "one point per dataset.")
             .with_target(query(size, ref="A", instant=True, fmt=PromQueryFormat.TABLE))
             .with_target(query(expr, ref="B", instant=True, fmt=PromQueryFormat.TABLE))
-            .transformations(merge_and_rename({"protocol": "protocol", "Value #A": "file size", "Value #B": name},
+            .transformations(merge_and_rename({"protocol": "protocol", "direction": "direction", "remote": "remote",
+                                               "Value #A": "file size", "Value #B": name},
                                               exclude=("Time", "dataset"))
-                             + [DataTransformerConfig(id_val="partitionByValues",
-                                                      options={"fields": ["protocol"], "keepFields": False})])
+                             + [DataTransformerConfig(id_val="partitionByValues", options={
+                                 "fields": ["protocol", "direction", "remote"], "keepFields": False})])
             .mapping(SeriesMapping.AUTO).show(XYShowMode.POINTS_AND_LINES).point_size(xychart.XychartFieldConfigPointSize().fixed(8))
             .legend(legend_list())
             .override_by_name(*unit_override("file size", "bytes"))
@@ -369,6 +371,15 @@ def protocols() -> Dashboard:
     return d
 
 
+def hour_matrix() -> list[DataTransformerConfig]:
+    """Rows of (transfer, hour, value) -> one row per hour, one column per transfer."""
+    return [
+        DataTransformerConfig(id_val="groupingToMatrix",
+                              options={"columnField": "transfer", "rowField": "hour", "valueField": "Value"}),
+        DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "hour\\transfer"}]}),
+    ]
+
+
 def time_of_day() -> Dashboard:
     g = Grid()
     d = base("bigbinf-time-of-day", "bigbinf / Time of day",
@@ -382,52 +393,58 @@ def time_of_day() -> Dashboard:
                     .description("First hour after the peak, local time (the study: 15h)."))
     d.with_variable(TextBoxVariable("tz_offset").label("UTC offset (h)").default_value("0")
                     .current(VariableOption(selected=True, text="0", value="0"))
-                    .description("Local time = UTC + this many hours (PromQL's hour() is UTC)."))
+                    .description("Local time = UTC + this many hours, as a decimal: 2, -5, 5.5 for +5:30 "
+                                 "(PromQL's hour() is UTC)."))
 
+    legend = "{{protocol}} {{dataset}} {{direction}} {{remote}}"
     d.with_row(g.row("Peak against off-peak (Fig 4)"))
-    peak = per_transfer_mean_by_period(f"and on() {in_peak()}")
-    offpeak = per_transfer_mean_by_period(f"unless on() {in_peak()}")
     d.with_panel(g.place(
         barchart.Panel().title("Mean throughput, peak and off-peak (Fig 4)").description(
-            "Per-transfer mean of the ok transfers that ended in peak or off-peak hours in the time range "
-            "(exact, from counters, 1-minute resolution).")
-        .with_target(query(peak, ref="A", instant=True, fmt=PromQueryFormat.TABLE))
-        .with_target(query(offpeak, ref="B", instant=True, fmt=PromQueryFormat.TABLE))
+            "Per-transfer mean of the ok transfers that started in peak or off-peak hours, in the time range "
+            "(exact, from counters; the recording rules' attribution).")
+        .with_target(query(per_transfer_mean_by_period("<"), ref="A", instant=True, fmt=PromQueryFormat.TABLE))
+        .with_target(query(per_transfer_mean_by_period(">="), ref="B", instant=True, fmt=PromQueryFormat.TABLE))
         .transformations(merge_and_rename({"transfer": "transfer", "Value #A": "peak", "Value #B": "off-peak"}))
         .x_field("transfer").unit("Bps").show_value(VisibilityMode.AUTO).x_tick_label_rotation(-30)
         .legend(legend_list()), 14, 9))
     d.with_panel(g.place(
-        bargauge.Panel().title("7-day median by period (alert baseline)").description(
-            "The baseline BigbinfThroughputRegressionTimeOfDay compares the last transfer with "
-            "(recording rules; peak hours as in prometheus/generate_rules.py).")
-        .with_target(query(f"series_period:bigbinf_transfer_throughput_bytes_per_second:median7d{sel()}",
-                           "{{protocol}} {{dataset}} {{direction}} {{period}}", instant=True))
+        bargauge.Panel().title("Per period: recent and 7-day means (alert inputs)").description(
+            "What BigbinfThroughputRegressionTimeOfDay compares: the per-transfer mean of the recent window "
+            "against 0.7 x the 7-day one, per period (recording rules; peak hours as generated).")
+        .with_target(query(f"{rules.PERIOD_MEAN_RECENT}{sel()}", legend + " {{period}} recent", instant=True))
+        .with_target(query(f"{rules.PERIOD_MEAN_7D}{sel()}", legend + " {{period}} 7-day", ref="B", instant=True))
         .unit("Bps").min(0).orientation(VizOrientation.HORIZONTAL)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 10, 9))
 
     d.with_row(g.row("Hour of day"))
     d.with_panel(g.place(
-        barchart.Panel().title("Mean throughput by hour of day").description(
-            "Per-transfer mean of the ok transfers that ended in each local hour, over the time range.")
+        barchart.Panel().title("Mean throughput by hour of day, time range").description(
+            "Per-transfer mean of the ok transfers by the local hour they started, over the time range "
+            "(use days or weeks).  The same statistic as the 7-day profile beside it.")
         .with_target(query(per_transfer_mean_by_hour(), instant=True, fmt=PromQueryFormat.TABLE))
-        .transformations([
-            DataTransformerConfig(id_val="groupingToMatrix",
-                                  options={"columnField": "transfer", "rowField": "hour", "valueField": "Value"}),
-            DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "hour\\transfer"}]}),
-        ])
+        .transformations(hour_matrix())
         .unit("Bps").show_value(VisibilityMode.NEVER)
-        .legend(legend_list()), 24, 9))
+        .legend(legend_list()), 12, 9))
+    d.with_panel(g.place(
+        barchart.Panel().title("Hour-of-day profile, last 7 days").description(
+            "The recording rule series_hour:...:mean7d: per-transfer mean by local start hour over 7 days "
+            "(the hours and offset the rules were generated with).")
+        .with_target(query(by_transfer(f"avg without(job, instance) ({rules.HOUR_MEAN_7D}{sel()})", "hour"),
+                           instant=True, fmt=PromQueryFormat.TABLE))
+        .transformations(hour_matrix())
+        .unit("Bps").show_value(VisibilityMode.NEVER)
+        .legend(legend_list()), 12, 9))
 
     d.with_row(g.row("Today, yesterday, last week"))
-    ok = f"series:bigbinf_last_transfer_throughput_bytes_per_second:ok{sel()}"
-    legend = "{{protocol}} {{dataset}} {{direction}}"
+    ok = f"{rules.OK}{sel()}"
+    by = "protocol, dataset, direction, remote"
     d.with_panel(g.place(
         timeseries.Panel().title("Throughput today, yesterday and a week ago").description(
             "Last ok transfer's throughput over the last 24h, with the same hours one day and seven days earlier.")
         .time_from("24h")
-        .with_target(query(f"avg by (protocol, dataset, direction) ({ok})", legend + " today"))
-        .with_target(query(f"avg by (protocol, dataset, direction) ({ok} offset 1d)", legend + " yesterday", ref="B"))
-        .with_target(query(f"avg by (protocol, dataset, direction) ({ok} offset 7d)", legend + " last week", ref="C"))
+        .with_target(query(f"avg by ({by}) ({ok})", legend + " today"))
+        .with_target(query(f"avg by ({by}) ({ok} offset 1d)", legend + " yesterday", ref="B"))
+        .with_target(query(f"avg by ({by}) ({ok} offset 7d)", legend + " last week", ref="C"))
         .override_by_regexp(".* yesterday", [DynamicConfigValue(
             id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})])
         .override_by_regexp(".* last week", [DynamicConfigValue(
@@ -471,7 +488,8 @@ def transfer_detail() -> Dashboard:
         .unit("s").min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 12, 8))
     d.with_panel(g.place(
         timeseries.Panel().title("Retransmits").description(
-            "Retransmitted TCP segments seen in each last transfer's capture (receiver's view).")
+            "Retransmitted TCP segments seen in each last transfer's capture: for downloads the receiver's "
+            "view (a trend signal), for uploads the sender's.")
         .with_target(query(f"bigbinf_last_transfer_retransmits_wire{sel()}", LEGEND_SERIES))
         .min(0).show_points(VisibilityMode.ALWAYS).legend(legend_table()), 12, 8))
     d.with_panel(g.place(

@@ -12,8 +12,11 @@ default output.
         --peak-start 11 --peak-end 15 --out-dir /etc/prometheus/rules
     .venv/bin/python prometheus/generate_rules.py --check         # exit 1 if the committed files differ
 
-Only PyYAML is needed (any Python 3.11 with it will do).  Rule names follow `level:metric:operations`; docs/dashboards.md
-and docs/runbook.md explain what each one means.
+--tz-offset takes hours east of UTC as the report command does: 2, -3.5, +5:30, -03:30
+(its parser, exporter.report.parse_tz_offset, is imported from this repository).  Needs
+PyYAML and a Python 3.11 that can import the repository's `exporter` package.  Rule
+names follow `level:metric:operations`; docs/dashboards.md and docs/runbook.md explain
+what each one means.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -46,13 +49,16 @@ class Settings:
 
     peak_start: int = _opt(11, "first peak hour, local time (the study: 11h)")
     peak_end: int = _opt(15, "first hour after the peak, local time (the study: 15h); may wrap past midnight")
-    tz_offset_hours: float = _opt(0.0, "local time = UTC + this many hours (PromQL's hour() is UTC)")
+    tz_offset_hours: float = _opt(0.0, "local time = UTC + this offset: 2, -3.5, +5:30 or -03:30 (PromQL's hour() is "
+                                         "UTC; a fixed offset: regenerate when daylight saving time changes it)")
     job: str = _opt("bigbinf", "scrape job name of the exporter")
     recent_window: str = _opt("12h", "window of the recent means the alerts watch (the study: two batches a day)")
-    baseline_interval: str = _opt("5m", "evaluation interval of the 7-day baselines (costly, need not be fresh)")
-    regression_fraction: float = _opt(0.7, "alert when recent throughput < this x the 7-day median")
+    baseline_interval: str = _opt("5m", "evaluation interval of the throughput roll-ups and the recent and 7-day means "
+                                        "built on them (need not be fresh: the regression alerts wait an hour)")
+    regression_fraction: float = _opt(0.7, "alert when the recent per-transfer mean throughput < this x the 7-day one")
     regression_for: str = _opt("1h", "for: of both regression alerts")
-    failure_ratio: float = _opt(0.2, "alert when more than this share of recent transfers failed or timed out")
+    failure_ratio: float = _opt(0.2, "alert when more than this share of recent transfers did not end ok (skipped ones "
+                                   "excluded)")
     failing_for: str = _opt("15m", "for: of BigbinfTransfersFailing")
     stale_multiple: float = _opt(2.0, "alert when the last success is older than this x the schedule interval")
     stale_for: str = _opt("10m", "for: of BigbinfSeriesStale")
@@ -76,6 +82,10 @@ class Settings:
         for f in dataclasses.fields(self):
             if f.name.endswith(("_for", "_window", "_interval")) and not DURATION_RE.match(getattr(self, f.name)):
                 errors.append(f"{flag(f.name)}: {getattr(self, f.name)!r} is not a Prometheus duration")
+        if DURATION_RE.match(self.baseline_interval) and DURATION_RE.match(self.recent_window) and not (
+                1000 <= duration_ms(self.baseline_interval) < duration_ms(self.recent_window)):
+            # Each evaluation rolls up one interval of tiles; the recent mean sums whole ones.
+            errors.append("--baseline-interval must be at least 1s and shorter than --recent-window")
         if not 0 < self.regression_fraction < 1:
             errors.append("--regression-fraction must be between 0 and 1")
         if not 0 <= self.failure_ratio < 1:
@@ -86,6 +96,34 @@ class Settings:
 
 
 # ---------------------------------------------------------------- PromQL helpers
+
+START = "bigbinf_last_transfer_start_timestamp_seconds"
+THROUGHPUT = "bigbinf_transfer_throughput_bytes_per_second"
+# Time-of-day means cut the counters into tiles of this length (tile_increase); the
+# Time of day dashboard uses the same tiles and the same attribution.
+TILE = "1m"
+BASELINE_WINDOW = "7d"
+# The baselines' roll-ups look this far back, so that every scrape that a tile needs has
+# been ingested before the roll-up freezes it (a scrape takes well under a minute).
+SETTLE = "1m"
+NOT_OK = 'outcome!~"ok|skipped"'  # the issue's "failing": every outcome but ok, skipped excluded
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000,
+                     "y": 31_536_000_000}
+
+
+def duration_ms(text: str) -> int:
+    """A Prometheus duration ("1h30m") in milliseconds."""
+    return sum(int(n) * DURATION_UNITS_MS[unit] for n, unit in re.findall(r"([0-9]+)(ms|s|m|h|d|w|y)", text))
+
+
+def duration(ms: int) -> str:
+    """Milliseconds as a Prometheus duration: 299999 -> 4m59s999ms."""
+    parts = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        n, ms = divmod(ms, DURATION_UNITS_MS[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"
 
 
 def num(value: float) -> str:
@@ -101,16 +139,79 @@ def hour_local(ts_expr: str, s: Settings) -> str:
     return f"hour({ts_expr} {'+' if shift > 0 else '-'} {abs(shift)})"
 
 
-def in_peak_bool(hour_expr: str, s: Settings) -> str:
-    """1 when the hour lies in [peak_start, peak_end), else 0; wraps past midnight."""
-    length = (s.peak_end - s.peak_start) % 24
-    # Rotating the clock so the peak starts at 0 makes a window like 22h-06h one comparison.
-    return f"(({hour_expr} - {s.peak_start} + 24) % 24) < bool {length}"
+def in_peak(hour_expr: str, start: object, length: object, op: str) -> str:
+    """The hour, rotated so the peak starts at 0, compared with the peak's length.
+
+    `< bool` is 1 in [start, start + length) and 0 outside; `<` keeps only the peak
+    series and `>=` only the off-peak ones.  The rotation makes a peak that wraps past
+    midnight (22h-06h) one comparison.  start and length may be numbers or PromQL (the
+    Time of day dashboard passes its variables).
+    """
+    return f"(({hour_expr} - {start} + 24) % 24) {op} {length}"
+
+
+def peak_test(hour_expr: str, s: Settings, op: str) -> str:
+    return in_peak(hour_expr, s.peak_start, (s.peak_end - s.peak_start) % 24, op)
+
+
+def tile_increase(counter: str, tile: str = TILE) -> str:
+    """Increase of a counter in the tile ending at the evaluation time, exactly.
+
+    Evaluated at steps of one tile (a subquery [range:1m]), x - x offset 1m telescopes:
+    the tiles cover the range with no gap or overlap and nothing is extrapolated.  After
+    a reset (exporter restart) the tile counts from 0, where bigbinf's counters start.
+    Without a sample a tile earlier (Prometheus was down, or first saw the exporter
+    with its counters already up) the tile is left out: counting the whole counter would
+    attribute every earlier transfer to that one minute.  `sum without()` drops the metric
+    name the `and` branch keeps, so every tile of a series has the same label set.
+    """
+    prev = f"{counter} offset {tile}"
+    return f"sum without() ({counter} - {prev} >= 0 or ({counter} and {prev}))"
+
+
+def tiles(counter: str, window: str, keep: str = "", offset: str = "") -> str:
+    """Sum of a counter's tiles over `window`, each tile kept only where `keep` holds.
+
+    `keep` looks at bigbinf_last_transfer_start_timestamp_seconds of the same scrape as
+    the counter, so a tile's transfers are attributed to the start time of the series'
+    last transfer, the one counted in it (as the recorded PEAK does).  Transfers of one
+    series that end in the same minute all go with the last one's start.
+    """
+    inner = tile_increase(counter) + (f"\n    {keep}" if keep else "")
+    return f"sum_over_time(({inner})[{window}:{TILE}]{f' offset {offset}' if offset else ''})"
+
+
+def ratio(numerator: str, denominator: str) -> str:
+    return f"{numerator}\n  / ({denominator} > 0)"
+
+
+def by_period(make: Callable[[str], str], s: Settings) -> str:
+    """make(keep) for the transfers started in and out of the peak, labelled period."""
+    hour = hour_local(START, s)
+    peak = make(f"and {peak_test(hour, s, '<')}")
+    offpeak = make(f"and {peak_test(hour, s, '>=')}")
+    return (f'label_replace(\n  {peak},\n  "period", "peak", "", "")\n'
+            f"or\n"
+            f'label_replace(\n  {offpeak},\n  "period", "offpeak", "", "")')
+
+
+def by_hour(make: Callable[[str], str], s: Settings) -> str:
+    """make(keep) with an hour label: the local hour at which the transfer started."""
+    return make(f"* ignoring(hour) group_left(hour) {hour_label(hour_local(START, s))}")
+
+
+def hour_label(hour_expr: str) -> str:
+    # count_values turns the hour (a value) into a label; 0-padded so "09" sorts before "10".
+    return f'label_replace(count_values without() ("hour", {hour_expr}), "hour", "0$1", "hour", "([0-9])")'
 
 
 def ok_only(expr: str) -> str:
     # The last-result gauges hold a failed transfer's numbers too (throughput 0).
     return f"{expr} and bigbinf_last_transfer_success == 1"
+
+
+def utc_offset(s: Settings) -> str:
+    return f"UTC{s.tz_offset_hours:+g}"
 
 
 def anchor(alert: str) -> str:
@@ -124,39 +225,33 @@ OK = "series:bigbinf_last_transfer_throughput_bytes_per_second:ok"
 HOUR = "series:bigbinf_last_transfer_start_timestamp_seconds:hour_local"
 PEAK = "series:bigbinf_last_transfer_start_timestamp_seconds:peak"
 OK_PERIOD = "series_period:bigbinf_last_transfer_throughput_bytes_per_second:ok"
-OK_HOUR = "series_hour:bigbinf_last_transfer_throughput_bytes_per_second:ok"
 MEAN_RECENT = "series:bigbinf_transfer_throughput_bytes_per_second:mean_recent"
+PERIOD_MEAN_RECENT = "series_period:bigbinf_transfer_throughput_bytes_per_second:mean_recent"
 BYTE_RATIO_RECENT = "series:bigbinf_transfer_wire_bytes_per_file_byte:ratio_recent"
 RETRANS_RECENT = "series:bigbinf_transfer_retransmits_wire_per_packet:ratio_recent"
 FAILED_RECENT = "series:bigbinf_transfers_failed:ratio_recent"
+PERIOD_SUM_ROLLUP = "series_period:bigbinf_transfer_throughput_bytes_per_second_sum:tiled_increase"
+PERIOD_COUNT_ROLLUP = "series_period:bigbinf_transfer_throughput_bytes_per_second_count:tiled_increase"
+HOUR_SUM_ROLLUP = "series_hour:bigbinf_transfer_throughput_bytes_per_second_sum:tiled_increase"
+HOUR_COUNT_ROLLUP = "series_hour:bigbinf_transfer_throughput_bytes_per_second_count:tiled_increase"
 MEAN_7D = "series:bigbinf_transfer_throughput_bytes_per_second:mean7d"
-MEDIAN_7D = "series:bigbinf_transfer_throughput_bytes_per_second:median7d"
-MEDIAN_7D_PERIOD = "series_period:bigbinf_transfer_throughput_bytes_per_second:median7d"
+PERIOD_MEAN_7D = "series_period:bigbinf_transfer_throughput_bytes_per_second:mean7d"
+HOUR_MEAN_7D = "series_hour:bigbinf_transfer_throughput_bytes_per_second:mean7d"
 
 
 def series_rules(s: Settings) -> list[dict[str, str]]:
     w = s.recent_window
     return [
         {"record": OK, "expr": ok_only("bigbinf_last_transfer_throughput_bytes_per_second")},
-        {"record": HOUR, "expr": hour_local("bigbinf_last_transfer_start_timestamp_seconds", s)},
-        {"record": PEAK, "expr": in_peak_bool(HOUR, s)},
+        {"record": HOUR, "expr": hour_local(START, s)},
+        {"record": PEAK, "expr": peak_test(HOUR, s, "< bool")},
         {"record": OK_PERIOD, "expr": (
             f'label_replace({OK} and {PEAK} == 1, "period", "peak", "", "")\n'
             f"or\n"
             f'label_replace({OK} and {PEAK} == 0, "period", "offpeak", "", "")')},
-        # count_values turns the hour (a value) into a label; 0-padded so "09" sorts before "10".
-        {"record": OK_HOUR, "expr": (
-            f"{OK}\n"
-            f"  * ignoring(hour) group_left(hour)\n"
-            f'label_replace(count_values without() ("hour", {HOUR}), "hour", "0$1", "hour", "([0-9])")')},
-        # Windowed ratios of counters are exact: _sum and _count come from the same scrapes,
-        # so increase()'s extrapolation cancels.  With no ok transfer in the window the
-        # last ok transfer stands in, so the value does not vanish between batches.
-        {"record": MEAN_RECENT, "expr": (
-            f"increase(bigbinf_transfer_throughput_bytes_per_second_sum[{w}])\n"
-            f"  / (increase(bigbinf_transfer_throughput_bytes_per_second_count[{w}]) > 0)\n"
-            f"or\n"
-            f"{OK}")},
+        # Windowed ratios of counters are exact: both come from the same scrapes, so
+        # increase()'s extrapolation cancels.  With no ok transfer in the window the last
+        # ok transfer stands in, so the value does not vanish between batches.
         {"record": BYTE_RATIO_RECENT, "expr": (
             f"sum without(way) (increase(bigbinf_transfer_wire_bytes_total[{w}]))\n"
             f"  / (increase(bigbinf_transfer_file_bytes_total[{w}]) > 0)\n"
@@ -168,33 +263,64 @@ def series_rules(s: Settings) -> list[dict[str, str]]:
             f"or\n"
             f"(bigbinf_last_transfer_retransmits_wire / (sum without(way) (bigbinf_last_transfer_packets) > 0)\n"
             f"  and bigbinf_last_transfer_success == 1)")},
-        # Share of failed or timed-out transfers; skipped ones (binary missing) are not failures.
+        # Share of transfers that did not end ok; skipped ones (binary missing) are not
+        # failures and not counted at all.  Any outcome but those two counts, so a new
+        # kind of failure cannot slip past.
         {"record": FAILED_RECENT, "expr": (
-            f'sum without(outcome) (increase(bigbinf_transfers_total{{outcome=~"failed|timeout"}}[{w}]))\n'
+            f"sum without(outcome) (increase(bigbinf_transfers_total{{{NOT_OK}}}[{w}]))\n"
             f'  / (sum without(outcome) (increase(bigbinf_transfers_total{{outcome!="skipped"}}[{w}])) > 0)\n'
             f"or\n"
-            f'(sum without(outcome) (bigbinf_last_transfer_outcome{{outcome=~"failed|timeout"}})\n'
+            f"(sum without(outcome) (bigbinf_last_transfer_outcome{{{NOT_OK}}})\n"
             f'  unless sum without(outcome) (bigbinf_last_transfer_outcome{{outcome="skipped"}}) == 1)')},
     ]
 
 
-def baseline_rules() -> list[dict[str, str]]:
+def throughput_rules(s: Settings) -> list[dict[str, str]]:
+    """Per-transfer mean throughputs, whole-day, per period and per hour, all from the
+    same roll-ups of the histogram's _sum and _count, so every regression alert compares
+    a per-transfer mean with a per-transfer mean of the same transfers' kind."""
+    w, b = s.recent_window, BASELINE_WINDOW
+    total, count = f"{THROUGHPUT}_sum", f"{THROUGHPUT}_count"
+    # Each evaluation rolls up the tiles that closed since the previous one: the window
+    # is the group's interval less 1 ms, because a subquery's range includes its start.
+    # Seven days of 1-minute tiles in one subquery would be 10080 steps per series at
+    # every evaluation (and more samples than promtool's unit tests allow); seven days of
+    # roll-ups are 2016 samples at the default 5m.  An evaluation Prometheus misses (a
+    # restart) leaves its tiles out: the means lose those transfers, nothing more.
+    roll = duration(duration_ms(s.baseline_interval) - 1)
+
+    def rollup(counter: str) -> Callable[[str], str]:
+        return lambda keep: tiles(counter, roll, keep, SETTLE)
+
+    def over(window: str, name: str, without: str = "") -> str:
+        summed = f"sum_over_time({name}[{window}])"
+        return f"sum without({without}) ({summed})" if without else summed
+
+    def mean(window: str, sums: str, counts: str, without: str = "") -> str:
+        return ratio(over(window, sums, without), over(window, counts, without))
+
     return [
-        # Exact mean of every ok transfer of the last 7 days.
-        {"record": MEAN_7D, "expr": (
-            "increase(bigbinf_transfer_throughput_bytes_per_second_sum[7d])\n"
-            "  / (increase(bigbinf_transfer_throughput_bytes_per_second_count[7d]) > 0)")},
-        # Median of the last-ok value over 7 days: robust to outliers; each transfer
-        # weighs as long as it stayed the latest (regular schedules make that even).
-        {"record": MEDIAN_7D, "expr": f"quantile_over_time(0.5, {OK}[7d])"},
-        {"record": MEDIAN_7D_PERIOD, "expr": f"quantile_over_time(0.5, {OK_PERIOD}[7d])"},
+        {"record": PERIOD_SUM_ROLLUP, "expr": by_period(rollup(total), s)},
+        {"record": PERIOD_COUNT_ROLLUP, "expr": by_period(rollup(count), s)},
+        {"record": HOUR_SUM_ROLLUP, "expr": by_hour(rollup(total), s)},
+        {"record": HOUR_COUNT_ROLLUP, "expr": by_hour(rollup(count), s)},
+        # Recent window: with no ok transfer in it the last ok transfer stands in (for its
+        # own period), so the value does not vanish between batches.
+        {"record": MEAN_RECENT, "expr": (
+            f"{mean(w, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP, 'period')}\nor\n{OK}")},
+        {"record": PERIOD_MEAN_RECENT, "expr": f"{mean(w, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP)}\nor\n{OK_PERIOD}"},
+        # Baselines: BigbinfThroughputRegression's, BigbinfThroughputRegressionTimeOfDay's,
+        # and the hour-of-day profile.
+        {"record": MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP, "period")},
+        {"record": PERIOD_MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP)},
+        {"record": HOUR_MEAN_7D, "expr": mean(b, HOUR_SUM_ROLLUP, HOUR_COUNT_ROLLUP)},
     ]
 
 
 def recording(s: Settings) -> dict[str, Any]:
     return {"groups": [
         {"name": "bigbinf.series", "rules": series_rules(s)},
-        {"name": "bigbinf.baselines", "interval": s.baseline_interval, "rules": baseline_rules()},
+        {"name": "bigbinf.throughput", "interval": s.baseline_interval, "rules": throughput_rules(s)},
     ]}
 
 
@@ -239,19 +365,24 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         alert(s, "BigbinfTransfersFailing", f"{FAILED_RECENT} > {num(s.failure_ratio)}", s.failing_for,
               "warning",
               f"Transfers failing: {SERIES_TEXT}",
-              f"{{{{ $value | humanizePercentage }}}} of the transfers of the last {s.recent_window} failed "
-              f"or timed out (or the last one did); skipped transfers are not counted."),
+              f"{{{{ $value | humanizePercentage }}}} of the transfers of the last {s.recent_window} did not end ok "
+              f"(failed, timed out; or the last one did not); skipped transfers are not counted."),
+        # Both regression alerts compare a per-transfer mean with a per-transfer mean of
+        # the same series; the time-of-day one also keeps the period apart, so it is the
+        # primary one and Alertmanager inhibits the whole-day one while it fires
+        # (docs/runbook.md, "Which regression alert is primary").
         alert(s, "BigbinfThroughputRegression",
-              f"{MEAN_RECENT} < {num(s.regression_fraction)} * {MEDIAN_7D}", s.regression_for, "warning",
+              f"{MEAN_RECENT} < {num(s.regression_fraction)} * {MEAN_7D}", s.regression_for, "warning",
               f"Throughput regressed: {SERIES_TEXT}",
-              f"Mean throughput of the last {s.recent_window} is {{{{ $value | humanize1024 }}}}B/s, "
-              f"below {pct}% of the series' 7-day median."),
+              f"Mean throughput of the ok transfers of the last {s.recent_window} (or of the last ok transfer, "
+              f"if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of the series' 7-day mean."),
         alert(s, "BigbinfThroughputRegressionTimeOfDay",
-              f"{OK_PERIOD} < {num(s.regression_fraction)} * {MEDIAN_7D_PERIOD}", s.regression_for, "warning",
+              f"{PERIOD_MEAN_RECENT} < {num(s.regression_fraction)} * {PERIOD_MEAN_7D}", s.regression_for, "warning",
               f"Throughput regressed for its time of day ({{{{ $labels.period }}}}): {SERIES_TEXT}",
-              f"The last {{{{ $labels.period }}}} transfer ran at {{{{ $value | humanize1024 }}}}B/s, below {pct}% "
-              f"of the 7-day {{{{ $labels.period }}}} median (peak = {s.peak_start:02d}h-{s.peak_end:02d}h "
-              f"at UTC{s.tz_offset_hours:+g})."),
+              f"Mean throughput of the ok {{{{ $labels.period }}}} transfers of the last {s.recent_window} (or of "
+              f"the last ok transfer, if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of "
+              f"their 7-day mean (peak = transfers started "
+              f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)})."),
         alert(s, "BigbinfByteRatioHigh", f"{BYTE_RATIO_RECENT} > {num(s.byte_ratio_max)}", s.byte_ratio_for,
               "warning",
               f"Wire overhead high: {SERIES_TEXT}",
@@ -298,7 +429,7 @@ def header(s: Settings, what: str) -> str:
                if getattr(s, f.name) != f.default]
     return (f"# bigbinf {what}: GENERATED by prometheus/generate_rules.py; do not edit by hand.\n"
             f"# Settings: {' '.join(changed) or 'defaults'} (peak {s.peak_start:02d}h-{s.peak_end:02d}h, "
-            f"UTC{s.tz_offset_hours:+g}).\n")
+            f"{utc_offset(s)}).\n")
 
 
 def render(s: Settings) -> dict[str, str]:
@@ -312,18 +443,44 @@ def render(s: Settings) -> dict[str, str]:
     }
 
 
+def tz_offset(text: str) -> float:
+    """--tz-offset as the report command reads it (one parser for both)."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.insert(0, str(HERE.parent))  # the repository's exporter package, installed or not
+    from exporter.report import UsageError, parse_tz_offset
+
+    try:
+        return parse_tz_offset(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str] | None) -> tuple[Settings, Path, bool]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     defaults = Settings()
     for f in dataclasses.fields(Settings):
-        parser.add_argument(flag(f.name), dest=f.name, type=type(f.default), default=f.default,
-                            metavar=type(f.default).__name__.upper(), help=f.metadata["help"])
+        kind = tz_offset if f.name == "tz_offset_hours" else type(f.default)
+        parser.add_argument(flag(f.name), dest=f.name, type=kind, default=f.default,
+                            metavar="HOURS" if kind is tz_offset else type(f.default).__name__.upper(),
+                            help=f.metadata["help"])
     parser.add_argument("--out-dir", type=Path, default=RULES_DIR)
     parser.add_argument("--check", action="store_true", help="compare with --out-dir instead of writing")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(joined_negative_offsets(sys.argv[1:] if argv is None else argv))
     settings = Settings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(defaults)})
     return settings, args.out_dir, args.check
+
+
+def joined_negative_offsets(argv: list[str]) -> list[str]:
+    """`--tz-offset -03:30` -> `--tz-offset=-03:30`: argparse reads "-03:30" (not a plain
+    negative number) as an option and would refuse the value."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--tz-offset" and arg.startswith("-"):
+            out[-1] = f"--tz-offset={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,13 @@ from exporter.lab import LabLayout
 ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "compose_check"
 PASSWORD = "not-a-real-password"
-SERVICES = {"remote", "exporter", "prometheus", "alertmanager", "grafana", "node-exporter"}
+SERVICES = {"remote", "exporter", "prometheus", "alertmanager", "alert-webhook", "grafana", "node-exporter"}
 UPSTREAM = {  # image repository -> the release line it must be pinned within
     "prometheus": r"prom/prometheus:v2\.\d+\.\d+",
     "alertmanager": r"prom/alertmanager:v0\.\d+\.\d+",
     "grafana": r"grafana/grafana:11\.6\.\d+",
     "node-exporter": r"prom/node-exporter:v1\.\d+\.\d+",
+    "alert-webhook": r"python:3\.\d+\.\d+-alpine3\.\d+",
 }
 
 
@@ -146,3 +150,48 @@ def test_bind_mounts_exist_and_configs_are_valid(project: dict[str, Any]) -> Non
     jobs = {j["job_name"] for j in composed["scrape_configs"]}
     assert {j["job_name"] for j in native["scrape_configs"]} <= jobs  # same rules work in both
     assert composed["rule_files"] == native["rule_files"]
+
+
+def test_alertmanager_webhook_reaches_the_logger_service(project: dict[str, Any]) -> None:
+    """alertmanager.yml's webhook address is where compose's alert-webhook listens."""
+    services = project["services"]
+    webhook = services["alert-webhook"]
+    raw = yaml.safe_load((ROOT / "prometheus" / "alertmanager.yml").read_text())
+    urls = [w["url"] for r in raw["receivers"] for w in r.get("webhook_configs", [])]
+    assert urls, "no webhook receiver"
+    # The logger shares Alertmanager's network namespace: its loopback is Alertmanager's.
+    assert webhook["network_mode"] == "service:alertmanager"
+    assert webhook["depends_on"]["alertmanager"]["restart"] is True  # a new namespace needs a new logger
+    command = webhook["command"]
+    listen = command[command.index("--listen") + 1]
+    for url in urls:
+        parsed = urllib.parse.urlsplit(url)
+        assert f"{parsed.hostname}:{parsed.port}" == listen, url
+    script = next(v for v in webhook["volumes"] if v["target"] == command[2])
+    assert script["source"] == str(ROOT / "prometheus" / "webhook_logger.py") and script["read_only"]
+
+
+def test_node_exporter_sees_the_host_not_its_network() -> None:
+    """node-exporter reads the host's filesystems and processes; docs/deployment.md says
+    its network counters are the container's, which is true only off the host network."""
+    service = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["node-exporter"]
+    assert service["pid"] == "host" and "--path.rootfs=/host" in service["command"]
+    assert "network_mode" not in service and service["networks"] == ["monitoring"]
+    docs = " ".join((ROOT / "docs" / "deployment.md").read_text().split())
+    assert "network counters are the container's" in docs
+
+
+def test_dockerfile_installs_dependencies_before_copying_the_code(tmp_path: Path) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    steps = re.findall(r"^(RUN|COPY)\s+(.+?)(?<!\\)$", dockerfile, re.M | re.S)
+    order = [f"{kind} {args.split()[0]}" for kind, args in steps]
+    deps = next(i for i, (kind, args) in enumerate(steps) if kind == "RUN" and "-r /tmp/requirements.txt" in args)
+    code = order.index("COPY exporter")
+    assert order.index("COPY pyproject.toml") < deps < code
+    package = next(i for i, (kind, args) in enumerate(steps) if kind == "RUN" and "--no-deps ." in args)
+    assert package > code
+    # The extraction the dependency layer runs works on the repository's pyproject.toml.
+    snippet = re.search(r"python3 -c '([^']+)'", steps[deps][1]).group(1)
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, check=True)
+    expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert out.stdout.split("\n")[:-1] == expected and expected
