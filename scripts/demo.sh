@@ -11,13 +11,14 @@ PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
 ALERTMANAGER_PORT=${ALERTMANAGER_PORT:-9093}
 NODE_EXPORTER_PORT=${NODE_EXPORTER_PORT:-9100}
 EXPORTER_PORT=${EXPORTER_PORT:-9753}
+WEBHOOK_PORT=${WEBHOOK_PORT:-5001}
 PIDS="$STATE/pids"
 EXPORTER=.venv/bin/bigbinf-exporter
 
 scripts/setup.sh
 
 for pair in PROMETHEUS_PORT:$PROMETHEUS_PORT ALERTMANAGER_PORT:$ALERTMANAGER_PORT \
-            NODE_EXPORTER_PORT:$NODE_EXPORTER_PORT EXPORTER_PORT:$EXPORTER_PORT; do
+            NODE_EXPORTER_PORT:$NODE_EXPORTER_PORT EXPORTER_PORT:$EXPORTER_PORT WEBHOOK_PORT:$WEBHOOK_PORT; do
   port=${pair#*:}
   if ss -Hltn "sport = :$port" | grep -q .; then
     echo "demo: port $port is in use (another Prometheus or exporter?): stop it, or set ${pair%%:*}=<free port>" >&2
@@ -30,11 +31,13 @@ mkdir -p "$STATE/prometheus" "$STATE/alertmanager" "$PIDS"
 sed -e "s/127.0.0.1:9753/127.0.0.1:$EXPORTER_PORT/; s/127.0.0.1:9100/127.0.0.1:$NODE_EXPORTER_PORT/" \
     -e "s/127.0.0.1:9093/127.0.0.1:$ALERTMANAGER_PORT/; s/127.0.0.1:9090/127.0.0.1:$PROMETHEUS_PORT/" \
     prometheus/prometheus.yml > "$STATE/prometheus.yml"
+# Alertmanager notifies the demo's webhook logger, on this run's port.
+sed -e "s/127.0.0.1:5001/127.0.0.1:$WEBHOOK_PORT/" prometheus/alertmanager.yml > "$STATE/alertmanager.yml"
 # A fresh copy of the rules: a rule file since removed from the repo must not stay loaded.
 rm -rf "$STATE/rules" && cp -r prometheus/rules "$STATE/rules"
 # Refuse to start on a broken config rather than run without rules or alerting.
 promtool check config "$STATE/prometheus.yml" >/dev/null
-amtool check-config prometheus/alertmanager.yml >/dev/null
+amtool check-config "$STATE/alertmanager.yml" >/dev/null
 
 cleanup() {
   trap - INT TERM EXIT
@@ -54,12 +57,13 @@ start prometheus prometheus --config.file="$STATE/prometheus.yml" --storage.tsdb
   --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle
 start node-exporter prometheus-node-exporter --web.listen-address="127.0.0.1:$NODE_EXPORTER_PORT" \
   --no-collector.systemd
-start alertmanager prometheus-alertmanager --config.file=prometheus/alertmanager.yml \
+start webhook python3 prometheus/webhook_logger.py --listen "127.0.0.1:$WEBHOOK_PORT"
+start alertmanager prometheus-alertmanager --config.file="$STATE/alertmanager.yml" \
   --storage.path="$STATE/alertmanager" --web.listen-address="127.0.0.1:$ALERTMANAGER_PORT" --cluster.listen-address=
 start exporter "$EXPORTER" --config.file "$CONFIG" --web.listen-address "127.0.0.1:$EXPORTER_PORT"
 
 sleep 2
-for name in prometheus node-exporter alertmanager exporter; do
+for name in prometheus node-exporter webhook alertmanager exporter; do
   if ! kill -0 "$(cat "$PIDS/$name.pid")" 2>/dev/null; then
     echo "demo: $name failed to start; its log:" >&2
     tail -20 "$STATE/$name.log" >&2
@@ -73,6 +77,7 @@ bigbinf demo is running (a round of transfers every minute against the lab).
   exporter metrics   http://127.0.0.1:$EXPORTER_PORT/metrics
   Prometheus         http://127.0.0.1:$PROMETHEUS_PORT/graph?g0.expr=bigbinf_last_transfer_throughput_bytes_per_second
   Alertmanager       http://127.0.0.1:$ALERTMANAGER_PORT/
+  notifications      $STATE/webhook.log (what Alertmanager sent to its webhook)
   node-exporter      http://127.0.0.1:$NODE_EXPORTER_PORT/metrics
   journal            $(grep -A1 '^journal:' "$CONFIG" | awk '/path:/ {print $2}')
   logs               $STATE/*.log

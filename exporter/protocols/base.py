@@ -74,7 +74,7 @@ class RunContext:
     timeout_seconds: float
     workdir: Path  # private temp dir of this transfer
     netns: str | None  # client-side network namespace to run in, if any
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment (secrets: never logged)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # extra environment: may hold a secret, never logged
     values: Mapping[str, str] = field(default_factory=dict)  # the placeholder values argv was rendered with
     options: Mapping[str, Any] = field(default_factory=dict)  # the protocol's validated options
     direction: str = "download"
