@@ -231,8 +231,10 @@ def _wan_up(layout: LabLayout) -> None:
     _neigh(ns, layout.wan_client_if, cfg.client_address, layout.client_ns, layout.client_if)
     _neigh(ns, layout.wan_remote_if, cfg.remote_address, layout.remote_ns, layout.remote_if)
     # Packets re-enter from the TUN devices with the far end's source address: no
-    # reverse-path filtering here.
-    for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
+    # reverse-path filtering here.  Forwarding is switched on only by _delay_line_up,
+    # once every packet is routed through the delay line: until then the namespace
+    # carries nothing, rather than an undelayed link.
+    for key in ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
         _in(ns, ["sysctl", "-qw", key], f"set {key} in {ns}")
     _ip("-n", ns, "route", "replace", f"{cfg.client_address}/32", "dev", layout.wan_client_if, what="route to client")
     _ip("-n", ns, "route", "replace", f"{cfg.remote_address}/32", "dev", layout.wan_remote_if, what="route to remote")
@@ -256,25 +258,17 @@ def _delay_line_pid(layout: LabLayout) -> int | None:
 
 
 def _delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) -> None:
+    """Start (or keep) the delay line, then (re)apply its routing: idempotent, so an `up`
+    after a failed one completes the link rather than trusting a live process."""
     ns, pidfile = layout.wan_ns, layout.run_dir / f"{DELAY_LINE}.pid"
     params = f"{link.delay:g} {link.loss:g}"
     pid = _delay_line_pid(layout)
-    if pid and pidfile.read_text().split()[1:] == params.split():
-        return
-    if pid:  # other delay or loss: restart it
+    if pid and pidfile.read_text().split()[1:] != params.split():  # other delay or loss: restart it
         os.kill(pid, signal.SIGTERM)
         _wait_gone([str(pid)], 5.0)
-    log_path = layout.logfile(DELAY_LINE)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(in_netns(ns, [sys.executable, "-m", "exporter.delayline", layout.tun_to_remote,
-                                              layout.tun_to_client, f"{link.delay:g}", f"{link.loss:g}"]),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    pidfile.write_text(f"{proc.pid} {params}\n")
-    deadline = time.monotonic() + timeout
-    while not all(_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise LabError(f"the delay line did not start in {ns}; see {log_path}")
-        time.sleep(0.05)
+        pid = None
+    if pid is None:
+        _start_delay_line(layout, params, timeout)
     for table, entry_if, tun in _WAN_TABLES:
         entry, device = getattr(layout, entry_if), getattr(layout, tun)
         _in(ns, ["sysctl", "-qw", f"net.ipv4.conf.{device}.rp_filter=0"], f"rp_filter on {device}")
@@ -284,6 +278,34 @@ def _delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) -
         subprocess.run(["ip", "-n", ns, "rule", "del", "priority", str(table)], capture_output=True)
         _ip("-n", ns, "rule", "add", "priority", str(table), "iif", entry, "table", str(table),
             what=f"send {entry}'s packets into {device}")
+    _in(ns, ["sysctl", "-qw", "net.ipv4.ip_forward=1"], f"switch on forwarding in {ns}")
+
+
+def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
+    ns, pidfile = layout.wan_ns, layout.run_dir / f"{DELAY_LINE}.pid"
+    log_path = layout.logfile(DELAY_LINE)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(in_netns(ns, [sys.executable, "-m", "exporter.delayline", layout.tun_to_remote,
+                                              layout.tun_to_client, *params.split()]),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    pidfile.write_text(f"{proc.pid} {params}\n")
+    deadline = time.monotonic() + timeout
+    while not all(_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()  # a half-started delay line must not be taken for a running one
+            proc.wait()
+            pidfile.unlink(missing_ok=True)
+            raise LabError(f"the delay line did not start in {ns}; see {log_path}")
+        time.sleep(0.05)
+
+
+def _delay_line_routed(layout: LabLayout) -> bool:
+    """Both policy rules in place and forwarding on: every packet goes through the line."""
+    rules = subprocess.run(["ip", "-n", layout.wan_ns, "rule", "show"], capture_output=True, text=True).stdout
+    forwarding = subprocess.run(["ip", "netns", "exec", layout.wan_ns, "sysctl", "-n", "net.ipv4.ip_forward"],
+                                capture_output=True, text=True).stdout.strip()
+    return forwarding == "1" and all(f"{table}:" in rules and f"lookup {table}" in rules
+                                     for table, _, _ in _WAN_TABLES)
 
 
 def _mac(ns: str, ifname: str) -> str:
@@ -620,8 +642,11 @@ def status(config: Config) -> tuple[bool, list[str]]:
     link = config.lab.link
     if needs_delay_line(link):
         pid = _delay_line_pid(layout)
-        report("delay line", pid is not None, f"pid {pid}, {link.delay * 1000:g}ms and {link.loss:g}% loss each way "
-               f"in {layout.wan_ns}" if pid else f"not running (log {layout.logfile(DELAY_LINE)})")
+        routed = pid is not None and _delay_line_routed(layout)
+        report("delay line", routed,
+               f"pid {pid}, {link.delay * 1000:g}ms and {link.loss:g}% loss each way in {layout.wan_ns}" if routed
+               else f"running (pid {pid}) but not routed: run `lab up` again" if pid
+               else f"not running (log {layout.logfile(DELAY_LINE)})")
     elif not netem_available():
         lines.append(f"{'netem':<12} {'':<5} not available in this kernel: delay/loss would use a userspace delay line")
     return ok, lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -45,6 +46,14 @@ def _handshake_seconds(config: Config) -> float:
 
 def _pids_in(ns: str) -> list[str]:
     return subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+
+
+def _lasting_pids(namespaces: tuple[str, ...]) -> dict[str, list[str]]:
+    """Each namespace's processes that are still there a second later: `up` checks sshd by
+    logging in (`ssh ... true`), whose session processes take a moment to go."""
+    first = {ns: set(_pids_in(ns)) for ns in namespaces}
+    time.sleep(1.0)
+    return {ns: sorted(first[ns] & set(_pids_in(ns))) for ns in namespaces}
 
 
 def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> None:
@@ -95,9 +104,9 @@ def test_up_is_idempotent_follows_the_config_and_down_leaves_nothing(make_lab) -
     config = make_lab(link={"delay": "5ms"}, servers=["sshd"])
     layout = LabLayout(config.lab)
     via_wan = not lab.netem_available()
-    pids_before = {ns: sorted(_pids_in(ns)) for ns in layout.namespaces}
+    pids_before = _lasting_pids(layout.namespaces)
     lab.up(config)  # again: nothing restarted, nothing duplicated
-    assert {ns: sorted(_pids_in(ns)) for ns in layout.namespaces} == pids_before
+    assert _lasting_pids(layout.namespaces) == pids_before
     assert 0.010 <= _handshake_seconds(config) < 0.020
 
     # The same lab without delay: back to one veth pair, the delay line gone.
@@ -157,3 +166,18 @@ def test_lab_commands_up_status_down_leave_nothing_behind(tmp_path: Path) -> Non
         assert after.returncode == 1
     finally:
         lab.teardown(layout)
+
+
+@pytest.mark.skipif(lab.netem_available(), reason="not applicable here: the kernel has netem, no delay line")
+def test_a_half_routed_delay_line_is_reported_and_completed_by_up(make_lab) -> None:
+    # As if an earlier `up` failed after starting the delay line: its policy rule is gone.
+    config = make_lab(link={"delay": "5ms"}, servers=["sshd"])
+    layout = LabLayout(config.lab)
+    subprocess.run(["ip", "-n", layout.wan_ns, "rule", "del", "priority", "100"], check=True)
+    ok, lines = lab.status(config)
+    assert not ok
+    assert any(line.startswith("delay line   DOWN") and "not routed" in line for line in lines), lines
+    lab.up(config)  # the process is kept; the routing is applied again
+    ok, lines = lab.status(config)
+    assert ok, lines
+    assert 0.010 <= _handshake_seconds(config) < 0.020
