@@ -85,14 +85,18 @@ def _labels(key: SeriesKey, extra: Sequence[tuple[str, str]], target: Sequence[t
     return "{" + ",".join(f'{name}="{_escape_label(value)}"' for name, value in pairs) + "}"
 
 
-def by_series(results: Iterable[Result]) -> dict[SeriesKey, list[Result]]:
-    """Each series' results in time order, one per millisecond (the journal's later line
-    wins: a sample is unique per series and timestamp)."""
-    unique: dict[tuple[SeriesKey, int], Result] = {}
+def by_series(results: Iterable[Result], left_out: list[Result] | None = None) -> dict[SeriesKey, list[Result]]:
+    """Each series' results in time order, one per millisecond and origin (a sample is
+    unique per series and timestamp: the journal's later line wins, and the earlier one
+    goes to `left_out`, so that the caller can say so)."""
+    unique: dict[tuple[SeriesKey, int, Extra], Result] = {}
     for result in results:
-        unique[(result.key, timestamp_ms(result.start_timestamp))] = result
+        slot = (result.key, timestamp_ms(result.start_timestamp), _origin(result))
+        if slot in unique and left_out is not None:
+            left_out.append(unique[slot])
+        unique[slot] = result
     series: dict[SeriesKey, list[Result]] = defaultdict(list)
-    for (key, _), result in sorted(unique.items(), key=lambda kv: (_key_order(kv[0][0]), kv[0][1])):
+    for (key, ms, _), result in sorted(unique.items(), key=lambda kv: (_key_order(kv[0][0]), kv[0][1], kv[0][2])):
         series[key].append(result)
     return series
 
@@ -132,14 +136,15 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]],
     yield f"# HELP {LAST_SUCCESS} {_escape_help(specs[LAST_SUCCESS].help)}\n"
     yield f"# TYPE {LAST_SUCCESS} gauge\n"
     for key, results in series.items():
-        last_ok: float | None = None
+        last_ok: dict[Extra, float] = {}  # per origin: an import's success is not the exporter's
         success_rows: dict[Extra, list[str]] = defaultdict(list)
         for result in results:
+            origin = _origin(result)
             if result.outcome == "ok":
-                last_ok = result.start_timestamp
-            if last_ok is not None:  # the live gauge is absent until a series' first success
+                last_ok[origin] = result.start_timestamp
+            if origin in last_ok:  # the live gauge is absent until a series' first success
                 stamp = format_timestamp(timestamp_ms(result.start_timestamp))
-                success_rows[_origin(result)].append(f"{format_value(last_ok)} {stamp}")
+                success_rows[origin].append(f"{format_value(last_ok[origin])} {stamp}")
         for extra, samples in success_rows.items():
             labels = _labels(key, extra, target)
             for sample in samples:
@@ -148,12 +153,14 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]],
 
 
 def write_openmetrics(results: Iterable[Result], path: Path,
-                      target: Sequence[tuple[str, str]] = ()) -> tuple[int, int]:
-    """Write the file; returns (results written, series)."""
-    series = by_series(results)
+                      target: Sequence[tuple[str, str]] = ()) -> tuple[int, int, int]:
+    """Write the file; returns (results written, series, results left out because a later
+    one of the same series started in the same millisecond)."""
+    left_out: list[Result] = []
+    series = by_series(results, left_out)
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(openmetrics_lines(series, target))
-    return sum(len(v) for v in series.values()), len(series)
+    return sum(len(v) for v in series.values()), len(series), len(left_out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,7 +257,7 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
             om = Path(args.openmetrics) if args.openmetrics else Path(tmp) / "backfill.om"
             target = [(name, value) for name, value in (("job", args.job), ("instance", args.instance)) if value]
             try:
-                written, series = write_openmetrics(results, om, target)
+                written, series, left_out = write_openmetrics(results, om, target)
             except OSError as exc:
                 where = f"--openmetrics {om}" if args.openmetrics else f"temporary file {om} (set TMPDIR elsewhere)"
                 raise UsageError(f"{where}: cannot write ({exc.strerror or exc}); choose a writable path", 1) \
@@ -264,6 +271,10 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     except OSError as exc:  # the journal, --out and --openmetrics have their own messages above
         print(f"bigbinf-exporter backfill: error: {exc.filename or out_dir}: {exc.strerror or exc}", file=stream)
         return 1
+    if left_out:
+        print(f"backfill: {left_out} results left out: each started in the same millisecond as a later journal line "
+              "of its series (e.g. two 2015 clients' dumps of one transfer), and Prometheus keeps one sample per "
+              "series and time", file=stream)
     print(f"backfill: {written} results of {series} series, {len(unreadable)} unreadable journal lines skipped; "
           f"created {len(created)} blocks in {out_dir}. Move them into Prometheus' data directory "
           f"(--storage.tsdb.path); see docs/report.md.", file=stream)

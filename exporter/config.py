@@ -89,6 +89,15 @@ def _check_upload_dir(value: Path) -> Path:
     return value
 
 
+def _check_no_space(value: Path) -> Path:
+    # rsync's -e and bbftp's -L and -e take one command string that they split on white
+    # space themselves: a path with a space would be cut in two there.
+    if any(c.isspace() for c in str(value)):
+        raise ValueError(f"{str(value)!r} contains white space, which rsync and bbftp would split their ssh or "
+                         "transfer command at; use a path without spaces (a symlink to it will do)")
+    return value
+
+
 def _check_ip(value: str) -> str:
     import ipaddress
 
@@ -154,6 +163,7 @@ def _check_timezone(value: str) -> str:
 
 
 Size = Annotated[int, BeforeValidator(parse_size)]
+SplitSafePath = Annotated[Path, AfterValidator(_check_no_space)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_check_positive)]
 Name = Annotated[str, AfterValidator(_check_name)]
@@ -193,9 +203,9 @@ class RemoteConfig(_Strict):
     address: Annotated[str, AfterValidator(_check_host)] | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 22
     user: str = "root"
-    key: Path | None = None
-    ssh_config: Path | None = None
-    data_dir: Path | None = None  # where the datasets' files live on the remote
+    key: SplitSafePath | None = None
+    ssh_config: SplitSafePath | None = None
+    data_dir: SplitSafePath | None = None  # where the datasets' files live on the remote
     upload_dir: Annotated[Path, AfterValidator(_check_upload_dir)] | None = None  # needed for uploads
     serve_root: Path | None = None  # the directory URLs are relative to ({remote_name}); default /
     checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
@@ -243,7 +253,7 @@ class ScheduleConfig(_Strict):
 
 class TransferConfig(_Strict):
     timeout: PositiveDuration = 1800.0
-    workdir: Path = Path("/var/tmp/bigbinf")
+    workdir: SplitSafePath = Path("/var/tmp/bigbinf")
     keep_files: bool = False
 
 

@@ -151,7 +151,7 @@ class LabError(RuntimeError):
     pass
 
 
-def _ns_exists(name: str) -> bool:
+def namespace_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
 
 
@@ -194,7 +194,7 @@ def _link_up(layout: LabLayout, via_wan: bool) -> None:
     """The client-remote link: one veth pair, or two through the delay line's namespace."""
     cfg = layout.config
     for ns in (layout.client_ns, layout.remote_ns, *((layout.wan_ns,) if via_wan else ())):
-        if not _ns_exists(ns):
+        if not namespace_exists(ns):
             _ip("netns", "add", ns, what=f"create namespace {ns}")
         _ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
     if via_wan:
@@ -207,7 +207,7 @@ def _link_up(layout: LabLayout, via_wan: bool) -> None:
                 _veth(ns, ifname, layout.wan_ns, wan_if)
         client_peer, remote_peer = (layout.wan_ns, layout.wan_client_if), (layout.wan_ns, layout.wan_remote_if)
     else:
-        if _ns_exists(layout.wan_ns):  # the delay line of an earlier `up` is not wanted now
+        if namespace_exists(layout.wan_ns):  # the delay line of an earlier `up` is not wanted now
             _remove_namespace(layout.wan_ns)
         if not (_exists(layout.client_ns, layout.client_if) and _exists(layout.remote_ns, layout.remote_if)):
             if _exists(layout.client_ns, layout.client_if):
@@ -553,7 +553,7 @@ def down(config: Config) -> list[str]:
 def teardown(layout: LabLayout) -> list[str]:
     messages = []
     for ns in layout.namespaces:
-        if _ns_exists(ns):
+        if namespace_exists(ns):
             messages += _remove_namespace(ns)
     for ns in (layout.client_ns, layout.remote_ns):
         hosts_dir = labservers.netns_hosts(ns).parent
@@ -616,8 +616,8 @@ def status(config: Config) -> tuple[bool, list[str]]:
         lines.append(f"{name:<12} {'up' if good else 'DOWN':<5} {detail}")
 
     for ns in (layout.client_ns, layout.remote_ns):
-        report("namespace", _ns_exists(ns), ns)
-    if _ns_exists(layout.client_ns):
+        report("namespace", namespace_exists(ns), ns)
+    if namespace_exists(layout.client_ns):
         link = subprocess.run(["ip", "-n", layout.client_ns, "-br", "addr", "show", layout.client_if],
                               capture_output=True, text=True).stdout.strip()
         report("veth", "UP" in link, link or layout.client_if)

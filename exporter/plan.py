@@ -11,6 +11,7 @@ from typing import Any
 from .config import Config, DatasetConfig, ProtocolConfig, RemoteConfig
 from .lab import LabLayout
 from .protocols import REGISTRY, Expectation, Profile
+from .protocols.base import DATA_FLOW_BYTES
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,6 @@ def _tree_expectation(profile: Profile, options: Mapping[str, Any], ds: DatasetC
     transport is enforced; a profile's expect_tree (GridFTP -cc N: N sessions) counts
     only as far as the dataset can fill it: at most one flow per file, and only if one
     file alone makes a flow a data flow."""
-    from .transfer import DATA_FLOW_BYTES  # transfer imports this module
-
     file_expectation = profile.expect(options)
     if profile.expect_tree is None:
         return Expectation(transport=file_expectation.transport, min_data_flows=1)

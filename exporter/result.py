@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,8 +75,9 @@ class Result:
     retransmits_sender: int | None = None
     retransmits_sender_source: str = ""
     rtt_seconds: float | None = None  # mean RTT where the tool reports it (iperf3)
-    # What the tool itself reported, where it reports anything (iperf3's JSON): bytes,
-    # seconds, retransmits (its sender's), mean_rtt_seconds.  Kept beside our own numbers.
+    # What the tool itself reported, where it reports anything (iperf3's JSON): bytes and
+    # seconds (its receiver's), bytes_sent, retransmits (its sender's), mean_rtt_seconds.
+    # Kept beside our own numbers.
     reported: dict[str, float] = field(default_factory=dict)
     payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
     round_id: str = ""
@@ -87,7 +89,6 @@ class Result:
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        _check_field_types(self)
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
         if self.direction not in DIRECTIONS:
@@ -140,7 +141,11 @@ class Result:
         if missing:
             raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
         names = {f.name for f in fields}
-        return cls(**{k: v for k, v in record.items() if k in names})
+        result = cls(**{k: v for k, v in record.items() if k in names})
+        # Checked where results come from outside (journals, imports), not on every
+        # construction: a measurement is never thrown away for a type check.
+        _check_field_types(result)
+        return result
 
 
 # Type checks of Result fields, keyed by their annotation (a string: annotations are
@@ -178,17 +183,25 @@ _TYPE_CHECKS: dict[str, tuple[str, Any]] = {
 }
 
 
+@functools.cache
+def _field_checks(cls: type) -> tuple[tuple[str, bool, str, Any], ...]:
+    """(field, optional, expected, check) of every checked field, worked out once per class."""
+    checks = []
+    for f in dataclasses.fields(cls):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        check = _TYPE_CHECKS.get(annotation.removesuffix(" | None"))
+        if check is not None:
+            checks.append((f.name, annotation.endswith(" | None"), *check))
+    return tuple(checks)
+
+
 def _check_field_types(result: Result) -> None:
     """ValueError naming the field, the expected type and the value, for the first wrong one."""
-    for f in dataclasses.fields(result):
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-        optional = annotation.endswith(" | None")
-        check = _TYPE_CHECKS.get(annotation.removesuffix(" | None"))
-        value = getattr(result, f.name)
-        if check is None or (optional and value is None):
+    for name, optional, expected, valid in _field_checks(type(result)):
+        value = getattr(result, name)
+        if optional and value is None:
             continue
-        expected, valid = check
         if not valid(value):
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise ValueError(f"field {f.name}: expected {expected}{' or null' if optional else ''}, "
+            raise ValueError(f"field {name}: expected {expected}{' or null' if optional else ''}, "
                              f"got {type(value).__name__} {shown}")

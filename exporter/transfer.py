@@ -28,14 +28,11 @@ from .capture import Capture, CaptureError, wait_linger
 from .config import Config
 from .plan import TransferSpec
 from .process import in_netns, run_with_timeout
-from .protocols.base import RunContext, RunOutcome, render
+from .protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
 from .result import Result
 from .sockstats import SocketWatch
 
 log = logging.getLogger(__name__)
-# A flow is a data flow if it carried at least this much payload: control channels
-# (FTP, GridFTP) and handshakes stay below it, any real data stream is far above.
-DATA_FLOW_BYTES = 64 * 1024
 # Uploads to a remote whose files we cannot read: verified stays 0, the outcome is not
 # made a failure for it.
 UNVERIFIABLE = datasets.Verification(False, "uploads to this remote cannot be read back to verify")
@@ -111,6 +108,9 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
         reason = lab.missing_server(config, spec.lab_servers)
         if reason:
             return Result(start_timestamp=time.time(), outcome="skipped", error=reason, **base)
+    unready = _unready(spec)
+    if unready:  # before anything is uploaded, so there is nothing to clean up either
+        return Result(start_timestamp=time.time(), outcome="failed", error=unready, **base)
     upload_name = f"{ds.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
     workdir: Path | None = None
     cleanup_problem = ""
@@ -169,7 +169,7 @@ def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_nam
 def _unready(spec: TransferSpec) -> str:
     """What on this host keeps the transfer from starting, said with its fix; "" if nothing."""
     remote = spec.remote
-    if remote.netns and not Path("/run/netns", remote.netns).exists():
+    if remote.netns and not lab.namespace_exists(remote.netns):
         if remote.local_fs:  # the lab's client namespace
             return (f"the lab is not up (no network namespace {remote.netns}): run "
                     "`bigbinf-exporter --config.file <this config> lab up`")
@@ -182,9 +182,6 @@ def _unready(spec: TransferSpec) -> str:
 
 def _measure(spec: TransferSpec, config: Config, workdir: Path, upload_name: str, base: dict[str, Any]) -> Result:
     password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
-    unready = _unready(spec)
-    if unready:
-        return Result(start_timestamp=time.time(), outcome="failed", error=unready, **base)
     try:
         source = upload_source(spec, config) if spec.direction == "upload" else None
         remote_ip = resolve(spec.remote.address)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import shutil
@@ -117,7 +119,7 @@ def test_openmetrics_text(tmp_path: Path) -> None:
     results.append(Result('sc"p', "uwc\\x", "5MiB", "download", 1_700_000_000.9999, "ok", duration_seconds=1.0,
                           file_bytes=10))
     om = tmp_path / "x.om"
-    assert backfill.write_openmetrics(results, om) == (6, 3)
+    assert backfill.write_openmetrics(results, om) == (6, 3, 0)
     lines = om.read_text().splitlines()
     assert lines[-1] == "# EOF" and lines.count("# EOF") == 1
     types = [line.split()[2:] for line in lines if line.startswith("# TYPE")]
@@ -174,6 +176,30 @@ def test_imported_results_are_labelled_by_origin(tmp_path: Path) -> None:
     # every gauge an imported result sets, with the label; and the label is the last one
     assert len(labelled) == sum(1 for _ in last_result_samples(imported_result(0.0))) + 1  # + last success
     assert all(line.split("}", 1)[0].endswith('origin="import"') for line in labelled)
+
+
+def test_results_of_one_series_and_millisecond_are_counted_when_left_out(tmp_path: Path) -> None:
+    # Two 2015 clients' dumps of the same transfer second: the importer keeps both, but a
+    # series has one sample per time, so the backfill says it kept one.
+    first = imported_result(1_700_010_000.0)
+    second = dataclasses.replace(first, client_address="137.158.0.10", duration_seconds=0.6)
+    om = tmp_path / "x.om"
+    assert backfill.write_openmetrics([first, second], om) == (1, 1, 1)
+    durations = [line for line in om.read_text().splitlines()
+                 if line.startswith("bigbinf_last_transfer_duration_seconds{")]
+    assert [line.split()[1] for line in durations] == ["0.6"]  # the later journal line
+
+
+def test_last_success_is_per_origin(tmp_path: Path) -> None:
+    # An exporter failure after an imported success of the same series names no last
+    # success of its own: the import's does not stand in for it.
+    imported = dataclasses.replace(imported_result(1_700_000_000.0), protocol="scp", remote="lab", dataset="f5m")
+    failed = Result("scp", "lab", "f5m", "download", 1_700_000_100.0, "failed", error="x")
+    om = tmp_path / "x.om"
+    backfill.write_openmetrics([imported, failed], om)
+    successes = [line for line in om.read_text().splitlines()
+                 if line.startswith("bigbinf_last_success_timestamp_seconds{")]
+    assert len(successes) == 1 and 'origin="import"' in successes[0], successes
 
 
 def fake_promtool(tmp_path: Path, script: str = "exit 0") -> Path:

@@ -115,6 +115,15 @@ BAD = [
      BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: '/u/my uploads', key: /k}"),
      ["remotes.site.upload_dir: '/u/my uploads' is not a plain absolute path: use letters, digits, '_', '.', "
       "'+', '-', '/' (uploads are removed through the remote's shell)"]),
+    ("paths split by rsync and bbftp",
+     BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: '/d d', key: '/my keys/id'}") +
+     "transfer: {workdir: '/var/tmp/big binf'}\n",
+     ["remotes.site.key: '/my keys/id' contains white space, which rsync and bbftp would split their ssh or transfer "
+      "command at; use a path without spaces (a symlink to it will do)",
+      "remotes.site.data_dir: '/d d' contains white space, which rsync and bbftp would split their ssh or transfer "
+      "command at; use a path without spaces (a symlink to it will do)",
+      "transfer.workdir: '/var/tmp/big binf' contains white space, which rsync and bbftp would split their ssh or "
+      "transfer command at; use a path without spaces (a symlink to it will do)"]),
     ("every error gathered",
      BASE.replace("scp: {}", "scp: {tiemout: 5s, directions: [sideways]}") + "transfer: {timeout: soon}\n",
      ["protocols.scp.directions[0]: 'sideways' is not allowed; input should be 'download' or 'upload'",

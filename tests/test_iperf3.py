@@ -30,6 +30,11 @@ def test_parse_report_of_an_upload() -> None:
     assert report["mean_rtt_seconds"] == pytest.approx(19e-6)  # 19 us on loopback
 
 
+def test_parse_report_drops_values_that_are_no_numbers() -> None:
+    report = parse_report('{"end": {"sum_received": {"bytes": NaN, "seconds": 2}, "sum_sent": {"bytes": 8}}}')
+    assert report == {"seconds": 2.0, "bytes_sent": 8.0}
+
+
 def test_parse_report_of_a_download_has_no_rtt() -> None:
     # -R: the server sends; iperf3 reports its retransmits but no RTT to the client.
     report = parse_report((DATA / "iperf3-download.json").read_text())
@@ -38,7 +43,8 @@ def test_parse_report_of_a_download_has_no_rtt() -> None:
     assert "mean_rtt_seconds" not in report
 
 
-@pytest.mark.parametrize("stdout", ["", "not json", '{"error": "unable to connect to server"}', "[]"])
+@pytest.mark.parametrize("stdout", ["", "not json", '{"error": "unable to connect to server"}', "[]",
+                                    '{"end": []}', '{"end": {"sum_received": {"bytes": "many"}}}'])
 def test_parse_report_of_garbage_is_empty(stdout: str) -> None:
     assert parse_report(stdout) == {}
 

@@ -30,7 +30,8 @@ from exporter.config import Config
 from exporter.lab import LabLayout
 from exporter.labservers import SERVERS
 from exporter.plan import TransferSpec, plan_round
-from exporter.transfer import DATA_FLOW_BYTES, run_transfer
+from exporter.protocols.base import DATA_FLOW_BYTES
+from exporter.transfer import run_transfer
 
 from .conftest import NOT_APPLICABLE, lab_config, nstat_retrans, veth_counters
 

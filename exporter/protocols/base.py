@@ -97,6 +97,11 @@ Template = Sequence[str]
 Commands = Mapping[tuple[str, str], Template]
 
 
+# A flow is a data flow if it carried at least this much payload: control channels
+# (FTP, GridFTP) and handshakes stay below it, any real data stream is far above.
+DATA_FLOW_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What the capture must show for the result to be believed."""

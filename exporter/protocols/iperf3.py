@@ -7,6 +7,7 @@ Its JSON gives what a copy command cannot: the sender's retransmits (for a downl
 from __future__ import annotations
 
 import json
+import math
 
 from ..process import in_netns, run_with_timeout
 from .base import Option, Profile, RunContext, RunOutcome, needs
@@ -20,22 +21,24 @@ def commands(options):
 
 
 def parse_report(stdout: str) -> dict[str, float]:
-    """bytes, seconds, sender retransmits and mean RTT from iperf3 -J output."""
+    """bytes, seconds, sender retransmits and mean RTT from iperf3 -J output; {} for
+    output that is not such a report (the transfer then fails on its byte count)."""
     try:
         end = json.loads(stdout)["end"]
-    except (ValueError, KeyError, TypeError):
+        received, sent = end.get("sum_received", {}), end.get("sum_sent", {})
+        # bytes/seconds: the receiver's view (iperf3's headline throughput); bytes_sent:
+        # the sender's, which -n bounds (the receiver's count may stop short of it).
+        report = {"bytes": float(received.get("bytes", 0)), "seconds": float(received.get("seconds", 0)),
+                  "bytes_sent": float(sent.get("bytes", 0))}
+        if "retransmits" in sent:
+            report["retransmits"] = float(sent["retransmits"])
+        rtts = [float(s["sender"]["mean_rtt"]) for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return {}
-    received, sent = end.get("sum_received", {}), end.get("sum_sent", {})
-    # bytes/seconds: the receiver's view (iperf3's headline throughput); bytes_sent: the
-    # sender's, which -n bounds (the receiver's count may stop short of it).
-    report = {"bytes": float(received.get("bytes", 0)), "seconds": float(received.get("seconds", 0)),
-              "bytes_sent": float(sent.get("bytes", 0))}
-    if "retransmits" in sent:
-        report["retransmits"] = float(sent["retransmits"])
-    rtts = [s["sender"]["mean_rtt"] for s in end.get("streams", []) if s.get("sender", {}).get("mean_rtt")]
     if rtts:
         report["mean_rtt_seconds"] = sum(rtts) / len(rtts) / 1e6  # iperf3 reports microseconds
-    return report
+    # JSON allows NaN and Infinity: no such value is a measurement to keep.
+    return {name: value for name, value in report.items() if math.isfinite(value)}
 
 
 def run(ctx: RunContext) -> RunOutcome:
