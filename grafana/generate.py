@@ -317,8 +317,9 @@ def protocols() -> Dashboard:
     d.with_row(g.row("Throughput over time"))
     d.with_panel(g.place(
         timeseries.Panel().title("Throughput per transfer").description(
-            "Throughput of each series' last ok transfer, and the 7-day per-transfer mean "
-            "BigbinfThroughputRegression compares the recent mean with.")
+            "Throughput of each series' last ok transfer, and its 7-day per-transfer mean (dashed).  "
+            "BigbinfThroughputRegression compares the recent mean with the 7-day means of the recent "
+            "transfers' own periods: Time of day dashboard, \"Whole day: recent mean and its 7-day baseline\".")
         .with_target(query(f"bigbinf_last_transfer_throughput_bytes_per_second{sel()}\n"
                            f"  and bigbinf_last_transfer_success{sel()} == 1", LEGEND_SERIES))
         .with_target(query(f"{rules.MEAN_7D}{sel()}", LEGEND_SERIES + " 7-day mean", ref="B"))
@@ -406,7 +407,9 @@ def time_of_day() -> Dashboard:
         .with_target(query(per_transfer_mean_by_period(">="), ref="B", instant=True, fmt=PromQueryFormat.TABLE))
         .transformations(merge_and_rename({"transfer": "transfer", "Value #A": "peak", "Value #B": "off-peak"}))
         .x_field("transfer").unit("Bps").show_value(VisibilityMode.AUTO).x_tick_label_rotation(-30)
-        .legend(legend_list()), 14, 9))
+        .legend(legend_list()), 24, 9))
+
+    d.with_row(g.row("Regression alert inputs"))
     d.with_panel(g.place(
         bargauge.Panel().title("Per period: recent and 7-day means (alert inputs)").description(
             "What BigbinfThroughputRegressionTimeOfDay compares: the per-transfer mean of the recent window "
@@ -414,7 +417,20 @@ def time_of_day() -> Dashboard:
         .with_target(query(f"{rules.PERIOD_MEAN_RECENT}{sel()}", legend + " {{period}} recent", instant=True))
         .with_target(query(f"{rules.PERIOD_MEAN_7D}{sel()}", legend + " {{period}} 7-day", ref="B", instant=True))
         .unit("Bps").min(0).orientation(VizOrientation.HORIZONTAL)
-        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 10, 9))
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 12, 9))
+    d.with_panel(g.place(
+        bargauge.Panel().title("Whole day: recent mean and its 7-day baseline (alert inputs)").description(
+            "What BigbinfThroughputRegression compares: the per-transfer mean of the recent window against "
+            "0.7 x its baseline, the 7-day means of the window's transfers' own periods weighted by how many of "
+            "each it holds (a period new to the series: the all-day mean).  The plain all-day 7-day mean beside "
+            "them shows how far the window's mix of peak and off-peak moves the plain comparison "
+            "(docs/runbook.md, \"The whole-day baseline\").")
+        .with_target(query(f"{rules.MEAN_RECENT}{sel()}", legend + " recent", instant=True))
+        .with_target(query(f"{rules.BASELINE_7D_RECENT_MIX}{sel()}", legend + " 7-day baseline, recent mix",
+                           ref="B", instant=True))
+        .with_target(query(f"{rules.MEAN_7D}{sel()}", legend + " 7-day all-day mean", ref="C", instant=True))
+        .unit("Bps").min(0).orientation(VizOrientation.HORIZONTAL)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])), 12, 9))
 
     d.with_row(g.row("Hour of day"))
     d.with_panel(g.place(

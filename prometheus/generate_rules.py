@@ -52,10 +52,12 @@ class Settings:
     tz_offset_hours: float = _opt(0.0, "local time = UTC + this offset: 2, -3.5, +5:30 or -03:30 (PromQL's hour() is "
                                          "UTC; a fixed offset: regenerate when daylight saving time changes it)")
     job: str = _opt("bigbinf", "scrape job name of the exporter")
-    recent_window: str = _opt("12h", "window of the recent means the alerts watch (the study: two batches a day)")
+    recent_window: str = _opt("24h", "window of the recent means and ratios the alerts watch (a whole day: with the "
+                                     "study's two batches a day, one batch of each; docs/runbook.md)")
     baseline_interval: str = _opt("5m", "evaluation interval of the throughput roll-ups and the recent and 7-day means "
                                         "built on them (need not be fresh: the regression alerts wait an hour)")
-    regression_fraction: float = _opt(0.7, "alert when the recent per-transfer mean throughput < this x the 7-day one")
+    regression_fraction: float = _opt(0.7, "alert when the recent per-transfer mean throughput < this x its 7-day "
+                                           "baseline (docs/runbook.md)")
     regression_for: str = _opt("1h", "for: of both regression alerts")
     failure_ratio: float = _opt(0.2, "alert when more than this share of recent transfers did not end ok (skipped ones "
                                    "excluded)")
@@ -86,6 +88,9 @@ class Settings:
                 1000 <= duration_ms(self.baseline_interval) < duration_ms(self.recent_window)):
             # Each evaluation rolls up one interval of tiles; the recent mean sums whole ones.
             errors.append("--baseline-interval must be at least 1s and shorter than --recent-window")
+        if DURATION_RE.match(self.recent_window) and duration_ms(self.recent_window) >= duration_ms(BASELINE_WINDOW):
+            # The baselines need history from before the window (PERIOD_BASELINE_7D).
+            errors.append(f"--recent-window must be shorter than the baselines' {BASELINE_WINDOW}")
         if not 0 < self.regression_fraction < 1:
             errors.append("--regression-fraction must be between 0 and 1")
         if not 0 <= self.failure_ratio < 1:
@@ -237,6 +242,8 @@ HOUR_COUNT_ROLLUP = "series_hour:bigbinf_transfer_throughput_bytes_per_second_co
 MEAN_7D = "series:bigbinf_transfer_throughput_bytes_per_second:mean7d"
 PERIOD_MEAN_7D = "series_period:bigbinf_transfer_throughput_bytes_per_second:mean7d"
 HOUR_MEAN_7D = "series_hour:bigbinf_transfer_throughput_bytes_per_second:mean7d"
+PERIOD_BASELINE_7D = "series_period:bigbinf_transfer_throughput_bytes_per_second:baseline7d"
+BASELINE_7D_RECENT_MIX = "series:bigbinf_transfer_throughput_bytes_per_second:baseline7d_recent_mix"
 
 
 def series_rules(s: Settings) -> list[dict[str, str]]:
@@ -299,6 +306,8 @@ def throughput_rules(s: Settings) -> list[dict[str, str]]:
     def mean(window: str, sums: str, counts: str, without: str = "") -> str:
         return ratio(over(window, sums, without), over(window, counts, without))
 
+    count_recent, count_7d = over(w, PERIOD_COUNT_ROLLUP), over(b, PERIOD_COUNT_ROLLUP)  # ok transfers per period
+
     return [
         {"record": PERIOD_SUM_ROLLUP, "expr": by_period(rollup(total), s)},
         {"record": PERIOD_COUNT_ROLLUP, "expr": by_period(rollup(count), s)},
@@ -314,6 +323,28 @@ def throughput_rules(s: Settings) -> list[dict[str, str]]:
         {"record": MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP, "period")},
         {"record": PERIOD_MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP)},
         {"record": HOUR_MEAN_7D, "expr": mean(b, HOUR_SUM_ROLLUP, HOUR_COUNT_ROLLUP)},
+        # BigbinfThroughputRegression's baseline: what the 7 days predict for the recent
+        # window's own mix of peak and off-peak transfers, so that a window holding more
+        # (or only) transfers of the slow period than the 7 days do cannot fire it
+        # (docs/runbook.md, "The whole-day baseline").  Per period: the period's 7-day
+        # mean where the period has ok transfers from before the recent window, else
+        # (hours the series has not run at before) the series' all-day 7-day mean.  A
+        # period without roll-ups in the window (the series' last start has been in the
+        # other period all along) counts 0 transfers there.
+        {"record": PERIOD_BASELINE_7D, "expr": (
+            f"{PERIOD_MEAN_7D}\n"
+            f"  and ({count_7d} > ({count_recent} or {count_7d} * 0))\n"
+            f"or\n"
+            f"({count_7d} * 0 + ignoring(period) group_left() {MEAN_7D})")},
+        # Weighted by the recent window's ok transfers per period; with none in the window
+        # (the last ok transfer stands in, as in mean_recent), the last ok transfer's period.
+        {"record": BASELINE_7D_RECENT_MIX, "expr": (
+            f"sum without(period) ({count_recent} * {PERIOD_BASELINE_7D})\n"
+            f"  / (sum without(period) ({count_recent} and {PERIOD_BASELINE_7D}) > 0)\n"
+            f"or\n"
+            f"sum without(period) ({PERIOD_BASELINE_7D} and {OK_PERIOD})\n"
+            f"or\n"
+            f"{MEAN_7D}")},
     ]
 
 
@@ -369,13 +400,17 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
               f"(failed, timed out; or the last one did not); skipped transfers are not counted."),
         # Both regression alerts compare a per-transfer mean with a per-transfer mean of
         # the same series; the time-of-day one also keeps the period apart, so it is the
-        # primary one and Alertmanager inhibits the whole-day one while it fires
-        # (docs/runbook.md, "Which regression alert is primary").
+        # primary one and Alertmanager inhibits the whole-day one while it fires.  The
+        # whole-day baseline is the 7-day means of the recent transfers' own periods, so
+        # the recent window's mix of peak and off-peak cannot fire it (docs/runbook.md,
+        # "Which regression alert is primary", "The whole-day baseline").
         alert(s, "BigbinfThroughputRegression",
-              f"{MEAN_RECENT} < {num(s.regression_fraction)} * {MEAN_7D}", s.regression_for, "warning",
+              f"{MEAN_RECENT} < {num(s.regression_fraction)} * {BASELINE_7D_RECENT_MIX}", s.regression_for, "warning",
               f"Throughput regressed: {SERIES_TEXT}",
               f"Mean throughput of the ok transfers of the last {s.recent_window} (or of the last ok transfer, "
-              f"if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of the series' 7-day mean."),
+              f"if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of the series' 7-day mean "
+              f"for the same mix of peak and off-peak transfers (peak = transfers started "
+              f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)})."),
         alert(s, "BigbinfThroughputRegressionTimeOfDay",
               f"{PERIOD_MEAN_RECENT} < {num(s.regression_fraction)} * {PERIOD_MEAN_7D}", s.regression_for, "warning",
               f"Throughput regressed for its time of day ({{{{ $labels.period }}}}): {SERIES_TEXT}",

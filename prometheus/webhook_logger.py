@@ -19,7 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Notifications of different groups arrive at once, each on its own thread: one write of
+# a whole line at a time, or print()'s separate writes of text and newline interleave
+# ("{...}{...}\n\n").
+OUTPUT = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -32,9 +38,10 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError, AssertionError):
             self.send_error(400, "not an Alertmanager webhook payload")
             return
+        lines = []
         for alert in alerts:
             annotations = alert.get("annotations") or {}
-            print(json.dumps({
+            lines.append(json.dumps({
                 "path": self.path,
                 "receiver": payload.get("receiver"),
                 "status": alert.get("status"),
@@ -42,7 +49,10 @@ class Handler(BaseHTTPRequestHandler):
                 "summary": annotations.get("summary"),
                 "runbook_url": annotations.get("runbook_url"),
                 "startsAt": alert.get("startsAt"),
-            }, sort_keys=True), flush=True)
+            }, sort_keys=True) + "\n")
+        with OUTPUT:
+            sys.stdout.write("".join(lines))
+            sys.stdout.flush()
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -326,7 +326,7 @@ def test_table_2_and_fingerprint_hold_real_numbers(live: Live) -> None:
 def test_every_rule_evaluates_on_live_data(live: Live) -> None:
     groups = live.prom.api("rules")["groups"]
     rules = [r for g in groups for r in g["rules"]]
-    assert len(rules) == 24
+    assert len(rules) == 26
     assert [(r["name"], r["lastError"]) for r in rules if r["health"] != "ok"] == []
     for r in rules:
         live.prom.query(r["query"], time=live.at)  # raises on any PromQL or server error

@@ -85,8 +85,9 @@ def test_generator_settings_change_the_rules(tmp_path: Path) -> None:
     assert " < 0.5 * " in by_name["BigbinfThroughputRegression"]["expr"]
     subprocess.run([tool("promtool"), "check", "rules", *tmp_path.glob("*.yml")], check=True, capture_output=True)
     assert gen.main(["--out-dir", str(tmp_path), "--peak-start", "25"]) == 2
-    assert gen.main(["--out-dir", str(tmp_path), "--baseline-interval", "12h"]) == 2  # not shorter than the window
+    assert gen.main(["--out-dir", str(tmp_path), "--baseline-interval", "24h"]) == 2  # not shorter than the window
     assert gen.main(["--out-dir", str(tmp_path), "--baseline-interval", "500ms"]) == 2
+    assert gen.main(["--out-dir", str(tmp_path), "--recent-window", "7d"]) == 2  # not shorter than the baselines'
     assert gen.main(["--check"]) == 0  # the committed files are current
 
 
