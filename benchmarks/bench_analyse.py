@@ -21,24 +21,25 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from exporter.analyse import analyse_pcap, iter_packets  # noqa: E402
+from bigbinf.measure.analyse import analyse_pcap, iter_packets
 
 CLIENT, REMOTE = "198.18.0.1", "198.18.0.2"
 MSS = 1448
 SNAPLEN = 128
 
 
-def _frame(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, payload: int) -> tuple[bytes, int]:
+def _frame(
+    src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, payload: int
+) -> tuple[bytes, int]:
     """(captured bytes, wire length) of an Ethernet/IPv4/TCP frame with a timestamp option."""
     options = b"\x01\x01\x08\x0a" + struct.pack("!II", 1, 2)
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 8 << 4, flags, 502, 0, 0) + options
+    tcp = (
+        struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 8 << 4, flags, 502, 0, 0) + options
+    )
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp) + payload, 0, 0x4000, 64, 6, 0, src, dst)
     eth = b"\x02\x00\x00\x00\x00\x01\x02\x00\x00\x00\x00\x02\x08\x00"
     wire = eth + ip + tcp + bytes(payload)
@@ -113,7 +114,7 @@ def time_tshark(pcap: Path, args: list[str]) -> tuple[float, int]:
 
 
 def time_scapy(pcap: Path, limit: int) -> tuple[float, int]:
-    import scapy.layers.inet  # noqa: F401  (registers Ether/IP/TCP so packets are dissected)
+    import scapy.layers.inet
     import scapy.layers.l2  # noqa: F401
     from scapy.utils import PcapReader
 
@@ -149,13 +150,19 @@ def main() -> None:
         runs = [time_analyser(pcap, args.client, args.remote) for _ in range(args.repeat)]
         elapsed, packets, retransmits = min(runs)
         rows.append(("analyse_pcap (full analysis)", elapsed, packets))
-        print(f"analyse_pcap: {packets} packets, {retransmits} retransmissions, " + ", ".join(f"{r[0]:.2f}" for r in runs) + " s")
+        print(
+            f"analyse_pcap: {packets} packets, {retransmits} retransmissions, "
+            + ", ".join(f"{r[0]:.2f}" for r in runs)
+            + " s"
+        )
         elapsed, packets = min(time_iter_packets(pcap, args.client, args.remote) for _ in range(args.repeat))
         rows.append(("iter_packets (Packet objects, no TCP analysis)", elapsed, packets))
         if shutil.which("tshark"):
             elapsed, packets = time_tshark(pcap, ["-T", "fields", "-e", "frame.len"])
             rows.append(("tshark -T fields -e frame.len", elapsed, packets))
-            elapsed, lines = time_tshark(pcap, ["-Y", "tcp.analysis.retransmission", "-T", "fields", "-e", "frame.number"])
+            elapsed, lines = time_tshark(
+                pcap, ["-Y", "tcp.analysis.retransmission", "-T", "fields", "-e", "frame.number"]
+            )
             rows.append(("tshark -Y tcp.analysis.retransmission", elapsed, packets))
             print(f"tshark: {lines} retransmissions")
         elapsed, packets = min(time_scapy(pcap, args.scapy_packets) for _ in range(args.repeat))

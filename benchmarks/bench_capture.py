@@ -20,14 +20,12 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from exporter import lab  # noqa: E402
-from exporter.analyse import analyse_pcap  # noqa: E402
-from exporter.config import parse_config  # noqa: E402
-from exporter.lab import LabLayout  # noqa: E402
-from exporter.plan import plan_round  # noqa: E402
-from exporter.transfer import run_transfer  # noqa: E402
+from bigbinf import lab
+from bigbinf.config import parse_config
+from bigbinf.lab import LabLayout
+from bigbinf.measure.analyse import analyse_pcap
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
 
 
 def main() -> int:
@@ -39,25 +37,35 @@ def main() -> int:
     name = "bbb" + uuid.uuid4().hex[:7]
     tmp = Path(tempfile.mkdtemp(prefix="bigbinf-bench-", dir="/var/tmp"))
     tmp.chmod(0o755)
-    raw = {"lab": {"name": name, "state_dir": str(tmp / "lab"),
-                   "link": {} if args.rate == "none" else {"rate": args.rate, "burst": "256KiB"},
-                   "servers": ["sshd", "nginx"]},
-           "remotes": {"lab": {"lab": True}},
-           "datasets": {"big": {"file": "big.bin", "size": args.size}},
-           "protocols": {"scp": {}, "http": {}},
-           "transfer": {"workdir": str(tmp / "work")}, "journal": {"path": str(tmp / "journal.jsonl")},
-           "schedule": {"interval": "1h"}}
+    raw = {
+        "lab": {
+            "name": name,
+            "state_dir": str(tmp / "lab"),
+            "link": {} if args.rate == "none" else {"rate": args.rate, "burst": "256KiB"},
+            "servers": ["sshd", "nginx"],
+        },
+        "remotes": {"lab": {"lab": True}},
+        "datasets": {"big": {"file": "big.bin", "size": args.size}},
+        "protocols": {"scp": {}, "http": {}},
+        "transfer": {"workdir": str(tmp / "work")},
+        "journal": {"path": str(tmp / "journal.jsonl")},
+        "schedule": {"interval": "1h"},
+    }
     config = parse_config(yaml.safe_dump(raw), "bench")
     layout = LabLayout(config.lab)
     on = config.model_copy(update={"capture": config.capture.model_copy(update={"keep": True})})
     off = config.model_copy(update={"capture": config.capture.model_copy(update={"enabled": False})})
     try:
         lab.up(config)
-        print(f"{args.size} downloads over a {'unshaped veth' if args.rate == 'none' else args.rate} link, "
-              f"{args.runs} runs each, alternating (medians):")
-        print(f"{'protocol':<8} {'no capture':>12} {'capture':>12} {'ratio':>7} {'MB/s off':>9} {'MB/s on':>9}"
-              f" {'analyse':>9} {'packets':>9}")
-        for spec in plan_round(config):
+        print(
+            f"{args.size} downloads over a {'unshaped veth' if args.rate == 'none' else args.rate} link, "
+            f"{args.runs} runs each, alternating (medians):"
+        )
+        print(
+            f"{'protocol':<8} {'no capture':>12} {'capture':>12} {'ratio':>7} {'MB/s off':>9} {'MB/s on':>9}"
+            f" {'analyse':>9} {'packets':>9}"
+        )
+        for spec in plan_round(config, lab.site(config)):
             plain, captured, analyse_s, packets = [], [], [], 0
             for _ in range(args.runs):
                 plain.append(run_transfer(spec, off).duration_seconds)
@@ -70,8 +78,10 @@ def main() -> int:
                 Path(result.pcap_path).unlink()
             a, b = statistics.median(plain), statistics.median(captured)
             size = spec.dataset_config.size
-            print(f"{spec.protocol:<8} {a:>11.3f}s {b:>11.3f}s {b / a:>7.2f} {size / a / 1e6:>9.1f} "
-                  f"{size / b / 1e6:>9.1f} {statistics.median(analyse_s):>8.3f}s {packets:>9}")
+            print(
+                f"{spec.protocol:<8} {a:>11.3f}s {b:>11.3f}s {b / a:>7.2f} {size / a / 1e6:>9.1f} "
+                f"{size / b / 1e6:>9.1f} {statistics.median(analyse_s):>8.3f}s {packets:>9}"
+            )
     finally:
         lab.teardown(layout)
         shutil.rmtree(tmp, ignore_errors=True)

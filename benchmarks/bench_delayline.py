@@ -20,24 +20,29 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from exporter import lab  # noqa: E402
-from exporter.config import parse_config  # noqa: E402
-from exporter.lab import LabLayout  # noqa: E402
-from exporter.plan import plan_round  # noqa: E402
-from exporter.transfer import run_transfer  # noqa: E402
+from bigbinf import lab
+from bigbinf.config import parse_config
+from bigbinf.lab import LabLayout, network
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
 
 
 def _config(name: str, tmp: Path, rate: str, delay: str, seconds: float):
-    raw = {"lab": {"name": name, "state_dir": str(tmp / "lab"), "servers": ["iperf3"],
-                   "link": {"delay": delay, **({} if rate == "none" else {"rate": rate, "burst": "256KiB"})}},
-           "remotes": {"lab": {"lab": True}},
-           # iperf3 sends this many bytes; sized so a run takes about `seconds` at 1 Gbit/s.
-           "datasets": {"mem": {"file": "mem.bin", "size": f"{int(seconds * 125)}MB"}},
-           "protocols": {"iperf3": {}},
-           "transfer": {"workdir": str(tmp / "work")}, "journal": {"path": str(tmp / "journal.jsonl")},
-           "schedule": {"interval": "1h"}}
+    raw = {
+        "lab": {
+            "name": name,
+            "state_dir": str(tmp / "lab"),
+            "servers": ["iperf3"],
+            "link": {"delay": delay, **({} if rate == "none" else {"rate": rate, "burst": "256KiB"})},
+        },
+        "remotes": {"lab": {"lab": True}},
+        # iperf3 sends this many bytes; sized so a run takes about `seconds` at 1 Gbit/s.
+        "datasets": {"mem": {"file": "mem.bin", "size": f"{int(seconds * 125)}MB"}},
+        "protocols": {"iperf3": {}},
+        "transfer": {"workdir": str(tmp / "work")},
+        "journal": {"path": str(tmp / "journal.jsonl")},
+        "schedule": {"interval": "1h"},
+    }
     return parse_config(yaml.safe_dump(raw), "bench")
 
 
@@ -52,7 +57,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bigbinf-bench-", dir="/var/tmp"))
     tmp.chmod(0o755)
     layout = LabLayout(_config(name, tmp, "none", "0s", args.seconds).lab)
-    mechanism = "netem" if lab.netem_available() else "userspace delay line"
+    mechanism = "netem" if network.netem_available() else "userspace delay line"
     print(f"iperf3 downloads, {args.runs} runs each, alternating; delayed link: {args.delay} each way by {mechanism}")
     print(f"{'rate':<9} {'direct MB/s':>12} {'delayed MB/s':>13} {'ratio':>6}")
     try:
@@ -63,7 +68,7 @@ def main() -> int:
             for _ in range(args.runs):
                 for kind, config in (("direct", direct), ("delayed", delayed)):
                     lab.up(config)
-                    result = run_transfer(plan_round(config)[0], config)
+                    result = run_transfer(plan_round(config, lab.site(config))[0], config)
                     if result.outcome != "ok":
                         raise SystemExit(f"{kind} {rate}: {result.outcome}: {result.error}")
                     speeds[kind].append(result.throughput_bytes_per_second / 1e6)

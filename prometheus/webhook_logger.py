@@ -41,15 +41,21 @@ class Handler(BaseHTTPRequestHandler):
         lines = []
         for alert in alerts:
             annotations = alert.get("annotations") or {}
-            lines.append(json.dumps({
-                "path": self.path,
-                "receiver": payload.get("receiver"),
-                "status": alert.get("status"),
-                "labels": alert.get("labels") or {},
-                "summary": annotations.get("summary"),
-                "runbook_url": annotations.get("runbook_url"),
-                "startsAt": alert.get("startsAt"),
-            }, sort_keys=True) + "\n")
+            lines.append(
+                json.dumps(
+                    {
+                        "path": self.path,
+                        "receiver": payload.get("receiver"),
+                        "status": alert.get("status"),
+                        "labels": alert.get("labels") or {},
+                        "summary": annotations.get("summary"),
+                        "runbook_url": annotations.get("runbook_url"),
+                        "startsAt": alert.get("startsAt"),
+                    },
+                    sort_keys=True,
+                )
+                + "\n"
+            )
         with OUTPUT:
             sys.stdout.write("".join(lines))
             sys.stdout.flush()

@@ -42,7 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Go, for tests/compose_check (compose.yaml loaded with the compose-go v2 loader, which
+# Go, for tests/e2e/compose_check (compose.yaml loaded with the compose-go v2 loader, which
 # needs Go >= 1.23).  Debian 12's golang-go is 1.19, too old for any compose-go v2;
 # bookworm-backports has 1.23.  A Go >= 1.21 already installed is used as it is (it
 # fetches the 1.23 toolchain itself through the module proxy when it needs it).

@@ -17,16 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import lab
-from exporter.config import Config, parse_config
-from exporter.lab import LabLayout
+from bigbinf import lab
+from bigbinf.config import Config, parse_config
+from bigbinf.lab import LabLayout
 
 
 def _needs_root_and_tools() -> str | None:
     if os.geteuid() != 0:
         return "needs root (network namespaces)"
-    missing = [t for t in ("ip", "tc", "tcpdump", "sshd", "ssh", "scp", "ethtool") if not shutil.which(t)
-               and not Path("/usr/sbin", t).exists()]
+    missing = [
+        t
+        for t in ("ip", "tc", "tcpdump", "sshd", "ssh", "scp", "ethtool")
+        if not shutil.which(t) and not Path("/usr/sbin", t).exists()
+    ]
     return f"missing tools: {', '.join(missing)} (run scripts/setup.sh)" if missing else None
 
 
@@ -63,11 +66,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 LAB_ROOT = Path("/var/tmp")
 
 
-def lab_config(tmp: Path, name: str, link: dict | None = None, datasets: dict | None = None,
-               protocols: dict | None = None, servers: list[str] | None = None, **sections: dict) -> Config:
+def lab_config(
+    tmp: Path,
+    name: str,
+    link: dict | None = None,
+    datasets: dict | None = None,
+    protocols: dict | None = None,
+    servers: list[str] | None = None,
+    **sections: dict,
+) -> Config:
     raw = {
-        "lab": {"name": name, "state_dir": str(LAB_ROOT / f"bigbinf-{name}"), "link": link or {},
-                **({"servers": servers} if servers is not None else {})},
+        "lab": {
+            "name": name,
+            "state_dir": str(LAB_ROOT / f"bigbinf-{name}"),
+            "link": link or {},
+            **({"servers": servers} if servers is not None else {}),
+        },
         "remotes": {"lab": {"lab": True}},
         "datasets": datasets or {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
         "protocols": protocols or {"scp": {}},
@@ -129,15 +143,24 @@ def make_module_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabFac
 def veth_counters(config: Config) -> dict[str, int]:
     """Kernel byte counters of the client's veth: rx = down (remote -> client), tx = up."""
     layout = LabLayout(config.lab)
-    out = subprocess.run(["ip", "-n", layout.client_ns, "-j", "-s", "link", "show", layout.client_if],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-n", layout.client_ns, "-j", "-s", "link", "show", layout.client_if],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     stats = json.loads(out)[0]["stats64"]
-    return {"down": stats["rx"]["bytes"], "up": stats["tx"]["bytes"],
-            "packets_down": stats["rx"]["packets"], "packets_up": stats["tx"]["packets"]}
+    return {
+        "down": stats["rx"]["bytes"],
+        "up": stats["tx"]["bytes"],
+        "packets_down": stats["rx"]["packets"],
+        "packets_up": stats["tx"]["packets"],
+    }
 
 
 def nstat_retrans(ns: str) -> int:
     """The namespace's kernel count of retransmitted TCP segments (TcpRetransSegs)."""
-    out = subprocess.run(["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "nstat", "-asz", "TcpRetransSegs"], capture_output=True, text=True, check=True
+    ).stdout
     return int(next(line.split()[1] for line in out.splitlines() if line.startswith("TcpRetransSegs")))

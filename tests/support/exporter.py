@@ -17,12 +17,19 @@ class ExporterProcess:
     def __init__(self, config: Path, log: Path, port: int | None = None) -> None:
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "exporter", "--config.file", str(config),
-                     "--web.listen-address", self.address]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "bigbinf",
+            "--config.file",
+            str(config),
+            "--web.listen-address",
+            self.address,
+        ]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "ExporterProcess":
+    def __enter__(self) -> ExporterProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
         try:

@@ -16,8 +16,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -75,8 +76,9 @@ class LoopbackServer:
             return False
 
     @staticmethod
-    def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5,
-                 what: str = "condition") -> Any:
+    def wait_for(
+        predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.5, what: str = "condition"
+    ) -> Any:
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -90,8 +92,14 @@ class LoopbackServer:
 class PrometheusServer(LoopbackServer):
     name = "prometheus"
 
-    def __init__(self, config_text: str, workdir: Path, extra_files: dict[str, str] | None = None,
-                 storage: Path | None = None, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        config_text: str,
+        workdir: Path,
+        extra_files: dict[str, str] | None = None,
+        storage: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.config = self.workdir / "prometheus.yml"
         self.storage = storage or self.workdir / "tsdb"
@@ -103,8 +111,14 @@ class PrometheusServer(LoopbackServer):
         for name, text in self.extra_files.items():
             (self.workdir / name).write_text(text)
         self.config.write_text(self.config_text)
-        return [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.storage}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle", *self.extra_args]
+        return [
+            PROMETHEUS,
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.storage}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            *self.extra_args,
+        ]
 
     def api(self, path: str, **params: Any) -> Any:
         query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})

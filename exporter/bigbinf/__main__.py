@@ -1,0 +1,5 @@
+import sys
+
+from bigbinf.cli import main
+
+sys.exit(main())

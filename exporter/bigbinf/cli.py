@@ -1,0 +1,221 @@
+"""bigbinf-exporter: serve (default), once, lab up|down|status, and the analysis commands.
+
+Flags follow the Prometheus exporters' style: --config.file, --config.check,
+--web.listen-address, --log.level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from bigbinf import __version__, lab
+from bigbinf.config import ConfigError, load_config
+from bigbinf.result import Result
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.rounds import RoundRunner
+from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
+from bigbinf.study import backfill, importer, report
+
+DEFAULT_CONFIG = "schedules/lab.yaml"
+log = logging.getLogger("bigbinf")
+
+
+def _common() -> argparse.ArgumentParser:
+    # Defaults are SUPPRESSed here so a flag given before or after the subcommand both work.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config.file",
+        dest="config_file",
+        default=argparse.SUPPRESS,
+        help=f"configuration file (default {DEFAULT_CONFIG})",
+    )
+    common.add_argument(
+        "--log.level",
+        dest="log_level",
+        default=argparse.SUPPRESS,
+        choices=["debug", "info", "warn", "error"],
+        help="log level (default info)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="bigbinf-exporter",
+        parents=[common],
+        description="Scheduled, packet-captured bulk-transfer measurements for Prometheus.",
+    )
+    parser.add_argument("--version", action="version", version=f"bigbinf {__version__}")
+    parser.add_argument(
+        "--config.check",
+        dest="config_check",
+        action="store_true",
+        help="validate the configuration and exit (0 valid, 1 invalid)",
+    )
+    parser.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        default=DEFAULT_LISTEN,
+        help=f"address:port for /metrics (default {DEFAULT_LISTEN})",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    once = sub.add_parser("once", parents=[common], help="run one round now, print the results, exit")
+    once.set_defaults(func=cmd_once)
+    lab_parser = sub.add_parser("lab", parents=[common], help="the local lab that stands in for a remote site")
+    lab_parser.add_argument(
+        "action",
+        choices=["up", "down", "status", "serve"],
+        help="serve: run the remote side's servers in this network namespace "
+        "until stopped (a container that is the remote site)",
+    )
+    lab_parser.set_defaults(func=cmd_lab)
+    for command in (report, importer, backfill):  # the study's commands
+        command.register(sub, [common])  # the shared flags work after these subcommands too
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = getattr(args, "log_level", "info")
+    logging.basicConfig(
+        level={"warn": "WARNING"}.get(level, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if level != "debug":
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    if not hasattr(args, "config_file"):
+        args.config_file = DEFAULT_CONFIG
+    if args.config_check:
+        return cmd_check(args)
+    func = getattr(args, "func", None) or cmd_serve
+    try:
+        return func(args)
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except lab.LabError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        load_config(args.config_file)
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    print(f"{args.config_file}: configuration is valid")
+    return 0
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    config = load_config(args.config_file)
+    try:
+        if args.action == "serve":
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            lab.serve(config, stop)
+            return 0
+        if args.action == "up":
+            messages = lab.up(config)
+        elif args.action == "down":
+            messages = lab.down(config)
+        else:
+            ok, lines = lab.status(config)
+            print("\n".join(lines))
+            return 0 if ok else 1
+    except RuntimeError as exc:
+        raise lab.LabError(str(exc)) from None
+    print("\n".join(messages))
+    return 0
+
+
+TABLE_COLUMNS = (
+    "File Size (bytes)",
+    "Protocol",
+    "Bytes Down",
+    "Bytes Up",
+    "Bytes Total",
+    "Ratio (%)",
+    "Time (s)",
+    "Speed (bytes/s)",
+    "Retrans",
+    "Verified",
+    "Outcome",
+)
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """Rows like the study's Table 2 (one per transfer), then the errors."""
+    rows = [TABLE_COLUMNS]
+    for r in results:
+        rows.append(
+            (
+                str(r.file_bytes),
+                f"{r.protocol} ({r.dataset}, {r.direction})",
+                str(r.wire_bytes_down),
+                str(r.wire_bytes_up),
+                str(r.wire_bytes_total),
+                f"{r.byte_ratio * 100:.1f}",
+                f"{r.duration_seconds:.2f}",
+                f"{r.throughput_bytes_per_second:.1f}",
+                str(r.retransmits_wire),
+                "yes" if r.verified else "no",
+                r.outcome,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i not in (1, 10) else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    for r in results:
+        if r.error:
+            lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: {r.outcome}: {r.error}")
+    return "\n".join(lines)
+
+
+def cmd_once(args: argparse.Namespace) -> int:
+    config = load_config(args.config_file)
+    runner = RoundRunner(config, ExporterState(), lab=lab.site)
+    results = runner.run_round() or []
+    print(format_table(results))
+    return 1 if any(r.outcome in ("failed", "timeout") for r in results) else 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    exporter = Exporter(args.config_file, args.listen, lab=lab.site)
+    try:
+        exporter.bind()
+    except ListenError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # SIGHUP reloads in a thread: the handler must return quickly.
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=exporter.reload, daemon=True).start())
+    exporter.start()
+    # Python runs signal handlers only in the main thread between bytecodes; an unbounded
+    # wait would hold SIGHUP back until shutdown, so wake up regularly.
+    while not stop.wait(0.5):
+        pass
+    log.info("shutting down")
+    exporter.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

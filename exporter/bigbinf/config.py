@@ -1,0 +1,660 @@
+"""Configuration: schedules/*.yaml, validated at load.
+
+Order of validation (as blackbox_exporter does): defaults are filled in, unknown keys are
+rejected, and every error is gathered and reported as `FILE: dotted.path[i]: message`,
+so a user fixes a file in one pass.  Cross-references (a protocol's module, a remote's
+lab, the schedule's transfer list) are checked in the same pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from bigbinf.protocols import REGISTRY, module_for
+from bigbinf.protocols.base import TemplateError, check_template_element, placeholders_in
+from bigbinf.result import DIRECTIONS
+
+# ---------------------------------------------------------------- value types
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from 1048576, "1MiB", "1.5GiB" or "5MB"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 64MiB")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("size must not be negative")
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"{value!r} is not a size; write bytes or a number with B, KiB, MiB, GiB, TiB, kB, MB, GB, TB")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 30, "30s", "500ms", "10m", "2h"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("duration must not be negative")
+        return float(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; write e.g. 500ms, 30s, 10m, 2h")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def _check_positive(value: float) -> float:
+    # A zero timeout would kill every transfer at once; a zero interval would spin.
+    if value <= 0:
+        raise ValueError("must be more than 0, e.g. 30s or 30m")
+    return value
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(f"{value!r} is not a valid name: use lower-case letters, digits, '_', '.', '-' (max 63)")
+    return value
+
+
+def _check_file_name(value: str) -> str:
+    # One path component: lab up writes it as root under data_dir, and it ends up inside
+    # sftp batch files and lftp/bbftp command scripts.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}", value):
+        raise ValueError(
+            f"{value!r} is not a plain file name: use letters, digits, '_', '.', '+', '-' "
+            "(no '/', no leading '.' or '-')"
+        )
+    return value
+
+
+def _check_upload_dir(value: Path) -> Path:
+    # Uploads are removed after measuring, over ssh by `rm -rf -- PATH` in the remote's
+    # shell: the path must mean the same thing there.
+    if not re.fullmatch(r"/[A-Za-z0-9_.+/-]*", str(value)):
+        raise ValueError(
+            f"{str(value)!r} is not a plain absolute path: use letters, digits, '_', '.', '+', '-', '/' "
+            "(uploads are removed through the remote's shell)"
+        )
+    return value
+
+
+def _check_no_space(value: Path) -> Path:
+    # rsync's -e and bbftp's -L and -e take one command string that they split on white
+    # space themselves: a path with a space would be cut in two there.
+    if any(c.isspace() for c in str(value)):
+        raise ValueError(
+            f"{str(value)!r} contains white space, which rsync and bbftp would split their ssh or "
+            "transfer command at; use a path without spaces (a symlink to it will do)"
+        )
+    return value
+
+
+def _check_ip(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    return value
+
+
+def _check_host(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not re.fullmatch(
+        r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?",
+        value,
+    ):
+        raise ValueError(f"{value!r} is neither an IP address nor a host name")
+    return value
+
+
+def _check_rate(value: str) -> str:
+    if not _RATE.match(value):
+        raise ValueError(f"{value!r} is not a tc rate; write e.g. 200mbit, 1gbit")
+    return value
+
+
+def _check_lab_name(value: str) -> str:
+    # Interface names are limited to 15 bytes and get a 4-byte suffix.
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,10}", value):
+        raise ValueError(f"{value!r} is not a valid lab name: 1-11 lower-case letters/digits, starting with a letter")
+    return value
+
+
+def _check_template(value: str) -> str:
+    try:
+        return check_template_element(value)
+    except TemplateError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_cron(value: str) -> str:
+    from apscheduler.triggers.cron import CronTrigger
+
+    try:
+        CronTrigger.from_crontab(value, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday): {exc}") from None
+    return value
+
+
+def _check_timezone(value: str) -> str:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not a time zone name; write e.g. UTC or Africa/Johannesburg") from None
+    return value
+
+
+Size = Annotated[int, BeforeValidator(parse_size)]
+SplitSafePath = Annotated[Path, AfterValidator(_check_no_space)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_check_positive)]
+Name = Annotated[str, AfterValidator(_check_name)]
+TemplateElement = Annotated[str, AfterValidator(_check_template)]
+Direction = Literal["download", "upload"]
+# A dataset is one file, or (count > 1) a directory of files, moved recursively.
+DatasetKind = Literal["file", "tree"]
+
+
+def dataset_kind(count: int) -> DatasetKind:
+    """Whether a dataset of `count` files is a tree: decided here only."""
+    return "tree" if count > 1 else "file"
+
+
+LabServerName = Literal["sshd", "vsftpd", "rsyncd", "nginx", "xrootd", "gridftp", "gridftp-client", "iperf3", "bbftpd"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- the schema
+
+
+class LinkConfig(_Strict):
+    rate: Annotated[str, AfterValidator(_check_rate)] | None = None
+    burst: Size = 64 * 1024  # tbf bucket; enough for 200 Mbit/s at HZ=250
+    limit: Size | None = None  # tbf queue bytes; small values force drops
+    delay: Duration = 0.0  # one-way, via netem where the kernel has it
+    loss: Annotated[float, Field(ge=0, le=100)] = 0.0  # percent, via netem
+
+
+class LabConfig(_Strict):
+    name: Annotated[str, AfterValidator(_check_lab_name)] = "bigbinf"
+    state_dir: Path = Path("/var/lib/bigbinf/lab")
+    client_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.1"
+    remote_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.2"
+    prefix_length: Annotated[int, Field(ge=8, le=30)] = 24
+    link: LinkConfig = LinkConfig()
+    datasets: list[Name] | None = None  # which datasets the lab creates; default all
+    servers: list[LabServerName] | None = None  # which servers the lab runs; default all installed
+
+
+class RemoteConfig(_Strict):
+    lab: bool = False  # take address, user, key, netns, interface from the lab section
+    address: Annotated[str, AfterValidator(_check_host)] | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = 22
+    user: str = "root"
+    key: SplitSafePath | None = None
+    ssh_config: SplitSafePath | None = None
+    data_dir: SplitSafePath | None = None  # where the datasets' files live on the remote
+    upload_dir: Annotated[Path, AfterValidator(_check_upload_dir)] | None = None  # needed for uploads
+    serve_root: Path | None = None  # the directory URLs are relative to ({remote_name}); default /
+    checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
+    netns: str | None = None  # client-side network namespace to run transfers in
+    interface: str = "any"  # capture interface on the client side
+    password_env: str | None = None  # name of an environment variable holding a password
+
+
+class DatasetConfig(_Strict):
+    file: Annotated[str, AfterValidator(_check_file_name)]  # with count > 1, the directory's name
+    size: Size  # bytes per file
+    count: Annotated[int, Field(ge=1, le=100_000)] = 1  # > 1: many files (moved recursively)
+    create: Literal["random", "zero"] = "random"  # how the lab fills the file
+
+    @property
+    def kind(self) -> DatasetKind:
+        return dataset_kind(self.count)
+
+
+class ProtocolConfig(_Strict):
+    module: str | None = None  # registry key; default: the protocol's name if registered, else "command"
+    binary: str | None = None  # the module's executable ({binary}), e.g. a site's HPN-scp build
+    options: dict[str, Any] = {}  # module parameters, e.g. gridftp's parallel, concurrency
+    command: list[TemplateElement] | None = None  # overrides the module's default (download)
+    upload_command: list[TemplateElement] | None = None
+    # Removes an upload ({remote_path}) from a remote that is not the lab; [] leaves
+    # uploads there.  Default: the module's own, where it has one (docs/protocols.md).
+    cleanup_command: list[TemplateElement] | None = None
+    directions: list[Direction] = ["download"]
+    timeout: PositiveDuration | None = None
+
+
+class TransferSelector(_Strict):
+    protocol: Name
+    remote: Name
+    dataset: Name
+    direction: Direction = "download"
+
+
+class ScheduleConfig(_Strict):
+    cron: list[Annotated[str, AfterValidator(_check_cron)]] = ["0 13 * * *", "0 3 * * *"]
+    interval: PositiveDuration | None = None  # alternative to cron, for demos and tests
+    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    jitter: Duration = 0.0  # random delay added to each start
+    start_delay: Duration | None = None  # also run a round this long after the exporter starts
+    rounds: Annotated[int, Field(ge=1, le=100)] = 1  # repetitions per scheduled run
+    transfers: list[TransferSelector] | None = None  # default: every protocol x remote x dataset x direction
+
+
+class TransferConfig(_Strict):
+    timeout: PositiveDuration = 1800.0
+    workdir: SplitSafePath = Path("/var/tmp/bigbinf")
+    keep_files: bool = False
+
+
+class CaptureConfig(_Strict):
+    enabled: bool = True
+    snaplen: Annotated[int, Field(ge=64, le=128)] = 128  # headers (+ <= ~60 payload bytes)
+    buffer: Size = 4 * 1024 * 1024
+    linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
+    keep: bool = False  # keep the pcap (under the journal's directory)
+    start_timeout: PositiveDuration = 10.0
+
+
+class JournalConfig(_Strict):
+    path: Path = Path("/var/lib/bigbinf/journal.jsonl")
+
+
+class Config(_Strict):
+    remotes: dict[Name, RemoteConfig]
+    datasets: dict[Name, DatasetConfig]
+    protocols: dict[Name, ProtocolConfig]
+    schedule: ScheduleConfig = ScheduleConfig()
+    transfer: TransferConfig = TransferConfig()
+    capture: CaptureConfig = CaptureConfig()
+    journal: JournalConfig = JournalConfig()
+    lab: LabConfig | None = None
+
+
+# ---------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class ConfigIssue:
+    path: str  # dotted path with [i] indices; "" for the whole file
+    message: str
+
+
+class ConfigError(Exception):
+    def __init__(self, source: str, issues: Sequence[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = list(issues)
+        super().__init__(self.render())
+
+    def lines(self) -> list[str]:
+        return [
+            f"{self.source}: {i.path}: {i.message}" if i.path else f"{self.source}: {i.message}" for i in self.issues
+        ]
+
+    def render(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _format_loc(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The model class that owns the mapping at `loc` (for listing its allowed keys)."""
+    annotation: Any = Config
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(part))
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif get_origin(annotation) in (dict, list):
+            annotation = get_args(annotation)[-1]
+        else:
+            return None
+    annotation = _unwrap(annotation)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    # Optional[X] / Annotated[X, ...] -> X
+    while True:
+        args = get_args(annotation)
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = args[0]
+        elif args and type(None) in args and origin is not dict:
+            annotation = next(a for a in args if a is not type(None))
+        else:
+            return annotation
+
+
+def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
+    issues = []
+    for err in exc.errors():
+        loc = list(err["loc"])
+        # Pydantic adds the validator name ("function-after[...]") for Annotated types.
+        loc = [p for p in loc if not (isinstance(p, str) and ("[" in p and p.endswith("]")))]
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            model = _model_at(loc[:-1])
+            known = ", ".join(model.model_fields) if model else ""
+            message = f"unknown key {loc[-1]!r}" + (f"; allowed keys: {known}" if known else "")
+        elif kind == "missing":
+            message = "required key is missing"
+        elif kind == "literal_error":
+            message = f"{err['input']!r} is not allowed; {err['msg'].lower()}"
+        elif kind.startswith("value_error"):
+            message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+        elif kind == "list_type" and isinstance(err["input"], str) and str(loc[-1]).endswith("command"):
+            message = (
+                f"{err['input']!r} is a shell string; write an argv list, one element per argument, e.g. "
+                '[scp, -B, "{user}@{host}:{remote_path}", "{local_path}"] (bigbinf never runs a shell)'
+            )
+        else:
+            message = err["msg"][0].lower() + err["msg"][1:] + f" (got {err['input']!r})"
+        issues.append(ConfigIssue(_format_loc(loc), message))
+    return issues
+
+
+def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """raw[key] if it is a mapping, else {}: a wrong type there is the schema check's to report."""
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
+    """Checks that span sections; run on the raw mapping so they are reported together
+    with the schema errors."""
+    issues: list[ConfigIssue] = []
+    remotes = _mapping(raw, "remotes")
+    datasets = _mapping(raw, "datasets")
+    protocols = _mapping(raw, "protocols")
+    for section, example in (
+        ("remotes", "site: {address: dtn.example.org, data_dir: /data}"),
+        ("datasets", "f1g: {file: f1g.bin, size: 1GiB}"),
+        ("protocols", "scp: {}"),
+    ):
+        if raw.get(section) == {}:  # a round would run nothing, silently
+            issues.append(ConfigIssue(section, f"empty: define at least one, e.g. {example}"))
+    for name, remote in remotes.items():
+        if not isinstance(remote, dict):
+            continue
+        if remote.get("lab") and not raw.get("lab"):
+            issues.append(ConfigIssue(f"remotes.{name}.lab", "lab: true needs a top-level lab: section"))
+        if not remote.get("lab"):
+            for key in ("address", "data_dir"):
+                if not remote.get(key):
+                    issues.append(ConfigIssue(f"remotes.{name}.{key}", "required unless lab: true"))
+    uploads = []
+    for name, proto in protocols.items():
+        if not isinstance(proto, dict):
+            continue
+        module = module_for(name, proto.get("module"))
+        if module not in REGISTRY:
+            issues.append(
+                ConfigIssue(
+                    f"protocols.{name}.module", f"unknown module {module!r}; known modules: {', '.join(REGISTRY)}"
+                )
+            )
+            continue
+        profile = REGISTRY[module]
+        options = _mapping(proto, "options")
+        bad_options = profile.check_options(options)
+        issues += [ConfigIssue(f"protocols.{name}.options.{opt}", problem) for opt, problem in bad_options]
+        defaults = profile.commands(profile.option_values(options)) if not bad_options else {}
+        directions = proto.get("directions") or ["download"]
+        for direction in directions if isinstance(directions, list) else []:
+            key = "command" if direction == "download" else "upload_command"
+            if (
+                direction in DIRECTIONS
+                and not proto.get(key)
+                and not bad_options
+                and (direction, "file") not in defaults
+                and (direction, "tree") not in defaults
+            ):
+                issues.append(
+                    ConfigIssue(
+                        f"protocols.{name}.{key}", f"module {module!r} has no default {direction} command: give {key}"
+                    )
+                )
+            if direction == "upload":
+                uploads.append(name)
+                if "cleanup_command" not in proto and profile.produces_file:
+                    issues += _cleanup_issues(name, profile, remotes, datasets)
+    issues += _key_issues(raw, remotes, protocols)
+    for name, remote in remotes.items():
+        if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
+            issues.append(
+                ConfigIssue(
+                    f"remotes.{name}.upload_dir", f"required for uploads (protocols {', '.join(uploads)} upload)"
+                )
+            )
+    schedule = _mapping(raw, "schedule")
+    for i, sel in enumerate(schedule.get("transfers") or []):
+        if not isinstance(sel, dict):
+            continue
+        dangling = False
+        for kind, known in (("protocol", protocols), ("remote", remotes), ("dataset", datasets)):
+            if kind in sel and sel[kind] not in known:
+                dangling = True
+                issues.append(
+                    ConfigIssue(
+                        f"schedule.transfers[{i}].{kind}",
+                        f"no {kind} named {sel[kind]!r}; defined: {', '.join(known) or 'none'}",
+                    )
+                )
+        protocol: Any = sel.get("protocol")
+        if not dangling and isinstance(protocols.get(protocol), dict):
+            issues += _selector_issues(i, sel, protocols[protocol], datasets.get(sel.get("dataset", "")))
+    lab = _mapping(raw, "lab")
+    for i, name in enumerate(lab.get("datasets") or []):
+        if name not in datasets:
+            issues.append(ConfigIssue(f"lab.datasets[{i}]", f"no dataset named {name!r}"))
+    if schedule.get("interval") is not None and "cron" in schedule:
+        issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
+    return issues
+
+
+def _key_issues(raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]) -> list[ConfigIssue]:
+    """A site remote without `key` whose transfers log in with -i {key}: ssh would get an
+    empty identity and fail on every round; say so at load."""
+    schedule = _mapping(raw, "schedule")
+    selected = schedule.get("transfers")
+    pairs: set[tuple[Any, Any]] = (
+        {(t.get("protocol"), t.get("remote")) for t in selected if isinstance(t, dict)}
+        if isinstance(selected, list)
+        else {(p, r) for p in protocols for r in remotes}
+    )
+    needing: dict[str, list[str]] = {}
+    for protocol, remote in sorted(pairs, key=str):
+        site, proto = remotes.get(remote), protocols.get(protocol)
+        if not isinstance(site, dict) or site.get("lab") or site.get("key") or not isinstance(proto, dict):
+            continue
+        if "key" in _placeholders_used(protocol, proto):
+            needing.setdefault(remote, []).append(protocol)
+    return [
+        ConfigIssue(
+            f"remotes.{remote}.key",
+            f"required: protocols {', '.join(names)} log in with {{key}}; "
+            "give the path of the private key for this remote",
+        )
+        for remote, names in needing.items()
+    ]
+
+
+def _placeholders_used(name: str, proto: Mapping[str, Any]) -> set[str]:
+    """Every placeholder in the templates a protocol can render (its own or its module's)."""
+    profile = REGISTRY.get(module_for(name, proto.get("module")))
+    options = _mapping(proto, "options")
+    defaults = (
+        profile.commands(profile.option_values(options)) if profile and not profile.check_options(options) else {}
+    )
+    directions: list[Any] = proto["directions"] if isinstance(proto.get("directions"), list) else ["download"]
+    templates: list[Any] = []
+    for direction in directions:
+        own = proto.get("command" if direction == "download" else "upload_command")
+        templates += [own] if isinstance(own, list) else [t for (d, _), t in defaults.items() if d == direction]
+    used: set[str] = set()
+    for element in (e for t in templates for e in t if isinstance(e, str)):
+        with contextlib.suppress(TemplateError):  # reported with its path by the schema check
+            used.update(placeholders_in(element))
+    return used
+
+
+def _cleanup_issues(
+    name: str, profile: Any, remotes: Mapping[str, Any], datasets: Mapping[str, Any]
+) -> list[ConfigIssue]:
+    """Scheduled uploads to a real site would fill its disk unless something removes them."""
+    sites = [r for r, remote in remotes.items() if isinstance(remote, dict) and not remote.get("lab")]
+    kinds = {
+        dataset_kind(d["count"]) if isinstance(d, dict) and isinstance(d.get("count"), int) else "file"
+        for d in datasets.values()
+    }
+    missing = sorted(k for k in kinds if k not in profile.cleanup)
+    if not sites or not missing:
+        return []
+    what = " or ".join("a directory" if k == "tree" else "a file" for k in missing)
+    return [
+        ConfigIssue(
+            f"protocols.{name}.cleanup_command",
+            f"uploads to {', '.join(sites)} would stay there: module {profile.name!r} cannot remove "
+            f"{what} it uploaded; give an argv that removes {{remote_path}}, or [] to leave uploads",
+        )
+    ]
+
+
+def _selector_issues(i: int, sel: Mapping[str, Any], proto: Mapping[str, Any], dataset: Any) -> list[ConfigIssue]:
+    """An explicitly listed transfer the plan could not run must not vanish silently."""
+    direction = sel.get("direction", "download")
+    directions = proto.get("directions") or ["download"]
+    if direction not in directions:
+        return [
+            ConfigIssue(
+                f"schedule.transfers[{i}].direction",
+                f"protocol {sel['protocol']!r} does not run {direction}s; add it to its directions",
+            )
+        ]
+    own = proto.get("command" if direction == "download" else "upload_command")
+    module = module_for(sel["protocol"], proto.get("module"))
+    profile = REGISTRY.get(module)
+    count = dataset.get("count", 1) if isinstance(dataset, dict) else 1
+    kind = dataset_kind(count) if isinstance(count, int) else "file"
+    if own or profile is None or profile.check_options(proto.get("options") or {}):
+        return []
+    if (direction, kind) not in profile.commands(profile.option_values(proto.get("options") or {})):
+        return [
+            ConfigIssue(
+                f"schedule.transfers[{i}].dataset",
+                f"module {module!r} cannot {direction} a directory of files; pick another protocol",
+            )
+        ]
+    return []
+
+
+# ---------------------------------------------------------------- loading
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
+        self.problem_mark = again
+        self.problem = (
+            f"duplicate key {key!r} (first on line {first.line + 1}): YAML would silently keep only "
+            "the last; remove or merge one"
+        )
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def parse_config(text: str, source: str) -> Config:
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
+        raise ConfigError(source, [ConfigIssue("", f"{where}{kind}{getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            source, [ConfigIssue("", "the file must be a YAML mapping with remotes, datasets and protocols")]
+        )
+    issues = _cross_reference_issues(raw)
+    config = None
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        issues = _pydantic_issues(exc) + issues
+    if issues or config is None:
+        raise ConfigError(source, issues)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
+    return parse_config(text, source)

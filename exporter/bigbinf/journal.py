@@ -1,0 +1,78 @@
+"""Append-only JSON-lines journal of results: the durable record behind /metrics.
+
+A result is written and fsync'ed before it is published, so anything a scrape has seen
+survives a crash.  Reading is tolerant: a torn last line (power loss mid-write) or a
+line damaged by hand is reported with its line number and skipped, never fatal, so one
+bad line never costs the rest of the history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bigbinf.result import Result
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    path: Path
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: skipped: {self.reason}"
+
+
+class Journal:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def append(self, result: Result) -> None:
+        """Write one result durably (flush + fsync) before anyone publishes it."""
+        line = (json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a+b") as f:
+                # A torn last line (power loss mid-write) has no newline: appending onto it
+                # would glue this result to it and lose both.  End it first; read() then
+                # reports the torn line alone and keeps this one.
+                end = f.seek(0, os.SEEK_END)
+                if end:
+                    f.seek(end - 1)
+                    if f.read(1) != b"\n":
+                        line = b"\n" + line
+                f.write(line)  # "a" mode: always at the end, whatever was read
+                f.flush()
+                os.fsync(f.fileno())
+
+    def read(self, skipped: list[SkippedLine] | None = None) -> Iterator[Result]:
+        """Every readable result in file order.
+
+        Unreadable lines go to `skipped` if given (the caller reports them, so each is
+        said once); otherwise each is logged as a warning."""
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for number, text in enumerate(f, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    record = json.loads(text)
+                    if not isinstance(record, dict):
+                        raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+                    yield Result.from_json(record)
+                except (ValueError, TypeError) as exc:
+                    problem = SkippedLine(self.path, number, str(exc) or type(exc).__name__)
+                    if skipped is not None:
+                        skipped.append(problem)
+                    else:
+                        log.warning("%s", problem)

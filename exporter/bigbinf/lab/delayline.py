@@ -1,0 +1,118 @@
+"""A userspace delay line for the lab where the kernel has no netem: real latency and loss.
+
+    python -m bigbinf.lab.delayline TUN_A TUN_B DELAY_SECONDS LOSS_PERCENT [LIMIT_PACKETS]
+
+Runs in the lab's middle namespace (`<name>-wan`), which routes the client's packets into
+TUN_A and the remote's into TUN_B (lab.py sets up the routes once both devices are up).
+Every packet read from one device is written into the other DELAY_SECONDS later, unless
+it is lost (LOSS_PERCENT, independently per packet) or LIMIT_PACKETS are already waiting
+in its direction (tail drop, like netem's limit).  The delay is one-way, as netem's on
+each veth: the round trip gains twice DELAY_SECONDS.
+
+Limits (docs/configuration.md): timers are epoll's, so a packet may wait up to ~1 ms
+longer than asked; one Python loop forwards both ways, which caps the shaped rate (see
+docs/benchmarks.md).  Prints `ready` once both devices are up; stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import fcntl
+import os
+import random
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+TUNSETIFF = 0x400454CA
+IFF_TUN = 0x0001
+IFF_NO_PI = 0x1000
+MAX_PACKET = 65535
+DEFAULT_LIMIT = 10000
+
+
+def open_tun(name: str) -> int:
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    subprocess.run(["ip", "link", "set", "dev", name, "up"], check=True)
+    return fd
+
+
+class Stop(Exception):
+    """Raised by the signal handler: a handler that only set a flag would not end a
+    blocking poll (PEP 475 retries it)."""
+
+
+def forward(fd_a: int, fd_b: int, delay: float, loss: float, limit: int, counts: dict[str, int]) -> None:
+    """Move packets a->b and b->a, each `delay` seconds late, until Stop."""
+    # keyed by the device read: (due time, packet) in arrival order
+    waiting: dict[int, collections.deque[tuple[float, bytes]]] = {fd_a: collections.deque(), fd_b: collections.deque()}
+    peer = {fd_a: fd_b, fd_b: fd_a}
+    poller = select.epoll()
+    for fd in (fd_a, fd_b):
+        poller.register(fd, select.EPOLLIN)
+    drop = loss / 100.0
+    rand = random.random
+    clock = time.monotonic
+    while True:
+        now = clock()
+        due = None
+        for fd, queue in waiting.items():
+            out = peer[fd]
+            while queue and queue[0][0] <= now:
+                try:
+                    os.write(out, queue.popleft()[1])
+                    counts["forwarded"] += 1
+                except BlockingIOError:
+                    counts["overflow"] += 1
+            if queue and (due is None or queue[0][0] < due):
+                due = queue[0][0]
+        events = poller.poll(-1 if due is None else max(0.0, due - now))
+        arrival = clock() + delay
+        for fd, _ in events:
+            queue = waiting[fd]
+            while True:
+                try:
+                    packet = os.read(fd, MAX_PACKET)
+                except BlockingIOError:
+                    break
+                if drop and rand() < drop:
+                    counts["lost"] += 1
+                elif len(queue) >= limit:
+                    counts["overflow"] += 1
+                else:
+                    queue.append((arrival, packet))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (4, 5):
+        print(__doc__, file=sys.stderr)
+        return 2
+    tun_a, tun_b = argv[0], argv[1]
+    delay, loss = float(argv[2]), float(argv[3])
+    limit = int(argv[4]) if len(argv) == 5 else DEFAULT_LIMIT
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Stop
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    try:
+        fd_a, fd_b = open_tun(tun_a), open_tun(tun_b)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"delayline: cannot create {tun_a}/{tun_b}: {exc}", file=sys.stderr)
+        return 1
+    print("ready", flush=True)
+    counts = {"forwarded": 0, "lost": 0, "overflow": 0}
+    with contextlib.suppress(Stop):
+        forward(fd_a, fd_b, delay, loss, limit, counts)
+    print("delayline: " + ", ".join(f"{k} {v}" for k, v in counts.items()), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""From a validated Config to the ordered list of transfers one round runs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bigbinf.config import Config, DatasetConfig, DatasetKind, ProtocolConfig, RemoteConfig
+from bigbinf.protocols import REGISTRY, Expectation, Profile, module_for
+from bigbinf.protocols.base import DATA_FLOW_BYTES
+
+
+@dataclass(frozen=True)
+class Remote:
+    name: str
+    address: str
+    port: int
+    user: str
+    key: Path | None
+    ssh_config: Path | None
+    data_dir: Path
+    upload_dir: Path | None
+    serve_root: Path
+    checksums: Path | None
+    netns: str | None
+    interface: str
+    password_env: str | None
+    local_fs: bool = False  # the remote's files are visible here (the lab): uploads can be verified
+
+
+class LabSite(Protocol):
+    """What a `lab: true` remote stands for, supplied by the code that builds the lab
+    (bigbinf.lab.site): the live path measures against a lab without importing it."""
+
+    def remote(self, name: str, password_env: str | None) -> Remote:
+        """The lab as a remote: its address, key, namespace and directories."""
+        ...
+
+    def unavailable(self, servers: tuple[str, ...]) -> str:
+        """Why the lab cannot serve a transfer that needs these servers; "" if it can."""
+        ...
+
+
+class PlanError(Exception):
+    """The config names a lab remote, but no lab was given to resolve it."""
+
+
+@dataclass(frozen=True)
+class TransferSpec:
+    protocol: str
+    profile: Profile[Any]
+    template: tuple[str, ...]
+    remote: Remote
+    dataset: str
+    dataset_config: DatasetConfig
+    direction: str
+    timeout_seconds: float
+    options: Any  # the profile's own options dataclass
+    binary: str = ""
+    expectation: Expectation = field(default_factory=Expectation)
+    # The lab servers it needs, and the lab that runs them (a transfer to the lab only):
+    # run_transfer asks the lab before every transfer, and skips it, saying why, when
+    # one of them is not run or not installed.
+    lab_servers: tuple[str, ...] = ()
+    lab: LabSite | None = None
+    cleanup: tuple[str, ...] = ()  # argv template removing an upload from a remote site; () = none
+    # Programs on this host the transfer needs besides its command (third-party GridFTP
+    # modes: the local GridFTP server); run_transfer skips it when one is missing.
+    requires: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> DatasetKind:
+        return self.dataset_config.kind
+
+    @property
+    def label(self) -> str:
+        return f"{self.protocol}/{self.remote.name}/{self.dataset}/{self.direction}"
+
+
+def resolve_remote(name: str, remote: RemoteConfig, lab: LabSite | None) -> Remote:
+    if remote.lab:
+        if lab is None:
+            raise PlanError(f"remotes.{name}: lab: true, but no lab was given to plan against")
+        return lab.remote(name, remote.password_env)
+    assert remote.address and remote.data_dir  # guaranteed by validation
+    return Remote(
+        name=name,
+        address=remote.address,
+        port=remote.port,
+        user=remote.user,
+        key=remote.key,
+        ssh_config=remote.ssh_config,
+        data_dir=remote.data_dir,
+        upload_dir=remote.upload_dir,
+        serve_root=remote.serve_root or Path("/"),
+        checksums=remote.checksums,
+        netns=remote.netns,
+        interface=remote.interface,
+        password_env=remote.password_env,
+    )
+
+
+def _spec(
+    config: Config, lab: LabSite | None, protocol: str, remote: str, dataset: str, direction: str
+) -> TransferSpec | None:
+    proto = config.protocols[protocol]
+    if direction not in proto.directions:
+        return None
+    profile = REGISTRY[module_for(protocol, proto.module)]
+    ds = config.datasets[dataset]
+    options = profile.option_values(proto.options)
+    own = proto.command if direction == "download" else proto.upload_command
+    template = own or profile.commands(options).get((direction, ds.kind))
+    if template is None:
+        return None  # e.g. HTTP cannot move a directory: not every protocol does every dataset
+    expectation = profile.expect(options) if ds.kind == "file" else _tree_expectation(profile, options, ds)
+    remote_config = config.remotes[remote]
+    return TransferSpec(
+        protocol=protocol,
+        profile=profile,
+        template=tuple(template),
+        remote=resolve_remote(remote, remote_config, lab),
+        dataset=dataset,
+        dataset_config=ds,
+        direction=direction,
+        timeout_seconds=proto.timeout or config.transfer.timeout,
+        binary=proto.binary or profile.binary,
+        options=options,
+        requires=tuple(profile.local_binaries(options)),
+        expectation=expectation,
+        lab_servers=profile.lab_servers(options) if remote_config.lab else (),
+        lab=lab if remote_config.lab else None,
+        cleanup=_cleanup(proto, profile, ds.kind) if direction == "upload" and not remote_config.lab else (),
+    )
+
+
+def _tree_expectation(profile: Profile[Any], options: Any, ds: DatasetConfig) -> Expectation:
+    """What a many-files transfer must show.  Per-file knobs (GridFTP -p 4) need not show
+    with small files (-p 4 on 256 KiB files used one stream), so by default only the
+    transport is enforced; a profile's expect_tree (GridFTP -cc N: N sessions) counts
+    only as far as the dataset can fill it: at most one flow per file, and only if one
+    file alone makes a flow a data flow."""
+    file_expectation = profile.expect(options)
+    if profile.expect_tree is None:
+        return Expectation(transport=file_expectation.transport, min_data_flows=1)
+    wanted = profile.expect_tree(options)
+    flows = min(wanted.min_data_flows, ds.count) if ds.size >= DATA_FLOW_BYTES else 1
+    return Expectation(transport=wanted.transport, min_data_flows=flows)
+
+
+def _cleanup(proto: ProtocolConfig, profile: Profile[Any], kind: DatasetKind) -> tuple[str, ...]:
+    own = proto.cleanup_command
+    return tuple(own if own is not None else profile.cleanup.get(kind, ()))
+
+
+def plan_round(config: Config, lab: LabSite | None = None) -> list[TransferSpec]:
+    """Transfers of one round, in a stable order (the schedule's list, or every combination).
+
+    `lab` resolves the config's `lab: true` remotes (bigbinf.lab.site(config)); a config
+    without them needs none."""
+    if config.schedule.transfers is not None:
+        wanted = [(t.protocol, t.remote, t.dataset, t.direction) for t in config.schedule.transfers]
+    else:
+        wanted = list(itertools.product(config.protocols, config.remotes, config.datasets, ("download", "upload")))
+    specs = [_spec(config, lab, *w) for w in wanted]
+    return [s for s in specs if s is not None]

@@ -1,0 +1,570 @@
+"""One transfer, measured from the wire: prepare -> run under capture -> analyse -> judge -> Result.
+
+Each step hands the next one a typed value (Subject, Prepared, Ran, Wire, Verdict) and
+`_result` assembles the Result from them.  Whatever goes wrong (the command fails or
+hangs, the capture or the analysis fails, the file is wrong, the wire shows another
+transport than the profile claims), a Result is still returned with what was measured
+and an error that says what happened; a transfer never raises into the round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bigbinf.config import Config
+from bigbinf.measure import datasets
+from bigbinf.measure.analyse import Analysis, PcapError, analyse_pcap
+from bigbinf.measure.capture import Capture, CaptureError, wait_linger
+from bigbinf.measure.plan import TransferSpec
+from bigbinf.measure.process import in_netns, netns_exists, run_with_timeout
+from bigbinf.measure.sockstats import SocketWatch
+from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
+from bigbinf.result import Result
+
+log = logging.getLogger(__name__)
+# Uploads to a remote whose files we cannot read: verified stays 0, the outcome is not
+# made a failure for it.
+UNVERIFIABLE = datasets.Verification(False, "uploads to this remote cannot be read back to verify")
+CLEANUP_TIMEOUT_SECONDS = 120.0
+
+
+# ---------------------------------------------------------------- the steps' values
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What is measured: the series and the dataset, known before anything runs."""
+
+    protocol: str
+    remote: str
+    dataset: str
+    direction: str
+    round_id: str
+    file_bytes: int
+    files: int
+    remote_address: str  # as configured; the resolved IP once prepared
+    expected: str  # what the capture must show, e.g. "TCP, >= 4 data flows"
+    client_address: str = ""  # this host's address towards the remote, once prepared
+
+    @classmethod
+    def of(cls, spec: TransferSpec, round_id: str) -> Subject:
+        ds = spec.dataset_config
+        return cls(
+            protocol=spec.protocol,
+            remote=spec.remote.name,
+            dataset=spec.dataset,
+            direction=spec.direction,
+            round_id=round_id,
+            file_bytes=datasets.total_bytes(ds),
+            files=ds.count,
+            remote_address=spec.remote.address,
+            expected=spec.expectation.describe(),
+        )
+
+    def result(self, outcome: str, error: str) -> Result:
+        """A Result with who and what filled in: all a transfer that ends before its
+        command runs has; the measured steps fill in the rest (_result)."""
+        return Result(
+            protocol=self.protocol,
+            remote=self.remote,
+            dataset=self.dataset,
+            direction=self.direction,
+            round_id=self.round_id,
+            file_bytes=self.file_bytes,
+            files=self.files,
+            remote_address=self.remote_address,
+            client_address=self.client_address,
+            expected=self.expected,
+            start_timestamp=time.time(),
+            outcome=outcome,
+            error=error,
+        )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything resolved before the command starts."""
+
+    subject: Subject  # with the resolved addresses
+    context: RunContext[Any]  # the rendered command and what its runner needs
+    pcap: Path  # where the capture is written
+    password: str = field(default="", repr=False)  # to redact from errors; never logged
+
+
+@dataclass(frozen=True)
+class Ran:
+    """How the command ended, and what was recorded around it."""
+
+    outcome: RunOutcome
+    captured: bool  # a capture ran (capture.enabled)
+    capture_dropped: int  # packets the kernel dropped before tcpdump read them
+    capture_error: str  # tcpdump failed to stop cleanly: the wire numbers are suspect
+    sender_retransmits: int | None
+    sender_retransmits_source: str  # "kernel" (the transfer's sockets), "iperf3", or ""
+
+
+@dataclass(frozen=True)
+class Wire:
+    """What the capture shows (analyse.py's Analysis, reduced to what a Result keeps)."""
+
+    wire_bytes_down: int
+    wire_bytes_up: int
+    payload_bytes_down: int
+    payload_bytes_up: int
+    packets_down: int
+    packets_up: int
+    retransmits_wire: int
+    first_packet_timestamp: float | None
+    last_packet_timestamp: float | None
+    payload_histogram: dict[str, list[int]]
+    data_flows: int  # flows that carried >= DATA_FLOW_BYTES of payload
+    transport: str  # what carried the most payload: "tcp", "udp" or "" (nothing)
+
+    @classmethod
+    def of(cls, a: Analysis) -> Wire:
+        data_flows = [f for f in a.flows if f.payload_bytes_down + f.payload_bytes_up >= DATA_FLOW_BYTES]
+        main = max(data_flows, key=lambda f: f.payload_bytes_down + f.payload_bytes_up, default=None)
+        return cls(
+            wire_bytes_down=a.wire_bytes["down"],
+            wire_bytes_up=a.wire_bytes["up"],
+            payload_bytes_down=a.payload_bytes["down"],
+            payload_bytes_up=a.payload_bytes["up"],
+            packets_down=a.packets["down"],
+            packets_up=a.packets["up"],
+            retransmits_wire=a.retransmits["down"] + a.retransmits["up"],
+            first_packet_timestamp=a.first_packet_timestamp,
+            last_packet_timestamp=a.last_packet_timestamp,
+            payload_histogram=a.payload_histogram,
+            data_flows=len(data_flows),
+            transport=main.transport if main else "",
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome, and every reason against it (the first one leads the error)."""
+
+    outcome: str  # ok | failed | timeout
+    errors: tuple[str, ...]
+    verified: bool  # size (and sha256 where known) matched
+
+
+class _PrepareError(Exception):
+    """A transfer that cannot start on this host (no route, no address, no source)."""
+
+
+class _CaptureStartError(Exception):
+    """tcpdump did not start: the command is not run."""
+
+
+# ---------------------------------------------------------------- the transfer
+
+
+def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Result:
+    subject = Subject.of(spec, round_id)
+    binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary
+    missing = [program for program in (binary, *spec.requires) if shutil.which(program) is None]
+    if missing:  # checked every round: installing the program brings the series back
+        return subject.result("skipped", f"{missing[0]} is not installed on this host")
+    unavailable = spec.lab.unavailable(spec.lab_servers) if spec.lab else ""
+    if unavailable:  # asked every time: starting the server brings the series back
+        return subject.result("skipped", unavailable)
+    unready = _unready(spec)
+    if unready:  # before anything is uploaded, so there is nothing to clean up either
+        return subject.result("failed", unready)
+    upload_name = f"{spec.dataset_config.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
+    workdir: Path | None = None
+    cleanup_problem = ""
+    try:
+        config.transfer.workdir.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
+        result = measure(spec, config, subject, workdir, upload_name)
+    except Exception as exc:  # a transfer never takes the round (and its other results) down
+        result = _internal_error(spec, subject, exc)
+    finally:
+        if upload_name and workdir is not None:
+            cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
+        if workdir is not None and not config.transfer.keep_files:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if cleanup_problem:  # the measurement stands; the note says what was left on the remote
+        result = dataclasses.replace(result, error="; ".join(filter(None, [result.error, cleanup_problem])))
+    return result
+
+
+def measure(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Result:
+    """The transfer's four steps, each handing its typed value to the next."""
+    try:
+        prepared = prepare(spec, config, subject, workdir, upload_name)
+    except _PrepareError as exc:
+        return subject.result("failed", str(exc))
+    try:
+        ran = run_under_capture(spec, config, prepared)
+        wire, analysis_error = analyse(prepared, ran)
+        pcap_path = (
+            _keep_pcap(prepared.pcap, config, spec, ran.outcome.start_timestamp)
+            if ran.captured and config.capture.keep and prepared.pcap.exists()
+            else None
+        )
+        verdict = judge(spec, prepared, ran, wire, analysis_error)
+    except _CaptureStartError as exc:
+        return prepared.subject.result("failed", f"capture: {exc}")
+    except Exception as exc:  # the addresses are known now: the result keeps them
+        return _internal_error(spec, prepared.subject, exc)
+    return _result(prepared, ran, wire, verdict, pcap_path)
+
+
+def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Result:
+    """A bug or an unforeseen failure: logged with its traceback, and a failed result."""
+    log.error("%s: unexpected error", spec.label, exc_info=exc)
+    return subject.result("failed", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Prepared:
+    """Resolve the addresses, create an upload's source, render the command."""
+    password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
+    try:
+        source = upload_source(spec, config) if spec.direction == "upload" else None
+        remote_ip = resolve(spec.remote.address)
+        client = client_address_for(remote_ip, spec.remote.netns)
+    except (CaptureError, OSError, subprocess.SubprocessError) as exc:
+        raise _PrepareError(str(exc)) from None
+    values = placeholder_values(spec, workdir, source, upload_name, client)
+    # The secret reaches the command only through its environment (under the variable the
+    # remote names, e.g. RSYNC_PASSWORD) or a private file a module writes; never argv.
+    env = {spec.remote.password_env: password} if spec.remote.password_env else {}
+    context: RunContext[Any] = RunContext(
+        argv=render(spec.template, values),
+        timeout_seconds=spec.timeout_seconds,
+        workdir=workdir,
+        netns=spec.remote.netns,
+        options=spec.options,
+        env=env,
+        values=values,
+        direction=spec.direction,
+        kind=spec.kind,
+        password=password,
+    )
+    return Prepared(
+        subject=dataclasses.replace(subject, client_address=client, remote_address=remote_ip),
+        context=context,
+        pcap=workdir / "capture.pcap",
+        password=password,
+    )
+
+
+def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) -> Ran:
+    """The command, with the capture (and, for TCP uploads, the socket watch) around it.
+    Raises _CaptureStartError when the capture cannot start: nothing has run then."""
+    cap_cfg, subject = config.capture, prepared.subject
+    capture = (
+        Capture(
+            spec.remote.interface,
+            prepared.pcap,
+            subject.client_address,
+            subject.remote_address,
+            netns=spec.remote.netns,
+            snaplen=cap_cfg.snaplen,
+            buffer_bytes=cap_cfg.buffer,
+            start_timeout=cap_cfg.start_timeout,
+        )
+        if cap_cfg.enabled
+        else None
+    )
+    # For uploads over TCP the local kernel is the sender: its per-socket count is the truth.
+    watch = (
+        SocketWatch(subject.remote_address, spec.remote.netns)
+        if spec.direction == "upload" and spec.expectation.transport == "tcp"
+        else None
+    )
+    if capture:
+        try:
+            capture.start()
+        except CaptureError as exc:
+            raise _CaptureStartError(str(exc)) from None
+    capture_error = ""
+    try:
+        with ExitStack() as stack:
+            if watch:
+                stack.enter_context(watch)
+            outcome: RunOutcome = spec.profile.runner(prepared.context)
+            wait_linger(cap_cfg.linger)
+    finally:
+        if capture:
+            try:
+                capture.stop()
+            except CaptureError as exc:  # the transfer's own outcome stays; the wire numbers are suspect
+                capture_error = f"capture: {exc}"
+    retransmits, source = _sender_retransmits(watch, outcome)
+    return Ran(
+        outcome=outcome,
+        captured=capture is not None,
+        capture_dropped=capture.stats.dropped if capture and capture.stats else 0,
+        capture_error=capture_error,
+        sender_retransmits=retransmits,
+        sender_retransmits_source=source,
+    )
+
+
+def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
+    """The wire numbers of the capture, or why there are none ("" when there was no capture)."""
+    if not ran.captured:
+        return None, ""
+    try:
+        analysis = analyse_pcap(prepared.pcap, prepared.subject.client_address, prepared.subject.remote_address)
+    except PcapError as exc:
+        return None, f"analysis: {exc}"
+    return Wire.of(analysis), ""
+
+
+def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, analysis_error: str) -> Verdict:
+    """ok only if the command exited 0, the copy is right, the wire shows the expected
+    transport and the capture and its analysis worked; every reason against is kept."""
+    outcome = ran.outcome
+    notes = [e for e in (ran.capture_error, analysis_error) if e]
+    if ran.capture_dropped:
+        notes.append(f"tcpdump dropped {ran.capture_dropped} packets: wire numbers are low")
+    if outcome.timed_out:
+        return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout", *notes), False)
+    if outcome.returncode != 0:
+        exited = _exited(prepared.context.argv[0], outcome.returncode, outcome.stderr_tail[-500:])
+        return Verdict("failed", (exited, *notes), False)
+    verified, problems = _check(spec, prepared, outcome, wire)
+    broken = problems or any(e.startswith(("analysis", "capture")) for e in notes)
+    return Verdict("failed" if broken else "ok", (*problems, *notes), verified)
+
+
+def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, pcap_path: Path | None) -> Result:
+    reported = ran.outcome.reported
+    result = dataclasses.replace(
+        prepared.subject.result(verdict.outcome, _redact("; ".join(verdict.errors), [prepared.password])),
+        start_timestamp=ran.outcome.start_timestamp,
+        duration_seconds=ran.outcome.duration_seconds,
+        verified=verdict.verified,
+        capture_dropped=ran.capture_dropped,
+        retransmits_sender=ran.sender_retransmits,
+        retransmits_sender_source=ran.sender_retransmits_source,
+        reported=dict(reported),
+        rtt_seconds=reported.get("mean_rtt_seconds"),
+        pcap_path=str(pcap_path) if pcap_path else "",
+    )
+    if wire is None:  # no capture, or none that could be read: the wire fields keep their defaults
+        return result
+    return dataclasses.replace(
+        result,
+        wire_bytes_down=wire.wire_bytes_down,
+        wire_bytes_up=wire.wire_bytes_up,
+        payload_bytes_down=wire.payload_bytes_down,
+        payload_bytes_up=wire.payload_bytes_up,
+        packets_down=wire.packets_down,
+        packets_up=wire.packets_up,
+        retransmits_wire=wire.retransmits_wire,
+        first_packet_timestamp=wire.first_packet_timestamp,
+        last_packet_timestamp=wire.last_packet_timestamp,
+        payload_histogram=wire.payload_histogram,
+        data_flows=wire.data_flows,
+        transport=wire.transport,
+    )
+
+
+# ---------------------------------------------------------------- helpers of the steps
+
+
+def resolve(address: str) -> str:
+    """An IP for the remote (configs may name hosts): routes and capture filters need one."""
+    try:
+        return str(socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0])
+    except socket.gaierror as exc:
+        raise CaptureError(f"cannot resolve {address}: {exc.strerror}") from None
+
+
+def client_address_for(remote_address: str, netns: str | None) -> str:
+    """The local source address the kernel uses to reach the remote (`ip route get`)."""
+    argv = in_netns(netns, ["ip", "-o", "route", "get", remote_address])
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    match = re.search(r"\bsrc (\S+)", proc.stdout)
+    if proc.returncode != 0 or not match:
+        raise CaptureError(
+            f"no route to {remote_address}"
+            + (f" in namespace {netns}" if netns else "")
+            + f": {proc.stderr.strip() or proc.stdout.strip()}"
+        )
+    return match.group(1)
+
+
+def upload_source(spec: TransferSpec, config: Config) -> Path:
+    """The local copy an upload sends: created once per dataset, reused after."""
+    root = config.transfer.workdir / "sources"
+    root.mkdir(parents=True, exist_ok=True)
+    datasets.ensure(root, spec.dataset_config)
+    return root / spec.dataset_config.file
+
+
+def placeholder_values(
+    spec: TransferSpec, workdir: Path, local_source: Path | None = None, upload_name: str = "", client: str = ""
+) -> dict[str, str]:
+    remote, ds = spec.remote, spec.dataset_config
+    if spec.direction == "download":
+        remote_path, local_path = remote.data_dir / ds.file, workdir / ds.file
+    else:
+        assert remote.upload_dir is not None and local_source is not None  # guaranteed by validation
+        remote_path, local_path = remote.upload_dir / upload_name, local_source
+    try:
+        remote_name = str(remote_path.relative_to(remote.serve_root))
+    except ValueError:
+        remote_name = str(remote_path).lstrip("/")
+    return {
+        "host": remote.address,
+        "client": client,
+        "port": str(remote.port),
+        "user": remote.user,
+        "key": str(remote.key or ""),
+        "ssh_config": str(remote.ssh_config or "/dev/null"),
+        "remote_path": str(remote_path),
+        "remote_name": remote_name,
+        "remote_dir": str(remote_path.parent),
+        "file": ds.file,
+        "local_path": str(local_path),
+        "local_dir": str(workdir),
+        "size": str(datasets.total_bytes(ds)),
+        "binary": spec.binary,
+    }
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_name: str) -> str:
+    """Remove what an upload left on the remote; a problem is returned, not raised."""
+    remote = spec.remote
+    if remote.local_fs and remote.upload_dir:  # the lab: its disk is ours
+        target = remote.upload_dir / upload_name
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+        return ""
+    if not spec.cleanup:
+        return ""  # cleanup_command: [] -- the site removes uploads itself
+    password = os.environ.get(remote.password_env, "") if remote.password_env else ""
+    values = placeholder_values(
+        spec, workdir, config.transfer.workdir / "sources" / spec.dataset_config.file, upload_name
+    )
+    argv = render(spec.cleanup, values)
+    try:
+        done = run_with_timeout(
+            in_netns(remote.netns, argv),
+            CLEANUP_TIMEOUT_SECONDS,
+            cwd=str(workdir),
+            env={remote.password_env: password} if remote.password_env else None,
+        )
+    except OSError as exc:
+        problem = f"{argv[0]}: {exc.strerror}"
+    else:
+        if done.returncode == 0:
+            return ""
+        problem = (
+            f"killed after {CLEANUP_TIMEOUT_SECONDS:g}s"
+            if done.timed_out
+            else _exited(argv[0], done.returncode, done.stderr_tail[-300:])
+        )
+    problem = _redact(f"cleanup: {values['remote_path']} stays on {remote.name}: {problem}", [password])
+    log.warning("%s: %s", spec.label, problem)
+    return problem
+
+
+def _unready(spec: TransferSpec) -> str:
+    """What on this host keeps the transfer from starting, said with its fix; "" if nothing."""
+    remote = spec.remote
+    if remote.netns and not netns_exists(remote.netns):
+        if remote.local_fs:  # the lab's client namespace
+            return (
+                f"the lab is not up (no network namespace {remote.netns}): run "
+                "`bigbinf-exporter --config.file <this config> lab up`"
+            )
+        return (
+            f"remotes.{remote.name}.netns: network namespace {remote.netns} does not exist; create it "
+            "or remove netns from the remote"
+        )
+    if remote.key and not remote.key.exists():
+        return f"remotes.{remote.name}.key: {remote.key} does not exist; give the path of the private key"
+    return ""
+
+
+def _exited(program: str, returncode: int | None, stderr_tail: str) -> str:
+    return f"{program} exited {returncode}" + (f": {stderr_tail.strip()}" if stderr_tail.strip() else "")
+
+
+def _check(spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wire | None) -> tuple[bool, list[str]]:
+    """Integrity and transport checks of a command that exited 0: (verified, problems)."""
+    problems = []
+    verified = False
+    if spec.profile.produces_file:
+        check = _verify(spec, prepared.context.values)
+        verified = check.ok
+        if check is not UNVERIFIABLE and not check.ok:
+            problems.append(f"verification: {check.detail}")
+    else:
+        # Memory to memory (iperf3): no file to verify (verified stays 0), but the tool's own
+        # count says whether the dataset's size was sent at all.  Its receiver's count can be
+        # short of it (bytes still in flight when the sender's count completes the test).
+        size, sent = datasets.total_bytes(spec.dataset_config), outcome.reported.get("bytes_sent")
+        if sent is None or sent < size:
+            problems.append(
+                f"verification: {spec.binary} reported "
+                + (f"{sent:.0f} bytes sent of {size}" if sent is not None else "no byte count")
+            )
+    if wire is not None:
+        want, seen = spec.expectation, (wire.transport or "nothing", wire.data_flows)
+        if seen[0] != want.transport or seen[1] < want.min_data_flows:
+            problems.append(
+                f"transport: expected {want.describe()}; the capture saw "
+                f"{seen[0].upper()} with {seen[1]} data flow{'s' if seen[1] != 1 else ''}"
+            )
+    return verified, problems
+
+
+def _verify(spec: TransferSpec, values: Mapping[str, str]) -> datasets.Verification:
+    ds = spec.dataset_config
+    if spec.direction == "download":
+        sums = datasets.read_manifest(spec.remote.checksums)
+        return datasets.verify_copy(Path(values["local_path"]), ds, sums)
+    if not spec.remote.local_fs:
+        return UNVERIFIABLE
+    sums = datasets.read_manifest(Path(values["local_path"]).parent / datasets.MANIFEST)
+    return datasets.verify_copy(Path(values["remote_path"]), ds, sums)
+
+
+def _sender_retransmits(watch: SocketWatch | None, outcome: RunOutcome) -> tuple[int | None, str]:
+    if watch is not None and watch.retransmits is not None:
+        return watch.retransmits, "kernel"
+    if "retransmits" in outcome.reported:
+        return int(outcome.reported["retransmits"]), "iperf3"
+    return None, ""
+
+
+def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:
+    keep_dir = config.journal.path.parent / "pcaps"
+    keep_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
+    name = f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
+    target = keep_dir / name
+    shutil.move(pcap, target)
+    return target

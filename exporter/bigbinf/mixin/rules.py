@@ -1,0 +1,513 @@
+"""Generate bigbinf's Prometheus recording and alerting rules.
+
+Prometheus rules cannot take parameters, yet the peak hours, the time zone and the
+alert thresholds differ per site.  So the rules are generated from the settings in
+bigbinf.mixin.settings (shared with the dashboard generator) and the output for the
+defaults is committed as prometheus/rules/*.yml; tests/unit/test_rules.py fails when the
+committed files differ from this generator's default output.
+
+    .venv/bin/python -m bigbinf.mixin.rules                 # rewrite prometheus/rules/
+    .venv/bin/python -m bigbinf.mixin.rules --tz-offset 2 \\
+        --peak-start 11 --peak-end 15 --out-dir /etc/prometheus/rules
+    .venv/bin/python -m bigbinf.mixin.rules --check         # exit 1 if the committed files differ
+
+--tz-offset takes hours east of UTC as the report command does: 2, -3.5, +5:30, -03:30
+(one parser for both: bigbinf.study.common.parse_tz_offset).  --out-dir defaults to the
+repository's prometheus/rules, which only an editable install (pip install -e) has;
+otherwise it is required.  Rule names follow `level:metric:operations`;
+docs/dashboards.md and docs/runbook.md explain what each one means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bigbinf import metrics
+from bigbinf.mixin.settings import (
+    BASELINE_7D_RECENT_MIX,
+    BASELINE_WINDOW,
+    BYTE_RATIO_RECENT,
+    DURATION_UNITS_MS,
+    FAILED_RECENT,
+    HOUR,
+    HOUR_COUNT_ROLLUP,
+    HOUR_MEAN_7D,
+    HOUR_SUM_ROLLUP,
+    LAST_THROUGHPUT,
+    MEAN_7D,
+    MEAN_RECENT,
+    OK,
+    OK_PERIOD,
+    PEAK,
+    PERIOD_BASELINE_7D,
+    PERIOD_COUNT_ROLLUP,
+    PERIOD_MEAN_7D,
+    PERIOD_MEAN_RECENT,
+    PERIOD_SUM_ROLLUP,
+    RETRANS_RECENT,
+    START,
+    THROUGHPUT,
+    Settings,
+    default_out_dir,
+    duration_ms,
+    flag,
+    hour_label,
+    in_peak,
+    last_transfer,
+    ratio,
+    tiles,
+    write_or_check,
+)
+from bigbinf.study.common import UsageError, parse_tz_offset
+
+# What the output's header, usage and error messages tell people to run.
+COMMAND = "python -m bigbinf.mixin.rules"
+RULES_SUBDIR = "prometheus/rules"
+RECORDING_FILE = "bigbinf-recording.yml"
+ALERTING_FILE = "bigbinf-alerts.yml"
+
+
+# ---------------------------------------------------------------- PromQL helpers
+#
+# The rules' own; the ones the dashboards reuse (tiles, in_peak, hour_label, ratio) are in
+# bigbinf.mixin.settings.
+
+# The baselines' roll-ups look this far back, so that every scrape that a tile needs has
+# been ingested before the roll-up freezes it (a scrape takes well under a minute).
+SETTLE = "1m"
+NOT_OK = 'outcome!~"ok|skipped"'  # the issue's "failing": every outcome but ok, skipped excluded
+
+
+def duration(ms: int) -> str:
+    """Milliseconds as a Prometheus duration: 299999 -> 4m59s999ms."""
+    parts = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        n, ms = divmod(ms, DURATION_UNITS_MS[unit])
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts) or "0s"
+
+
+def num(value: float) -> str:
+    """A float as PromQL writes it: 2.0 -> 2, 0.7 -> 0.7."""
+    return f"{value:g}"
+
+
+def hour_local(ts_expr: str, s: Settings) -> str:
+    """Local hour of day (0-23) of each sample's *value* read as a UTC timestamp."""
+    shift = round(s.tz_offset_hours * 3600)
+    if shift == 0:
+        return f"hour({ts_expr})"
+    return f"hour({ts_expr} {'+' if shift > 0 else '-'} {abs(shift)})"
+
+
+def peak_test(hour_expr: str, s: Settings, op: str) -> str:
+    return in_peak(hour_expr, s.peak_start, (s.peak_end - s.peak_start) % 24, op)
+
+
+def by_period(make: Callable[[str], str], s: Settings) -> str:
+    """make(keep) for the transfers started in and out of the peak, labelled period."""
+    hour = hour_local(START, s)
+    peak = make(f"and {peak_test(hour, s, '<')}")
+    offpeak = make(f"and {peak_test(hour, s, '>=')}")
+    return (
+        f'label_replace(\n  {peak},\n  "period", "peak", "", "")\n'
+        f"or\n"
+        f'label_replace(\n  {offpeak},\n  "period", "offpeak", "", "")'
+    )
+
+
+def by_hour(make: Callable[[str], str], s: Settings) -> str:
+    """make(keep) with an hour label: the local hour at which the transfer started."""
+    return make(f"* ignoring(hour) group_left(hour) {hour_label(hour_local(START, s))}")
+
+
+def ok_only(expr: str) -> str:
+    # The last-result gauges hold a failed transfer's numbers too (throughput 0).
+    return f"{expr} and {last_transfer('success')} == 1"
+
+
+def utc_offset(s: Settings) -> str:
+    return f"UTC{s.tz_offset_hours:+g}"
+
+
+def anchor(alert: str) -> str:
+    """GitHub's anchor for a Markdown heading made of the alert name."""
+    return alert.lower()
+
+
+# ---------------------------------------------------------------- recording rules
+#
+# Their names are in bigbinf.mixin.settings: the dashboards show them too.
+
+
+def series_rules(s: Settings) -> list[dict[str, str]]:
+    w = s.recent_window
+    transfers, outcome = metrics.TRANSFERS_TOTAL.name, last_transfer("outcome")
+    return [
+        {"record": OK, "expr": ok_only(LAST_THROUGHPUT)},
+        {"record": HOUR, "expr": hour_local(START, s)},
+        {"record": PEAK, "expr": peak_test(HOUR, s, "< bool")},
+        {
+            "record": OK_PERIOD,
+            "expr": (
+                f'label_replace({OK} and {PEAK} == 1, "period", "peak", "", "")\n'
+                f"or\n"
+                f'label_replace({OK} and {PEAK} == 0, "period", "offpeak", "", "")'
+            ),
+        },
+        # Windowed ratios of counters are exact: both come from the same scrapes, so
+        # increase()'s extrapolation cancels.  With no ok transfer in the window the last
+        # ok transfer stands in, so the value does not vanish between batches.
+        {
+            "record": BYTE_RATIO_RECENT,
+            "expr": (
+                f"sum without(way) (increase({metrics.WIRE_BYTES_TOTAL.name}[{w}]))\n"
+                f"  / (increase({metrics.FILE_BYTES_TOTAL.name}[{w}]) > 0)\n"
+                f"or\n"
+                f"{ok_only(last_transfer('byte_ratio'))}"
+            ),
+        },
+        {
+            "record": RETRANS_RECENT,
+            "expr": (
+                f"increase({metrics.RETRANSMITS_TOTAL.name}[{w}])\n"
+                f"  / (sum without(way) (increase({metrics.PAYLOAD_SIZE_HIST.name}_count[{w}])) > 0)\n"
+                f"or\n"
+                f"({last_transfer('retransmits_wire')} / (sum without(way) ({last_transfer('packets')}) > 0)\n"
+                f"  and {last_transfer('success')} == 1)"
+            ),
+        },
+        # Share of transfers that did not end ok; skipped ones (binary missing) are not
+        # failures and not counted at all.  Any outcome but those two counts, so a new
+        # kind of failure cannot slip past.
+        {
+            "record": FAILED_RECENT,
+            "expr": (
+                f"sum without(outcome) (increase({transfers}{{{NOT_OK}}}[{w}]))\n"
+                f'  / (sum without(outcome) (increase({transfers}{{outcome!="skipped"}}[{w}])) > 0)\n'
+                f"or\n"
+                f"(sum without(outcome) ({outcome}{{{NOT_OK}}})\n"
+                f'  unless sum without(outcome) ({outcome}{{outcome="skipped"}}) == 1)'
+            ),
+        },
+    ]
+
+
+def throughput_rules(s: Settings) -> list[dict[str, str]]:
+    """Per-transfer mean throughputs, whole-day, per period and per hour, all from the
+    same roll-ups of the histogram's _sum and _count, so every regression alert compares
+    a per-transfer mean with a per-transfer mean of the same transfers' kind."""
+    w, b = s.recent_window, BASELINE_WINDOW
+    total, count = f"{THROUGHPUT}_sum", f"{THROUGHPUT}_count"
+    # Each evaluation rolls up the tiles that closed since the previous one: the window
+    # is the group's interval less 1 ms, because a subquery's range includes its start.
+    # Seven days of 1-minute tiles in one subquery would be 10080 steps per series at
+    # every evaluation (and more samples than promtool's unit tests allow); seven days of
+    # roll-ups are 2016 samples at the default 5m.  An evaluation Prometheus misses (a
+    # restart) leaves its tiles out: the means lose those transfers, nothing more.
+    roll = duration(duration_ms(s.baseline_interval) - 1)
+
+    def rollup(counter: str) -> Callable[[str], str]:
+        return lambda keep: tiles(counter, roll, keep, SETTLE)
+
+    def over(window: str, name: str, without: str = "") -> str:
+        summed = f"sum_over_time({name}[{window}])"
+        return f"sum without({without}) ({summed})" if without else summed
+
+    def mean(window: str, sums: str, counts: str, without: str = "") -> str:
+        return ratio(over(window, sums, without), over(window, counts, without))
+
+    count_recent, count_7d = over(w, PERIOD_COUNT_ROLLUP), over(b, PERIOD_COUNT_ROLLUP)  # ok transfers per period
+
+    return [
+        {"record": PERIOD_SUM_ROLLUP, "expr": by_period(rollup(total), s)},
+        {"record": PERIOD_COUNT_ROLLUP, "expr": by_period(rollup(count), s)},
+        {"record": HOUR_SUM_ROLLUP, "expr": by_hour(rollup(total), s)},
+        {"record": HOUR_COUNT_ROLLUP, "expr": by_hour(rollup(count), s)},
+        # Recent window: with no ok transfer in it the last ok transfer stands in (for its
+        # own period), so the value does not vanish between batches.
+        {"record": MEAN_RECENT, "expr": (f"{mean(w, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP, 'period')}\nor\n{OK}")},
+        {"record": PERIOD_MEAN_RECENT, "expr": f"{mean(w, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP)}\nor\n{OK_PERIOD}"},
+        # Baselines: BigbinfThroughputRegression's, BigbinfThroughputRegressionTimeOfDay's,
+        # and the hour-of-day profile.
+        {"record": MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP, "period")},
+        {"record": PERIOD_MEAN_7D, "expr": mean(b, PERIOD_SUM_ROLLUP, PERIOD_COUNT_ROLLUP)},
+        {"record": HOUR_MEAN_7D, "expr": mean(b, HOUR_SUM_ROLLUP, HOUR_COUNT_ROLLUP)},
+        # BigbinfThroughputRegression's baseline: what the 7 days predict for the recent
+        # window's own mix of peak and off-peak transfers, so that a window holding more
+        # (or only) transfers of the slow period than the 7 days do cannot fire it
+        # (docs/runbook.md, "The whole-day baseline").  Per period: the period's 7-day
+        # mean where the period has ok transfers from before the recent window, else
+        # (hours the series has not run at before) the series' all-day 7-day mean.  A
+        # period without roll-ups in the window (the series' last start has been in the
+        # other period all along) counts 0 transfers there.
+        {
+            "record": PERIOD_BASELINE_7D,
+            "expr": (
+                f"{PERIOD_MEAN_7D}\n"
+                f"  and ({count_7d} > ({count_recent} or {count_7d} * 0))\n"
+                f"or\n"
+                f"({count_7d} * 0 + ignoring(period) group_left() {MEAN_7D})"
+            ),
+        },
+        # Weighted by the recent window's ok transfers per period; with none in the window
+        # (the last ok transfer stands in, as in mean_recent), the last ok transfer's period.
+        {
+            "record": BASELINE_7D_RECENT_MIX,
+            "expr": (
+                f"sum without(period) ({count_recent} * {PERIOD_BASELINE_7D})\n"
+                f"  / (sum without(period) ({count_recent} and {PERIOD_BASELINE_7D}) > 0)\n"
+                f"or\n"
+                f"sum without(period) ({PERIOD_BASELINE_7D} and {OK_PERIOD})\n"
+                f"or\n"
+                f"{MEAN_7D}"
+            ),
+        },
+    ]
+
+
+def recording(s: Settings) -> dict[str, Any]:
+    return {
+        "groups": [
+            {"name": "bigbinf.series", "rules": series_rules(s)},
+            {"name": "bigbinf.throughput", "interval": s.baseline_interval, "rules": throughput_rules(s)},
+        ]
+    }
+
+
+# ---------------------------------------------------------------- alerting rules
+
+SERIES_TEXT = "{{ $labels.protocol }} {{ $labels.direction }} of {{ $labels.dataset }} with {{ $labels.remote }}"
+
+
+def alert(
+    s: Settings, name: str, expr: str, for_: str, severity: str, summary: str, description: str
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_ not in ("0s", "0m"):
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description, "runbook_url": f"{s.runbook}#{anchor(name)}"}
+    return rule
+
+
+def alerts(s: Settings) -> list[dict[str, Any]]:
+    pct = num(s.regression_fraction * 100)
+    up = f'up{{job="{s.job}"}}'
+    interval = metrics.SCHEDULE_INTERVAL.name
+    return [
+        alert(
+            s,
+            "BigbinfExporterDown",
+            f"{up} == 0 or absent({up})",
+            s.exporter_down_for,
+            "critical",
+            "bigbinf exporter down: {{ $labels.job }} {{ $labels.instance }}",
+            f"Prometheus has not scraped job {s.job} ({{{{ $labels.instance }}}}) successfully for "
+            f"{s.exporter_down_for}: no transfers are measured or published.",
+        ),
+        alert(
+            s,
+            "BigbinfSeriesStale",
+            (
+                "time() - (\n"
+                f"  {metrics.LAST_SUCCESS.name}\n"
+                f"  or ({interval} * 0\n"
+                f"      + on(job, instance) group_left() {metrics.CONFIG_RELOAD_TS.name})\n"
+                f") > {num(s.stale_multiple)} * {interval}\n"
+                # A protocol whose binary is not installed here is skipped every round: that
+                # is reported by its outcome, not a stale series to page about.
+                "unless on(job, instance, protocol, remote, dataset, direction)\n"
+                f'  {last_transfer("outcome")}{{outcome="skipped"}} == 1'
+            ),
+            s.stale_for,
+            "warning",
+            f"No successful transfer for {SERIES_TEXT}",
+            f"The last successful transfer started {{{{ $value | humanizeDuration }}}} ago, more than "
+            f"{num(s.stale_multiple)} times the schedule interval (series whose last outcome is skipped are "
+            f"left out).",
+        ),
+        alert(
+            s,
+            "BigbinfTransfersFailing",
+            f"{FAILED_RECENT} > {num(s.failure_ratio)}",
+            s.failing_for,
+            "warning",
+            f"Transfers failing: {SERIES_TEXT}",
+            f"{{{{ $value | humanizePercentage }}}} of the transfers of the last {s.recent_window} did not end ok "
+            f"(failed, timed out; or the last one did not); skipped transfers are not counted.",
+        ),
+        # Both regression alerts compare a per-transfer mean with a per-transfer mean of
+        # the same series; the time-of-day one also keeps the period apart, so it is the
+        # primary one and Alertmanager inhibits the whole-day one while it fires.  The
+        # whole-day baseline is the 7-day means of the recent transfers' own periods, so
+        # the recent window's mix of peak and off-peak cannot fire it (docs/runbook.md,
+        # "Which regression alert is primary", "The whole-day baseline").
+        alert(
+            s,
+            "BigbinfThroughputRegression",
+            f"{MEAN_RECENT} < {num(s.regression_fraction)} * {BASELINE_7D_RECENT_MIX}",
+            s.regression_for,
+            "warning",
+            f"Throughput regressed: {SERIES_TEXT}",
+            f"Mean throughput of the ok transfers of the last {s.recent_window} (or of the last ok transfer, "
+            f"if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of the series' 7-day mean "
+            f"for the same mix of peak and off-peak transfers (peak = transfers started "
+            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).",
+        ),
+        alert(
+            s,
+            "BigbinfThroughputRegressionTimeOfDay",
+            f"{PERIOD_MEAN_RECENT} < {num(s.regression_fraction)} * {PERIOD_MEAN_7D}",
+            s.regression_for,
+            "warning",
+            f"Throughput regressed for its time of day ({{{{ $labels.period }}}}): {SERIES_TEXT}",
+            f"Mean throughput of the ok {{{{ $labels.period }}}} transfers of the last {s.recent_window} (or of "
+            f"the last ok transfer, if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of "
+            f"their 7-day mean (peak = transfers started "
+            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).",
+        ),
+        alert(
+            s,
+            "BigbinfByteRatioHigh",
+            f"{BYTE_RATIO_RECENT} > {num(s.byte_ratio_max)}",
+            s.byte_ratio_for,
+            "warning",
+            f"Wire overhead high: {SERIES_TEXT}",
+            f'{{{{ $value | printf "%.3f" }}}} wire bytes per file byte over the last {s.recent_window} '
+            f"(threshold {num(s.byte_ratio_max)}).",
+        ),
+        alert(
+            s,
+            "BigbinfRetransmitsHigh",
+            f"{RETRANS_RECENT} > {num(s.retransmit_ratio_max)}",
+            s.retransmits_for,
+            "warning",
+            f"Retransmits high: {SERIES_TEXT}",
+            f"{{{{ $value | humanizePercentage }}}} of the captured packets of the last {s.recent_window} "
+            f"were TCP retransmissions (threshold {num(s.retransmit_ratio_max * 100)}%).",
+        ),
+        alert(
+            s,
+            "BigbinfConfigReloadFailed",
+            f"{metrics.CONFIG_RELOAD_OK.name} == 0",
+            s.config_reload_for,
+            "warning",
+            "bigbinf {{ $labels.instance }} rejected its configuration",
+            "The last configuration load or reload failed; the previous configuration is still in force.",
+        ),
+    ]
+
+
+def alerting(s: Settings) -> dict[str, Any]:
+    return {"groups": [{"name": "bigbinf.alerts", "rules": alerts(s)}]}
+
+
+# ---------------------------------------------------------------- output
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Multi-line PromQL reads best as a literal block.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def header(s: Settings, what: str) -> str:
+    changed = [f"{flag(f.name)}={getattr(s, f.name)}" for f in dataclasses.fields(s) if getattr(s, f.name) != f.default]
+    return (
+        f"# bigbinf {what}: GENERATED by {COMMAND}; do not edit by hand.\n"
+        f"# Settings: {' '.join(changed) or 'defaults'} (peak {s.peak_start:02d}h-{s.peak_end:02d}h, "
+        f"{utc_offset(s)}).\n"
+    )
+
+
+def render(s: Settings) -> dict[str, str]:
+    """File name -> content."""
+
+    def dump(doc: dict[str, Any]) -> str:
+        return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100000, allow_unicode=True)
+
+    return {
+        RECORDING_FILE: header(s, "recording rules") + dump(recording(s)),
+        ALERTING_FILE: header(s, "alerting rules") + dump(alerting(s)),
+    }
+
+
+def tz_offset(text: str) -> float:
+    """--tz-offset as the report command reads it (one parser for both)."""
+    try:
+        return parse_tz_offset(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_args(argv: list[str] | None) -> tuple[Settings, Path, bool]:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    defaults = Settings()
+    for f in dataclasses.fields(Settings):
+        kind = tz_offset if f.name == "tz_offset_hours" else type(f.default)
+        parser.add_argument(
+            flag(f.name),
+            dest=f.name,
+            type=kind,
+            default=f.default,
+            metavar="HOURS" if kind is tz_offset else type(f.default).__name__.upper(),
+            help=f.metadata["help"],
+        )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help=f"directory of the rule files (default: the repository's {RULES_SUBDIR}, "
+        f"when bigbinf is installed from it)",
+    )
+    parser.add_argument("--check", action="store_true", help="compare with --out-dir instead of writing")
+    args = parser.parse_args(joined_negative_offsets(sys.argv[1:] if argv is None else argv))
+    settings = Settings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(defaults)})
+    try:
+        out_dir = default_out_dir(args.out_dir, RULES_SUBDIR)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2, as for any other bad flag
+    return settings, out_dir, args.check
+
+
+def joined_negative_offsets(argv: list[str]) -> list[str]:
+    """`--tz-offset -03:30` -> `--tz-offset=-03:30`: argparse reads "-03:30" (not a plain
+    negative number) as an option and would refuse the value."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--tz-offset" and arg.startswith("-"):
+            out[-1] = f"--tz-offset={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings, out_dir, check = parse_args(argv)
+    errors = settings.validate()
+    if errors:
+        print("\n".join(f"{COMMAND}: {e}" for e in errors), file=sys.stderr)
+        return 2
+    return write_or_check(render(settings), out_dir, check, COMMAND)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

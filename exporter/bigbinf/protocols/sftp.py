@@ -1,0 +1,40 @@
+"""sftp (OpenSSH): non-interactive through a batch file written for each transfer."""
+
+from __future__ import annotations
+
+from bigbinf.protocols import command
+from bigbinf.protocols.base import Commands, NoOptions, Profile, RunContext, RunOutcome, needs
+from bigbinf.protocols.scp import SSH_CLEANUPS, SSH_OPTS
+
+BATCH = "sftp.batch"
+
+
+def commands(options: NoOptions) -> Commands:
+    argv = ["{binary}", "-q", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{host}"]
+    return {(d, k): argv for d in ("download", "upload") for k in ("file", "tree")}
+
+
+def _batch(ctx: RunContext[NoOptions]) -> str:
+    v = ctx.values
+    recursive = "-r " if ctx.kind == "tree" else ""
+    if ctx.direction == "download":
+        target = v["local_dir"] if ctx.kind == "tree" else v["local_path"]
+        return f'get {recursive}"{v["remote_path"]}" "{target}"\n'
+    return f'put {recursive}"{v["local_path"]}" "{v["remote_path"]}"\n'
+
+
+def run(ctx: RunContext[NoOptions]) -> RunOutcome:
+    (ctx.workdir / BATCH).write_text(_batch(ctx))
+    return command.run(ctx)
+
+
+PROFILE = Profile(
+    name="sftp",
+    description="OpenSSH sftp (batch mode)",
+    binary="sftp",
+    commands=commands,
+    runner=run,
+    options_type=NoOptions,
+    lab_servers=needs("sshd"),
+    cleanup=SSH_CLEANUPS,
+)

@@ -1,0 +1,215 @@
+"""The result of one transfer: the single record every later stage consumes.
+
+Data flows one way: schedule -> run -> capture -> analyse -> *result* -> journal ->
+collector -> /metrics.  A Result is immutable and serialises to one JSON object (one line
+of the journal).  Fields added later must have defaults so old journals still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+OUTCOMES = ("ok", "failed", "timeout", "skipped")
+DIRECTIONS = ("download", "upload")
+# Packet directions on the wire, as the study named them: "down" is remote -> client,
+# "up" is client -> remote, whatever the transfer direction.
+WAYS = ("down", "up")
+
+# Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
+# the MSS of a 1500-byte MTU with TCP timestamps, 1460 without; 8948/8960 the same for
+# 9000-byte jumbo frames.  Enough resolution for the study's Fig 5 "fingerprint".
+PAYLOAD_BUCKETS = (0, 64, 128, 256, 512, 1024, 1400, 1448, 1460, 1472, 1500, 4096, 8948, 8960, 65535)
+
+
+def empty_histogram() -> dict[str, list[int]]:
+    """Per way, a count of packets per PAYLOAD_BUCKETS bucket (not cumulative); the last
+    slot counts payloads above the largest bound."""
+    return {way: [0] * (len(PAYLOAD_BUCKETS) + 1) for way in WAYS}
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    """What identifies a series: these four are the metric labels of every result."""
+
+    protocol: str
+    remote: str
+    dataset: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class Result:
+    protocol: str
+    remote: str
+    dataset: str
+    direction: str
+    start_timestamp: float  # UTC epoch seconds when the command was started
+    outcome: str
+    error: str = ""
+    duration_seconds: float = 0.0  # wall clock of the transfer command
+    file_bytes: int = 0  # size of the dataset (sum of its files)
+    files: int = 0  # number of files in the dataset
+    verified: bool = False  # size (and sha256 where known) matched
+    wire_bytes_down: int = 0  # link-layer frame bytes remote -> client
+    wire_bytes_up: int = 0
+    payload_bytes_down: int = 0  # L4 payload bytes remote -> client
+    payload_bytes_up: int = 0
+    packets_down: int = 0
+    packets_up: int = 0
+    retransmits_wire: int = 0  # retransmitted segments seen in the capture (both ways)
+    first_packet_timestamp: float | None = None
+    last_packet_timestamp: float | None = None
+    capture_dropped: int = 0  # packets the kernel dropped before tcpdump read them
+    transport: str = ""  # what carried the data on the wire: "tcp" or "udp" ("" if not captured)
+    data_flows: int = 0  # distinct 5-tuples that carried data
+    expected: str = ""  # what the profile expected to see, e.g. "TCP, >= 4 data flows"
+    # Sender-side retransmits where the sender's count is available: "kernel" = tcp_info of
+    # the transfer's sockets (uploads: the local kernel is the sender), "iperf3" = its JSON.
+    retransmits_sender: int | None = None
+    retransmits_sender_source: str = ""
+    rtt_seconds: float | None = None  # mean RTT where the tool reports it (iperf3)
+    # What the tool itself reported, where it reports anything (iperf3's JSON): bytes and
+    # seconds (its receiver's), bytes_sent, retransmits (its sender's), mean_rtt_seconds.
+    # Kept beside our own numbers.
+    reported: dict[str, float] = field(default_factory=dict)
+    payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
+    round_id: str = ""
+    client_address: str = ""  # the two hosts the capture was filtered on
+    remote_address: str = ""
+    pcap_path: str = ""  # set only when captures are kept
+    packets_path: str = ""  # per-packet list (JSON lines) of an imported 2015 .dump
+    source: str = "exporter"  # "exporter", or "import" for results brought in by `import`
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {self.outcome!r} is not one of {OUTCOMES}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction {self.direction!r} is not one of {DIRECTIONS}")
+
+    @property
+    def key(self) -> SeriesKey:
+        return SeriesKey(self.protocol, self.remote, self.dataset, self.direction)
+
+    @property
+    def wire_bytes_total(self) -> int:
+        return self.wire_bytes_down + self.wire_bytes_up
+
+    @property
+    def throughput_bytes_per_second(self) -> float:
+        """File bytes over the command's wall-clock duration.
+
+        Not the study's 'speed': that was bytes down (payload, overhead included) over the
+        packet span; report.study_speed computes that one for comparison with old tables."""
+        if self.outcome != "ok" or self.duration_seconds <= 0:
+            return 0.0
+        return self.file_bytes / self.duration_seconds
+
+    @property
+    def byte_ratio(self) -> float:
+        """Wire bytes (down + up) per file byte; 1.05 means 5% overhead."""
+        if self.file_bytes <= 0:
+            return 0.0
+        return self.wire_bytes_total / self.file_bytes
+
+    @property
+    def start_utc(self) -> str:
+        return dt.datetime.fromtimestamp(self.start_timestamp, dt.UTC).isoformat()
+
+    def to_json(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        # Derived values are written too, so readers of the journal (jq, the report,
+        # other tools) need not re-derive them; from_json ignores them.
+        record["start_utc"] = self.start_utc
+        record["throughput_bytes_per_second"] = self.throughput_bytes_per_second
+        record["byte_ratio"] = self.byte_ratio
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Result:
+        fields = dataclasses.fields(cls)
+        # A missing field says which, instead of a TypeError about __init__'s arguments.
+        missing = [
+            f.name
+            for f in fields
+            if f.name not in record and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        names = {f.name for f in fields}
+        result = cls(**{k: v for k, v in record.items() if k in names})
+        # Checked where results come from outside (journals, imports), not on every
+        # construction: a measurement is never thrown away for a type check.
+        _check_field_types(result)
+        return result
+
+
+# Type checks of Result fields, keyed by their annotation (a string: annotations are
+# postponed).  A journal line with a wrong-typed field (a date string as start_timestamp,
+# "12" as a byte count) must fail when it is read, where Journal.read reports the line
+# and skips it, not later as a TypeError deep in report or backfill.  Fields whose
+# annotation is not listed here are not checked.
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int subclass but not a measurement; NaN/inf are no value to average.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_histogram(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, list) and all(_is_int(n) for n in v) for k, v in value.items()
+    )
+
+
+def _is_number_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) for k, v in value.items())
+
+
+_TYPE_CHECKS: dict[str, tuple[str, Any]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("a whole number", _is_int),
+    "float": ("a finite number", _is_number),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "dict[str, list[int]]": ("an object of lists of whole numbers", _is_histogram),
+    "dict[str, float]": ("an object of finite numbers", _is_number_map),
+}
+
+
+_CHECKS: dict[type[Any], tuple[tuple[str, bool, str, Any], ...]] = {}
+
+
+def _field_checks(cls: type[Any]) -> tuple[tuple[str, bool, str, Any], ...]:
+    """(field, optional, expected, check) of every checked field, worked out once per class."""
+    if cls not in _CHECKS:
+        checks = []
+        for f in dataclasses.fields(cls):
+            annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            check = _TYPE_CHECKS.get(annotation.removesuffix(" | None"))
+            if check is not None:
+                checks.append((f.name, annotation.endswith(" | None"), *check))
+        _CHECKS[cls] = tuple(checks)
+    return _CHECKS[cls]
+
+
+def _check_field_types(result: Result) -> None:
+    """ValueError naming the field, the expected type and the value, for the first wrong one."""
+    for name, optional, expected, valid in _field_checks(type(result)):
+        value = getattr(result, name)
+        if optional and value is None:
+            continue
+        if not valid(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise ValueError(
+                f"field {name}: expected {expected}{' or null' if optional else ''}, got {type(value).__name__} {shown}"
+            )

@@ -1,0 +1,256 @@
+"""What /metrics shows: state fed by results, rendered as fresh const metrics per scrape.
+
+As node_exporter does, the metric descriptors are defined once (bigbinf/metrics.py) and
+every scrape builds new metric families from a snapshot of the state, so a scrape never
+sees a half-updated series and never measures anything itself.
+
+Counters and histograms start at 0 for every configured series (`prime`), so Prometheus
+sees the series before its first transfer and `increase()` counts that first transfer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bigbinf import __version__
+from bigbinf import metrics as M
+from bigbinf.metrics import last_result_samples
+from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, Result, SeriesKey
+
+
+@dataclass
+class Histogram:
+    bounds: Sequence[float]
+    counts: list[float] = field(default_factory=list)  # per bucket, not cumulative; last = +Inf
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.total += value * n
+
+    def add_counts(self, counts: Sequence[int], sums: float) -> None:
+        for i, c in enumerate(counts):
+            self.counts[i] += c
+        self.total += sums
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, running = [], 0.0
+        for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else _fmt(bound), running))
+        return out
+
+
+def _fmt(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+@dataclass
+class SeriesCounters:
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    duration: Histogram = field(default_factory=lambda: Histogram(M.DURATION_BUCKETS))
+    throughput: Histogram = field(default_factory=lambda: Histogram(M.THROUGHPUT_BUCKETS))
+    file_bytes: int = 0
+    wire_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(WAYS, 0))
+    retransmits: int = 0
+    payload_sizes: dict[str, Histogram] = field(default_factory=lambda: {w: Histogram(PAYLOAD_BUCKETS) for w in WAYS})
+
+
+class ExporterState:
+    """Everything /metrics shows, updated by the round runner, read by the collector."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.latest: dict[SeriesKey, Result] = {}
+        self.last_success: dict[SeriesKey, float] = {}
+        self.series: dict[SeriesKey, SeriesCounters] = defaultdict(SeriesCounters)
+        self.schedule_interval: dict[SeriesKey, float] = {}
+        self.rounds_total = 0
+        self.rounds_skipped = 0
+        self.round_duration = Histogram(M.DURATION_BUCKETS)
+        self.last_round_end: float | None = None
+        self.config_ok = False
+        self.config_ok_timestamp: float | None = None
+        self.journal_failures = 0
+
+    def prime(self, keys: Iterable[SeriesKey], schedule_interval: float | None = None) -> None:
+        """Export every configured series from now on (counters at 0), with the longest
+        gap its schedule allows; series no longer configured lose their interval."""
+        keys = list(keys)
+        with self._lock:
+            for key in keys:
+                self.series[key]  # defaultdict creates the zeroed counters
+            if schedule_interval is not None:
+                self.schedule_interval = dict.fromkeys(keys, schedule_interval)
+
+    def restore(self, results: Iterable[Result]) -> int:
+        """Last-result gauges from the journal (counters restart at 0, as counters do)."""
+        n = 0
+        with self._lock:
+            for r in results:
+                n += 1
+                current = self.latest.get(r.key)
+                if current is None or r.start_timestamp >= current.start_timestamp:
+                    self.latest[r.key] = r
+                if r.outcome == "ok":
+                    self.last_success[r.key] = max(self.last_success.get(r.key, 0.0), r.start_timestamp)
+        return n
+
+    def record(self, r: Result) -> None:
+        with self._lock:
+            self.latest[r.key] = r
+            c = self.series[r.key]
+            c.outcomes[r.outcome] += 1
+            if r.outcome != "ok":
+                return
+            self.last_success[r.key] = r.start_timestamp
+            c.duration.observe(r.duration_seconds)
+            c.throughput.observe(r.throughput_bytes_per_second)
+            c.file_bytes += r.file_bytes
+            c.wire_bytes["down"] += r.wire_bytes_down
+            c.wire_bytes["up"] += r.wire_bytes_up
+            c.retransmits += r.retransmits_wire
+            # The histogram's _sum is exact: the payload bytes the analyser totalled.
+            c.payload_sizes["down"].add_counts(r.payload_histogram.get("down", []), r.payload_bytes_down)
+            c.payload_sizes["up"].add_counts(r.payload_histogram.get("up", []), r.payload_bytes_up)
+
+    def record_round(self, duration: float, end: float) -> None:
+        with self._lock:
+            self.rounds_total += 1
+            self.round_duration.observe(duration)
+            self.last_round_end = end
+
+    def record_round_skipped(self) -> None:
+        with self._lock:
+            self.rounds_skipped += 1
+
+    def record_config(self, ok: bool, when: float | None = None) -> None:
+        with self._lock:
+            self.config_ok = ok
+            if ok:
+                self.config_ok_timestamp = when if when is not None else time.time()
+
+    def record_journal_failure(self) -> None:
+        with self._lock:
+            self.journal_failures += 1
+
+    def snapshot(self) -> ExporterState:
+        """A deep-enough copy for one scrape, taken under the lock."""
+        import copy
+
+        with self._lock:
+            return copy.deepcopy(self)
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ExporterState:
+        import copy
+
+        clone = ExporterState.__new__(ExporterState)
+        for name, value in self.__dict__.items():
+            if name != "_lock":
+                setattr(clone, name, copy.deepcopy(value, memo))
+        clone._lock = threading.Lock()
+        return clone
+
+
+def _labels(key: SeriesKey) -> list[str]:
+    return [key.protocol, key.remote, key.dataset, key.direction]
+
+
+class BigbinfCollector(Collector):
+    def __init__(self, state: ExporterState) -> None:
+        self.state = state
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: families vary with configuration
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.state.snapshot()
+        yield from self._last_results(s)
+        yield from self._series_counters(s)
+        yield from self._self_metrics(s)
+
+    # -- last results
+
+    @staticmethod
+    def _last_results(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.LAST_RESULT}
+        for key in sorted(s.latest, key=_labels):
+            lv = _labels(key)
+            for name, extra, value in last_result_samples(s.latest[key]):
+                fam[name].add_metric(lv + [v for _, v in extra], value)
+        for key in sorted(s.last_success, key=_labels):
+            fam[M.LAST_SUCCESS.name].add_metric(_labels(key), s.last_success[key])
+        yield from fam.values()
+
+    # -- counters and histograms
+
+    @staticmethod
+    def _series_counters(s: ExporterState) -> Iterator[Metric]:
+        def counter(spec: M.Spec) -> CounterMetricFamily:
+            # prometheus_client appends _total itself.
+            return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+
+        def hist(spec: M.Spec) -> HistogramMetricFamily:
+            return HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
+
+        transfers, files, wire, retrans = (
+            counter(M.TRANSFERS_TOTAL),
+            counter(M.FILE_BYTES_TOTAL),
+            counter(M.WIRE_BYTES_TOTAL),
+            counter(M.RETRANSMITS_TOTAL),
+        )
+        duration, throughput, payload = hist(M.DURATION_HIST), hist(M.THROUGHPUT_HIST), hist(M.PAYLOAD_SIZE_HIST)
+        for key in sorted(s.series, key=_labels):
+            c, lv = s.series[key], _labels(key)
+            for outcome, n in c.outcomes.items():
+                transfers.add_metric([*lv, outcome], n)
+            duration.add_metric(lv, c.duration.buckets(), c.duration.total)
+            throughput.add_metric(lv, c.throughput.buckets(), c.throughput.total)
+            files.add_metric(lv, c.file_bytes)
+            retrans.add_metric(lv, c.retransmits)
+            for way in WAYS:
+                wire.add_metric([*lv, way], c.wire_bytes[way])
+                payload.add_metric([*lv, way], c.payload_sizes[way].buckets(), c.payload_sizes[way].total)
+        yield from (transfers, duration, throughput, files, wire, retrans, payload)
+
+    # -- the exporter itself
+
+    @staticmethod
+    def _self_metrics(s: ExporterState) -> Iterator[Metric]:
+        def gauge(spec: M.Spec, value: float | None, labels: Sequence[str] = ()) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            if value is not None:
+                g.add_metric(list(labels), value)
+            return g
+
+        def counter(spec: M.Spec, value: float) -> CounterMetricFamily:
+            return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, value=value)
+
+        interval = GaugeMetricFamily(
+            M.SCHEDULE_INTERVAL.name, M.SCHEDULE_INTERVAL.help, labels=M.SCHEDULE_INTERVAL.labels
+        )
+        for key in sorted(s.schedule_interval, key=_labels):
+            interval.add_metric(_labels(key), s.schedule_interval[key])
+        yield interval
+        yield counter(M.ROUNDS_TOTAL, s.rounds_total)
+        yield counter(M.ROUNDS_SKIPPED_TOTAL, s.rounds_skipped)
+        rd = HistogramMetricFamily(M.ROUND_DURATION_HIST.name, M.ROUND_DURATION_HIST.help)
+        rd.add_metric([], s.round_duration.buckets(), s.round_duration.total)
+        yield rd
+        yield gauge(M.LAST_ROUND_END, s.last_round_end)
+        yield gauge(M.CONFIG_RELOAD_OK, 1.0 if s.config_ok else 0.0)
+        yield gauge(M.CONFIG_RELOAD_TS, s.config_ok_timestamp)
+        yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
+        yield gauge(M.BUILD_INFO, 1.0, [__version__])

@@ -1,0 +1,41 @@
+"""When rounds run: APScheduler 3.x triggers from the schedule section, and how long a
+series may go without a result before it is stale."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from bigbinf.config import ScheduleConfig
+
+
+def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
+    jitter = int(schedule.jitter) or None
+    if schedule.interval:
+        return IntervalTrigger(seconds=schedule.interval, timezone=schedule.timezone, jitter=jitter)
+    crons = [CronTrigger.from_crontab(expr, timezone=schedule.timezone) for expr in schedule.cron]
+    return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
+
+
+def longest_gap_seconds(schedule: ScheduleConfig) -> float:
+    """The longest time between two scheduled starts, plus the jitter (what "stale"
+    means for a series).  For cron schedules: the largest gap between consecutive fire
+    times over a year from a fixed date, so the value does not depend on today."""
+    if schedule.interval:
+        return schedule.interval + schedule.jitter
+    trigger = OrTrigger([CronTrigger.from_crontab(expr, timezone=schedule.timezone) for expr in schedule.cron])
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    previous, gap = None, 0.0
+    when = trigger.get_next_fire_time(None, start)
+    for _ in range(2000):
+        if when is None or when > start + dt.timedelta(days=400):
+            break
+        if previous is not None:
+            gap = max(gap, (when - previous).total_seconds())
+        previous = when
+        when = trigger.get_next_fire_time(when, when + dt.timedelta(microseconds=1))
+    return gap + schedule.jitter

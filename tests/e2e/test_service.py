@@ -1,0 +1,113 @@
+"""The exporter process: once, reload (swap only on success), stack configs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from bigbinf.journal import Journal
+
+from ..support.exporter import ROOT, ExporterProcess
+from ..support.prometheus import PrometheusServer
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def _write(raw: dict, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.lab
+def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Path) -> None:
+    config = make_lab(protocols={"scp": {}, "false": {"command": ["false"]}})
+    raw = json.loads(config.model_dump_json())
+    raw["schedule"] = {"transfers": [{"protocol": "scp", "remote": "lab", "dataset": "f1m"}]}
+    good = _write(raw, tmp_path / "good.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bigbinf", "--config.file", str(good), "once"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    header, row = proc.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["File", "Size", "(bytes)", "Protocol"]
+    assert row.split()[0] == str(1024 * 1024) and "ok" in row.split()
+    assert [r.outcome for r in Journal(config.journal.path).read()] == ["ok"]
+
+    raw["schedule"] = {"transfers": [{"protocol": "false", "remote": "lab", "dataset": "f1m"}]}
+    bad = _write(raw, tmp_path / "bad.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bigbinf", "--config.file", str(bad), "once"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "false/lab/f1m/download: failed: false exited 1" in proc.stdout
+
+
+def test_reload_swaps_only_valid_config(tmp_path: Path) -> None:
+    raw = {
+        "remotes": {"site": {"address": "198.18.9.2", "data_dir": "/data", "key": "/etc/bigbinf/id_ed25519"}},
+        "datasets": {"a": {"file": "a.bin", "size": "1MiB"}},
+        "protocols": {"scp": {}},
+        "schedule": {"interval": "1h"},
+        "journal": {"path": str(tmp_path / "journal.jsonl")},
+    }
+    path = _write(raw, tmp_path / "config.yaml")
+    key = (
+        "bigbinf_transfers_total",
+        (("dataset", "b"), ("direction", "download"), ("outcome", "ok"), ("protocol", "scp"), ("remote", "site")),
+    )
+    ok_metric = ("bigbinf_config_last_reload_successful", ())
+    with ExporterProcess(path, tmp_path / "exporter.log") as exporter:
+        assert _samples(exporter.metrics())[ok_metric] == 1
+        path.write_text(path.read_text() + "bogus: 1\n")
+        exporter.proc.send_signal(signal.SIGHUP)
+        PrometheusServer.wait_for(
+            lambda: _samples(exporter.metrics())[ok_metric] == 0, timeout=10, what="the failed reload to be reported"
+        )
+        assert key not in _samples(exporter.metrics())  # still the old config
+        raw["datasets"]["b"] = {"file": "b.bin", "size": "2MiB"}
+        _write(raw, path)
+        exporter.proc.send_signal(signal.SIGHUP)
+        PrometheusServer.wait_for(
+            lambda: _samples(exporter.metrics())[ok_metric] == 1, timeout=10, what="the good reload to be reported"
+        )
+        assert _samples(exporter.metrics())[key] == 0  # the new dataset's series is primed
+    assert "reload failed, keeping the previous configuration" in (tmp_path / "exporter.log").read_text()
+    assert "config.yaml: bogus: unknown key 'bogus'" in (tmp_path / "exporter.log").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool not installed")
+def test_prometheus_config_is_valid() -> None:
+    proc = subprocess.run(
+        ["promtool", "check", "config", "prometheus/prometheus.yml"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("amtool"), reason="amtool not installed")
+def test_alertmanager_config_is_valid() -> None:
+    proc = subprocess.run(
+        ["amtool", "check-config", "prometheus/alertmanager.yml"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,135 @@
+"""The package's shape, read from its source with `ast`: no import cycles, and the live
+path (measure/, service/) never reaches the lab or the study, not even indirectly."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "exporter" / "bigbinf"
+LIVE_PATH = ("bigbinf.measure", "bigbinf.service")
+NOT_ON_THE_LIVE_PATH = ("bigbinf.lab", "bigbinf.study", "bigbinf.mixin", "bigbinf.cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _in(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the bigbinf modules it imports (anywhere in the file, also inside
+    functions).  `from bigbinf.lab import network` names the submodule when there is
+    one, else the package; relative imports are resolved against the importing module."""
+    modules = {_module_name(p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.split(".")[0] == "bigbinf")
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                if base.split(".")[0] != "bigbinf":
+                    continue
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    edges.add(sub if sub in modules else base)
+        graph[name] = {e for e in edges if e != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_the_checks_find_what_they_look_for() -> None:
+    # A check that cannot fail proves nothing: these graphs have what the real one must not.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert reachable({"m": {"c"}, "c": {"lab"}}, "m") == {"c", "lab"}
+
+
+def test_the_graph_is_read_from_the_real_package() -> None:
+    graph = import_graph()
+    assert {"bigbinf.measure.transfer", "bigbinf.service.rounds", "bigbinf.lab.control", "bigbinf.study.report"} <= set(
+        graph
+    )
+    assert "bigbinf.measure.plan" in graph["bigbinf.measure.transfer"]
+    assert "bigbinf.lab.network" in graph["bigbinf.lab.control"]  # `from bigbinf.lab import network`
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in import_graph() if _in(m, LIVE_PATH)))
+def test_the_live_path_reaches_neither_lab_nor_study(module: str) -> None:
+    graph = import_graph()
+    direct = sorted(m for m in graph[module] if _in(m, NOT_ON_THE_LIVE_PATH))
+    assert direct == [], f"{module} imports {direct}"
+    indirect = sorted(m for m in reachable(graph, module) if _in(m, NOT_ON_THE_LIVE_PATH))
+    assert indirect == [], f"{module} reaches {indirect} through its imports"
+
+
+def test_no_import_by_name() -> None:
+    """Every import is one a reader (and mypy) can see: no importlib or __import__."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if name in ("__import__", "importlib.import_module", "import_module"):
+                    offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {name}")
+    assert offenders == []

@@ -1,0 +1,173 @@
+"""The exposition: names, types, labels and values, against a golden file and by sample."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from bigbinf import metrics as M
+from bigbinf.result import PAYLOAD_BUCKETS, Result, SeriesKey, empty_histogram
+from bigbinf.service.collector import BigbinfCollector, ExporterState
+
+GOLDEN = Path(__file__).parents[1] / "golden" / "metrics.prom"
+LABELS = {"protocol": "scp", "remote": "lab", "dataset": "f64m", "direction": "download"}
+
+
+def _result(start: float, outcome: str = "ok", **kw) -> Result:
+    hist = empty_histogram()
+    hist["down"][PAYLOAD_BUCKETS.index(1448)] = 46000
+    hist["up"][0] = 23000
+    values = {
+        "protocol": "scp",
+        "remote": "lab",
+        "dataset": "f64m",
+        "direction": "download",
+        "start_timestamp": start,
+        "outcome": outcome,
+        "duration_seconds": 2.75,
+        "file_bytes": 64 << 20,
+        "files": 1,
+        "verified": outcome == "ok",
+        "wire_bytes_down": 70_000_000,
+        "wire_bytes_up": 1_600_000,
+        "payload_bytes_down": 67_200_000,
+        "payload_bytes_up": 40_000,
+        "packets_down": 46_000,
+        "packets_up": 23_000,
+        "retransmits_wire": 3,
+        "payload_histogram": hist,
+        "transport": "tcp",
+        "data_flows": 1,
+    }
+    values.update(kw)
+    return Result(**values)
+
+
+def _state() -> ExporterState:
+    state = ExporterState()
+    state.record_config(True, when=1_763_000_000.0)
+    state.prime(
+        [SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")],
+        schedule_interval=50460.0,
+    )
+    state.record(_result(1_763_000_100.0))
+    state.record(
+        _result(
+            1_763_000_200.0,
+            outcome="failed",
+            error="scp exited 1",
+            duration_seconds=0.2,
+            wire_bytes_down=500,
+            wire_bytes_up=400,
+            verified=False,
+        )
+    )
+    state.record(
+        _result(1_763_000_150.0, direction="upload", retransmits_sender=120, retransmits_sender_source="kernel")
+    )
+    state.record(
+        _result(
+            1_763_000_160.0,
+            protocol="iperf3",
+            retransmits_sender=7,
+            retransmits_sender_source="iperf3",
+            verified=False,
+            reported={"bytes": 64 << 20, "seconds": 2.5, "retransmits": 7},
+        )
+    )
+    # An iperf3 upload: this host sends, so the kernel's count and iperf3's own are both there.
+    state.record(
+        _result(
+            1_763_000_170.0,
+            protocol="iperf3",
+            direction="upload",
+            retransmits_sender=9,
+            retransmits_sender_source="kernel",
+            rtt_seconds=0.0125,
+            verified=False,
+            reported={"bytes": 64 << 20, "seconds": 2.0, "retransmits": 8, "mean_rtt_seconds": 0.0125},
+        )
+    )
+    state.record_round(5.0, 1_763_000_205.0)
+    return state
+
+
+def _registry(state: ExporterState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    return registry
+
+
+def test_exposition_matches_golden_file() -> None:
+    text = generate_latest(_registry(_state())).decode()
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), (
+        "exposition changed: review it, then UPDATE_GOLDEN=1 pytest tests/unit/test_collector.py"
+    )
+
+
+def test_samples() -> None:
+    reg = _registry(_state())
+    get = reg.get_sample_value
+    # The last result is the failed one; the last success is the earlier ok one.
+    assert get("bigbinf_last_transfer_success", LABELS) == 0
+    assert get("bigbinf_last_transfer_outcome", {**LABELS, "outcome": "failed"}) == 1
+    assert get("bigbinf_last_transfer_outcome", {**LABELS, "outcome": "ok"}) == 0
+    assert get("bigbinf_last_transfer_throughput_bytes_per_second", LABELS) == 0
+    assert get("bigbinf_last_success_timestamp_seconds", LABELS) == 1_763_000_100.0
+    # Every transfer counted once, by outcome; histograms count only ok transfers.
+    assert get("bigbinf_transfers_total", {**LABELS, "outcome": "ok"}) == 1
+    assert get("bigbinf_transfers_total", {**LABELS, "outcome": "failed"}) == 1
+    assert get("bigbinf_transfer_duration_seconds_count", LABELS) == 1
+    assert get("bigbinf_transfer_throughput_bytes_per_second_sum", LABELS) == (64 << 20) / 2.75
+    assert get("bigbinf_transfer_wire_bytes_total", {**LABELS, "way": "down"}) == 70_000_000
+    assert get("bigbinf_transfer_payload_size_bytes_bucket", {**LABELS, "way": "down", "le": "1400"}) == 0
+    assert get("bigbinf_transfer_payload_size_bytes_bucket", {**LABELS, "way": "down", "le": "1448"}) == 46000
+    assert get("bigbinf_transfer_payload_size_bytes_sum", {**LABELS, "way": "down"}) == 67_200_000
+    # A primed series exists at 0 before its first transfer, so increase() counts the first.
+    primed = {**LABELS, "dataset": "f5m"}
+    assert get("bigbinf_transfers_total", {**primed, "outcome": "ok"}) == 0
+    assert get("bigbinf_last_transfer_success", primed) is None
+    assert get("bigbinf_rounds_total") == 1
+    assert get("bigbinf_schedule_interval_seconds", primed) == 50460.0
+    upload = {**LABELS, "direction": "upload"}
+    assert get("bigbinf_last_transfer_retransmits_sender", {**upload, "source": "kernel"}) == 120
+    assert get("bigbinf_last_transfer_transport", {**upload, "transport": "tcp"}) == 1
+    # Unknown sender counts are absent, not 0: a download's sender is the remote.
+    assert get("bigbinf_last_transfer_retransmits_sender", {**LABELS, "source": "kernel"}) is None
+    iperf = {**LABELS, "protocol": "iperf3"}
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf, "source": "iperf3"}) == 7
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf, "source": "kernel"}) is None
+    assert get("bigbinf_last_transfer_reported_throughput_bytes_per_second", iperf) == (64 << 20) / 2.5
+    assert get("bigbinf_last_transfer_rtt_seconds", iperf) is None  # -R: iperf3 reports no RTT
+    iperf_up = {**iperf, "direction": "upload"}
+    assert get("bigbinf_last_transfer_rtt_seconds", iperf_up) == 0.0125
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "kernel"}) == 9
+    assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "iperf3"}) == 8
+    # Copy tools report nothing of their own.
+    assert get("bigbinf_last_transfer_reported_throughput_bytes_per_second", LABELS) is None
+    assert get("bigbinf_config_last_reload_successful") == 1
+
+
+def test_restore_keeps_newest_and_last_success() -> None:
+    state = ExporterState()
+    n = state.restore([_result(300.0, outcome="timeout"), _result(100.0), _result(200.0)])
+    assert n == 3
+    reg = _registry(state)
+    assert reg.get_sample_value("bigbinf_last_transfer_start_timestamp_seconds", LABELS) == 300.0
+    assert reg.get_sample_value("bigbinf_last_success_timestamp_seconds", LABELS) == 200.0
+
+
+def test_every_metric_has_help_and_base_unit_names() -> None:
+    text = generate_latest(_registry(_state())).decode()
+    for spec in M.ALL:
+        assert f"# HELP {spec.name} " in text, spec.name
+        assert not any(bad in spec.name for bad in ("_ms", "_kb", "_mb", "_bits", "_percent")), spec.name
+        if spec.name.startswith(M.PREFIX + "last_transfer_"):
+            assert "Cached from the last scheduled run" in spec.help
+        if spec.name.startswith(M.PREFIX + "transfer"):  # transfers_total, transfer_*
+            assert "Updated when a scheduled transfer ends, never at scrape time." in spec.help, spec.name
+    assert "bigbinf_transfers_total{" in text

@@ -1,0 +1,75 @@
+"""A transfer that cannot start says why and how to fix it, as a failed result (never an
+exception that would take the round's other results down).  No lab is built here."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from pathlib import Path
+
+import yaml
+
+from bigbinf import lab
+from bigbinf.config import parse_config
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
+from bigbinf.protocols.base import RunOutcome
+
+
+def test_lab_not_up_names_the_fix(tmp_path: Path) -> None:
+    name = "bbt" + uuid.uuid4().hex[:7]  # a lab that certainly is not up
+    raw = {
+        "lab": {"name": name, "state_dir": str(tmp_path / "lab")},
+        "remotes": {"lab": {"lab": True}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {"scp": {}},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "lab.yaml")
+    result = run_transfer(plan_round(config, lab.site(config))[0], config, "test")
+    assert result.outcome == "failed"
+    assert result.error == (
+        f"the lab is not up (no network namespace {name}-client): run "
+        "`bigbinf-exporter --config.file <this config> lab up`"
+    )
+
+
+def test_missing_key_file_names_the_setting(tmp_path: Path) -> None:
+    key = tmp_path / "id_missing"
+    raw = {
+        "remotes": {"site": {"address": "127.0.0.1", "data_dir": "/data", "key": str(key)}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {"scp": {}},
+        "capture": {"enabled": False},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+    result = run_transfer(plan_round(config, lab.site(config))[0], config, "test")
+    assert result.outcome == "failed"
+    assert result.error == f"remotes.site.key: {key} does not exist; give the path of the private key"
+
+
+def test_an_unexpected_error_after_the_addresses_are_known_keeps_them(tmp_path: Path) -> None:
+    # A bug in a runner must not lose what was already resolved: the failed result still
+    # says which hosts were measured (the same as a capture-start failure does).
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(tmp_path)}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {"copy": {"command": ["true"]}},
+        "capture": {"enabled": False},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+    spec = plan_round(config)[0]
+
+    def broken(ctx: object) -> RunOutcome:
+        raise OSError(28, "No space left on device")
+
+    spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, runner=broken))
+    result = run_transfer(spec, config, "test")
+    assert result.outcome == "failed"
+    assert result.error == "internal error: OSError: [Errno 28] No space left on device"
+    assert (result.client_address, result.remote_address) == ("127.0.0.1", "127.0.0.1")
