@@ -82,7 +82,8 @@ def lab_config(
             "link": link or {},
             **({"servers": servers} if servers is not None else {}),
         },
-        "remotes": {"lab": {"lab": True}},
+        # Few, quick probes: every round probes the path first (tests of the probe set their own).
+        "remotes": {"lab": {"lab": True, "probe": {"count": 3, "interval": "20ms"}}},
         "datasets": datasets or {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
         "protocols": protocols or {"scp": {}},
         # Also reachable by other users: UDT's local GridFTP server writes as nobody.

@@ -1,4 +1,4 @@
-"""bigbinf-exporter: serve (default), once, lab up|down|status, and the analysis commands.
+"""bigbinf-exporter: serve (default), once, advise, lab up|down|status, and the analysis commands.
 
 Flags follow the Prometheus exporters' style: --config.file, --config.check,
 --web.listen-address, --log.level.
@@ -14,8 +14,9 @@ import threading
 from collections.abc import Sequence
 
 from bigbinf import __version__, lab
+from bigbinf.advice import AdviceError, advise
 from bigbinf.config import ConfigError, load_config
-from bigbinf.result import Result
+from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
@@ -67,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     once = sub.add_parser("once", parents=[common], help="run one round now, print the results, exit")
     once.set_defaults(func=cmd_once)
+    advise = sub.add_parser(
+        "advise",
+        parents=[common],
+        help="per path: what limited the recent transfers, and the sysctl lines that would lift a buffer limit",
+    )
+    advise.add_argument("--remote", help="only this remote (default: every configured remote)")
+    advise.add_argument(
+        "--recent", type=_positive_int, default=1, help="judged transfers shown per series, newest (default 1)"
+    )
+    advise.set_defaults(func=cmd_advise)
     lab_parser = sub.add_parser("lab", parents=[common], help="the local lab that stands in for a remote site")
     lab_parser.add_argument(
         "action",
@@ -78,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (report, importer, backfill):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
     return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,6 +168,7 @@ TABLE_COLUMNS = (
     "Retrans",
     "Verified",
     "Outcome",
+    "Limited by",
 )
 
 
@@ -171,12 +189,13 @@ def format_table(results: Sequence[Result]) -> str:
                 str(r.retransmits_wire),
                 "yes" if r.verified else "no",
                 r.outcome,
+                r.limited_by or "-",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
     lines = [
         "  ".join(
-            cell.rjust(w) if i not in (1, 10) else cell.ljust(w)
+            cell.rjust(w) if i not in (1, 10, 11) else cell.ljust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in rows
@@ -184,6 +203,34 @@ def format_table(results: Sequence[Result]) -> str:
     for r in results:
         if r.error:
             lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: {r.outcome}: {r.error}")
+    for r in results:
+        if r.limited_by:
+            lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: limited by {r.limited_evidence}")
+    return "\n".join(lines)
+
+
+def format_paths(paths: Sequence[PathBaseline]) -> str:
+    """One line per probed path, before the transfers' table."""
+    lines = []
+    for b in paths:
+        if not b.probes_sent:
+            lines.append(f"path {b.remote}: not probed" + (f" ({b.error})" if b.error else ""))
+            continue
+        rtt = (
+            "rtt min/avg/max/mdev "
+            + "/".join(
+                f"{(v or 0) * 1000:.2f}"
+                for v in (b.rtt_min_seconds, b.rtt_avg_seconds, b.rtt_max_seconds, b.rtt_mdev_seconds)
+            )
+            + " ms"
+            if b.probes_answered
+            else "no answer"
+        )
+        bdp = f"BDP {b.bdp_bytes:.0f} B ({b.bandwidth_source})" if b.bdp_bytes else "BDP unknown"
+        lines.append(
+            f"path {b.remote}: {rtt}, loss {b.loss_ratio:.1%} of {b.probes_sent} {b.method} probes, "
+            f"MTU {b.mtu_bytes or 'unknown'}, {bdp}" + (f" ({b.error})" if b.error else "")
+        )
     return "\n".join(lines)
 
 
@@ -191,8 +238,19 @@ def cmd_once(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     results = runner.run_round() or []
-    print(format_table(results))
+    paths = format_paths(list(runner.state.snapshot().paths.values()))
+    print(f"{paths}\n\n{format_table(results)}" if paths else format_table(results))
     return 1 if any(r.outcome in ("failed", "timeout") for r in results) else 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    config = load_config(args.config_file)
+    try:
+        print(advise(config, lab.site(config), args.remote, args.recent))
+    except AdviceError as exc:
+        print(f"advise: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

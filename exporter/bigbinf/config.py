@@ -19,7 +19,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from bigbinf.protocols import REGISTRY, module_for
-from bigbinf.protocols.base import TemplateError, check_template_element, placeholders_in
+from bigbinf.protocols.base import PLACEHOLDERS, TemplateError, check_template_element, placeholders_in
 from bigbinf.result import DIRECTIONS
 
 # ---------------------------------------------------------------- value types
@@ -147,6 +147,24 @@ def _check_rate(value: str) -> str:
     return value
 
 
+def _check_nonzero_rate(value: str) -> str:
+    if rate_bytes_per_second(value) <= 0:
+        raise ValueError(f"{value!r}: a path's bandwidth must be more than 0; leave it out if unknown")
+    return value
+
+
+_RATE_UNITS = {"bit": 1 / 8, "bps": 1}  # tc's units: "bit" is bits, "bps" is bytes per second
+_RATE_PREFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def rate_bytes_per_second(value: str) -> float:
+    """Bytes per second of a tc rate ("200mbit" -> 25e6, "1gbps" -> 1e9), as tc reads it."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(bit|bps)", value)
+    if not match:
+        raise ValueError(f"{value!r} is not a tc rate; write e.g. 200mbit, 1gbit")
+    return float(match.group(1)) * _RATE_PREFIXES[match.group(2)] * _RATE_UNITS[match.group(3)]
+
+
 def _check_lab_name(value: str) -> str:
     # Interface names are limited to 15 bytes and get a 4-byte suffix.
     if not re.fullmatch(r"[a-z][a-z0-9]{0,10}", value):
@@ -226,6 +244,18 @@ class LabConfig(_Strict):
     servers: list[LabServerName] | None = None  # which servers the lab runs; default all installed
 
 
+class ProbeConfig(_Strict):
+    """How the path to a remote is probed once per round (measure/probe.py)."""
+
+    enabled: bool = True
+    method: Literal["icmp", "tcp"] = "icmp"  # tcp: connect time, where ICMP is filtered
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None  # tcp probes; default the remote's port
+    count: Annotated[int, Field(ge=1, le=100_000)] = 20
+    interval: Annotated[float, BeforeValidator(parse_duration), Field(ge=0.001)] = 0.2
+    timeout: PositiveDuration = 1.0
+    mtu: bool = True  # search the largest DF packet that passes (icmp only)
+
+
 class RemoteConfig(_Strict):
     lab: bool = False  # take address, user, key, netns, interface from the lab section
     address: Annotated[str, AfterValidator(_check_host)] | None = None
@@ -240,6 +270,14 @@ class RemoteConfig(_Strict):
     netns: str | None = None  # client-side network namespace to run transfers in
     interface: str = "any"  # capture interface on the client side
     password_env: str | None = None  # name of an environment variable holding a password
+    probe: ProbeConfig = ProbeConfig()
+    # The path's bottleneck (a tc rate, e.g. 10gbit) for the bandwidth-delay product;
+    # default: the lab's shaped rate, else the last ok iperf3 test to this remote.
+    bandwidth: Annotated[str, AfterValidator(_check_rate), AfterValidator(_check_nonzero_rate)] | None = None
+    # argv that runs a command on the remote (e.g. [ssh, -i, KEY, user@host]): bigbinf
+    # appends `ss ...` or `sysctl -n ...` to read the remote's TCP state and buffers.
+    stats_command: list[TemplateElement] | None = None
+    stats_interval: PositiveDuration = 1.0  # between two listings of the remote's sockets
 
 
 class DatasetConfig(_Strict):
@@ -285,6 +323,7 @@ class ScheduleConfig(_Strict):
 
 class TransferConfig(_Strict):
     timeout: PositiveDuration = 1800.0
+    tcp_interval: PositiveDuration = 0.5  # between two listings of the local TCP sockets (ss)
     workdir: SplitSafePath = Path("/var/tmp/bigbinf")
     keep_files: bool = False
 
@@ -429,6 +468,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     for name, remote in remotes.items():
         if not isinstance(remote, dict):
             continue
+        issues += _stats_command_issues(name, remote)
         if remote.get("lab") and not raw.get("lab"):
             issues.append(ConfigIssue(f"remotes.{name}.lab", "lab: true needs a top-level lab: section"))
         if not remote.get("lab"):
@@ -502,6 +542,40 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"lab.datasets[{i}]", f"no dataset named {name!r}"))
     if schedule.get("interval") is not None and "cron" in schedule:
         issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
+    return issues
+
+
+# What a stats command may say: it runs once per remote, outside any one transfer.
+STATS_PLACEHOLDERS = ("host", "port", "user", "key", "ssh_config")
+
+
+def _stats_command_issues(name: str, remote: Mapping[str, Any]) -> list[ConfigIssue]:
+    command = remote.get("stats_command")
+    if not isinstance(command, list):
+        return []
+    issues = []
+    if not command:
+        issues.append(
+            ConfigIssue(f"remotes.{name}.stats_command", "empty: remove it, or give e.g. [ssh, -i, KEY, user@host]")
+        )
+    if remote.get("lab"):
+        issues.append(
+            ConfigIssue(
+                f"remotes.{name}.stats_command",
+                "a lab remote's stats are read in its namespace already: remove stats_command",
+            )
+        )
+    for i, element in enumerate(command):
+        with contextlib.suppress(TemplateError):  # bad braces are reported by the schema check
+            for placeholder in placeholders_in(str(element)):
+                if placeholder in PLACEHOLDERS and placeholder not in STATS_PLACEHOLDERS:
+                    known = ", ".join("{" + p + "}" for p in STATS_PLACEHOLDERS)
+                    issues.append(
+                        ConfigIssue(
+                            f"remotes.{name}.stats_command[{i}]",
+                            f"{{{placeholder}}} belongs to a transfer; a stats command may use {known}",
+                        )
+                    )
     return issues
 
 

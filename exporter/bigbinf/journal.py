@@ -15,8 +15,18 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
-from bigbinf.result import Result
+from bigbinf.result import PathBaseline, Result
+
+RecordT = TypeVar("RecordT", Result, PathBaseline)
+
+
+def baseline_path(journal: Path) -> Path:
+    """Where the path baselines are journaled: beside the results' journal
+    (journal.jsonl -> journal.paths.jsonl), so tools reading results see only results."""
+    return journal.with_name(f"{journal.stem}.paths{journal.suffix or '.jsonl'}")
+
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +41,16 @@ class SkippedLine:
         return f"{self.path}:{self.line}: skipped: {self.reason}"
 
 
-class Journal:
+class _Records(Generic[RecordT]):
+    """A journal of one kind of record (`record`: its class, with to_json/from_json)."""
+
+    record: type[RecordT]
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
 
-    def append(self, result: Result) -> None:
+    def append(self, result: RecordT) -> None:
         """Write one result durably (flush + fsync) before anyone publishes it."""
         line = (json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
@@ -54,7 +68,7 @@ class Journal:
                 f.flush()
                 os.fsync(f.fileno())
 
-    def read(self, skipped: list[SkippedLine] | None = None) -> Iterator[Result]:
+    def read(self, skipped: list[SkippedLine] | None = None) -> Iterator[RecordT]:
         """Every readable result in file order.
 
         Unreadable lines go to `skipped` if given (the caller reports them, so each is
@@ -69,10 +83,22 @@ class Journal:
                     record = json.loads(text)
                     if not isinstance(record, dict):
                         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
-                    yield Result.from_json(record)
+                    yield self.record.from_json(record)
                 except (ValueError, TypeError) as exc:
                     problem = SkippedLine(self.path, number, str(exc) or type(exc).__name__)
                     if skipped is not None:
                         skipped.append(problem)
                     else:
                         log.warning("%s", problem)
+
+
+class Journal(_Records[Result]):
+    """The results of transfers."""
+
+    record = Result
+
+
+class BaselineJournal(_Records[PathBaseline]):
+    """The path baselines, one per remote per round (baseline_path)."""
+
+    record = PathBaseline

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bigbinf.result import OUTCOMES, Result
+from bigbinf.result import LIMITS, OUTCOMES, PathBaseline, Result
 
 PREFIX = "bigbinf_"
 SERIES_LABELS = ("protocol", "remote", "dataset", "direction")
@@ -75,6 +75,28 @@ LAST_RESULT: tuple[Spec, ...] = (
         "connection start-up); absent for copy tools.",
     ),
     _last("rtt_seconds", "Mean round-trip time reported by the tool for the last transfer (iperf3); absent otherwise."),
+    _last(
+        "limited_by",
+        "1 for what limited the last transfer (receive_window, send_buffer, congestion, link_capacity, "
+        "application), 0 for the others; absent when the transfer had no TCP state to judge (failed, UDP).",
+        ("reason",),
+    ),
+    _last(
+        "tcp_limited_seconds",
+        "Time the sender's data sockets spent with data in flight (limit=busy), of it limited by the "
+        "receive window (limit=rwnd) and by the send buffer (limit=sndbuf), from the sender's kernel "
+        "(tcp_info) in the last transfer; absent when the sender is remote and cannot be asked.",
+        ("limit",),
+    ),
+    _last(
+        "tcp_delivery_rate_bytes_per_second",
+        "Median delivery rate of the sender's data sockets (summed over parallel streams) while sending, from "
+        "the sender's kernel in the last transfer; absent when the sender cannot be asked.",
+    ),
+    _last(
+        "tcp_min_rtt_seconds",
+        "Smallest round-trip time the kernel measured on the transfer's data sockets in the last transfer.",
+    ),
     _last(
         "capture_dropped_packets",
         "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire "
@@ -146,6 +168,62 @@ SCHEDULE_INTERVAL = Spec(
     "Stale-data alerts compare the last success against a multiple of it.",
     SERIES_LABELS,
 )
+# The path to each remote, probed once per round outside the transfers' captures.
+PATH_CACHED = " Cached from the last probe of the path (once per round); not measured at scrape time."
+PATH_RTT = Spec(
+    PREFIX + "path_rtt_seconds",
+    "gauge",
+    "Round-trip time of the last probe train to the remote: stat=min, avg, max, mdev (as ping)." + PATH_CACHED,
+    ("remote", "stat"),
+)
+PATH_LOSS = Spec(
+    PREFIX + "path_loss_ratio",
+    "gauge",
+    "Fraction of the last probe train's probes that got no answer (1 when the remote answered none)." + PATH_CACHED,
+    ("remote",),
+)
+PATH_MTU = Spec(
+    PREFIX + "path_mtu_bytes",
+    "gauge",
+    "Largest IP packet with DF set that reached the remote and was answered; absent when unknown." + PATH_CACHED,
+    ("remote",),
+)
+PATH_BANDWIDTH = Spec(
+    PREFIX + "path_bandwidth_bytes_per_second",
+    "gauge",
+    "Bottleneck bandwidth estimate of the path: source=configured (remotes.NAME.bandwidth), lab (the lab's "
+    "shaped rate) or iperf3 (the last ok iperf3 test to the remote)." + PATH_CACHED,
+    ("remote", "source"),
+)
+PATH_BDP = Spec(
+    PREFIX + "path_bdp_bytes",
+    "gauge",
+    "Bandwidth-delay product: the bandwidth estimate (source as in bigbinf_path_bandwidth_bytes_per_second) "
+    "times the minimum probe RTT; what a TCP window must hold to fill the path." + PATH_CACHED,
+    ("remote", "source"),
+)
+PATH_PROBE_TS = Spec(
+    PREFIX + "path_probe_timestamp_seconds",
+    "gauge",
+    "UTC time of the last probe of the path; method=icmp or tcp." + PATH_CACHED,
+    ("remote", "method"),
+)
+TCP_BUFFER_MAX = Spec(
+    PREFIX + "tcp_buffer_max_bytes",
+    "gauge",
+    "Largest TCP buffer the host at side (local: this host, remote: the remote, where it can be asked) allows: "
+    "kind=tcp_rmem and tcp_wmem are the autotuning maxima (net.ipv4.tcp_rmem/tcp_wmem), rmem_max and wmem_max "
+    "the caps on buffers applications set (net.core.*)." + PATH_CACHED,
+    ("remote", "side", "kind"),
+)
+TCP_CONGESTION_CONTROL = Spec(
+    PREFIX + "tcp_congestion_control",
+    "gauge",
+    "1 for the default congestion control (net.ipv4.tcp_congestion_control) of the host at side." + PATH_CACHED,
+    ("remote", "side", "algorithm"),
+)
+PATH = (PATH_RTT, PATH_LOSS, PATH_MTU, PATH_BANDWIDTH, PATH_BDP, PATH_PROBE_TS, TCP_BUFFER_MAX, TCP_CONGESTION_CONTROL)
+
 ROUNDS_TOTAL = Spec(PREFIX + "rounds_total", "counter", "Scheduled rounds completed since the exporter started.")
 ROUNDS_SKIPPED_TOTAL = Spec(
     PREFIX + "rounds_skipped_total", "counter", "Rounds not started because the previous round was still running."
@@ -180,6 +258,7 @@ ALL = (
     WIRE_BYTES_TOTAL,
     RETRANSMITS_TOTAL,
     PAYLOAD_SIZE_HIST,
+    *PATH,
     SCHEDULE_INTERVAL,
     ROUNDS_TOTAL,
     ROUNDS_SKIPPED_TOTAL,
@@ -231,4 +310,48 @@ def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
         yield p + "reported_throughput_bytes_per_second", (), r.reported["bytes"] / r.reported["seconds"]
     if r.rtt_seconds is not None:
         yield p + "rtt_seconds", (), r.rtt_seconds
+    if r.limited_by:
+        for reason in LIMITS:
+            yield p + "limited_by", (("reason", reason),), 1.0 if r.limited_by == reason else 0.0
+    sender = r.sender_tcp
+    for limit, key in (
+        ("busy", "busy_seconds"),
+        ("rwnd", "rwnd_limited_seconds"),
+        ("sndbuf", "sndbuf_limited_seconds"),
+    ):
+        if key in sender:
+            yield p + "tcp_limited_seconds", (("limit", limit),), sender[key]
+    if "delivery_rate_median_bytes_per_second" in sender:
+        yield p + "tcp_delivery_rate_bytes_per_second", (), sender["delivery_rate_median_bytes_per_second"]
+    min_rtts = [side["min_rtt_seconds"] for side in (r.tcp_local, r.tcp_remote) if "min_rtt_seconds" in side]
+    if min_rtts:
+        yield p + "tcp_min_rtt_seconds", (), min(min_rtts)
     yield p + "capture_dropped_packets", (), r.capture_dropped
+
+
+BUFFER_KINDS = ("tcp_rmem", "tcp_wmem", "rmem_max", "wmem_max")
+RTT_STATS = ("min", "avg", "max", "mdev")
+
+
+def path_samples(b: PathBaseline) -> Iterator[tuple[str, Extra, float]]:
+    """The path gauges one baseline sets: (metric, labels beyond `remote`, value).  Like
+    last_result_samples, the single owner of this mapping."""
+    yield PATH_PROBE_TS.name, (("method", b.method),), b.start_timestamp
+    if b.probes_sent:
+        yield PATH_LOSS.name, (), b.loss_ratio
+    for stat in RTT_STATS:
+        value = getattr(b, f"rtt_{stat}_seconds")
+        if value is not None:
+            yield PATH_RTT.name, (("stat", stat),), value
+    if b.mtu_bytes is not None:
+        yield PATH_MTU.name, (), b.mtu_bytes
+    if b.bandwidth_bytes_per_second is not None:
+        yield PATH_BANDWIDTH.name, (("source", b.bandwidth_source),), b.bandwidth_bytes_per_second
+    if b.bdp_bytes is not None:
+        yield PATH_BDP.name, (("source", b.bandwidth_source),), b.bdp_bytes
+    for side in sorted(b.buffers):
+        for kind in BUFFER_KINDS:
+            if kind in b.buffers[side]:
+                yield TCP_BUFFER_MAX.name, (("side", side), ("kind", kind)), b.buffers[side][kind]
+    for side, algorithm in sorted(b.congestion_control.items()):
+        yield TCP_CONGESTION_CONTROL.name, (("side", side), ("algorithm", algorithm)), 1.0

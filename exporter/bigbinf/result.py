@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 SCHEMA_VERSION = 1
 
@@ -20,6 +20,9 @@ DIRECTIONS = ("download", "upload")
 # Packet directions on the wire, as the study named them: "down" is remote -> client,
 # "up" is client -> remote, whatever the transfer direction.
 WAYS = ("down", "up")
+
+# What can limit a transfer, as judged by measure/limits.py.
+LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application")
 
 # Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
 # the MSS of a 1500-byte MTU with TCP timestamps, 1460 without; 8948/8960 the same for
@@ -43,8 +46,28 @@ class SeriesKey:
     direction: str
 
 
+class _Journaled:
+    """What every journaled record shares: its start time, and its JSON line."""
+
+    start_timestamp: float
+
+    @property
+    def start_utc(self) -> str:
+        return dt.datetime.fromtimestamp(self.start_timestamp, dt.UTC).isoformat()
+
+    def derived(self) -> dict[str, Any]:
+        """Values computed from the fields."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        assert dataclasses.is_dataclass(self)
+        # Derived values are written too, so readers of the journal (jq, the report,
+        # other tools) need not re-derive them; from_json ignores them.
+        return {**dataclasses.asdict(self), "start_utc": self.start_utc, **self.derived()}
+
+
 @dataclass(frozen=True)
-class Result:
+class Result(_Journaled):
     protocol: str
     remote: str
     dataset: str
@@ -84,6 +107,16 @@ class Result:
     remote_address: str = ""
     pcap_path: str = ""  # set only when captures are kept
     packets_path: str = ""  # per-packet list (JSON lines) of an imported 2015 .dump
+    # TCP state of the transfer's sockets from each end's kernel (measure/tcpstate.py's
+    # summary values, base units); tcp_remote stays empty when the remote cannot be
+    # asked, and tcp_remote_note says why.
+    tcp_local: dict[str, float] = field(default_factory=dict)
+    tcp_remote: dict[str, float] = field(default_factory=dict)
+    tcp_remote_note: str = ""
+    congestion_control: str = ""  # of the sender's busiest data socket, where it was read
+    # What limited the transfer (LIMITS), and the numbers that say so; "" = not judged.
+    limited_by: str = ""
+    limited_evidence: str = ""
     source: str = "exporter"  # "exporter", or "import" for results brought in by `import`
     schema: int = SCHEMA_VERSION
 
@@ -118,36 +151,84 @@ class Result:
             return 0.0
         return self.wire_bytes_total / self.file_bytes
 
-    @property
-    def start_utc(self) -> str:
-        return dt.datetime.fromtimestamp(self.start_timestamp, dt.UTC).isoformat()
-
-    def to_json(self) -> dict[str, Any]:
-        record = dataclasses.asdict(self)
-        # Derived values are written too, so readers of the journal (jq, the report,
-        # other tools) need not re-derive them; from_json ignores them.
-        record["start_utc"] = self.start_utc
-        record["throughput_bytes_per_second"] = self.throughput_bytes_per_second
-        record["byte_ratio"] = self.byte_ratio
-        return record
+    def derived(self) -> dict[str, Any]:
+        return {"throughput_bytes_per_second": self.throughput_bytes_per_second, "byte_ratio": self.byte_ratio}
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Result:
-        fields = dataclasses.fields(cls)
-        # A missing field says which, instead of a TypeError about __init__'s arguments.
-        missing = [
-            f.name
-            for f in fields
-            if f.name not in record and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        if missing:
-            raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-        names = {f.name for f in fields}
-        result = cls(**{k: v for k, v in record.items() if k in names})
-        # Checked where results come from outside (journals, imports), not on every
-        # construction: a measurement is never thrown away for a type check.
-        _check_field_types(result)
-        return result
+        return _from_json(cls, record)
+
+    @property
+    def sender_tcp(self) -> dict[str, float]:
+        """The sending end's TCP summary: the remote's for a download, ours for an upload."""
+        return self.tcp_remote if self.direction == "download" else self.tcp_local
+
+
+@dataclass(frozen=True)
+class PathBaseline(_Journaled):
+    """The path to one remote, probed once per round outside the transfers' captures:
+    RTT and loss of a probe train, the path MTU, the bottleneck estimate, and both ends'
+    TCP buffer limits.  Journaled like a Result, in its own file (journal.baseline_path)."""
+
+    remote: str
+    start_timestamp: float  # UTC epoch seconds when the probe started
+    address: str = ""  # the IP probed
+    method: str = "icmp"  # icmp | tcp
+    probes_sent: int = 0
+    probes_answered: int = 0
+    rtt_min_seconds: float | None = None
+    rtt_avg_seconds: float | None = None
+    rtt_max_seconds: float | None = None
+    rtt_mdev_seconds: float | None = None
+    mtu_bytes: int | None = None
+    bandwidth_bytes_per_second: float | None = None  # the bottleneck estimate
+    bandwidth_source: str = ""  # configured | lab | iperf3
+    # Per side (local, remote): tcp_rmem, tcp_wmem (autotuning maxima), rmem_max,
+    # wmem_max, and the first two's min and default (tcp_rmem_min, tcp_rmem_default...).
+    buffers: dict[str, dict[str, float]] = field(default_factory=dict)
+    congestion_control: dict[str, str] = field(default_factory=dict)  # per side: the default algorithm
+    error: str = ""  # why the probe measured nothing (or no MTU)
+    remote_note: str = ""  # why the remote's buffers are absent
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def loss_ratio(self) -> float:
+        return 1.0 if self.probes_sent == 0 else 1.0 - self.probes_answered / self.probes_sent
+
+    @property
+    def bdp_bytes(self) -> float | None:
+        """Bottleneck estimate times the minimum RTT: what a window must hold to fill the path."""
+        if self.bandwidth_bytes_per_second is None or self.rtt_min_seconds is None:
+            return None
+        return self.bandwidth_bytes_per_second * self.rtt_min_seconds
+
+    def derived(self) -> dict[str, Any]:
+        return {"loss_ratio": self.loss_ratio, "bdp_bytes": self.bdp_bytes}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> PathBaseline:
+        return _from_json(cls, record)
+
+
+_RecordT = TypeVar("_RecordT", Result, PathBaseline)
+
+
+def _from_json(cls: type[_RecordT], record: dict[str, Any]) -> _RecordT:
+    fields = dataclasses.fields(cls)
+    # A missing field says which, instead of a TypeError about __init__'s arguments.
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in record and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    names = {f.name for f in fields}
+    loaded = cls(**{k: v for k, v in record.items() if k in names})
+    # Checked where records come from outside (journals, imports), not on every
+    # construction: a measurement is never thrown away for a type check.
+    _check_field_types(loaded)
+    return loaded
 
 
 # Type checks of Result fields, keyed by their annotation (a string: annotations are
@@ -176,6 +257,14 @@ def _is_number_map(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) for k, v in value.items())
 
 
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _is_number_maps(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_number_map(v) for k, v in value.items())
+
+
 _TYPE_CHECKS: dict[str, tuple[str, Any]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "int": ("a whole number", _is_int),
@@ -183,6 +272,8 @@ _TYPE_CHECKS: dict[str, tuple[str, Any]] = {
     "bool": ("true or false", lambda v: isinstance(v, bool)),
     "dict[str, list[int]]": ("an object of lists of whole numbers", _is_histogram),
     "dict[str, float]": ("an object of finite numbers", _is_number_map),
+    "dict[str, str]": ("an object of strings", _is_str_map),
+    "dict[str, dict[str, float]]": ("an object of objects of finite numbers", _is_number_maps),
 }
 
 
@@ -202,7 +293,7 @@ def _field_checks(cls: type[Any]) -> tuple[tuple[str, bool, str, Any], ...]:
     return _CHECKS[cls]
 
 
-def _check_field_types(result: Result) -> None:
+def _check_field_types(result: Result | PathBaseline) -> None:
     """ValueError naming the field, the expected type and the value, for the first wrong one."""
     for name, optional, expected, valid in _field_checks(type(result)):
         value = getattr(result, name)

@@ -174,7 +174,7 @@ def test_exporter_down_reaches_alertmanager(
     # Prometheus loaded every rule and found the demo's Alertmanager.
     groups = prom.api("rules")["groups"]
     assert {g["name"] for g in groups} == {"bigbinf.series", "bigbinf.throughput", "bigbinf.alerts"}
-    assert sum(len(g["rules"]) for g in groups) == 26
+    assert sum(len(g["rules"]) for g in groups) == 29
     active = prom.wait_for(
         lambda: prom.api("alertmanagers")["activeAlertmanagers"], timeout=30, what="Prometheus to discover Alertmanager"
     )

@@ -38,6 +38,7 @@ SDK_PIN = "grafana-foundation-sdk==1769699379!11.6.0"
 REGENERATE = ".venv/bin/python -m bigbinf.mixin.dashboards"
 
 FIG4 = ("bigbinf-time-of-day", "Mean throughput, peak and off-peak (Fig 4)")
+PATH_BY_PERIOD = (("bigbinf-path", "Mean RTT, peak and off-peak"), ("bigbinf-path", "Probe loss, peak and off-peak"))
 # Targets allowed to return nothing in a lab Prometheus a minute old, and why.
 MAY_BE_EMPTY = {
     ("bigbinf-overview", "Firing alerts", "A"): "no alert fires in a healthy lab",
@@ -46,6 +47,13 @@ MAY_BE_EMPTY = {
     # The panels run with the peak set around the test's transfers (peak_hours()), so
     # off-peak holds none; test_peak_and_offpeak_follow_the_peak_hours checks both ways.
     (*FIG4, "B"): "every transfer of the test starts in the peak hours it sets",
+    **{(*panel, "B"): "every probe of the test is made in the peak hours it sets" for panel in PATH_BY_PERIOD},
+    # The sender kernel's delivery rate is sampled from the socket listings taken while
+    # data flows; the lab's 1-2 MiB transfers on an unshaped link end between two.
+    **{
+        ("bigbinf-path", "Last verdict and the TCP evidence", ref): "no listing falls inside a lab transfer"
+        for ref in ("E", "F")
+    },
 }
 PANELS_MAY_BE_EMPTY = {("bigbinf-overview", "Firing alerts")}
 
@@ -112,7 +120,13 @@ def test_sdk_is_the_grafana_11_6_build() -> None:
 
 def test_dashboards_are_consistent() -> None:
     dashboards = committed()
-    assert set(dashboards) == {"overview.json", "protocols.json", "time-of-day.json", "transfer-detail.json"}
+    assert set(dashboards) == {
+        "overview.json",
+        "path.json",
+        "protocols.json",
+        "time-of-day.json",
+        "transfer-detail.json",
+    }
     uids = [d["uid"] for d in dashboards.values()]
     assert len(set(uids)) == len(uids)
     for name, d in dashboards.items():
@@ -222,6 +236,9 @@ def live(make_module_lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     )
     raw = json.loads(config.model_dump_json())
     raw["schedule"] = {"interval": "4s", "jitter": 0}
+    # A bottleneck estimate for the path, so that it has a BDP (the Path dashboard); the
+    # lab's link is not shaped here, which would give one too (source lab).
+    raw["remotes"]["lab"]["bandwidth"] = "200mbit"
     (tmp / "exporter.yaml").write_text(yaml.safe_dump(raw))
     # The shipped throughput group is evaluated every 5m; a test cannot wait that long.
     settings = Settings(baseline_interval="1s")
@@ -339,7 +356,7 @@ def test_table_2_and_fingerprint_hold_real_numbers(live: Live) -> None:
 def test_every_rule_evaluates_on_live_data(live: Live) -> None:
     groups = live.prom.api("rules")["groups"]
     live_rules = [r for g in groups for r in g["rules"]]
-    assert len(live_rules) == 26
+    assert len(live_rules) == 29
     assert [(r["name"], r["lastError"]) for r in live_rules if r["health"] != "ok"] == []
     for r in live_rules:
         live.prom.query(r["query"], time=live.at)  # raises on any PromQL or server error
@@ -351,6 +368,10 @@ def test_every_rule_evaluates_on_live_data(live: Live) -> None:
     alerts = {r["name"]: r for r in live_rules if r["type"] == "alerting"}
     assert alerts["BigbinfExporterDown"]["state"] == "inactive"
     assert alerts["BigbinfTransfersFailing"]["state"] == "inactive"
+    # The lab answers its probes, and its path (a few Mbit/s, milliseconds) has a BDP far
+    # below any kernel's default autotuning maxima.
+    assert alerts["BigbinfPathProbesUnanswered"]["state"] == "inactive"
+    assert alerts["BigbinfTcpBuffersBelowBdp"]["state"] == "inactive"
 
 
 @pytest.mark.lab
@@ -378,3 +399,28 @@ def test_peak_and_offpeak_follow_the_peak_hours(live: Live) -> None:
     hours = {int(r["metric"]["hour"]) for r in rows}
     started = {local_hour(t) for t in range(int(live.start), int(live.at) + 1, 60)} | {local_hour(live.at)}
     assert hours and hours <= started
+
+
+@pytest.mark.lab
+@pytest.mark.prometheus
+def test_path_peak_and_offpeak_follow_the_peak_hours(live: Live) -> None:
+    """The Path dashboard splits the probes by the same variables, by the local time each
+    probe was made: with the peak around the test's probes they are all peak, with the
+    peak elsewhere all off-peak, with the same per-probe means."""
+    dashboard = json.loads((DASHBOARDS / "path.json").read_text())
+    around, elsewhere = peak_hours(live)
+
+    def means(expr: str, variables: dict[str, str]) -> dict[str, float]:
+        expr = substitute(expr, dashboard, {**CHOICES["All"], **variables})
+        return {r["metric"]["remote"]: float(r["value"][1]) for r in live.prom.query(expr, time=live.at)}
+
+    for panel in PATH_BY_PERIOD:
+        peak_expr, offpeak_expr = (
+            next(t.expr for t in targets(dashboard) if (t.dashboard, t.panel, t.ref) == (*panel, ref))
+            for ref in ("A", "B")
+        )
+        peak = means(peak_expr, around)
+        assert set(peak) == {"lab"}, (panel, peak)
+        assert means(offpeak_expr, around) == {}, panel
+        assert means(peak_expr, elsewhere) == {}, panel
+        assert means(offpeak_expr, elsewhere) == peak, panel

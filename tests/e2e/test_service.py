@@ -46,10 +46,15 @@ def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Pat
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    header, row = proc.stdout.splitlines()[:2]
-    assert header.split()[:4] == ["File", "Size", "(bytes)", "Protocol"]
+    # First the path the round probed, then the table.
+    path, blank, header, row = proc.stdout.splitlines()[:4]
+    assert path.startswith("path lab: rtt min/avg/max/mdev ") and "loss 0.0% of 3 icmp probes" in path, path
+    assert "MTU 1500" in path and blank == ""
+    assert header.split()[:4] == ["File", "Size", "(bytes)", "Protocol"] and header.split()[-2:] == ["Limited", "by"]
     assert row.split()[0] == str(1024 * 1024) and "ok" in row.split()
-    assert [r.outcome for r in Journal(config.journal.path).read()] == ["ok"]
+    [result] = Journal(config.journal.path).read()
+    assert result.outcome == "ok" and row.split()[-1] == result.limited_by != ""
+    assert f"scp/lab/f1m/download: limited by {result.limited_evidence}" in proc.stdout
 
     raw["schedule"] = {"transfers": [{"protocol": "false", "remote": "lab", "dataset": "f1m"}]}
     bad = _write(raw, tmp_path / "bad.yaml")
@@ -66,7 +71,15 @@ def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Pat
 
 def test_reload_swaps_only_valid_config(tmp_path: Path) -> None:
     raw = {
-        "remotes": {"site": {"address": "198.18.9.2", "data_dir": "/data", "key": "/etc/bigbinf/id_ed25519"}},
+        # No probes: 198.18.9.2 exists nowhere, and traffic stays on this machine.
+        "remotes": {
+            "site": {
+                "address": "198.18.9.2",
+                "data_dir": "/data",
+                "key": "/etc/bigbinf/id_ed25519",
+                "probe": {"enabled": False},
+            }
+        },
         "datasets": {"a": {"file": "a.bin", "size": "1MiB"}},
         "protocols": {"scp": {}},
         "schedule": {"interval": "1h"},

@@ -35,8 +35,10 @@ def test_iperf3_both_ways_keeps_its_own_numbers_beside_ours(make_lab) -> None:
     assert down.payload_bytes_down >= down.reported["bytes"] == 8 * MiB  # the data came down the wire
     assert down.wire_bytes_down == after["down"] - before["down"]
     assert (down.transport, down.data_flows) == ("tcp", 1)
-    assert down.retransmits_sender_source == "iperf3"
-    assert down.retransmits_sender == down.reported["retransmits"]
+    # The remote sends; the lab's remote is asked in its namespace: its kernel's count, with
+    # iperf3's own (its data stream only) beside it.
+    assert down.retransmits_sender_source == "kernel"
+    assert down.retransmits_sender is not None and down.retransmits_sender >= down.reported["retransmits"]
 
     sent_before = nstat_retrans(client_ns)
     up = run_transfer(upload, config, "test")

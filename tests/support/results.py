@@ -36,6 +36,16 @@ def make_results(base: float) -> list[Result]:
             capture_dropped=0,
             transport="tcp",
             data_flows=1,
+            tcp_remote={
+                "busy_seconds": 2.25,
+                "rwnd_limited_seconds": 1.5,
+                "sndbuf_limited_seconds": 0.0,
+                "delivery_rate_median_bytes_per_second": 2_250_000.0,
+                "min_rtt_seconds": 0.0405,
+            },
+            tcp_local={"min_rtt_seconds": 0.0401, "rcvbuf_max_bytes": 262144.0},
+            limited_by="receive_window",
+            limited_evidence="the sender was limited by the receive window 67% of its 2.2 s busy time",
         ),
         scp(
             1,
@@ -134,6 +144,22 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         samples[(LAST + "retransmits_sender", (("source", "iperf3"),))] = r.reported["retransmits"]
     if r.reported:
         samples[(LAST + "reported_throughput_bytes_per_second", ())] = r.reported["bytes"] / r.reported["seconds"]
+    if r.limited_by:  # the verdict, one of five; the sender's clocks and rates beside it
+        for reason in ("receive_window", "send_buffer", "congestion", "link_capacity", "application"):
+            samples[(LAST + "limited_by", (("reason", reason),))] = 1.0 if r.limited_by == reason else 0.0
+    sender = r.tcp_remote if r.direction == "download" else r.tcp_local
+    for limit, key in (
+        ("busy", "busy_seconds"),
+        ("rwnd", "rwnd_limited_seconds"),
+        ("sndbuf", "sndbuf_limited_seconds"),
+    ):
+        if key in sender:
+            samples[(LAST + "tcp_limited_seconds", (("limit", limit),))] = sender[key]
+    if "delivery_rate_median_bytes_per_second" in sender:
+        samples[(LAST + "tcp_delivery_rate_bytes_per_second", ())] = sender["delivery_rate_median_bytes_per_second"]
+    rtts = [side["min_rtt_seconds"] for side in (r.tcp_local, r.tcp_remote) if "min_rtt_seconds" in side]
+    if rtts:
+        samples[(LAST + "tcp_min_rtt_seconds", ())] = min(rtts)
     if last_ok is not None:
         samples[("bigbinf_last_success_timestamp_seconds", ())] = last_ok
     if r.source == "import":  # imported 2015 results are labelled, so a report keeps them apart

@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bigbinf import metrics as M
-from bigbinf.result import PAYLOAD_BUCKETS, Result, SeriesKey, empty_histogram
+from bigbinf.result import PAYLOAD_BUCKETS, PathBaseline, Result, SeriesKey, empty_histogram
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "metrics.prom"
@@ -90,8 +90,44 @@ def _state() -> ExporterState:
             reported={"bytes": 64 << 20, "seconds": 2.0, "retransmits": 8, "mean_rtt_seconds": 0.0125},
         )
     )
+    # A judged upload: this host sends, so its kernel's view is the sender's.
+    state.record(
+        _result(
+            1_763_000_180.0,
+            protocol="http",
+            direction="upload",
+            tcp_local={
+                "busy_seconds": 2.5,
+                "rwnd_limited_seconds": 2.0,
+                "sndbuf_limited_seconds": 0.0,
+                "delivery_rate_median_bytes_per_second": 24_000_000.0,
+                "min_rtt_seconds": 0.0402,
+            },
+            limited_by="receive_window",
+            limited_evidence="the sender was limited by the receive window 80% of its 2.5 s busy time",
+        )
+    )
+    state.record_path(PATH)
     state.record_round(5.0, 1_763_000_205.0)
     return state
+
+
+PATH = PathBaseline(
+    remote="lab",
+    start_timestamp=1_763_000_090.0,
+    address="198.18.0.2",
+    probes_sent=20,
+    probes_answered=19,
+    rtt_min_seconds=0.0401,
+    rtt_avg_seconds=0.0405,
+    rtt_max_seconds=0.0421,
+    rtt_mdev_seconds=0.0004,
+    mtu_bytes=1500,
+    bandwidth_bytes_per_second=25_000_000.0,
+    bandwidth_source="lab",
+    buffers={"local": {"tcp_rmem": 262144.0, "tcp_wmem": 4194304.0, "rmem_max": 4194304.0, "wmem_max": 4194304.0}},
+    congestion_control={"local": "bbr", "remote": "cubic"},
+)
 
 
 def _registry(state: ExporterState) -> CollectorRegistry:
@@ -147,6 +183,22 @@ def test_samples() -> None:
     assert get("bigbinf_last_transfer_rtt_seconds", iperf_up) == 0.0125
     assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "kernel"}) == 9
     assert get("bigbinf_last_transfer_retransmits_sender", {**iperf_up, "source": "iperf3"}) == 8
+    # The verdict: 1 for the reason, 0 for the others; the sender's chronographs beside it.
+    http_up = {**upload, "protocol": "http"}
+    assert get("bigbinf_last_transfer_limited_by", {**http_up, "reason": "receive_window"}) == 1
+    assert get("bigbinf_last_transfer_limited_by", {**http_up, "reason": "link_capacity"}) == 0
+    assert get("bigbinf_last_transfer_tcp_limited_seconds", {**http_up, "limit": "rwnd"}) == 2.0
+    assert get("bigbinf_last_transfer_tcp_delivery_rate_bytes_per_second", http_up) == 24_000_000.0
+    assert get("bigbinf_last_transfer_limited_by", {**LABELS, "reason": "receive_window"}) is None  # not judged
+    # The path: one probe per round, its numbers and both ends' limits.
+    assert get("bigbinf_path_rtt_seconds", {"remote": "lab", "stat": "min"}) == 0.0401
+    assert get("bigbinf_path_loss_ratio", {"remote": "lab"}) == 1 - 19 / 20
+    assert get("bigbinf_path_mtu_bytes", {"remote": "lab"}) == 1500
+    assert get("bigbinf_path_bdp_bytes", {"remote": "lab", "source": "lab"}) == 25_000_000.0 * 0.0401
+    assert get("bigbinf_tcp_buffer_max_bytes", {"remote": "lab", "side": "local", "kind": "tcp_rmem"}) == 262144
+    assert get("bigbinf_tcp_buffer_max_bytes", {"remote": "lab", "side": "remote", "kind": "tcp_rmem"}) is None
+    assert get("bigbinf_tcp_congestion_control", {"remote": "lab", "side": "remote", "algorithm": "cubic"}) == 1
+    assert get("bigbinf_path_probe_timestamp_seconds", {"remote": "lab", "method": "icmp"}) == 1_763_000_090.0
     # Copy tools report nothing of their own.
     assert get("bigbinf_last_transfer_reported_throughput_bytes_per_second", LABELS) is None
     assert get("bigbinf_config_last_reload_successful") == 1
@@ -168,6 +220,8 @@ def test_every_metric_has_help_and_base_unit_names() -> None:
         assert not any(bad in spec.name for bad in ("_ms", "_kb", "_mb", "_bits", "_percent")), spec.name
         if spec.name.startswith(M.PREFIX + "last_transfer_"):
             assert "Cached from the last scheduled run" in spec.help
+        if spec in M.PATH:
+            assert "Cached from the last probe of the path" in spec.help
         if spec.name.startswith(M.PREFIX + "transfer"):  # transfers_total, transfer_*
             assert "Updated when a scheduled transfer ends, never at scrape time." in spec.help, spec.name
     assert "bigbinf_transfers_total{" in text

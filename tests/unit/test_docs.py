@@ -23,6 +23,7 @@ def test_configuration_reference_lists_every_key_and_placeholder() -> None:
     text = (DOCS / "configuration.md").read_text()
     models: list[type[BaseModel]] = [
         C.RemoteConfig,
+        C.ProbeConfig,
         C.DatasetConfig,
         C.ProtocolConfig,
         C.ScheduleConfig,

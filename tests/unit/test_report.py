@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -266,6 +267,21 @@ def test_table2_exact_means_per_size_and_protocol() -> None:
     assert len(rep.used) == 5
     assert rep.skipped_counts() == {tables.OUT_OF_RANGE: 1, tables.NOT_OK: 1}
     assert "outcome failed: connection refused" in [s.reason for s in rep.skipped]
+
+
+def test_table2_says_what_limited_each_row_most_often() -> None:
+    def judged(day: int, limit: str) -> Result:
+        return dataclasses.replace(ok("scp", at(day, 3), 2.0, 1024, down=1200, up=80), limited_by=limit)
+
+    results = [judged(1, "receive_window"), judged(2, "congestion"), judged(3, "receive_window"), judged(4, "")]
+    rep = build_report(results, start=at(1, 0), end=at(10, 0))
+    assert [r.limited_by for r in rep.table2] == ["receive_window (2/3)"]
+    # A tie goes to the reason named first (result.LIMITS), so the column does not flicker.
+    tie = build_report(results[:2], start=at(1, 0), end=at(10, 0))
+    assert tie.table2[0].limited_by == "receive_window (1/2)"
+    assert "<td>receive_window (2/3)</td>" in render_html(rep)
+    # Never judged (imports, UDP, older journals): empty, not "unknown".
+    assert build_report(results[3:], start=at(1, 0), end=at(10, 0)).table2[0].limited_by == ""
 
 
 def test_uploads_are_separate_rows() -> None:

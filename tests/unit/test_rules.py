@@ -79,6 +79,10 @@ def test_generator_settings_change_the_rules(tmp_path: Path) -> None:
                 "0.5",
                 "--exporter-down-for",
                 "30s",
+                "--buffers-for",
+                "2h",
+                "--stale-multiple",
+                "3",
             ]
         )
         == 0
@@ -90,6 +94,11 @@ def test_generator_settings_change_the_rules(tmp_path: Path) -> None:
     by_name = {a["alert"]: a for a in alerts}
     assert by_name["BigbinfExporterDown"]["for"] == "30s"
     assert " < 0.5 * " in by_name["BigbinfThroughputRegression"]["expr"]
+    assert by_name["BigbinfTcpBuffersBelowBdp"]["for"] == "2h"
+    assert (
+        "  3 * max by(job, instance, remote) (bigbinf_schedule_interval_seconds)"
+        in (by_name["BigbinfPathProbesStale"]["expr"])
+    )
     subprocess.run([tool("promtool"), "check", "rules", *tmp_path.glob("*.yml")], check=True, capture_output=True)
     assert rules.main(["--out-dir", str(tmp_path), "--peak-start", "25"]) == 2
     assert rules.main(["--out-dir", str(tmp_path), "--baseline-interval", "24h"]) == 2  # not shorter than the window

@@ -20,8 +20,9 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from bigbinf.config import Config, DatasetConfig
+from bigbinf.config import Config, DatasetConfig, rate_bytes_per_second
 from bigbinf.lab import network
 from bigbinf.lab import servers as labservers
 from bigbinf.lab.layout import LabError, LabLayout
@@ -209,10 +210,19 @@ class LabSite:
             interface=layout.client_if,
             password_env=password_env,
             local_fs=True,
+            # The lab's own remote: its sockets and sysctls are read in its namespace.
+            stats_command=("ip", "netns", "exec", layout.remote_ns),
+            **_lab_bandwidth(self.config.lab.link.rate),
         )
 
     def unavailable(self, servers: tuple[str, ...]) -> str:
         return missing_server(self.config, servers)
+
+
+def _lab_bandwidth(rate: str | None) -> dict[str, Any]:
+    if rate is None:  # an unshaped veth: no bottleneck worth naming
+        return {}
+    return {"bandwidth_bytes_per_second": rate_bytes_per_second(rate), "bandwidth_source": "lab"}
 
 
 def site(config: Config) -> LabSite | None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bigbinf.config import Config, DatasetConfig, DatasetKind, ProtocolConfig, RemoteConfig
+from bigbinf.config import Config, DatasetConfig, DatasetKind, ProtocolConfig, RemoteConfig, rate_bytes_per_second
+from bigbinf.measure.probe import ProbeSettings
+from bigbinf.measure.process import in_netns
 from bigbinf.protocols import REGISTRY, Expectation, Profile, module_for
-from bigbinf.protocols.base import DATA_FLOW_BYTES
+from bigbinf.protocols.base import DATA_FLOW_BYTES, render
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,18 @@ class Remote:
     interface: str
     password_env: str | None
     local_fs: bool = False  # the remote's files are visible here (the lab): uploads can be verified
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    # The path's bottleneck estimate from configuration ("configured", or "lab": the lab's
+    # shaped rate); None leaves it to the last iperf3 test (service/rounds.py).
+    bandwidth_bytes_per_second: float | None = None
+    bandwidth_source: str = ""
+    # argv (rendered) that runs a command on the remote, to read its TCP state: () = it cannot be asked.
+    stats_command: tuple[str, ...] = ()
+    stats_interval: float = 1.0
+
+    def stats_argv(self, argv: list[str]) -> list[str]:
+        """`argv` run on the remote through the stats command, from this host's side of the path."""
+        return in_netns(self.netns, [*self.stats_command, *argv])
 
 
 class LabSite(Protocol):
@@ -83,8 +98,39 @@ def resolve_remote(name: str, remote: RemoteConfig, lab: LabSite | None) -> Remo
     if remote.lab:
         if lab is None:
             raise PlanError(f"remotes.{name}: lab: true, but no lab was given to plan against")
-        return lab.remote(name, remote.password_env)
+        resolved = lab.remote(name, remote.password_env)
+    else:
+        resolved = _site_remote(name, remote)
+    probe = remote.probe
+    resolved = dataclasses.replace(
+        resolved,
+        probe=ProbeSettings(
+            enabled=probe.enabled,
+            method=probe.method,
+            port=probe.port or resolved.port,
+            count=probe.count,
+            interval=probe.interval,
+            timeout=probe.timeout,
+            mtu=probe.mtu,
+        ),
+        stats_interval=remote.stats_interval,
+    )
+    if remote.bandwidth:  # the user's word beats the lab's rate
+        resolved = dataclasses.replace(
+            resolved, bandwidth_bytes_per_second=rate_bytes_per_second(remote.bandwidth), bandwidth_source="configured"
+        )
+    return resolved
+
+
+def _site_remote(name: str, remote: RemoteConfig) -> Remote:
     assert remote.address and remote.data_dir  # guaranteed by validation
+    values = {
+        "host": remote.address,
+        "port": str(remote.port),
+        "user": remote.user,
+        "key": str(remote.key or ""),
+        "ssh_config": str(remote.ssh_config or "/dev/null"),
+    }
     return Remote(
         name=name,
         address=remote.address,
@@ -99,6 +145,7 @@ def resolve_remote(name: str, remote: RemoteConfig, lab: LabSite | None) -> Remo
         netns=remote.netns,
         interface=remote.interface,
         password_env=remote.password_env,
+        stats_command=tuple(render(remote.stats_command, values)) if remote.stats_command else (),
     )
 
 
@@ -153,6 +200,11 @@ def _tree_expectation(profile: Profile[Any], options: Any, ds: DatasetConfig) ->
 def _cleanup(proto: ProtocolConfig, profile: Profile[Any], kind: DatasetKind) -> tuple[str, ...]:
     own = proto.cleanup_command
     return tuple(own if own is not None else profile.cleanup.get(kind, ()))
+
+
+def plan_remotes(config: Config, lab: LabSite | None = None) -> list[Remote]:
+    """Every configured remote, resolved: the paths a round probes."""
+    return [resolve_remote(name, remote, lab) for name, remote in config.remotes.items()]
 
 
 def plan_round(config: Config, lab: LabSite | None = None) -> list[TransferSpec]:

@@ -29,11 +29,12 @@ from bigbinf.config import Config
 from bigbinf.measure import datasets
 from bigbinf.measure.analyse import Analysis, PcapError, analyse_pcap
 from bigbinf.measure.capture import Capture, CaptureError, wait_linger
+from bigbinf.measure.limits import judge_limit
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.process import in_netns, netns_exists, run_with_timeout
-from bigbinf.measure.sockstats import SocketWatch
+from bigbinf.measure.tcpstate import TcpSummary, TcpWatch
 from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
-from bigbinf.result import Result
+from bigbinf.result import PathBaseline, Result
 
 log = logging.getLogger(__name__)
 # Uploads to a remote whose files we cannot read: verified stays 0, the outcome is not
@@ -114,7 +115,10 @@ class Ran:
     capture_dropped: int  # packets the kernel dropped before tcpdump read them
     capture_error: str  # tcpdump failed to stop cleanly: the wire numbers are suspect
     sender_retransmits: int | None
-    sender_retransmits_source: str  # "kernel" (the transfer's sockets), "iperf3", or ""
+    sender_retransmits_source: str  # "kernel" (the sender's sockets), "iperf3", or ""
+    tcp_local: TcpSummary | None = None  # this host's sockets to the remote (TCP transfers)
+    tcp_remote: TcpSummary | None = None  # the remote's sockets to us, where it can be asked
+    tcp_remote_note: str = ""  # why tcp_remote is absent
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,11 @@ class _CaptureStartError(Exception):
 # ---------------------------------------------------------------- the transfer
 
 
-def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Result:
+def run_transfer(
+    spec: TransferSpec, config: Config, round_id: str = "", baseline: PathBaseline | None = None
+) -> Result:
+    """One transfer; `baseline` (this round's probe of the path) lets it be judged
+    against the path's bandwidth and BDP."""
     subject = Subject.of(spec, round_id)
     binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary
     missing = [program for program in (binary, *spec.requires) if shutil.which(program) is None]
@@ -192,7 +200,7 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
     try:
         config.transfer.workdir.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
-        result = measure(spec, config, subject, workdir, upload_name)
+        result = measure(spec, config, subject, workdir, upload_name, baseline)
     except Exception as exc:  # a transfer never takes the round (and its other results) down
         result = _internal_error(spec, subject, exc)
     finally:
@@ -205,7 +213,14 @@ def run_transfer(spec: TransferSpec, config: Config, round_id: str = "") -> Resu
     return result
 
 
-def measure(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Result:
+def measure(
+    spec: TransferSpec,
+    config: Config,
+    subject: Subject,
+    workdir: Path,
+    upload_name: str,
+    baseline: PathBaseline | None = None,
+) -> Result:
     """The transfer's four steps, each handing its typed value to the next."""
     try:
         prepared = prepare(spec, config, subject, workdir, upload_name)
@@ -224,7 +239,13 @@ def measure(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
         return prepared.subject.result("failed", f"capture: {exc}")
     except Exception as exc:  # the addresses are known now: the result keeps them
         return _internal_error(spec, prepared.subject, exc)
-    return _result(prepared, ran, wire, verdict, pcap_path)
+    result = _result(prepared, ran, wire, verdict, pcap_path)
+    try:
+        limit = judge_limit(result, baseline)
+    except Exception:  # a bug in judging never costs the measurement
+        log.exception("%s: judging what limited it failed", spec.label)
+        return result
+    return dataclasses.replace(result, limited_by=limit.reason, limited_evidence=limit.evidence) if limit else result
 
 
 def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Result:
@@ -267,7 +288,7 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
 
 
 def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) -> Ran:
-    """The command, with the capture (and, for TCP uploads, the socket watch) around it.
+    """The command, with the capture and (TCP) the socket watches around it.
     Raises _CaptureStartError when the capture cannot start: nothing has run then."""
     cap_cfg, subject = config.capture, prepared.subject
     capture = (
@@ -284,31 +305,57 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         if cap_cfg.enabled
         else None
     )
-    # For uploads over TCP the local kernel is the sender: its per-socket count is the truth.
-    watch = (
-        SocketWatch(subject.remote_address, spec.remote.netns)
-        if spec.direction == "upload" and spec.expectation.transport == "tcp"
+    # The kernels' own view of the TCP sockets, both ends where the remote can be asked:
+    # the sender's count is the truth about retransmits, and its tcp_info says what
+    # limited it.  Read by netlink (ss) here and in the lab; a remote's stats command
+    # opens its session before the capture starts (docs/configuration.md).
+    tcp = spec.expectation.transport == "tcp"
+    local_watch = (
+        TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, config.transfer.tcp_interval) if tcp else None
+    )
+    remote_watch = (
+        TcpWatch(spec.remote.stats_argv([]), subject.client_address, spec.remote.stats_interval)
+        if tcp and spec.remote.stats_command
         else None
     )
-    if capture:
-        try:
-            capture.start()
-        except CaptureError as exc:
-            raise _CaptureStartError(str(exc)) from None
     capture_error = ""
-    try:
-        with ExitStack() as stack:
+    with ExitStack() as watching:  # the watches stop (and keep their summaries) on the way out
+        for watch in (local_watch, remote_watch):
             if watch:
-                stack.enter_context(watch)
-            outcome: RunOutcome = spec.profile.runner(prepared.context)
-            wait_linger(cap_cfg.linger)
-    finally:
+                watching.enter_context(watch)
         if capture:
             try:
-                capture.stop()
-            except CaptureError as exc:  # the transfer's own outcome stays; the wire numbers are suspect
-                capture_error = f"capture: {exc}"
-    retransmits, source = _sender_retransmits(watch, outcome)
+                capture.start()
+            except CaptureError as exc:
+                raise _CaptureStartError(str(exc)) from None
+        try:
+            outcome: RunOutcome = spec.profile.runner(prepared.context)
+            wait_linger(cap_cfg.linger)
+        finally:
+            if capture:
+                try:
+                    capture.stop()
+                except CaptureError as exc:  # the transfer's own outcome stays; the wire numbers are suspect
+                    capture_error = f"capture: {exc}"
+    tcp_local = local_watch.stop() if local_watch else None  # stop() again: the summary it kept
+    tcp_remote = remote_watch.stop() if remote_watch else None
+    if local_watch and tcp_local is None:
+        _say_once(spec, f"this host's TCP state could not be read: {local_watch.error}")
+    remote_note = ""
+    if remote_watch and tcp_remote is not None and not tcp_remote.sockets:
+        # Asked, but the remote saw no socket to our address: NAT, or a server elsewhere.
+        tcp_remote = None
+        remote_watch.error = (
+            f"the remote showed no TCP socket to {subject.client_address} (NAT, or the server runs at another address)"
+        )
+    if tcp and tcp_remote is None:
+        remote_note = (
+            _remote_stats_failed(spec, remote_watch.error)
+            if remote_watch
+            else f"remotes.{spec.remote.name} has no stats_command: the remote's TCP state cannot be read"
+        )
+    sender = tcp_remote if spec.direction == "download" else tcp_local
+    retransmits, source = _sender_retransmits(sender, outcome)
     return Ran(
         outcome=outcome,
         captured=capture is not None,
@@ -316,6 +363,9 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         capture_error=capture_error,
         sender_retransmits=retransmits,
         sender_retransmits_source=source,
+        tcp_local=tcp_local,
+        tcp_remote=tcp_remote,
+        tcp_remote_note=remote_note,
     )
 
 
@@ -360,6 +410,10 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         reported=dict(reported),
         rtt_seconds=reported.get("mean_rtt_seconds"),
         pcap_path=str(pcap_path) if pcap_path else "",
+        tcp_local=dict(ran.tcp_local.values) if ran.tcp_local else {},
+        tcp_remote=dict(ran.tcp_remote.values) if ran.tcp_remote else {},
+        tcp_remote_note=ran.tcp_remote_note,
+        congestion_control=_sender_congestion_control(prepared, ran),
     )
     if wire is None:  # no capture, or none that could be read: the wire fields keep their defaults
         return result
@@ -552,12 +606,35 @@ def _verify(spec: TransferSpec, values: Mapping[str, str]) -> datasets.Verificat
     return datasets.verify_copy(Path(values["remote_path"]), ds, sums)
 
 
-def _sender_retransmits(watch: SocketWatch | None, outcome: RunOutcome) -> tuple[int | None, str]:
-    if watch is not None and watch.retransmits is not None:
-        return watch.retransmits, "kernel"
+_stats_failures_logged: set[tuple[str, str]] = set()
+
+
+def _say_once(spec: TransferSpec, problem: str) -> None:
+    """A fact of the site (a stats command that fails), logged once per remote and reason."""
+    if (spec.remote.name, problem) not in _stats_failures_logged:
+        _stats_failures_logged.add((spec.remote.name, problem))
+        log.warning("%s", problem)
+
+
+def _remote_stats_failed(spec: TransferSpec, error: str) -> str:
+    """The reason the remote's TCP state is absent, logged once: the transfer itself is
+    measured all the same."""
+    note = f"remotes.{spec.remote.name}.stats_command: {error or 'no listing'}; the remote's TCP state is absent"
+    _say_once(spec, note)
+    return note
+
+
+def _sender_retransmits(sender: TcpSummary | None, outcome: RunOutcome) -> tuple[int | None, str]:
+    if sender is not None and sender.sockets:
+        return sender.retransmits, "kernel"
     if "retransmits" in outcome.reported:
         return int(outcome.reported["retransmits"]), "iperf3"
     return None, ""
+
+
+def _sender_congestion_control(prepared: Prepared, ran: Ran) -> str:
+    sender = ran.tcp_remote if prepared.subject.direction == "download" else ran.tcp_local
+    return sender.congestion_control if sender else ""
 
 
 def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:

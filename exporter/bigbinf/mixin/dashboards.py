@@ -27,8 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Self, TypeVar
 
-from grafana_foundation_sdk.builders import barchart, bargauge, heatmap, stat, table, timeseries, xychart
-from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
+from grafana_foundation_sdk.builders import (
+    barchart,
+    bargauge,
+    heatmap,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+    xychart,
+)
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, ScaleDistributionConfig, VizLegendOptions
 from grafana_foundation_sdk.builders.dashboard import (
     Dashboard,
     DashboardLink,
@@ -45,6 +54,7 @@ from grafana_foundation_sdk.models.common import (
     BigValueTextMode,
     LegendDisplayMode,
     LegendPlacement,
+    ScaleDistribution,
     VisibilityMode,
     VizOrientation,
 )
@@ -70,6 +80,7 @@ from grafana_foundation_sdk.models.xychart import SeriesMapping, XYShowMode
 
 from bigbinf import metrics
 from bigbinf.mixin import settings
+from bigbinf.result import LIMITS
 
 # What the usage and error messages tell people to run.
 COMMAND = "python -m bigbinf.mixin.dashboards"
@@ -91,14 +102,20 @@ def eq(label: str, value: str, op: str = "=") -> str:
 # ---------------------------------------------------------------- PromQL
 
 
+def local_hour(ts_expr: str) -> str:
+    """Local hour of a UTC timestamp's value; $tz_offset is hours east of UTC."""
+    return f"hour({ts_expr} + $tz_offset * 3600)"
+
+
 def start_hour() -> str:
-    """Local hour at which each series' last transfer started; $tz_offset is hours east of UTC."""
-    return f"hour({settings.START}{sel()} + $tz_offset * 3600)"
+    """Local hour at which each series' last transfer started."""
+    return local_hour(f"{settings.START}{sel()}")
 
 
-def peak(op: str) -> str:
-    """Keep the series whose last transfer started in (`<`) or out of (`>=`) the peak."""
-    return settings.in_peak(start_hour(), "$peak_start", "(($peak_end - $peak_start + 24) % 24)", op)
+def peak(op: str, hour: str | None = None) -> str:
+    """Keep the series whose last transfer started (or, given `hour`, whose hour is) in
+    (`<`) or out of (`>=`) the peak hours of the dashboard's variables."""
+    return settings.in_peak(hour or start_hour(), "$peak_start", "(($peak_end - $peak_start + 24) % 24)", op)
 
 
 def per_transfer_mean(keep: str, by: str = SERIES) -> str:
@@ -147,6 +164,54 @@ def outcome_code() -> str:
         for weight, name in (("", "skipped"), ("2 * ", "failed"), ("3 * ", "timeout"))
     ]
     return "\n+ ".join(parts)
+
+
+# What limited a transfer (bigbinf_last_transfer_limited_by{reason}), as one number a
+# value mapping can name and colour: its place in result.LIMITS, from 1.
+VERDICT_COLOURS = {
+    "receive_window": "orange",
+    "send_buffer": "yellow",
+    "congestion": "red",
+    "link_capacity": "green",
+    "application": "blue",
+}
+VERDICT_MAPPINGS: list[ValueMapping] = [
+    ValueMap(
+        options={
+            str(code): ValueMappingResult(text=reason, color=VERDICT_COLOURS.get(reason, "purple"), index=code - 1)
+            for code, reason in enumerate(LIMITS, 1)
+        }
+    )
+]
+
+
+def verdict_code() -> str:
+    """The last transfer's verdict as its code (VERDICT_MAPPINGS); absent without a verdict.
+
+    One term per reason, each only where that reason is the 1: a reason the exporter adds
+    to LIMITS later gets its own code here, and a missing 0 series changes nothing."""
+    gauge = settings.last_transfer("limited_by")
+    return "\nor ".join(
+        f"max by ({SERIES}) ({gauge}{sel(eq('reason', reason))} == 1) * 0 + {code}"
+        for code, reason in enumerate(LIMITS, 1)
+    )
+
+
+def psel(*extra: str) -> str:
+    """The path gauges' selector: they have a remote, not the series' other labels."""
+    return "{" + ", ".join(('remote=~"$remote"', *extra)) + "}"
+
+
+def probe_hour() -> str:
+    """Local hour of each path's last probe (the time-of-day split of the path gauges)."""
+    return local_hour(settings.probe_time(psel()))
+
+
+def probe_mean_by_period(gauge: str, op: str) -> str:
+    """Per-probe mean of a path gauge over the range, of the probes made in (`<`) or out of
+    (`>=`) the peak hours: each probe counts once and goes with the hour it was made at."""
+    keep = f"and on({settings.PATH_KEY}) {peak(op, probe_hour())}"
+    return f"avg by (remote) ({settings.probes(gauge, '$__range', psel(), keep)})"
 
 
 def largest_dataset() -> str:
@@ -320,6 +385,37 @@ def base(uid: str, title: str, description: str, time_from: str = "now-7d") -> D
         .variables(series_variables())
     )
     return d
+
+
+def textbox(name: str, label: str, value: str, description: str) -> TextBoxVariable:
+    return (
+        TextBoxVariable(name)
+        .label(label)
+        .default_value(value)
+        .current(VariableOption(selected=True, text=value, value=value))
+        .description(description)
+    )
+
+
+def time_of_day_variables(d: Dashboard) -> None:
+    """Peak hours and UTC offset, defaulting to the rules' committed settings."""
+    s = settings.Settings()
+    d.with_variable(
+        textbox("peak_start", "Peak from (h)", str(s.peak_start), "First peak hour, local time (the study: 11h).")
+    )
+    d.with_variable(
+        textbox(
+            "peak_end", "Peak until (h)", str(s.peak_end), "First hour after the peak, local time (the study: 15h)."
+        )
+    )
+    d.with_variable(
+        textbox(
+            "tz_offset",
+            "UTC offset (h)",
+            f"{s.tz_offset_hours:g}",
+            "Local time = UTC + this many hours, as a decimal: 2, -5, 5.5 for +5:30 (PromQL's hour() is UTC).",
+        )
+    )
 
 
 # ---------------------------------------------------------------- dashboards
@@ -603,27 +699,7 @@ def time_of_day() -> Dashboard:
         "Peak against off-peak (the study's Fig 4), throughput by hour of day, and today against "
         "yesterday and last week.  Peak hours and the time zone are the variables on the right.",
     )
-    d.with_variable(
-        TextBoxVariable("peak_start")
-        .label("Peak from (h)")
-        .default_value("11")
-        .current(VariableOption(selected=True, text="11", value="11"))
-        .description("First peak hour, local time (the study: 11h).")
-    )
-    d.with_variable(
-        TextBoxVariable("peak_end")
-        .label("Peak until (h)")
-        .default_value("15")
-        .current(VariableOption(selected=True, text="15", value="15"))
-        .description("First hour after the peak, local time (the study: 15h).")
-    )
-    d.with_variable(
-        TextBoxVariable("tz_offset")
-        .label("UTC offset (h)")
-        .default_value("0")
-        .current(VariableOption(selected=True, text="0", value="0"))
-        .description("Local time = UTC + this many hours, as a decimal: 2, -5, 5.5 for +5:30 (PromQL's hour() is UTC).")
-    )
+    time_of_day_variables(d)
 
     legend = "{{protocol}} {{dataset}} {{direction}} {{remote}}"
     d.with_row(g.row("Peak against off-peak (Fig 4)"))
@@ -930,8 +1006,338 @@ def transfer_detail() -> Dashboard:
     return d
 
 
+def path() -> Dashboard:
+    g = Grid()
+    d = base(
+        "bigbinf-path",
+        "bigbinf / Path",
+        "The path to each remote, probed once per round: RTT, loss, MTU, bandwidth and BDP, peak against "
+        "off-peak; what limited each transfer, with the kernel's evidence; both hosts' TCP buffer maxima "
+        "against the BDP.  The path panels follow the Remote variable only.",
+    )
+    time_of_day_variables(d)
+    rtt, loss = metrics.PATH_RTT.name, metrics.PATH_LOSS.name
+    remote_legend = "{{remote}}"
+
+    d.with_row(g.row("Round-trip time and loss"))
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Path RTT")
+            .description(
+                "Minimum, mean and maximum round-trip time of each round's probe train (ICMP echo, or TCP connect "
+                "where ICMP is filtered).  The minimum is the path's propagation delay and goes into the BDP; a "
+                "mean or maximum far above it is queueing."
+            )
+            .with_target(query(f"{rtt}{psel(eq('stat', 'min|avg|max', '=~'))}", "{{remote}} {{stat}}"))
+            .override_by_regexp(
+                ".* (min|max)",
+                [DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})],
+            )
+            .unit("s")
+            .min(0)
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_table()),
+            12,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Probe loss")
+            .description(
+                "Share of each round's probes that got no answer; 100% means the remote answered none "
+                "(BigbinfPathProbesUnanswered)."
+            )
+            .with_target(query(f"{loss}{psel()}", remote_legend))
+            .unit("percentunit")
+            .min(0)
+            .max(1)
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_table()),
+            7,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            stat.Panel()
+            .title("Last probe")
+            .description(
+                "How long ago each path was last probed (any method).  Probes run once per round: older than "
+                "twice the schedule interval, BigbinfPathProbesStale fires."
+            )
+            .with_target(query(f"time() - {settings.probe_time(psel())}", remote_legend, instant=True))
+            .unit("s")
+            .color_mode(BigValueColorMode.NONE)
+            .text_mode(BigValueTextMode.VALUE_AND_NAME)
+            .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])),
+            5,
+            8,
+        )
+    )
+
+    d.with_row(g.row("MTU, bandwidth and bandwidth-delay product"))
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Path MTU")
+            .description(
+                "Largest IP packet with DF set that reached the remote and was answered (1500 on Ethernet; less "
+                "behind a tunnel).  Absent where it is unknown (TCP probes)."
+            )
+            .with_target(query(f"{metrics.PATH_MTU.name}{psel()}", remote_legend))
+            .unit("bytes")
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_list()),
+            8,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Bandwidth estimate")
+            .description(
+                "The path's bottleneck estimate and where it comes from: configured (remotes.NAME.bandwidth), lab "
+                "(the lab's shaped rate) or iperf3 (the last ok iperf3 test: a lower bound, capped by the buffers "
+                "it ran with)."
+            )
+            .with_target(query(f"{metrics.PATH_BANDWIDTH.name}{psel()}", "{{remote}} {{source}}"))
+            .unit("Bps")
+            .min(0)
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_list()),
+            8,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Bandwidth-delay product")
+            .description(
+                "Bandwidth estimate x minimum probe RTT: the bytes in flight that fill the path, so what one TCP "
+                "connection's window (and both hosts' buffers) must hold."
+            )
+            .with_target(query(f"{metrics.PATH_BDP.name}{psel()}", "{{remote}} {{source}}"))
+            .unit("bytes")
+            .min(0)
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_list()),
+            8,
+            8,
+        )
+    )
+
+    d.with_row(g.row("Peak against off-peak"))
+    for title, gauge, unit, what in (
+        ("Mean RTT, peak and off-peak", f"{rtt}{psel(eq('stat', 'avg'))}", "s", "mean RTT of the probe trains"),
+        ("Probe loss, peak and off-peak", f"{loss}{psel()}", "percentunit", "loss of the probe trains"),
+    ):
+        d.with_panel(
+            g.place(
+                barchart.Panel()
+                .title(title)
+                .description(
+                    f"Per-probe {what} made in peak or off-peak hours (the variables) in the time range: each "
+                    "round's probe counts once, by the local time it was made.  Higher at peak is congestion "
+                    "on a shared path."
+                )
+                .with_target(query(probe_mean_by_period(gauge, "<"), instant=True, fmt=PromQueryFormat.TABLE))
+                .with_target(query(probe_mean_by_period(gauge, ">="), ref="B", instant=True, fmt=PromQueryFormat.TABLE))
+                .transformations(merge_and_rename({"remote": "remote", "Value #A": "peak", "Value #B": "off-peak"}))
+                .x_field("remote")
+                .unit(unit)
+                .show_value(VisibilityMode.AUTO)
+                .legend(legend_list()),
+                12,
+                8,
+            )
+        )
+
+    d.with_row(g.row("What limited each transfer"))
+    d.with_panel(
+        g.place(
+            statetimeline.Panel()
+            .title("Verdict per transfer series")
+            .description(
+                "What limited each series' last transfer, over time (bigbinf_last_transfer_limited_by == 1): "
+                "receive_window or send_buffer (a host's buffers: see below), congestion (loss on the path), "
+                "link_capacity (the path was full: nothing to tune), application (the program or its disk).  "
+                "Gaps: no verdict (failed or UDP transfers)."
+            )
+            .with_target(query(verdict_code(), LEGEND_SERIES))
+            .mappings(VERDICT_MAPPINGS)
+            .show_value(VisibilityMode.AUTO)
+            .merge_values(True)
+            .legend(legend_list()),
+            24,
+            9,
+        )
+    )
+    tcp_limited = settings.last_transfer("tcp_limited_seconds")
+
+    def limited(limit: str) -> str:
+        return f"max by ({SERIES}) ({tcp_limited}{sel(eq('limit', limit))})"
+
+    rate = settings.last_transfer("tcp_delivery_rate_bytes_per_second")
+    columns = [
+        ("A", verdict_code(), "verdict"),
+        ("B", limited("busy"), "busy"),
+        ("C", settings.ratio(limited("rwnd"), limited("busy")), "receive-window-limited"),
+        ("D", settings.ratio(limited("sndbuf"), limited("busy")), "send-buffer-limited"),
+        ("E", f"max by ({SERIES}) ({rate}{sel()})", "delivery rate"),
+        (
+            "F",
+            f"max by ({SERIES}) (\n  {rate}{sel()}\n  / on({settings.PATH_KEY}) group_left()\n"
+            f"  max without(source) ({metrics.PATH_BANDWIDTH.name}{psel()}))",
+            "of path bandwidth",
+        ),
+        ("G", f"max by ({SERIES}) ({settings.last_transfer('tcp_min_rtt_seconds')}{sel()})", "min RTT (kernel)"),
+        ("H", f"max by ({SERIES}) ({settings.LAST_THROUGHPUT}{sel()})", "throughput"),
+    ]
+    evidence = (
+        table.Panel()
+        .title("Last verdict and the TCP evidence")
+        .description(
+            "Per series, the last transfer's verdict and the sender kernel's numbers it was judged by: time with "
+            "data in flight (busy), the shares of it limited by the receive window and by the send buffer "
+            "(30% or more gives that verdict), the median delivery rate and its share of the path's bandwidth "
+            "estimate (90% or more: link_capacity), the smallest RTT the connection saw, and the file throughput.  "
+            "Empty cells: the sender is the remote and cannot be asked."
+        )
+    )
+    for ref, expr, _ in columns:
+        evidence = evidence.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
+    names = {label: label for label in ("protocol", "remote", "dataset", "direction")}
+    names.update({f"Value #{ref}": name for ref, _, name in columns})
+    evidence = evidence.transformations(merge_and_rename(names))
+    evidence = evidence.override_by_name(
+        "verdict",
+        [
+            DynamicConfigValue(id_val="mappings", value=VERDICT_MAPPINGS),
+            DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+        ],
+    )
+    for name, unit in (
+        ("busy", "s"),
+        ("receive-window-limited", "percentunit"),
+        ("send-buffer-limited", "percentunit"),
+        ("delivery rate", "Bps"),
+        ("of path bandwidth", "percentunit"),
+        ("min RTT (kernel)", "s"),
+        ("throughput", "Bps"),
+    ):
+        evidence = evidence.override_by_name(*unit_override(name, unit))
+    d.with_panel(g.place(evidence, 24, 8))
+
+    d.with_row(g.row("TCP buffers against the BDP"))
+    buffers = f"{metrics.TCP_BUFFER_MAX.name}{psel()}"
+    bdp = settings.path_bdp(psel())
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Buffer maxima and the BDP")
+            .description(
+                "Both hosts' TCP buffer maxima (side local: this host, remote: the remote where it can be asked): "
+                "tcp_rmem and tcp_wmem are the autotuning maxima every connection is held to, rmem_max and "
+                "wmem_max the caps on buffers a program sets itself.  The BDP (thick) is what a window must hold: "
+                "an autotuning maximum below it fires BigbinfTcpBuffersBelowBdp.  Log scale."
+            )
+            .with_target(query(buffers, "{{remote}} {{side}} {{kind}}"))
+            .with_target(query(bdp, "{{remote}} BDP", ref="B"))
+            .override_by_regexp(".* BDP", [DynamicConfigValue(id_val="custom.lineWidth", value=4)])
+            .unit("bytes")
+            .scale_distribution(ScaleDistributionConfig().type(ScaleDistribution.LOG).log(2))
+            .legend(legend_table()),
+            24,
+            9,
+        )
+    )
+    by = "remote, side, kind"
+    headroom = (
+        table.Panel()
+        .title("Buffer maxima against the BDP, now")
+        .description(
+            "Each host's maxima and the path's BDP.  Below 1 x the BDP (red) one connection cannot fill the path "
+            "(BigbinfTcpBuffersBelowBdp, for tcp_rmem and tcp_wmem); below 2 x (orange) a receive buffer still "
+            "falls short, as the window it advertises is only part of it.  `bigbinf-exporter advise --remote R` "
+            "prints the sysctl lines."
+        )
+        .with_target(query(f"max by ({by}) ({buffers})", ref="A", instant=True, fmt=PromQueryFormat.TABLE))
+        .with_target(
+            query(
+                f"max by ({by}) (\n  {buffers} * 0\n  + on({settings.PATH_KEY}) group_left()\n  {bdp})",
+                ref="B",
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .with_target(
+            query(
+                f"max by ({by}) (\n  {buffers}\n  / on({settings.PATH_KEY}) group_left()\n  ({bdp} > 0))",
+                ref="C",
+                instant=True,
+                fmt=PromQueryFormat.TABLE,
+            )
+        )
+        .transformations(
+            merge_and_rename(
+                {
+                    "remote": "remote",
+                    "side": "side",
+                    "kind": "kind",
+                    "Value #A": "maximum",
+                    "Value #B": "BDP",
+                    "Value #C": "x BDP",
+                }
+            )
+        )
+        .override_by_name(*unit_override("maximum", "bytes"))
+        .override_by_name(*unit_override("BDP", "bytes"))
+        .override_by_name(
+            "x BDP",
+            [
+                DynamicConfigValue(id_val="decimals", value=2),
+                DynamicConfigValue(
+                    id_val="thresholds", value=thresholds((None, "red"), (1, "orange"), (2, "green")).build()
+                ),
+                DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+            ],
+        )
+    )
+    d.with_panel(g.place(headroom, 16, 8))
+    d.with_panel(
+        g.place(
+            table.Panel()
+            .title("Congestion control")
+            .description(
+                "Each host's default congestion control (net.ipv4.tcp_congestion_control): cubic backs off on "
+                "every loss, bbr paces at the measured bottleneck; on a lossy long path that matters as much as "
+                "the buffers."
+            )
+            .with_target(
+                query(
+                    f"max by (remote, side, algorithm) ({metrics.TCP_CONGESTION_CONTROL.name}{psel()} == 1)",
+                    instant=True,
+                    fmt=PromQueryFormat.TABLE,
+                )
+            )
+            .transformations(
+                [DataTransformerConfig(id_val="organize", options={"excludeByName": {"Time": True, "Value": True}})]
+            ),
+            8,
+            8,
+        )
+    )
+    return d
+
+
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "overview.json": overview,
+    "path.json": path,
     "protocols.json": protocols,
     "time-of-day.json": time_of_day,
     "transfer-detail.json": transfer_detail,

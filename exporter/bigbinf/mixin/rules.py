@@ -45,6 +45,7 @@ from bigbinf.mixin.settings import (
     MEAN_RECENT,
     OK,
     OK_PERIOD,
+    PATH_KEY,
     PEAK,
     PERIOD_BASELINE_7D,
     PERIOD_COUNT_ROLLUP,
@@ -61,6 +62,8 @@ from bigbinf.mixin.settings import (
     hour_label,
     in_peak,
     last_transfer,
+    path_bdp,
+    probe_time,
     ratio,
     tiles,
     write_or_check,
@@ -286,6 +289,12 @@ def recording(s: Settings) -> dict[str, Any]:
 # ---------------------------------------------------------------- alerting rules
 
 SERIES_TEXT = "{{ $labels.protocol }} {{ $labels.direction }} of {{ $labels.dataset }} with {{ $labels.remote }}"
+# The path's BDP and its source, looked up when the alert is sent: $value is the buffer.
+BDP_TEXT = (
+    "{{ range query (printf "
+    f'"{metrics.PATH_BDP.name}{{job=%q, instance=%q, remote=%q}}" $labels.job $labels.instance $labels.remote) }}}}'
+    " ({{ .Value | humanize1024 }}B, bandwidth source {{ .Labels.source }}){{ end }}"
+)
 
 
 def alert(
@@ -394,6 +403,53 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             f"Retransmits high: {SERIES_TEXT}",
             f"{{{{ $value | humanizePercentage }}}} of the captured packets of the last {s.recent_window} "
             f"were TCP retransmissions (threshold {num(s.retransmit_ratio_max * 100)}%).",
+        ),
+        # The path alerts: per remote (job, instance, remote), from the probes each round
+        # makes before its transfers (docs/runbook.md).
+        alert(
+            s,
+            "BigbinfTcpBuffersBelowBdp",
+            (
+                f'{metrics.TCP_BUFFER_MAX.name}{{kind=~"tcp_rmem|tcp_wmem"}}\n'
+                f"  < on({PATH_KEY}) group_left()\n"
+                f"  {path_bdp()}"
+            ),
+            s.buffers_for,
+            "warning",
+            "TCP {{ $labels.kind }} maximum of the {{ $labels.side }} host below the BDP to {{ $labels.remote }}",
+            "The {{ $labels.side }} host's net.ipv4.{{ $labels.kind }} maximum (its third field: the most TCP "
+            f'autotuning gives a connection\'s {{{{ if eq $labels.kind "tcp_rmem" }}}}receive'
+            f"{{{{ else }}}}send{{{{ end }}}} buffer) is {{{{ $value | humanize1024 }}}}B, below the "
+            f"bandwidth-delay product of the path to {{{{ $labels.remote }}}}{BDP_TEXT}: one TCP connection cannot "
+            f'keep the path full in {{{{ if eq (eq $labels.side "local") (eq $labels.kind "tcp_rmem") }}}}'
+            "downloads{{ else }}uploads{{ end }}.  `bigbinf-exporter advise --remote {{ $labels.remote }}` prints "
+            "the sysctl lines that raise it.",
+        ),
+        alert(
+            s,
+            "BigbinfPathProbesUnanswered",
+            f"{metrics.PATH_LOSS.name} == 1",
+            s.probes_unanswered_for,
+            "warning",
+            "Path probes unanswered: {{ $labels.remote }}",
+            f"No probe of the last probe train to {{{{ $labels.remote }}}} was answered, and none since, for "
+            f"{s.probes_unanswered_for} (each round's loss stands until the next round's): the path or the remote "
+            f"is down, or the probes are filtered.  The path's RTT, MTU and BDP are not measured meanwhile.",
+        ),
+        alert(
+            s,
+            "BigbinfPathProbesStale",
+            (
+                f"time() - {probe_time()}\n"
+                f"  > on({PATH_KEY}) group_left()\n"
+                f"  {num(s.stale_multiple)} * max by({PATH_KEY}) ({interval})"
+            ),
+            s.probes_stale_for,
+            "warning",
+            "Path to {{ $labels.remote }} not probed",
+            f"The last probe of the path to {{{{ $labels.remote }}}} was {{{{ $value | humanizeDuration }}}} ago, "
+            f"more than {num(s.stale_multiple)} times the longest schedule interval of its series: the path "
+            f"gauges (RTT, loss, MTU, BDP, TCP buffers) are stale.",
         ),
         alert(
             s,

@@ -103,7 +103,11 @@ class Settings:
         0.2, "alert when more than this share of recent transfers did not end ok (skipped ones excluded)"
     )
     failing_for: str = _opt("15m", "for: of BigbinfTransfersFailing")
-    stale_multiple: float = _opt(2.0, "alert when the last success is older than this x the schedule interval")
+    stale_multiple: float = _opt(
+        2.0,
+        "alert when the last success (BigbinfSeriesStale), or a path's last probe (BigbinfPathProbesStale), "
+        "is older than this x the schedule interval",
+    )
     stale_for: str = _opt("10m", "for: of BigbinfSeriesStale")
     exporter_down_for: str = _opt("5m", "for: of BigbinfExporterDown")
     byte_ratio_max: float = _opt(1.10, "alert above this many wire bytes per file byte")
@@ -111,6 +115,13 @@ class Settings:
     retransmit_ratio_max: float = _opt(0.01, "alert above this share of retransmitted segments per captured packet")
     retransmits_for: str = _opt("30m", "for: of BigbinfRetransmitsHigh")
     config_reload_for: str = _opt("10m", "for: of BigbinfConfigReloadFailed")
+    buffers_for: str = _opt(
+        "1h",
+        "for: of BigbinfTcpBuffersBelowBdp (a sysctl setting, not a passing state: the path gauges change once "
+        "per round)",
+    )
+    probes_unanswered_for: str = _opt("30m", "for: of BigbinfPathProbesUnanswered")
+    probes_stale_for: str = _opt("10m", "for: of BigbinfPathProbesStale")
     runbook: str = _opt("docs/runbook.md", "base of each alert's runbook_url (point it at your repository's copy)")
 
     def validate(self) -> list[str]:
@@ -166,6 +177,22 @@ def last_transfer(gauge: str) -> str:
 START = last_transfer("start_timestamp_seconds")
 LAST_THROUGHPUT = last_transfer("throughput_bytes_per_second")
 THROUGHPUT = metrics.THROUGHPUT_HIST.name
+
+# The path to each remote (labels job, instance, remote), probed once per round.
+PATH_KEY = "job, instance, remote"
+
+
+def path_bdp(selector: str = "") -> str:
+    """The BDP of each path, without its `source` label, to match the buffer maxima on
+    the remote alone.  The exporter publishes one source per path (configured, else lab,
+    else iperf3); were there more, the largest is what a window must hold."""
+    return f"max without(source) ({metrics.PATH_BDP.name}{selector})"
+
+
+def probe_time(selector: str = "", offset: str = "") -> str:
+    """UTC time of each path's last probe, whatever its method: one series per path."""
+    return f"max without(method) ({metrics.PATH_PROBE_TS.name}{selector}{f' offset {offset}' if offset else ''})"
+
 
 # ---------------------------------------------------------------- recording rules' names
 #
@@ -239,6 +266,26 @@ def tiles(counter: str, window: str, keep: str = "", offset: str = "") -> str:
     """
     inner = tile_increase(counter) + (f"\n    {keep}" if keep else "")
     return f"sum_over_time(({inner})[{window}:{TILE}]{f' offset {offset}' if offset else ''})"
+
+
+def new_probe(gauge: str, selector: str = "", tile: str = TILE) -> str:
+    """A path gauge, kept only where the path was probed again in the tile ending at the
+    evaluation time.
+
+    Evaluated at steps of one tile (a subquery [range:1m]), each probe counts once, in
+    the tile it landed in, however long its values stay the latest: means over such a
+    subquery are per probe, as the transfers' are per transfer, and a probe followed by
+    a long gap (the exporter was down) weighs no more than the others.  Probes less than
+    a tile apart count once per tile (the last).  A tile without a probe time a tile
+    earlier is left out, as tile_increase leaves out a tile without a sample."""
+    return f"{gauge}\n  and on({PATH_KEY}) ({probe_time(selector)} != {probe_time(selector, tile)})"
+
+
+def probes(gauge: str, window: str, selector: str = "", keep: str = "") -> str:
+    """Per-probe mean of a path gauge over `window`, of the probes `keep` selects (a
+    filter on the probe time, e.g. in_peak of its hour)."""
+    inner = new_probe(gauge, selector) + (f"\n    {keep}" if keep else "")
+    return f"avg_over_time(({inner})[{window}:{TILE}])"
 
 
 def ratio(numerator: str, denominator: str) -> str:

@@ -22,8 +22,8 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples
-from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, Result, SeriesKey
+from bigbinf.metrics import last_result_samples, path_samples
+from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
 
 @dataclass
@@ -84,6 +84,7 @@ class ExporterState:
         self.config_ok = False
         self.config_ok_timestamp: float | None = None
         self.journal_failures = 0
+        self.paths: dict[str, PathBaseline] = {}  # the last baseline of each remote
 
     def prime(self, keys: Iterable[SeriesKey], schedule_interval: float | None = None) -> None:
         """Export every configured series from now on (counters at 0), with the longest
@@ -125,6 +126,30 @@ class ExporterState:
             # The histogram's _sum is exact: the payload bytes the analyser totalled.
             c.payload_sizes["down"].add_counts(r.payload_histogram.get("down", []), r.payload_bytes_down)
             c.payload_sizes["up"].add_counts(r.payload_histogram.get("up", []), r.payload_bytes_up)
+
+    def latest_results(self) -> list[Result]:
+        with self._lock:
+            return list(self.latest.values())
+
+    def record_path(self, b: PathBaseline) -> None:
+        with self._lock:
+            current = self.paths.get(b.remote)
+            if current is None or b.start_timestamp >= current.start_timestamp:
+                self.paths[b.remote] = b
+
+    def restore_paths(self, baselines: Iterable[PathBaseline]) -> int:
+        """Path gauges from the baselines' journal, as restore() does for results."""
+        n = 0
+        for b in baselines:
+            n += 1
+            self.record_path(b)
+        return n
+
+    def forget_paths(self, remotes: Iterable[str]) -> None:
+        """Keep only the paths of configured remotes (after a reload)."""
+        keep = set(remotes)
+        with self._lock:
+            self.paths = {name: b for name, b in self.paths.items() if name in keep}
 
     def record_round(self, duration: float, end: float) -> None:
         with self._lock:
@@ -178,6 +203,7 @@ class BigbinfCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.state.snapshot()
         yield from self._last_results(s)
+        yield from self._paths(s)
         yield from self._series_counters(s)
         yield from self._self_metrics(s)
 
@@ -192,6 +218,16 @@ class BigbinfCollector(Collector):
                 fam[name].add_metric(lv + [v for _, v in extra], value)
         for key in sorted(s.last_success, key=_labels):
             fam[M.LAST_SUCCESS.name].add_metric(_labels(key), s.last_success[key])
+        yield from fam.values()
+
+    # -- paths
+
+    @staticmethod
+    def _paths(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.PATH}
+        for remote in sorted(s.paths):
+            for name, extra, value in path_samples(s.paths[remote]):
+                fam[name].add_metric([remote, *(v for _, v in extra)], value)
         yield from fam.values()
 
     # -- counters and histograms

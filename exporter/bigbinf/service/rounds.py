@@ -15,10 +15,11 @@ import uuid
 from collections.abc import Callable
 
 from bigbinf.config import Config
-from bigbinf.journal import Journal
-from bigbinf.measure.plan import LabSite, TransferSpec, plan_round
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure.baseline import measure_path
+from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
-from bigbinf.result import Result, SeriesKey
+from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,11 @@ class RoundRunner:
         self.lab = lab
         self.state = state
         self.journal = Journal(config.journal.path)
+        self.baselines = BaselineJournal(baseline_path(config.journal.path))
         self.on_result = on_result
         self._lock = threading.Lock()
         self.stopping = threading.Event()
+        self._iperf3_rates: dict[tuple[str, SeriesKey], float] = {}  # last ok iperf3 rate per series
 
     def run_round(self, specs: list[TransferSpec] | None = None) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running."""
@@ -71,11 +74,12 @@ class RoundRunner:
         for _repetition in range(config.schedule.rounds):
             start = time.monotonic()
             round_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+            paths = self.probe_paths(specs)
             for spec in specs:
                 if self.stopping.is_set():
                     return results
                 log.info("round %s: %s", round_id, spec.label)
-                result = run_transfer(spec, config, round_id)
+                result = run_transfer(spec, config, round_id, paths.get(spec.remote.name))
                 if self.stopping.is_set():
                     # Killed by our own shutdown: not a measurement of the remote.
                     log.info("%s interrupted by shutdown: not recorded", spec.label)
@@ -84,6 +88,49 @@ class RoundRunner:
                 results.append(result)
             self.state.record_round(time.monotonic() - start, time.time())
         return results
+
+    def probe_paths(self, specs: list[TransferSpec]) -> dict[str, PathBaseline]:
+        """The path to each remote of the round, probed before its transfers (outside
+        their captures); journaled, then published, like results."""
+        remotes: dict[str, Remote] = {}
+        for spec in specs:
+            remotes.setdefault(spec.remote.name, spec.remote)
+        paths = {}
+        for name, remote in remotes.items():
+            if self.stopping.is_set():
+                break
+            try:
+                baseline = measure_path(remote, self._measured_bandwidth(name))
+            except Exception as exc:  # a probe's bug never takes the round's transfers down
+                log.exception("path %s: probe failed", name)
+                baseline = PathBaseline(name, time.time(), error=f"internal error: {type(exc).__name__}: {exc}")
+            self.publish_path(baseline)
+            paths[name] = baseline
+        return paths
+
+    def _measured_bandwidth(self, remote: str) -> float | None:
+        """The bottleneck as the last ok iperf3 tests to `remote` measured it (its own
+        report: memory to memory, the path's capacity rather than a disk's); kept per
+        series past a later failed test, and from the journal's last results at start."""
+        for r in self.state.latest_results():
+            self._note_iperf3(r)
+        rates = [rate for (name, _series), rate in self._iperf3_rates.items() if name == remote]
+        return max(rates, default=None)
+
+    def _note_iperf3(self, r: Result) -> None:
+        if r.outcome == "ok" and r.reported.get("bytes", 0) > 0 and r.reported.get("seconds", 0) > 0:
+            self._iperf3_rates[(r.remote, r.key)] = r.reported["bytes"] / r.reported["seconds"]
+
+    def publish_path(self, baseline: PathBaseline) -> None:
+        if baseline.remote not in self.config.remotes:
+            return  # removed by a reload while this round ran: its gauges must not come back
+        _log_path(baseline)
+        try:
+            self.baselines.append(baseline)
+        except OSError as exc:
+            log.error("journal %s: cannot write (%s)", self.baselines.path, exc)
+            self.state.record_journal_failure()
+        self.state.record_path(baseline)
 
     def publish(self, result: Result) -> None:
         _log_result(result)
@@ -97,8 +144,29 @@ class RoundRunner:
             )
             self.state.record_journal_failure()
         self.state.record(result)
+        self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)
+
+
+_path_problems_logged: set[tuple[str, str]] = set()
+
+
+def _log_path(b: PathBaseline) -> None:
+    if b.probes_answered:
+        log.info(
+            "path %s: rtt min/avg/max/mdev %.3f/%.3f/%.3f/%.3f ms, loss %.1f%%, mtu %s, bdp %s",
+            b.remote,
+            *((v or 0.0) * 1000 for v in (b.rtt_min_seconds, b.rtt_avg_seconds, b.rtt_max_seconds, b.rtt_mdev_seconds)),
+            b.loss_ratio * 100,
+            b.mtu_bytes or "unknown",
+            f"{b.bdp_bytes:.0f} B ({b.bandwidth_source})" if b.bdp_bytes else "unknown",
+        )
+    # A filtered probe or a remote without stats access is a fact of the site: said once.
+    for problem in filter(None, (b.error, b.remote_note)):
+        if (b.remote, problem) not in _path_problems_logged:
+            _path_problems_logged.add((b.remote, problem))
+            log.warning("path %s: %s", b.remote, problem)
 
 
 _skip_logged: set[tuple[str, str]] = set()

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from bigbinf.config import Config, ConfigError, load_config
-from bigbinf.journal import Journal
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.process import kill_all_active
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
@@ -51,6 +51,8 @@ class Exporter:
             r for r in self.runner.journal.read() if r.source == "exporter" and r.key in configured
         )
         log.info("restored %d results from %s", restored, config.journal.path)
+        remotes = set(config.remotes)
+        self.state.restore_paths(b for b in self.runner.baselines.read() if b.remote in remotes)
         self.state.prime(configured, longest_gap_seconds(config.schedule))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
         self.httpd: ThreadingHTTPServer | None = None
@@ -114,6 +116,8 @@ class Exporter:
                 return False
             self.runner.config = config
             self.runner.journal = Journal(config.journal.path)
+            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
+            self.state.forget_paths(config.remotes)
             self.state.prime(series_of(config, self.runner.lab), longest_gap_seconds(config.schedule))
             self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.record_config(True)

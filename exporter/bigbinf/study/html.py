@@ -79,6 +79,7 @@ def render_html(report: Report) -> str:
             "Time (s)",
             "Speed (bytes/s)",
             STUDY_SPEED_HEADING.replace(")", ", B/s)"),
+            "Limited by",
         ),
         (
             [
@@ -92,6 +93,7 @@ def render_html(report: Report) -> str:
                 _num(r.time_seconds),
                 _num(r.speed_bytes_per_second),
                 _num(r.study_speed_bytes_per_second),
+                r.limited_by,
             ]
             for r in report.table2
         ),

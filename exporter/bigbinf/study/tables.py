@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bigbinf.journal import SkippedLine
-from bigbinf.result import Result
+from bigbinf.result import LIMITS, Result
 from bigbinf.study.common import IMPORTED, group_order, measured_by, series_label
 from bigbinf.study.stats import NORMALITY_ALPHA, mean, normal_verdict, sd, shapiro_p, welch
 
@@ -200,10 +200,22 @@ class Table2Row:
     # Mean of study_speed over the transfers that have it (None if none has): the number
     # to compare with the 2015 study's tables.
     study_speed_bytes_per_second: float | None = None
+    # What limited these transfers most often, with how many of the judged ones:
+    # "receive_window (3/4)"; "" when none was judged (imports, UDP, older journals).
+    limited_by: str = ""
 
     @property
     def label(self) -> str:
         return series_label(self.protocol, self.direction, self.source)
+
+
+def most_common_limit(members: Sequence[Result]) -> str:
+    verdicts = Counter(r.limited_by for r in members if r.limited_by)
+    if not verdicts:
+        return ""
+    # Ties go to the reason named first in LIMITS, so the column is stable.
+    reason, count = max(verdicts.items(), key=lambda kv: (kv[1], -LIMITS.index(kv[0]) if kv[0] in LIMITS else -99))
+    return f"{reason} ({count}/{sum(verdicts.values())})"
 
 
 def table2(used: Sequence[Result]) -> list[Table2Row]:
@@ -231,6 +243,7 @@ def table2(used: Sequence[Result]) -> list[Table2Row]:
                 time_seconds=statistics.fmean(r.duration_seconds for r in members),
                 speed_bytes_per_second=statistics.fmean(r.throughput_bytes_per_second for r in members),
                 study_speed_bytes_per_second=statistics.fmean(study) if study else None,
+                limited_by=most_common_limit(members),
             )
         )
     return rows
@@ -358,4 +371,5 @@ TABLE2_HEADINGS = (
     "Time (s)",
     "Speed (bytes/s)",
     STUDY_SPEED_HEADING,
+    "Limited by",
 )

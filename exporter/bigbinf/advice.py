@@ -1,0 +1,224 @@
+"""`advise`: per path, what limited the recent transfers and how to lift a host limit.
+
+The NCSA poster's gain came from TCP buffers sized to the bandwidth-delay product.  A
+window must hold the BDP to fill the path; Linux counts skb overhead in the buffer and
+advertises only part of it as window (net.ipv4.tcp_adv_win_scale, or the measured
+scaling ratio since 6.x), so the buffer maxima are advised at TARGET_FACTOR x BDP, as
+ESnet's host tuning guide does.  Autotuning stops at net.ipv4.tcp_rmem/tcp_wmem's
+maximum; net.core.rmem_max/wmem_max cap only the buffers an application sets itself
+(GridFTP's tcp-bs, iperf3 -w), so those lines matter for such tools only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from bigbinf.config import Config
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure.baseline import buffer_values
+from bigbinf.measure.limits import human_bytes, human_rate
+from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
+from bigbinf.measure.process import in_netns
+from bigbinf.measure.tcpstate import TcpStateError, read_tcp_settings
+from bigbinf.result import PathBaseline, Result
+
+TARGET_FACTOR = 2
+ROUND_TO = 1 << 20  # whole MiB: lines a human can read and check
+NETWORK_LIMITS = ("link_capacity", "congestion")
+HOST_LIMITS = ("receive_window", "send_buffer")
+SYSCTL_KEYS = {
+    "tcp_rmem": "net.ipv4.tcp_rmem",
+    "tcp_wmem": "net.ipv4.tcp_wmem",
+    "rmem_max": "net.core.rmem_max",
+    "wmem_max": "net.core.wmem_max",
+}
+
+
+class AdviceError(Exception):
+    """Bad input to advise (an unknown remote): the message names the fix."""
+
+
+@dataclass(frozen=True)
+class SysctlChange:
+    side: str  # local | remote
+    kind: str  # a key of SYSCTL_KEYS
+    current: float
+    wanted: str  # the whole value to write (three numbers for tcp_rmem/tcp_wmem)
+    why: str
+
+    @property
+    def line(self) -> str:
+        return f'sysctl -w {SYSCTL_KEYS[self.kind]}="{self.wanted}"'
+
+
+def target_buffer(bdp: float) -> int:
+    """TARGET_FACTOR x BDP, rounded up to whole MiB."""
+    return max(ROUND_TO, math.ceil(TARGET_FACTOR * bdp / ROUND_TO) * ROUND_TO)
+
+
+def buffer_changes(bdp: float, buffers: dict[str, dict[str, float]], directions: Iterable[str]) -> list[SysctlChange]:
+    """The sysctl values below the target on the sides that matter for `directions`:
+    the receiver's receive buffers and the sender's send buffers."""
+    target = target_buffer(bdp)
+    roles: dict[tuple[str, str], str] = {}
+    for direction in directions:
+        receiver, sender = ("local", "remote") if direction == "download" else ("remote", "local")
+        for side, kinds, role in (
+            (receiver, ("tcp_rmem", "rmem_max"), "receives"),
+            (sender, ("tcp_wmem", "wmem_max"), "sends"),
+        ):
+            for kind in kinds:
+                roles[(side, kind)] = f"{'this host' if side == 'local' else 'the remote'} {role} {direction}s"
+    changes = []
+    for (side, kind), role in sorted(roles.items()):
+        values = buffers.get(side, {})
+        current = values.get(kind)
+        if current is None or current >= target:
+            continue
+        if kind in ("tcp_rmem", "tcp_wmem"):
+            low, default = int(values.get(f"{kind}_min", 4096)), int(values.get(f"{kind}_default", 131072))
+            wanted = f"{low} {default} {target}"
+            why = f"{role}: autotuning stops at {current:.0f} B, below {TARGET_FACTOR} x BDP"
+        else:
+            wanted = str(target)
+            why = f"{role}: caps buffers that applications set themselves (GridFTP tcp-bs, iperf3 -w)"
+        changes.append(SysctlChange(side, kind, current, wanted, why))
+    return changes
+
+
+def advise(config: Config, lab: LabSite | None, remote: str | None = None, recent: int = 1) -> str:
+    """The advice text for every remote (or one): read from the journals and, live, from
+    both ends' sysctls where they can be read."""
+    remotes = {r.name: r for r in plan_remotes(config, lab)}
+    if remote is not None and remote not in remotes:
+        raise AdviceError(f"--remote {remote}: no such remote; configured: {', '.join(remotes) or 'none'}")
+    chosen = [remotes[remote]] if remote else list(remotes.values())
+    directions: dict[str, set[str]] = {}
+    for spec in plan_round(config, lab):
+        directions.setdefault(spec.remote.name, set()).add(spec.direction)
+    baselines: dict[str, PathBaseline] = {}
+    for b in BaselineJournal(baseline_path(config.journal.path)).read():
+        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
+            baselines[b.remote] = b
+    results = [r for r in Journal(config.journal.path).read() if r.source == "exporter"]
+    return "\n\n".join(
+        _path_advice(r, baselines.get(r.name), _recent(results, r.name, recent), sorted(directions.get(r.name, ())))
+        for r in chosen
+    )
+
+
+def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:
+    """The newest `per_series` judged transfers of each series to `remote`."""
+    by_series: dict[tuple[str, str, str], list[Result]] = {}
+    for r in results:
+        if r.remote == remote and r.limited_by:
+            by_series.setdefault((r.protocol, r.dataset, r.direction), []).append(r)
+    recent = []
+    for key in sorted(by_series):
+        recent += sorted(by_series[key], key=lambda r: r.start_timestamp)[-per_series:]
+    return recent
+
+
+def _live_buffers(remote: Remote, baseline: PathBaseline | None) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Both ends' buffer limits as they are now; where a side cannot be read, as the last
+    probe read them, and a note says so."""
+    buffers: dict[str, dict[str, float]] = {}
+    notes = []
+    sides = [("local", in_netns(remote.netns, []))]
+    if remote.stats_command:
+        sides.append(("remote", remote.stats_argv([])))
+    for side, prefix in sides:
+        try:
+            buffers[side] = buffer_values(read_tcp_settings(prefix))
+        except TcpStateError as exc:
+            if baseline and side in baseline.buffers:
+                buffers[side] = baseline.buffers[side]
+                notes.append(f"{side}: {exc}; using the values read at {baseline.start_utc}")
+            else:
+                notes.append(f"{side}: {exc}")
+    if not remote.stats_command:
+        notes.append(
+            f"the remote's buffers cannot be read: give remotes.{remote.name}.stats_command "
+            "(e.g. [ssh, -i, KEY, user@host]) to include them"
+        )
+    return buffers, notes
+
+
+def _path_advice(remote: Remote, baseline: PathBaseline | None, recent: list[Result], directions: list[str]) -> str:
+    where = f" (network namespace {remote.netns})" if remote.netns else ""
+    lines = [f"== path {remote.name} ({remote.address})"]
+    if baseline is None:
+        lines.append("   no path baseline yet: run a round first (`once`, or wait for the schedule)")
+        return "\n".join(lines)
+    b = baseline
+    lines.append(f"   probed {b.start_utc} ({b.probes_sent} {b.method} probes)")
+    if b.probes_answered:
+        rtts = "/".join(f"{(v or 0) * 1000:.2f}" for v in (b.rtt_min_seconds, b.rtt_avg_seconds, b.rtt_max_seconds))
+        lines.append(
+            f"   RTT min/avg/max {rtts} ms, mdev {(b.rtt_mdev_seconds or 0) * 1000:.2f} ms, "
+            f"loss {b.loss_ratio:.1%}, MTU {b.mtu_bytes or 'unknown'}"
+        )
+    if b.error:
+        lines.append(f"   probe: {b.error}")
+    bdp = b.bdp_bytes
+    if bdp is None:
+        lines.append(
+            "   BDP unknown: no bandwidth estimate (give remotes.NAME.bandwidth, or schedule an iperf3 test to "
+            "this remote)"
+            if b.bandwidth_bytes_per_second is None
+            else "   BDP unknown: the probe measured no RTT"
+        )
+    else:
+        lines.append(
+            f"   bandwidth {human_rate(b.bandwidth_bytes_per_second)} ({b.bandwidth_source}) x min RTT "
+            f"{(b.rtt_min_seconds or 0) * 1000:.2f} ms = BDP {human_bytes(bdp)}; buffers wanted: "
+            f"{TARGET_FACTOR} x BDP = {target_buffer(bdp)} B"
+        )
+    if b.congestion_control:
+        lines.append(
+            "   congestion control: " + ", ".join(f"{side} {cc}" for side, cc in sorted(b.congestion_control.items()))
+        )
+    lines.append("   recent transfers:" if recent else "   no judged transfers yet")
+    for r in recent:
+        lines.append(f"     {r.protocol}/{r.dataset}/{r.direction} {r.start_utc}: {r.limited_by}: {r.limited_evidence}")
+    buffers, notes = _live_buffers(remote, b)
+    lines += [f"   note: {n}" for n in notes]
+    for side in sorted(buffers):
+        values = buffers[side]
+        shown = ", ".join(f"{kind} {values[kind]:.0f}" for kind in SYSCTL_KEYS if kind in values)
+        lines.append(f"   buffers ({side}): {shown}")
+    changes = buffer_changes(bdp, buffers, directions) if bdp else []
+    verdicts = [r.limited_by for r in recent]
+    host_limited = [v for v in verdicts if v in HOST_LIMITS]
+    network_limited = [v for v in verdicts if v in NETWORK_LIMITS]
+    for side, header in (("local", f"on this host{where}"), ("remote", "on the remote")):
+        mine = [c for c in changes if c.side == side]
+        if mine:
+            lines.append(f"   to lift the buffer limit {header}:")
+            lines += [f"     {c.line}  # {side}: {c.why}" for c in mine]
+            lines.append("     (to keep it across reboots, put the same keys in /etc/sysctl.d/90-bigbinf.conf)")
+    if verdicts and len(network_limited) == len(verdicts):
+        kinds = ", ".join(sorted(set(network_limited)))
+        lines.append(
+            f"   the network, not the host, is the limit: every recent transfer was limited by {kinds}"
+            + (
+                "; the buffer lines above will not make them faster now"
+                if changes
+                else "; the hosts hold 2 x BDP"
+                if bdp
+                else ""
+            )
+        )
+    elif host_limited and not changes and bdp:
+        lines.append(
+            "   transfers were window- or buffer-limited although the hosts' maxima reach "
+            f"{TARGET_FACTOR} x BDP: the application sets its own socket buffer (capped by net.core.rmem_max/"
+            "wmem_max), or the bandwidth estimate is low"
+        )
+    elif not changes and bdp:
+        lines.append(
+            f"   the buffers of both ends that could be read hold {TARGET_FACTOR} x BDP: no buffer change needed"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The path baseline of one remote: probes, bottleneck estimate and both ends' TCP limits.
+
+Run once per remote at the start of each round, before and outside the transfers'
+captures, so its probes never count as transfer bytes.  Like a transfer it never
+raises: what could not be measured is absent, and `error` / `remote_note` say why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from bigbinf.measure.capture import CaptureError
+from bigbinf.measure.plan import Remote
+from bigbinf.measure.probe import probe_path
+from bigbinf.measure.process import in_netns
+from bigbinf.measure.tcpstate import HostTcpSettings, TcpStateError, read_tcp_settings
+from bigbinf.measure.transfer import resolve
+from bigbinf.result import PathBaseline
+
+SIDES = ("local", "remote")
+BUFFER_KINDS = ("tcp_rmem", "tcp_wmem", "rmem_max", "wmem_max")
+
+
+def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> PathBaseline:
+    """Probe the path to `remote`.  `measured_bandwidth` (bytes/s, e.g. the last iperf3
+    test to it) is the bottleneck estimate where the configuration gives none."""
+    start = time.time()
+    bandwidth, source = remote.bandwidth_bytes_per_second, remote.bandwidth_source
+    if bandwidth is None and measured_bandwidth:
+        bandwidth, source = measured_bandwidth, "iperf3"
+    buffers: dict[str, dict[str, float]] = {}
+    congestion: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    for side, prefix in (("local", in_netns(remote.netns, [])), ("remote", remote.stats_argv([]))):
+        if side == "remote" and not remote.stats_command:
+            continue  # not configured: not a problem to report every round (advise says so)
+        try:
+            settings = read_tcp_settings(prefix)
+        except TcpStateError as exc:
+            notes[side] = str(exc)
+            continue
+        buffers[side] = buffer_values(settings)
+        congestion[side] = settings.congestion_control
+    baseline = PathBaseline(
+        remote=remote.name,
+        start_timestamp=start,
+        method=remote.probe.method,
+        bandwidth_bytes_per_second=bandwidth,
+        bandwidth_source=source if bandwidth else "",
+        buffers=buffers,
+        congestion_control=congestion,
+        error=notes.get("local", ""),
+        remote_note=notes.get("remote", ""),
+    )
+    if not remote.probe.enabled:
+        return baseline
+    try:
+        address = resolve(remote.address)
+    except CaptureError as exc:
+        return replace(baseline, error=_join(str(exc), baseline.error))
+    outcome = probe_path(address, remote.probe, remote.netns)
+    return replace(
+        baseline,
+        address=address,
+        method=outcome.method,
+        probes_sent=outcome.sent,
+        probes_answered=outcome.answered,
+        rtt_min_seconds=outcome.rtt_min_seconds,
+        rtt_avg_seconds=outcome.rtt_avg_seconds,
+        rtt_max_seconds=outcome.rtt_max_seconds,
+        rtt_mdev_seconds=outcome.rtt_mdev_seconds,
+        mtu_bytes=outcome.mtu_bytes,
+        error=_join(outcome.error, baseline.error),
+    )
+
+
+def _join(*problems: str) -> str:
+    return "; ".join(p for p in problems if p)
+
+
+def buffer_values(settings: HostTcpSettings) -> dict[str, float]:
+    """A host's limits as journaled: the four maxima BUFFER_KINDS, and the min and
+    default of tcp_rmem/tcp_wmem (advice prints whole sysctl lines)."""
+    values: dict[str, float] = {"rmem_max": settings.rmem_max, "wmem_max": settings.wmem_max}
+    for kind, triple in (("tcp_rmem", settings.tcp_rmem), ("tcp_wmem", settings.tcp_wmem)):
+        values[f"{kind}_min"], values[f"{kind}_default"], values[kind] = triple
+    return values

@@ -1,0 +1,734 @@
+"""TCP state of a transfer's connections from the kernel (inet_diag through `ss`).
+
+What limited a bulk transfer is written in its sockets' tcp_info: time limited by the
+receive window or the send buffer (the sender's busy time splits into those and the
+rest), retransmits, cwnd, delivery rate, and on the receiving side how far the
+application lags behind (skmem r against rb).  TcpWatch reads it on one side of the
+transfer through a prefix: [] here, `ip netns exec NS` in a namespace, a user's ssh
+command on a remote host.  Every word after the prefix is a plain word, because ssh
+joins them into a remote command line.
+
+Two sources, both `ss`:
+- listings (`ss -tinmH dst PEER`) every `interval` seconds: how the sockets evolve
+  (delivery rate, cwnd, queue fill), and what the last one saw;
+- close events (`ss -tinmEH dst PEER`, running throughout): the final tcp_info of every
+  socket as it is destroyed, so counters are complete even for sockets that lived
+  between two listings (one connection per file).  Event lines carry no skmem and no
+  congestion control name; those come from the socket's last listing.
+
+Which sockets count: those not there when the watch started (an ssh master connection
+or a previous round's lingering sockets are not the transfer's); of those, the data
+sockets moved at least DATA_FLOW_BYTES either way (control channels stay below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bigbinf.measure.process import STDERR_TAIL_BYTES, kill_group, track, untrack
+from bigbinf.protocols.base import DATA_FLOW_BYTES
+
+
+class TcpStateError(RuntimeError):
+    """A stats command that failed: the message says which and why."""
+
+
+class _TimedOut(TcpStateError):
+    """A stats command that did not finish in time (the remote stopped answering)."""
+
+
+@dataclass(frozen=True)
+class SocketInfo:
+    """One socket in one `ss -tinm` listing (base units; None where ss printed nothing)."""
+
+    local: str  # "addr:port"
+    peer: str
+    congestion_control: str = ""
+    cwnd: int | None = None  # segments
+    ssthresh: int | None = None  # segments; printed only once the socket has reduced cwnd
+    mss: int | None = None
+    rtt_seconds: float | None = None
+    min_rtt_seconds: float | None = None
+    delivery_rate_bytes_per_second: float | None = None
+    busy_seconds: float = 0.0  # tcpi_busy_time: time with data outstanding (includes the two below)
+    rwnd_limited_seconds: float = 0.0
+    sndbuf_limited_seconds: float = 0.0
+    retransmits_total: int = 0
+    bytes_acked: int = 0
+    bytes_received: int = 0
+    segs_out: int = 0
+    rcv_space: int | None = None
+    rcvbuf_bytes: int | None = None  # skmem rb
+    sndbuf_bytes: int | None = None  # skmem tb
+    rcv_queue_bytes: int | None = None  # skmem r: received, not yet read by the application
+    app_limited: bool = False
+    state: str = ""  # ESTAB, FIN-WAIT-1...; UNCONN in a close event; "" when ss printed no state column
+    # False for a socket line without an info line (a TIME-WAIT socket has no tcp_info):
+    # such a line must not replace what an earlier listing knew.
+    has_info: bool = True
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.local, self.peer)
+
+    @property
+    def moved_bytes(self) -> int:
+        return max(self.bytes_acked, self.bytes_received)
+
+
+# ---------------------------------------------------------------- parsing
+
+# Bare words ss prints before the congestion control name (tcp_show_info): TCP options.
+_OPTION_WORDS = frozenset({"ts", "sack", "ecn", "ecnseen", "fastopen"})
+# ss prints these as "name value" pairs, not "name:value".
+_SPACED_KEYS = frozenset({"send", "pacing_rate", "delivery_rate"})
+# Keys printed after the congestion control name: a bare word after one of them is not it.
+_AFTER_CC = frozenset({"wscale", "rto", "rtt", "ato", "mss", "pmtu", "cwnd"})
+_WORD = re.compile(r"[a-z][a-z0-9_]*")
+_RATE = re.compile(r"(\d+(?:\.\d+)?)([kKMGT]?)bps")
+_RATE_SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_LEADING_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_SKMEM_FIELD = re.compile(r"([a-z_]+)(\d+)")
+# TCP states as ss names them (ss's sstate_name), and UNCONN of a close event.
+_STATES = frozenset(
+    {
+        "UNCONN",
+        "ESTAB",
+        "SYN-SENT",
+        "SYN-RECV",
+        "FIN-WAIT-1",
+        "FIN-WAIT-2",
+        "TIME-WAIT",
+        "CLOSE-WAIT",
+        "LAST-ACK",
+        "LISTEN",
+        "CLOSING",
+        "NEW-SYN-RECV",
+        "BOUND-INACTIVE",
+    }
+)
+
+
+def parse_ss(text: str) -> list[SocketInfo]:
+    """Sockets of an `ss -tinmH` (or -E) listing."""
+    sockets: list[SocketInfo] = []
+    head: tuple[str, str, str] | None = None  # state, local, peer
+    tokens: list[str] = []
+    has_info = False
+
+    def flush() -> None:
+        if head is not None:
+            sockets.append(_socket(*head, tokens, has_info))
+
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")  # through a pty lines end in \r\n
+        if not line.strip():
+            continue
+        if line[0] in " \t":  # the info line belongs to the socket line above it
+            if head is not None:
+                tokens.extend(line.split())
+                has_info = True
+            continue
+        parsed = _socket_line(line.split())
+        if parsed is None:  # a header or anything else that is not a socket
+            continue
+        flush()
+        (state, local, peer), tokens = parsed
+        head = (state, local, peer)
+        has_info = bool(tokens)  # `ss -O` prints the info on the socket's own line
+    flush()
+    return sockets
+
+
+def _socket_line(fields: list[str]) -> tuple[tuple[str, str, str], list[str]] | None:
+    """(state, local, peer) and any trailing info tokens, or None for a non-socket line."""
+    state = ""
+    if fields and fields[0] in _STATES:
+        state, fields = fields[0], fields[1:]
+    # Recv-Q and Send-Q are numbers; with a filter such as `state established` ss omits
+    # the state column, so a line may start with them directly.
+    if len(fields) < 4 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None
+    return (state, fields[2], fields[3]), fields[4:]
+
+
+def _socket(state: str, local: str, peer: str, tokens: list[str], has_info: bool) -> SocketInfo:
+    values: dict[str, object] = {}
+    cc_candidate = ""
+    cc_closed = False
+    pending = ""
+    for token in tokens:
+        if pending:
+            if pending == "delivery_rate":
+                rate = _rate(token)
+                if rate is not None:
+                    values["delivery_rate_bytes_per_second"] = rate
+            pending = ""
+            continue
+        if token in _SPACED_KEYS:
+            pending = token
+            continue
+        key, colon, value = token.partition(":")
+        if not colon:
+            if token == "app_limited":
+                values["app_limited"] = True
+            elif not cc_closed and token not in _OPTION_WORDS and _WORD.fullmatch(token):
+                cc_candidate = token
+            continue
+        if key in _AFTER_CC:
+            cc_closed = True
+        try:
+            _field(key, value, values)
+        except (ValueError, IndexError):
+            continue  # a malformed value: ignored like an unknown token
+    if cc_candidate:
+        values["congestion_control"] = cc_candidate
+    return SocketInfo(local=local, peer=peer, state=state, has_info=has_info, **values)  # type: ignore[arg-type]
+
+
+def _field(key: str, value: str, values: dict[str, object]) -> None:
+    """Store the SocketInfo fields one `key:value` token of an info line gives."""
+    if key == "skmem":
+        mem = {m.group(1): int(m.group(2)) for m in _SKMEM_FIELD.finditer(value)}
+        for name, target in (("r", "rcv_queue_bytes"), ("rb", "rcvbuf_bytes"), ("tb", "sndbuf_bytes")):
+            if name in mem:
+                values[target] = mem[name]
+    elif key in ("cwnd", "ssthresh", "mss", "rcv_space", "bytes_acked", "bytes_received", "segs_out"):
+        values[key] = int(value)
+    elif key == "rtt":  # rtt:avg/var in ms
+        values["rtt_seconds"] = float(value.split("/")[0]) / 1000
+    elif key == "minrtt":
+        values["min_rtt_seconds"] = float(value) / 1000
+    elif key in ("busy", "rwnd_limited", "sndbuf_limited"):  # busy:12ms, rwnd_limited:8ms(66.7%)
+        match = _LEADING_NUMBER.match(value)
+        if match:
+            values["busy_seconds" if key == "busy" else f"{key}_seconds"] = float(match.group()) / 1000
+    elif key == "retrans":  # retrans:now/total
+        values["retransmits_total"] = int(value.split("/")[1])
+
+
+def _rate(token: str) -> float | None:
+    """Bytes per second of an ss rate in bits per second: 188723040bps, 191Mbps, 554kbps."""
+    match = _RATE.fullmatch(token)
+    if not match:
+        return None
+    return float(match.group(1)) * _RATE_SCALE[match.group(2)] / 8
+
+
+# ---------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class TcpSummary:
+    """One side of a transfer: its TCP sockets to the other side, summarised."""
+
+    sockets: int  # sockets seen (not there before the watch started)
+    samples: int  # listings taken
+    retransmits: int  # sum of retransmits_total over those sockets
+    congestion_control: str  # of the data socket that moved the most bytes
+    values: dict[str, float] = field(default_factory=dict)  # journaled: see VALUE_KEYS
+
+
+# The keys of TcpSummary.values (all base units), over the data sockets; a key is absent
+# when nothing gave it (no data socket at all: none).  "Observations" are the data
+# sockets' infos in the listings and their close events; a sender is a data socket that
+# had at least DATA_FLOW_BYTES acknowledged, a receiver one that received as much.
+VALUE_KEYS = (
+    "cwnd_max_segments",  # max over the senders' observations
+    "ssthresh_min_segments",  # min over the senders' observations (printed once cwnd was cut)
+    "rtt_avg_seconds",  # mean over the observations
+    "min_rtt_seconds",  # min over the observations (the kernel's minrtt)
+    "delivery_rate_median_bytes_per_second",  # per listing in which data moved, the sum over
+    "delivery_rate_max_bytes_per_second",  # the senders that were sending: median and max
+    "busy_seconds",  # sums of the last values (close event, else last listing)
+    "rwnd_limited_seconds",
+    "sndbuf_limited_seconds",
+    "retransmits",
+    "segs_out",
+    "bytes_acked",
+    "bytes_received",
+    "rcv_space_max_bytes",  # max over the observations
+    "rcvbuf_max_bytes",  # skmem rb, max over the listings
+    "sndbuf_max_bytes",  # skmem tb, max over the listings
+    "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
+    "app_limited_ratio",  # share of the senders' listed samples flagged app_limited
+    "mss_bytes",  # of the data socket that moved the most
+)
+
+
+# What ss prints in a listing but not in a close event (no skmem, no congestion control
+# name there).  Only these are taken over: other fields of the event are the final word.
+_LISTING_ONLY = ("congestion_control", "rcvbuf_bytes", "sndbuf_bytes", "rcv_queue_bytes")
+
+
+def _merge(closed: SocketInfo, last: SocketInfo | None) -> SocketInfo:
+    """A close event's info, completed from the socket's last listing."""
+    if last is None:
+        return closed
+    missing = {name: getattr(last, name) for name in _LISTING_ONLY if getattr(closed, name) in (None, "")}
+    return dataclasses.replace(closed, **missing)
+
+
+def summarise(
+    baseline: Sequence[SocketInfo], listings: Sequence[Sequence[SocketInfo]], closed: Sequence[SocketInfo]
+) -> TcpSummary:
+    """The summary of one side: `baseline` the listing taken as the watch started (its
+    sockets are excluded), `listings` those taken since, in order, `closed` the close
+    events.  Values are over the data sockets (see VALUE_KEYS and the module docstring)."""
+    before = {s.key for s in baseline}
+    samples = [[s for s in listing if s.key not in before and s.has_info] for listing in listings]
+    seen = {s.key for listing in listings for s in listing} | {s.key for s in closed}
+    seen -= before
+    last: dict[tuple[str, str], SocketInfo] = {}
+    for listing in samples:
+        for s in listing:
+            last[s.key] = s
+    final = dict(last)
+    events: dict[tuple[str, str], SocketInfo] = {}
+    for s in closed:
+        if s.key not in before and s.has_info:
+            events[s.key] = _merge(s, last.get(s.key))
+    final.update(events)  # a close event is later than any listing of its socket
+
+    retransmits = sum(s.retransmits_total for s in final.values())
+    data = {k for k, s in final.items() if s.moved_bytes >= DATA_FLOW_BYTES}
+    # The congestion control and mss that matter are the busiest data socket's (any
+    # socket's when none moved data).
+    candidates = [final[k] for k in data] or list(final.values())
+    top = max(candidates, key=lambda s: s.moved_bytes, default=None)
+    values = _values(samples, [events[k] for k in data if k in events], {k: final[k] for k in data})
+    if top is not None and top.mss is not None and data:
+        values["mss_bytes"] = float(top.mss)
+    return TcpSummary(
+        sockets=len(seen),
+        samples=len(listings),
+        retransmits=retransmits,
+        congestion_control=top.congestion_control if top else "",
+        values={k: values[k] for k in VALUE_KEYS if k in values},
+    )
+
+
+def _values(
+    samples: list[list[SocketInfo]], closing: list[SocketInfo], final: dict[tuple[str, str], SocketInfo]
+) -> dict[str, float]:
+    if not final:
+        return {}
+    values: dict[str, float] = {}
+    # Senders are the data sockets whose own data was acknowledged, receivers those that
+    # received data.  cwnd, ssthresh, the delivery rate and the app_limited flag mean
+    # something only for a sender (a download's receiving socket sends a few bytes of
+    # requests and is always flagged app-limited), the receive queue only for a receiver.
+    senders = {k for k, s in final.items() if s.bytes_acked >= DATA_FLOW_BYTES}
+    receivers = {k for k, s in final.items() if s.bytes_received >= DATA_FLOW_BYTES}
+    data_samples = [[s for s in listing if s.key in final] for listing in samples]
+    observed = [s for listing in data_samples for s in listing] + closing
+    sending_observed = [s for s in observed if s.key in senders]
+
+    _put(values, "cwnd_max_segments", max, (s.cwnd for s in sending_observed))
+    _put(values, "ssthresh_min_segments", min, (s.ssthresh for s in sending_observed))
+    _put(values, "rtt_avg_seconds", statistics.fmean, (s.rtt_seconds for s in observed))
+    _put(values, "min_rtt_seconds", min, (s.min_rtt_seconds for s in observed))
+    _put(values, "rcv_space_max_bytes", max, (s.rcv_space for s in observed))
+    _put(values, "rcvbuf_max_bytes", max, (s.rcvbuf_bytes for s in observed))
+    _put(values, "sndbuf_max_bytes", max, (s.sndbuf_bytes for s in observed))
+
+    # Per listing: the sum of the delivery rates of the sockets that were sending (their
+    # bytes_acked grew since the previous listing): parallel streams add up, and a stream
+    # that got no ack meanwhile keeps a stale rate.  Only listings in which data moved
+    # (one socket's bytes_acked grew by DATA_FLOW_BYTES) count: before the start, after
+    # the end, on a receiver's side, and during a login's handshakes (scp: the first
+    # second or so) the rate says nothing about the path.
+    rates: list[float] = []
+    queue_ratios: list[float] = []
+    previous: dict[tuple[str, str], SocketInfo] = {}
+    for listing in data_samples:
+        grown = {s.key: s.bytes_acked - _prev(previous, s).bytes_acked for s in listing if s.key in senders}
+        if any(growth >= DATA_FLOW_BYTES for growth in grown.values()):
+            sending = [s for s in listing if grown.get(s.key, 0) > 0]
+            rates.append(sum(s.delivery_rate_bytes_per_second or 0.0 for s in sending))
+        # The receive queue's fill while data arrives: near 1, the application does not
+        # read as fast as the network delivers.
+        for s in listing:
+            receiving = s.key in receivers and s.bytes_received > _prev(previous, s).bytes_received
+            if receiving and s.rcv_queue_bytes is not None and s.rcvbuf_bytes:
+                queue_ratios.append(s.rcv_queue_bytes / s.rcvbuf_bytes)
+        previous.update((s.key, s) for s in listing)
+    _put(values, "delivery_rate_median_bytes_per_second", statistics.median, rates)
+    _put(values, "delivery_rate_max_bytes_per_second", max, rates)
+    _put(values, "rcv_queue_ratio_avg", statistics.fmean, queue_ratios)
+    flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
+    _put(values, "app_limited_ratio", statistics.fmean, flags)
+
+    last = final.values()
+    values["busy_seconds"] = sum(s.busy_seconds for s in last)
+    values["rwnd_limited_seconds"] = sum(s.rwnd_limited_seconds for s in last)
+    values["sndbuf_limited_seconds"] = sum(s.sndbuf_limited_seconds for s in last)
+    values["retransmits"] = float(sum(s.retransmits_total for s in last))
+    values["segs_out"] = float(sum(s.segs_out for s in last))
+    values["bytes_acked"] = float(sum(s.bytes_acked for s in last))
+    values["bytes_received"] = float(sum(s.bytes_received for s in last))
+    return values
+
+
+_NOTHING = SocketInfo("", "")
+
+
+def _prev(previous: dict[tuple[str, str], SocketInfo], s: SocketInfo) -> SocketInfo:
+    """The socket in the previous listing; a new socket starts from zero."""
+    return previous.get(s.key, _NOTHING)
+
+
+def _put(
+    values: dict[str, float],
+    key: str,
+    reduce: Callable[[list[float]], float],
+    items: Iterable[float | int | None],
+) -> None:
+    known = [float(v) for v in items if v is not None]
+    if known:
+        values[key] = float(reduce(known))
+
+
+# ---------------------------------------------------------------- running ss
+
+_START_SECONDS = 0.2  # ss subscribes to socket-destroy events within milliseconds
+_READY_SECONDS = 5.0  # at most this long for a remote watcher to log in before sampling starts
+_LOCAL_PREFIXES = frozenset({"ip", "nsenter"})  # programs that run ss on this host
+# What a stats session through ssh prints first: its own connection (SSH_CONNECTION is
+# "client_ip client_port server_ip server_port"), so that it can be told from the transfer's.
+_SSH_CONNECTION = re.compile(r"(\S+) (\d+) (\S+) (\d+)")
+
+
+def _is_remote(prefix: Sequence[str]) -> bool:
+    """Whether `prefix` runs its command on another host (an ssh command, also inside
+    `ip netns exec`, or any other program we cannot tell to be local)."""
+    return _through_ssh(prefix) or (bool(prefix) and os.path.basename(prefix[0]) not in _LOCAL_PREFIXES)
+
+
+def _through_ssh(prefix: Sequence[str]) -> bool:
+    return any(os.path.basename(word) == "ssh" for word in prefix)
+
+
+def _endpoint(address: str) -> tuple[str, str]:
+    """(address, port) of an ss endpoint ("198.18.0.1:22", "[2001:db8::1]:22",
+    "[::ffff:198.18.0.1]:22", "fe80::1%eth0:22"), comparable with SSH_CONNECTION's."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]").split("%")[0]
+    return host.removeprefix("::ffff:"), port
+
+
+def _split_own(text: str) -> tuple[tuple[str, str] | None, str]:
+    """(the session's own peer endpoint, the rest) of a stats command's output through ssh."""
+    first, _, rest = text.partition("\n")
+    match = _SSH_CONNECTION.fullmatch(first.strip())
+    if not match:
+        return None, text
+    return _endpoint(f"{match.group(1)}:{match.group(2)}"), rest
+
+
+def _describe(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+def _tail(data: bytes) -> str:
+    return data[-STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
+
+
+def _run(argv: Sequence[str], timeout: float, what: str) -> str:
+    """stdout of a stats command; TcpStateError naming the command and why on failure.
+    Bounded: on timeout the process group is killed, and reading what is left is bounded
+    too (a helper that escaped the group, e.g. an ssh ControlPersist master, may hold
+    the pipes open)."""
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise TcpStateError(f"{what} {_describe(argv)} could not start: {exc.strerror or exc}") from None
+    track(proc)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(proc, grace=0.5)
+        try:
+            out, err = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            out, err = b"", b""
+    except BaseException:
+        kill_group(proc, grace=0.5)
+        raise
+    finally:
+        untrack(proc)
+    if timed_out:
+        tail = _tail(err or b"")
+        raise _TimedOut(f"{what} {_describe(argv)} did not finish in {timeout:g}s" + (f": {tail}" if tail else ""))
+    if proc.returncode != 0:
+        tail = _tail(err or b"")
+        raise TcpStateError(f"{what} {_describe(argv)} exited {proc.returncode}" + (f": {tail}" if tail else ""))
+    return (out or b"").decode("utf-8", "replace")
+
+
+class TcpWatch:
+    """Context manager: every `interval` seconds a listing of TCP sockets to `peer`, and
+    every such socket's last tcp_info as it closes, read through `prefix` (argv put in
+    front of `ss`: [] here, ["ip", "netns", "exec", NS] in a namespace, an ssh command on
+    a remote).
+
+    Through ssh every stats session is itself a TCP connection to `peer` (without a
+    ControlMaster in the command, a new one per listing): each session first prints its
+    own SSH_CONNECTION (`printenv SSH_CONNECTION ;` before ss: plain words, which the
+    remote shell runs as two commands) and those connections are left out.
+
+    Call stop() once the transfer's sockets have closed (a short linger after the
+    transfer): a socket still open then is summarised from its last listing."""
+
+    def __init__(self, prefix: Sequence[str], peer: str, interval: float = 0.5) -> None:
+        if not interval > 0:
+            raise ValueError(f"TcpWatch interval must be positive, not {interval!r}")
+        self.prefix = list(prefix)
+        self.peer = peer
+        self.interval = interval
+        # One listing may take a while through ssh; bounded so a dead remote cannot hang us.
+        self.timeout = max(5.0, 2 * interval)
+        # The first listing may also have to log in (a new ssh connection).
+        self.start_timeout = max(10.0, 2 * interval)
+        self._ssh = _through_ssh(self.prefix)
+        own = ["printenv", "SSH_CONNECTION", ";"] if self._ssh else []
+        # ss reads "2001:db8::1" as host:port; a prefix length says it is an address
+        # (not "[..]": over ssh the remote shell would take brackets for a glob).
+        target = f"{peer}/128" if ":" in peer else peer
+        self.list_argv = [*self.prefix, *own, "ss", "-tinmH", "dst", target]
+        events = ["ss", "-tinmEH", "dst", target]
+        # ss writes events through stdio: into a pipe they sit in a block buffer that is
+        # lost when ss is stopped, so a line-buffered ss (stdbuf) is what makes them
+        # arrive at all.  On a remote host it is needed just the same, and whether stdbuf
+        # is there cannot be asked beforehand: if not, the watcher exits 127 and the
+        # listings alone remain (`problems` says so).
+        if _is_remote(self.prefix) or shutil.which("stdbuf"):
+            events = ["stdbuf", "-oL", *events]
+        self.watch_argv = [*self.prefix, *own, *events]
+        self.error = ""
+        self.problems: list[str] = []  # failures that still left a summary (e.g. no close events)
+        self.summary: TcpSummary | None = None
+        self._baseline: list[SocketInfo] | None = None
+        self._listings: list[list[SocketInfo]] = []
+        self._own: set[tuple[str, str]] = set()  # peer endpoints of our own ssh sessions
+        self._last_failure = ""
+        self._watcher: subprocess.Popen[bytes] | None = None
+        self._chunks: list[bytes] = []
+        self._err_chunks: list[bytes] = []
+        self._first_output = threading.Event()
+        self._readers: list[threading.Thread] = []
+        self._sampler: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._started = False
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> TcpWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Take the first listing, start the close-event watcher and the sampler.  Never
+        raises for a failing command: the watch then has nothing and stop() says why."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._baseline = self._list(self.start_timeout)
+        except TcpStateError as exc:
+            self.error = str(exc)
+            return
+        # The watcher starts after the first listing: a socket that closes in between
+        # was there before the watch and must not count as the transfer's.
+        try:
+            self._watcher = subprocess.Popen(
+                self.watch_argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.problems.append(f"close events: {_describe(self.watch_argv)} could not start: {exc}")
+        else:
+            track(self._watcher)
+            # Drain continuously: a many-files transfer closes a socket per file, and a full
+            # pipe would block ss and lose events.
+            for pipe, sink, first in (
+                (self._watcher.stdout, self._chunks, self._first_output),
+                (self._watcher.stderr, self._err_chunks, None),
+            ):
+                assert isinstance(pipe, io.BufferedReader)  # Popen's default buffered pipe
+                reader = threading.Thread(target=_drain, args=(pipe, sink, first), daemon=True)
+                reader.start()
+                self._readers.append(reader)
+            if self._ssh:
+                # The session's SSH_CONNECTION line comes just before ss starts: from then
+                # on no close is missed (a short transfer may end before the first listing).
+                self._first_output.wait(_READY_SECONDS)
+            time.sleep(_START_SECONDS)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _list(self, timeout: float) -> list[SocketInfo]:
+        own, text = _split_own(_run(self.list_argv, timeout, "stats command"))
+        if own and self._ssh:
+            with self._lock:
+                self._own.add(own)
+        return parse_ss(text)
+
+    def _sample(self) -> None:
+        """List every `interval` seconds, one listing at a time (a slow one is followed by
+        the next at once), and once more when asked to stop."""
+        due = time.monotonic() + self.interval
+        timed_out = False
+        while True:
+            stopping = self._stopping.wait(max(0.0, due - time.monotonic()))
+            if stopping and timed_out:
+                return  # the remote stopped answering: a last listing would only wait as long again
+            due = max(due + self.interval, time.monotonic())
+            try:
+                listing = self._list(self.timeout)
+            except TcpStateError as exc:
+                timed_out = isinstance(exc, _TimedOut)
+                with self._lock:
+                    self._last_failure = str(exc)
+            else:
+                timed_out = False
+                with self._lock:
+                    self._listings.append(listing)
+            if stopping:
+                return
+
+    def stop(self) -> TcpSummary | None:
+        """Stop; the summary, or None when nothing could be read (then `error` says why)."""
+        if self._stopped or not self._started:
+            return self.summary
+        self._stopped = True
+        if self._baseline is None:  # the first listing failed: nothing was started
+            return None
+        self._stopping.set()
+        if self._sampler is not None:
+            # The last listing and at most one in flight before it, each bounded.
+            self._sampler.join(2 * (self.timeout + 2))
+        own, closed_text = _split_own(self._stop_watcher())
+        with self._lock:
+            listings = list(self._listings)
+            last_failure = self._last_failure
+            if own and self._ssh:
+                self._own.add(own)
+            mine = set(self._own)
+        if last_failure:
+            self.problems.append(last_failure)
+        closed = parse_ss(closed_text)
+        if not listings and not closed:
+            self.error = last_failure or "no listing of the sockets could be taken"
+            return None
+        try:
+            listings = [[s for s in listing if _endpoint(s.peer) not in mine] for listing in listings]
+            closed = [s for s in closed if _endpoint(s.peer) not in mine]
+            self.summary = summarise(self._baseline, listings, closed)
+        except Exception as exc:  # a surprise in ss's output must not fail the transfer
+            self.error = f"tcp state summary of {_describe(self.list_argv)} failed: {exc!r}"
+            return None
+        return self.summary
+
+    def _stop_watcher(self) -> str:
+        proc = self._watcher
+        if proc is None:
+            return ""
+        self._watcher = None
+        exited_early = proc.poll()
+        kill_group(proc, grace=0.5)
+        untrack(proc)
+        for reader in self._readers:
+            reader.join(2)
+        if exited_early is not None:
+            # ss runs until killed: having exited, it failed (stdbuf or ss missing on a
+            # remote, no permission): close events are lost, the listings stand.
+            tail = _tail(b"".join(self._err_chunks))
+            self.problems.append(
+                f"close events: {_describe(self.watch_argv)} exited {exited_early}" + (f": {tail}" if tail else "")
+            )
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+def _drain(pipe: io.BufferedReader, sink: list[bytes], first: threading.Event | None) -> None:
+    # read1: whatever is there, at most one read(2): events arrive as sockets close.
+    for chunk in iter(lambda: pipe.read1(65536), b""):
+        sink.append(chunk)
+        if first is not None:
+            first.set()
+
+
+# ---------------------------------------------------------------- sysctl
+
+
+@dataclass(frozen=True)
+class HostTcpSettings:
+    """One host's TCP buffer limits and default congestion control (sysctl)."""
+
+    tcp_rmem: tuple[int, int, int]
+    tcp_wmem: tuple[int, int, int]
+    rmem_max: int
+    wmem_max: int
+    congestion_control: str
+
+
+# tcp_rmem/tcp_wmem and the congestion control are per network namespace; rmem_max and
+# wmem_max (the ceiling of SO_RCVBUF/SO_SNDBUF) are the host's.
+SYSCTL_KEYS = (
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.ipv4.tcp_congestion_control",
+)
+
+
+def read_tcp_settings(prefix: Sequence[str], timeout: float = 15.0) -> HostTcpSettings:
+    """`sysctl -n` of the five keys through `prefix`; TcpStateError saying why on failure."""
+    argv = [*prefix, "sysctl", "-n", *SYSCTL_KEYS]
+    out = _run(argv, timeout, "settings command")
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    try:
+        if len(lines) != len(SYSCTL_KEYS):
+            raise ValueError(f"{len(lines)} lines for {len(SYSCTL_KEYS)} keys")
+        rmem, wmem = (_triple(line) for line in lines[:2])
+        rmem_max, wmem_max = int(lines[2]), int(lines[3])
+        congestion = lines[4]
+        if not _WORD.fullmatch(congestion):
+            raise ValueError(f"{congestion!r} is not a congestion control name")
+    except ValueError as exc:
+        shown = out.strip()[-300:]
+        raise TcpStateError(f"settings command {_describe(argv)} printed no settings ({exc}): {shown!r}") from None
+    return HostTcpSettings(rmem, wmem, rmem_max, wmem_max, congestion)
+
+
+def _triple(line: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in line.split()]
+    if len(parts) != 3:
+        raise ValueError(f"{line!r} is not three numbers")
+    return parts[0], parts[1], parts[2]

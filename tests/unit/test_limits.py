@@ -1,0 +1,261 @@
+"""The limiting-factor rules and the buffer advice, on hand-made summaries (pure units;
+tests/lab/test_why_slow.py proves each verdict on real transfers)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bigbinf.advice import buffer_changes, target_buffer
+from bigbinf.cli import format_paths, main
+from bigbinf.config import ConfigError, parse_config
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure.limits import judge_limit
+from bigbinf.result import PathBaseline, Result
+
+MiB = 1 << 20
+PATH = PathBaseline("lab", 0.0, rtt_min_seconds=0.04, bandwidth_bytes_per_second=25e6, bandwidth_source="lab")
+# The same path with our receive and the remote's send maxima below its 1 MB BDP.
+CAPPED = PathBaseline(
+    "lab",
+    0.0,
+    rtt_min_seconds=0.04,
+    bandwidth_bytes_per_second=25e6,
+    bandwidth_source="lab",
+    buffers={
+        "local": {"tcp_rmem": 262144.0, "tcp_wmem": 4194304.0},
+        "remote": {"tcp_rmem": 6291456.0, "tcp_wmem": 131072.0},
+    },
+)
+
+
+def download(**kw: object) -> Result:
+    values: dict = {
+        "protocol": "http",
+        "remote": "lab",
+        "dataset": "f64m",
+        "direction": "download",
+        "start_timestamp": 0.0,
+        "outcome": "ok",
+        "duration_seconds": 20.0,
+        "file_bytes": 64 * MiB,
+        "transport": "tcp",
+        "packets_down": 46_000,
+    }
+    values.update(kw)
+    return Result(**values)
+
+
+def sender(**kw: float) -> dict[str, float]:
+    return {
+        "busy_seconds": 19.0,
+        "rwnd_limited_seconds": 0.0,
+        "sndbuf_limited_seconds": 0.0,
+        "delivery_rate_median_bytes_per_second": 3.3e6,
+        "segs_out": 46_000,
+        **kw,
+    }
+
+
+def test_a_full_link_is_link_capacity_even_with_drops() -> None:
+    r = download(
+        duration_seconds=2.8, tcp_remote=sender(delivery_rate_median_bytes_per_second=24e6), retransmits_sender=300
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "link_capacity"
+    assert "96% of the path's" in limit.evidence
+
+
+def test_just_below_the_link_share_is_not_link_capacity() -> None:
+    r = download(duration_seconds=3.5, tcp_remote=sender())  # 19.2 MB/s: 77%
+    assert judge_limit(r, PATH).reason == "application"  # type: ignore[union-attr]
+    # The capture's payload rate over the packet span counts, not start-up.
+    wire = download(
+        duration_seconds=3.5,
+        tcp_remote=sender(),
+        payload_bytes_down=64 * MiB,
+        first_packet_timestamp=100.0,
+        last_packet_timestamp=102.9,
+    )
+    assert judge_limit(wire, PATH).reason == "link_capacity"  # type: ignore[union-attr]
+    # A bursty sender's per-ACK delivery rate does not make a full link.
+    bursty = download(tcp_remote=sender(delivery_rate_median_bytes_per_second=200e6))
+    assert judge_limit(bursty, PATH).reason == "application"  # type: ignore[union-attr]
+
+
+def test_window_limited_sender_with_a_reading_receiver_is_receive_window() -> None:
+    r = download(
+        tcp_remote=sender(rwnd_limited_seconds=17.0),
+        tcp_local={"rcvbuf_max_bytes": 262144.0, "rcv_queue_ratio_avg": 0.05},
+    )
+    limit = judge_limit(r, CAPPED)
+    assert limit is not None and limit.reason == "receive_window"
+    assert "89% of its 19.0 s busy time" in limit.evidence
+    assert "the receiver's buffer grew to 262.14 kB (262144 B), its tcp_rmem maximum" in limit.evidence
+    assert "below the BDP 1.00 MB" in limit.evidence
+    # The clock alone says so too, without the buffers.
+    assert judge_limit(r, PATH).reason == "receive_window"  # type: ignore[union-attr]
+
+
+def test_window_limited_because_the_receiver_does_not_read_is_application() -> None:
+    r = download(tcp_remote=sender(rwnd_limited_seconds=17.0), tcp_local={"rcv_queue_ratio_avg": 0.9})
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "application"
+    assert "90% full" in limit.evidence
+
+
+def test_send_buffer_by_its_clock_or_its_ceiling() -> None:
+    r = download(tcp_remote=sender(sndbuf_limited_seconds=15.0, sndbuf_max_bytes=131072.0))
+    limit = judge_limit(r, CAPPED)
+    assert limit is not None and limit.reason == "send_buffer"
+    assert "79% of its 19.0 s" in limit.evidence and "tcp_wmem maximum 131.07 kB" in limit.evidence
+    paced = download(tcp_remote=sender(sndbuf_limited_seconds=2.0, sndbuf_max_bytes=131072.0))
+    assert judge_limit(paced, CAPPED).reason == "send_buffer"  # type: ignore[union-attr]
+    assert judge_limit(paced, PATH).reason == "application"  # type: ignore[union-attr]  # no ceiling known
+
+
+def test_the_larger_clock_decides_between_the_two_buffers() -> None:
+    r = download(tcp_remote=sender(rwnd_limited_seconds=7.0, sndbuf_limited_seconds=9.0))
+    assert judge_limit(r, PATH).reason == "send_buffer"  # type: ignore[union-attr]
+
+
+def test_without_the_sender_a_receiver_buffer_at_a_ceiling_below_bdp_is_receive_window() -> None:
+    r = download(tcp_local={"rcvbuf_max_bytes": 262144.0})
+    limit = judge_limit(r, CAPPED)
+    assert limit is not None and limit.reason == "receive_window" and "tcp_rmem maximum" in limit.evidence
+    # Small, but below its maximum: autotuning had room, the transfer did not ask for more.
+    idle = download(tcp_local={"rcvbuf_max_bytes": 200000.0}, tcp_remote=sender(busy_seconds=2.0))
+    assert judge_limit(idle, CAPPED).reason == "application"  # type: ignore[union-attr]
+
+
+def test_retransmits_make_congestion_from_the_best_count() -> None:
+    kernel = download(tcp_remote=sender(), retransmits_sender=460, retransmits_wire=80)
+    limit = judge_limit(kernel, PATH)
+    assert limit is not None and limit.reason == "congestion"
+    assert "460 retransmitted of 46000 segments (1.00%, the sender's kernel)" in limit.evidence
+    wire_only = download(tcp_local={"rcvbuf_max_bytes": 8e6}, retransmits_wire=80)
+    limit = judge_limit(wire_only, PATH)
+    assert limit is not None and limit.reason == "congestion" and "lower bound" in limit.evidence
+    below = download(tcp_remote=sender(), retransmits_sender=40)  # 0.09%: below the share
+    assert judge_limit(below, PATH).reason == "application"  # type: ignore[union-attr]
+
+
+def test_an_idle_sender_is_application() -> None:
+    r = download(tcp_remote=sender(busy_seconds=2.0, app_limited_ratio=0.8))
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "application"
+    assert "data in flight 2.0 s of the 20.0 s transfer" in limit.evidence and "80%" in limit.evidence
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"outcome": "failed", "tcp_remote": sender()},
+        {"transport": "udp", "tcp_remote": sender()},
+        {},  # no TCP state from either end
+    ],
+)
+def test_nothing_to_judge(kw: dict) -> None:
+    assert judge_limit(download(**kw), PATH) is None
+
+
+def test_without_a_baseline_the_kernel_counters_still_judge() -> None:
+    r = download(tcp_remote=sender(rwnd_limited_seconds=17.0))
+    limit = judge_limit(r, None)
+    assert limit is not None and limit.reason == "receive_window" and "BDP" not in limit.evidence
+
+
+def test_target_is_twice_the_bdp_in_whole_mib() -> None:
+    assert target_buffer(1_000_000) == 2 * MiB
+    assert target_buffer(1_100_000) == 3 * MiB
+    assert target_buffer(10) == MiB
+
+
+def test_buffer_changes_name_the_side_that_needs_them() -> None:
+    local = {"tcp_rmem": 262144.0, "tcp_rmem_min": 4096.0, "tcp_rmem_default": 65536.0, "tcp_wmem": 4194304.0}
+    remote = {"tcp_rmem": 6291456.0, "tcp_wmem": 131072.0, "tcp_wmem_min": 4096.0, "tcp_wmem_default": 16384.0}
+    remote |= {"rmem_max": 212992.0, "wmem_max": 212992.0}
+    changes = buffer_changes(1e6, {"local": local, "remote": remote}, ["download"])
+    lines = {(c.side, c.line) for c in changes}
+    assert ("local", 'sysctl -w net.ipv4.tcp_rmem="4096 65536 2097152"') in lines  # we receive downloads
+    assert ("remote", 'sysctl -w net.ipv4.tcp_wmem="4096 16384 2097152"') in lines  # the remote sends them
+    assert ("remote", 'sysctl -w net.core.wmem_max="2097152"') in lines
+    # The remote's receive side and our send side do not matter for downloads.
+    assert not any(c.kind in ("tcp_rmem", "rmem_max") and c.side == "remote" for c in changes)
+    assert not any(c.side == "local" and c.kind == "tcp_wmem" for c in changes)
+    uploads = buffer_changes(1e6, {"local": local, "remote": remote}, ["upload"])
+    assert {(c.side, c.kind) for c in uploads} == {("remote", "rmem_max")}  # remote tcp_rmem 6 MiB suffices
+
+
+def _site_config(tmp_path) -> Path:  # type: ignore[no-untyped-def]
+    path = tmp_path / "site.yaml"
+    path.write_text(
+        "remotes: {site: {address: 198.18.0.2, data_dir: /data, key: /etc/hostname}}\n"
+        "datasets: {f1m: {file: f1m.bin, size: 1MiB}}\n"
+        "protocols: {http: {}}\n"
+        f"journal: {{path: {tmp_path / 'journal.jsonl'}}}\n"
+    )
+    return path
+
+
+def test_advise_names_an_unknown_remote_and_a_path_not_yet_probed(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    config = _site_config(tmp_path)
+    assert main(["--config.file", str(config), "advise", "--remote", "nope"]) == 2
+    assert "--remote nope: no such remote; configured: site" in capsys.readouterr().err
+    assert main(["--config.file", str(config), "advise"]) == 0
+    out = capsys.readouterr().out
+    assert "== path site (198.18.0.2)" in out and "no path baseline yet: run a round first" in out
+
+
+def test_advise_from_the_journals_prints_the_lines_and_the_network_verdict(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    config = _site_config(tmp_path)
+    journal = tmp_path / "journal.jsonl"
+    # A 10 TB/s estimate makes a BDP no host here can reach: the local lines must appear.
+    BaselineJournal(baseline_path(journal)).append(
+        PathBaseline(
+            "site",
+            1.0,
+            probes_sent=20,
+            probes_answered=20,
+            rtt_min_seconds=0.1,
+            bandwidth_bytes_per_second=1e13,
+            bandwidth_source="configured",
+        )
+    )
+    Journal(journal).append(download(remote="site", limited_by="link_capacity", limited_evidence="rate 96%"))
+    assert main(["--config.file", str(config), "advise"]) == 0
+    out = capsys.readouterr().out
+    assert "bandwidth 10000000.00 MB/s" in out and "http/f64m/download" in out
+    line = re.search(r'sysctl -w net\.ipv4\.tcp_rmem="\d+ \d+ (\d+)"\s+# local', out)
+    assert line and int(line.group(1)) >= 2 * 1e13 * 0.1  # 2 x BDP
+    assert "the remote's buffers cannot be read: give remotes.site.stats_command" in out
+    assert "the network, not the host, is the limit" in out and "will not make them faster now" in out
+
+
+def test_a_download_whose_sender_cannot_be_asked_is_not_guessed() -> None:
+    # Our buffer had room, no loss on the wire, the link not full: the remote's limits
+    # cannot be ruled out, so no verdict rather than "application".
+    r = download(tcp_local={"rcvbuf_max_bytes": 6e6, "rcv_queue_ratio_avg": 0.01})
+    assert judge_limit(r, PATH) is None
+
+
+def test_an_iperf3_estimate_lets_the_buffer_rules_speak_first() -> None:
+    # The estimate came from an iperf3 test that the same small buffer held down: a copy
+    # as fast as it is not proof of a full path.
+    measured = PathBaseline(
+        "lab", 0.0, rtt_min_seconds=0.04, bandwidth_bytes_per_second=3.4e6, bandwidth_source="iperf3"
+    )
+    r = download(tcp_remote=sender(rwnd_limited_seconds=17.0))  # 64 MiB in 20 s: 3.36 MB/s, 99%
+    assert judge_limit(r, measured).reason == "receive_window"  # type: ignore[union-attr]
+    assert judge_limit(download(tcp_remote=sender()), measured).reason == "link_capacity"  # type: ignore[union-attr]
+
+
+def test_a_zero_bandwidth_is_refused_and_unprobed_paths_say_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = _site_config(tmp_path)
+    text = config.read_text().replace("key: /etc/hostname}", "key: /etc/hostname, bandwidth: 0bit}")
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "site.yaml")
+    assert "remotes.site.bandwidth: '0bit': a path's bandwidth must be more than 0" in err.value.render()
+    assert format_paths([PathBaseline("site", 0.0)]) == "path site: not probed"
