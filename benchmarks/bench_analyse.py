@@ -97,7 +97,7 @@ def time_analyser(pcap: Path, client: str, remote: str) -> tuple[float, int, int
     start = time.perf_counter()
     analysis = analyse_pcap(pcap, client, remote)
     elapsed = time.perf_counter() - start
-    packets = analysis.packets["down"] + analysis.packets["up"] + analysis.other_packets
+    packets = analysis.records  # as captured: super-frames once
     return elapsed, packets, analysis.retransmits["down"] + analysis.retransmits["up"]
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import ConfigError, load_config
+from bigbinf.measure.plan import host_key_warnings
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
@@ -125,10 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     try:
-        load_config(args.config_file)
+        config = load_config(args.config_file)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    # Valid, but bound to fail at run time: said, without failing the check.
+    for warning in host_key_warnings(config):
+        print(f"{args.config_file}: warning: {warning}", file=sys.stderr)
     print(f"{args.config_file}: configuration is valid")
     return 0
 
@@ -172,6 +176,11 @@ TABLE_COLUMNS = (
 )
 
 
+def _wire_cell(r: Result, value: object) -> str:
+    """ "-" where the capture could not be read whole: not measured is not 0."""
+    return str(value) if r.wire_measured else "-"
+
+
 def format_table(results: Sequence[Result]) -> str:
     """Rows like the study's Table 2 (one per transfer), then the errors."""
     rows = [TABLE_COLUMNS]
@@ -180,13 +189,13 @@ def format_table(results: Sequence[Result]) -> str:
             (
                 str(r.file_bytes),
                 f"{r.protocol} ({r.dataset}, {r.direction})",
-                str(r.wire_bytes_down),
-                str(r.wire_bytes_up),
-                str(r.wire_bytes_total),
-                f"{r.byte_ratio * 100:.1f}",
+                _wire_cell(r, r.wire_bytes_down),
+                _wire_cell(r, r.wire_bytes_up),
+                _wire_cell(r, r.wire_bytes_total),
+                _wire_cell(r, f"{r.byte_ratio * 100:.1f}"),
                 f"{r.duration_seconds:.2f}",
                 f"{r.throughput_bytes_per_second:.1f}",
-                str(r.retransmits_wire),
+                _wire_cell(r, r.retransmits_wire),
                 "yes" if r.verified else "no",
                 r.outcome,
                 r.limited_by or "-",

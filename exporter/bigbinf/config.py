@@ -335,6 +335,16 @@ class CaptureConfig(_Strict):
     linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
     keep: bool = False  # keep the pcap (under the journal's directory)
     start_timeout: PositiveDuration = 10.0
+    # Where captures are written while a transfer runs: not next to the received file, so
+    # that the transfer filling its disk does not silently cut the capture short, and so
+    # that it can be put on another disk.  Default: `<transfer.workdir>-captures`.
+    directory: SplitSafePath | None = None
+
+
+def capture_directory(config: Config) -> Path:
+    """capture.directory, or its default beside transfer.workdir."""
+    workdir = config.transfer.workdir
+    return config.capture.directory or workdir.with_name(workdir.name + "-captures")
 
 
 class JournalConfig(_Strict):

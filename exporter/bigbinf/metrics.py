@@ -42,11 +42,17 @@ LAST_RESULT: tuple[Spec, ...] = (
     _last("file_bytes", "Bytes of the dataset moved by the last transfer."),
     _last(
         "wire_bytes",
-        "Link-layer frame bytes captured during the last transfer; way=down is remote to client.",
+        "Link-layer frame bytes that crossed the wire during the last transfer (an offload super-frame counts as the "
+        "MSS-sized frames it stands for); way=down is remote to client; absent when the capture could not be read "
+        "whole.",
         ("way",),
     ),
     _last("payload_bytes", "TCP/UDP payload bytes captured during the last transfer.", ("way",)),
-    _last("packets", "Packets captured during the last transfer.", ("way",)),
+    _last(
+        "packets",
+        "Frames that crossed the wire during the last transfer (super-frames split, as wire_bytes).",
+        ("way",),
+    ),
     _last("byte_ratio", "Wire bytes (down + up) per file byte of the last transfer."),
     _last(
         "retransmits_wire",
@@ -144,7 +150,8 @@ FILE_BYTES_TOTAL = Spec(
 WIRE_BYTES_TOTAL = Spec(
     PREFIX + "transfer_wire_bytes_total",
     "counter",
-    "Link-layer frame bytes captured during transfers whose outcome was ok." + UPDATED,
+    "Link-layer frame bytes that crossed the wire (super-frames split) during transfers whose outcome was ok."
+    + UPDATED,
     (*SERIES_LABELS, "way"),
 )
 RETRANSMITS_TOTAL = Spec(
@@ -156,7 +163,8 @@ RETRANSMITS_TOTAL = Spec(
 PAYLOAD_SIZE_HIST = Spec(
     PREFIX + "transfer_payload_size_bytes",
     "histogram",
-    "TCP/UDP payload size of every captured packet of ok transfers (the protocol's packet-size fingerprint)." + UPDATED,
+    "TCP/UDP payload size of every packet on the wire of ok transfers (the protocol's packet-size fingerprint; "
+    "super-frames split)." + UPDATED,
     (*SERIES_LABELS, "way"),
 )
 
@@ -288,17 +296,18 @@ def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
     yield p + "duration_seconds", (), r.duration_seconds
     yield p + "throughput_bytes_per_second", (), r.throughput_bytes_per_second
     yield p + "file_bytes", (), r.file_bytes
-    for name, down, up in (
-        ("wire_bytes", r.wire_bytes_down, r.wire_bytes_up),
-        ("payload_bytes", r.payload_bytes_down, r.payload_bytes_up),
-        ("packets", r.packets_down, r.packets_up),
-    ):
-        yield p + name, (("way", "down"),), down
-        yield p + name, (("way", "up"),), up
-    yield p + "byte_ratio", (), r.byte_ratio
-    yield p + "retransmits_wire", (), r.retransmits_wire
+    if r.wire_measured:  # else absent: a 0 would read as "nothing crossed", not "not measured"
+        for name, down, up in (
+            ("wire_bytes", r.wire_bytes_down, r.wire_bytes_up),
+            ("payload_bytes", r.payload_bytes_down, r.payload_bytes_up),
+            ("packets", r.packets_down, r.packets_up),
+        ):
+            yield p + name, (("way", "down"),), down
+            yield p + name, (("way", "up"),), up
+        yield p + "byte_ratio", (), r.byte_ratio
+        yield p + "retransmits_wire", (), r.retransmits_wire
+        yield p + "data_flows", (), r.data_flows
     yield p + "verified", (), 1.0 if r.verified else 0.0
-    yield p + "data_flows", (), r.data_flows
     if r.transport:
         yield p + "transport", (("transport", r.transport),), 1.0
     if r.retransmits_sender is not None:

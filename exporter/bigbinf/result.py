@@ -79,12 +79,24 @@ class Result(_Journaled):
     file_bytes: int = 0  # size of the dataset (sum of its files)
     files: int = 0  # number of files in the dataset
     verified: bool = False  # size (and sha256 where known) matched
-    wire_bytes_down: int = 0  # link-layer frame bytes remote -> client
+    # The wire fields below hold numbers only if wire_measured: no capture, or one that
+    # could not be read whole (cut short, corrupt), leaves them at 0 and unpublished.
+    # True by default for records of journals written before the field existed.
+    wire_measured: bool = True
+    # Link-layer frame bytes remote -> client as they crossed the wire: a TSO/GSO/GRO
+    # super-frame the capture saw as one counts as the MSS-sized frames it stands for.
+    wire_bytes_down: int = 0
     wire_bytes_up: int = 0
     payload_bytes_down: int = 0  # L4 payload bytes remote -> client
     payload_bytes_up: int = 0
-    packets_down: int = 0
+    packets_down: int = 0  # frames on the wire (super-frames split, as wire_bytes)
     packets_up: int = 0
+    # The same frames as the capture saw them (a super-frame once, with one set of headers).
+    captured_wire_bytes_down: int = 0
+    captured_wire_bytes_up: int = 0
+    captured_packets_down: int = 0
+    captured_packets_up: int = 0
+    superframes: int = 0  # captured frames that stood for more than one wire frame (both ways)
     retransmits_wire: int = 0  # retransmitted segments seen in the capture (both ways)
     first_packet_timestamp: float | None = None
     last_packet_timestamp: float | None = None

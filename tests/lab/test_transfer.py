@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bigbinf import lab
-from bigbinf.config import Config
+from bigbinf.config import Config, capture_directory
 from bigbinf.lab import LabLayout
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.process import in_netns
@@ -167,11 +167,13 @@ def test_received_file_and_capture_are_removed_unless_kept(make_lab) -> None:
     def transfer_dirs() -> list[Path]:
         return sorted(p for p in workdir.iterdir() if p.name.startswith("bigbinf-"))
 
+    captures = capture_directory(config)
     assert run_transfer(spec, config, "test").outcome == "ok"
-    assert transfer_dirs() == []  # the copy and the pcap went with the transfer's temp dir
+    assert transfer_dirs() == []  # the copy went with the transfer's temp dir
+    assert list(captures.iterdir()) == []  # and the pcap, written apart from it
 
     keep = config.model_copy(update={"transfer": config.transfer.model_copy(update={"keep_files": True})})
     assert run_transfer(spec, keep, "test").outcome == "ok"
     (kept,) = transfer_dirs()
     assert (kept / "f1m.bin").stat().st_size == 1024 * 1024
-    assert (kept / "capture.pcap").stat().st_size > 0
+    assert list(captures.iterdir()) == []  # keep_files keeps copies; capture.keep keeps captures

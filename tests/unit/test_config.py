@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -345,3 +346,27 @@ def test_lab_servers_the_config_accepts_are_the_labs_servers() -> None:
     from bigbinf.lab.servers import SERVERS
 
     assert sorted(get_args(LabServerName)) == sorted(SERVERS)
+
+
+def test_config_check_warns_when_an_ssh_remote_names_no_known_hosts(tmp_path: Path) -> None:
+    site = "site: {address: 198.18.1.2, data_dir: /d, key: /k%s}"
+    lines = []
+    for name, extra in (("none", ""), ("bare", f", ssh_config: {tmp_path / 'bare'}"), ("pinned", ", ssh_config: X")):
+        path = tmp_path / f"{name}.yaml"
+        (tmp_path / "bare").write_text("Host *\n  IdentitiesOnly yes\n")
+        (tmp_path / "pinned").write_text(f"Host *\n  UserKnownHostsFile {tmp_path / 'known_hosts'}\n")
+        path.write_text(BASE.replace("lab: {lab: true}", site % extra.replace("X", str(tmp_path / "pinned"))))
+        done = subprocess.run(
+            [sys.executable, "-m", "bigbinf", "--config.file", str(path), "--config.check"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "HOME": str(tmp_path)},  # no ~/.ssh/known_hosts to fall back on
+        )
+        assert done.returncode == 0 and "configuration is valid" in done.stdout, done.stderr
+        lines.append(done.stderr.strip())
+    none, bare, pinned = lines
+    assert none.startswith(f"{tmp_path / 'none.yaml'}: warning: remotes.site.ssh_config: is not set: scp run ssh")
+    assert "will fail verification" in none and "UserKnownHostsFile" in none
+    assert "names no UserKnownHostsFile and ~/.ssh/known_hosts does not exist" in bare
+    assert pinned == ""

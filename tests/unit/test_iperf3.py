@@ -6,6 +6,7 @@ The stored reports in tests/data were written by iperf3 3.12 (`iperf3 -c 127.0.0
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,20 @@ def test_parse_report_of_a_download_has_no_rtt() -> None:
 )
 def test_parse_report_of_garbage_is_empty(stdout: str) -> None:
     assert parse_report(stdout) == {}
+
+
+def test_the_error_iperf3_reports_with_exit_0_is_the_failure() -> None:
+    from bigbinf.protocols.iperf3 import reported_error
+
+    # What iperf3 3.12 -J prints, and exits 0, when nothing listens on the port.
+    out = json.dumps(
+        {
+            "start": {"connected": []},
+            "intervals": [],
+            "end": {},
+            "error": "unable to connect to server: Connection refused",
+        }
+    )
+    assert reported_error(out) == "iperf3: unable to connect to server: Connection refused"
+    assert reported_error((DATA / "iperf3-upload.json").read_text()) == ""
+    assert reported_error("not json") == reported_error("[1]") == ""

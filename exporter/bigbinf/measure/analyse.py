@@ -1,4 +1,4 @@
-"""Count what crossed the wire between two hosts in one transfer's capture.
+"""Count what crossed the wire between two hosts in one transfer's capture (pcap or pcapng).
 
 The second half of the "analyse" stage (capture -> read -> *analyse* -> result):
 pcap.py decodes the packets, this module adds them up per way and per flow and runs
@@ -6,14 +6,25 @@ the TCP sequence analysis that finds retransmissions.
 
 What is counted, per way ("down" = remote -> client, "up" = client -> remote), over
 the packets whose IP addresses are exactly the two hosts (all others, and non-IP
-frames, only go into ``other_packets``):
+frames, only go into ``other_packets``; those of them that carry a packet between the
+hosts inside an encapsulation not opened also into ``undecoded``, per kind):
 
-* wire bytes: the original length of each link-layer frame, the pcap record's
-  ``orig_len``, so the snap length does not matter;
+* wire bytes and packets: the frames that crossed the wire.  A frame's bytes are its
+  original length, the record's ``orig_len``, so the snap length does not matter.  With
+  offloads on (TSO/GSO on the sender, GRO on the receiver, BIG TCP) the capture sees
+  TCP super-frames larger than the MTU; each is counted as the MSS-sized frames it
+  stands for, each with the super-frame's headers (pcap.py's ``_Splitter`` says how the
+  segment size is found).  UDP super-frames (UDP GSO) are counted as captured: their
+  segment size is not on the wire.  ``captured_wire_bytes`` and ``captured_packets``
+  are the records as captured (one super-frame, one set of headers), ``superframes``
+  how many were split.  With offloads off the two agree;
 * payload bytes: the L4 payload from the IP header's lengths (IPv4 total length, IPv6
-  payload length) minus the IP, IPv6 extension and TCP/UDP header lengths, never from
-  the captured length.  For transport "other" (ICMP, ...) it is the whole IP payload;
-  a later IP fragment counts all its bytes as payload of the first fragment's flow;
+  payload length or jumbo option) minus the IP, IPv6 extension and TCP/UDP header
+  lengths, never from the captured length (an IP length of 0, or longer than the
+  frame, is taken from the frame).  For transport "other" (ICMP, ...) it is the whole
+  IP payload; a later IP fragment counts all its bytes as payload of the first
+  fragment's flow.  The payload-size histogram counts the wire frames: a split
+  super-frame as its full segments and the remainder;
 * retransmissions: the TCP segments tshark 4.0 marks ``tcp.analysis.retransmission``,
   reproduced from ``tcp_analyze_sequence_number`` in Wireshark 4.0.17's packet-tcp.c
   (see ``_TcpConversation``).  That field is set on plain (RTO) retransmissions, fast
@@ -37,7 +48,8 @@ Why the wire count of retransmissions differs from the sender's kernel count
   did: reordering (as on a veth) makes a late original look like a retransmission,
   and a resent segment that was already acknowledged is a "spurious" retransmission.
   On a reordering veth tshark flagged 690 segments where the sender retransmitted 185.
-* The kernel counts segments before TSO/GSO splits them; the capture counts frames.
+* The kernel counts retransmitted segments (MSS-sized); the wire analysis counts
+  captured frames, and with offloads on a retransmitted super-frame is one frame.
 
 The sender's kernel counter is the truth about the sender; this count is the truth
 about the wire at the capture point.  For downloads only the latter is local.
@@ -58,6 +70,7 @@ from bigbinf.measure.pcap import (
     PathLike,
     PcapError,
     ScanTotals,
+    TruncatedCapture,
     decode,
     iter_packets,
     mapped,
@@ -65,7 +78,7 @@ from bigbinf.measure.pcap import (
 from bigbinf.result import PAYLOAD_BUCKETS
 
 # Packet, PcapError and iter_packets are re-exported: callers that analyse also read.
-__all__ = ["Analysis", "FlowStats", "Packet", "PcapError", "analyse_pcap", "iter_packets"]
+__all__ = ["Analysis", "FlowStats", "Packet", "PcapError", "TruncatedCapture", "analyse_pcap", "iter_packets"]
 
 
 @dataclass(frozen=True)
@@ -75,22 +88,30 @@ class FlowStats:
     remote_port: int
     payload_bytes_down: int
     payload_bytes_up: int
-    packets_down: int
+    packets_down: int  # frames on the wire: super-frames split, as Analysis.packets
     packets_up: int
 
 
 @dataclass(frozen=True)
 class Analysis:
-    wire_bytes: dict[str, int]  # {"down": .., "up": ..}: sum of orig_len
-    payload_bytes: dict[str, int]
-    packets: dict[str, int]
+    """Per way, {"down": .., "up": ..}, of the packets between the two hosts."""
+
+    wire_bytes: dict[str, int]  # frame bytes that crossed the wire: super-frames split
+    payload_bytes: dict[str, int]  # L4 payload (the same split or not)
+    packets: dict[str, int]  # frames that crossed the wire: super-frames split
     retransmits: dict[str, int]  # per way, as tshark 4.0's tcp.analysis.retransmission
     first_packet_timestamp: float | None
     last_packet_timestamp: float | None
-    payload_histogram: dict[str, list[int]]  # shape of exporter.result.empty_histogram()
+    payload_histogram: dict[str, list[int]]  # shape of exporter.result.empty_histogram(); wire frames
     flows: tuple[FlowStats, ...]  # per 5-tuple, sorted by total payload, largest first
-    other_packets: int  # packets not between the two hosts (ignored in all counts)
-    truncated_tail: bool  # the last record was cut off (capture killed mid-write)
+    other_packets: int  # records not counted: other hosts, non-IP, and the undecoded
+    truncated_tail: bool  # the file ends inside a record (only with strict=False)
+    captured_wire_bytes: dict[str, int]  # sum of orig_len of the records as captured
+    captured_packets: dict[str, int]  # records as captured
+    superframes: dict[str, int]  # captured frames that stood for several wire frames
+    records: int  # every packet record in the file, between the hosts or not
+    undecoded: dict[str, int]  # kind -> packets between the hosts inside encapsulations not opened
+    truncated_at: int | None  # byte offset of the record the end of the file cut (strict=False)
 
 
 # TCP flag bits.
@@ -284,7 +305,7 @@ def _retransmissions(path: PathLike, client_address: str, remote_address: str) -
     conversations: dict[tuple[int, int], _TcpConversation] = {}
     with mapped(name) as buf:
         yielded = 0
-        for ts_ns, down, _o, _t, _p, sport, dport, seq, ack, seglen, flags, window in decode(
+        for ts_ns, down, _o, _t, _p, sport, dport, seq, ack, seglen, flags, window, _s in decode(
             name, buf, client_address, remote_address, totals
         ):
             yielded += 1
@@ -301,26 +322,46 @@ def _retransmissions(path: PathLike, client_address: str, remote_address: str) -
 
 
 # Per-flow accumulator, a list for speed: wire bytes, payload bytes and packets, each
-# [down, up], then the flow's TCP analysis (or None).
+# [down, up] (wire bytes and packets with super-frames split), then the flow's TCP
+# analysis (or None).
 _WIRE, _PAYLOAD, _PACKETS, _CONVERSATION = 0, 2, 4, 6
+# The payload-size bucket (index into PAYLOAD_BUCKETS' histogram) of every payload up to
+# 65535 bytes, one byte each: an index is half the cost of a bisect, per packet.
+_BUCKET_OF = b"".join(
+    bytes([index]) * (bound - (PAYLOAD_BUCKETS[index - 1] if index else -1))
+    for index, bound in enumerate(PAYLOAD_BUCKETS)
+)
+_MAX_MTU = 0x80000  # beyond the largest frame there is (a BIG TCP super-frame): not a link MTU
 
 
-def analyse_pcap(path: PathLike, client_address: str, remote_address: str) -> Analysis:
+def analyse_pcap(
+    path: PathLike, client_address: str, remote_address: str, *, mtu: int | None = None, strict: bool = True
+) -> Analysis:
     """Count wire bytes, payload, packets, retransmissions, payload sizes and flows of
-    the traffic between client_address and remote_address in a classic pcap."""
+    the traffic between client_address and remote_address in a pcap or pcapng file.
+
+    mtu: the link MTU towards the remote, for the segment size of TCP super-frames on
+    connections whose SYN was not captured (1500 if None).  strict: a file that ends
+    inside a record (the capture was cut short) raises TruncatedCapture; with
+    strict=False the counts up to there are returned with truncated_tail set.  Every
+    other problem with the file or the arguments is a PcapError naming the fix."""
     name = os.fspath(path)
+    if mtu is not None and (not isinstance(mtu, int) or not 68 <= mtu <= _MAX_MTU):
+        raise PcapError(f"{name}: MTU {mtu!r} is not a link MTU (68 to {_MAX_MTU}); give the route's MTU or None")
     totals = ScanTotals()
     flows: dict[int, list[Any]] = {}  # key: transport << 32 | client_port << 16 | remote_port
     n_buckets = len(PAYLOAD_BUCKETS) + 1
-    histogram = [0] * (2 * n_buckets)  # down buckets, then up buckets
+    histograms = ([0] * n_buckets, [0] * n_buckets)  # down, up
     retransmits = [0, 0]
+    # Per way: what splitting super-frames added to the captured figures, and how many.
+    split_wire, split_packets, superframes = [0, 0], [0, 0], [0, 0]
     first_ts: int | None = None
     last_ts = 0
-    buckets = PAYLOAD_BUCKETS
+    bucket_of = _BUCKET_OF
 
     with mapped(name) as buf:
-        for ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags, window in decode(
-            name, buf, client_address, remote_address, totals
+        for ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags, window, split in decode(
+            name, buf, client_address, remote_address, totals, mtu
         ):
             if down:
                 way = 0
@@ -333,32 +374,60 @@ def analyse_pcap(path: PathLike, client_address: str, remote_address: str) -> An
                 flow = flows[key] = [0, 0, 0, 0, 0, 0, None]
                 if first_ts is None:  # the first packet always starts a flow
                     first_ts = ts_ns
-            flow[way] += orig_len
-            flow[_PAYLOAD + way] += payload
-            flow[_PACKETS + way] += 1
-            histogram[way * n_buckets + bisect_left(buckets, payload)] += 1
+            flow[way] += orig_len  # _WIRE + way
+            flow[way + 2] += payload  # _PAYLOAD + way
+            flow[way + 4] += 1  # _PACKETS + way
+            if split is None:
+                try:
+                    histograms[way][bucket_of[payload]] += 1
+                except IndexError:  # above the table: the last bucket (no exception costs nothing)
+                    histograms[way][-1] += 1
+            else:
+                frames, wire, size = split
+                flow[way] += wire - orig_len
+                flow[way + 4] += frames - 1
+                split_wire[way] += wire - orig_len
+                split_packets[way] += frames - 1
+                superframes[way] += 1
+                histograms[way][bisect_left(PAYLOAD_BUCKETS, size)] += frames - 1
+                histograms[way][bisect_left(PAYLOAD_BUCKETS, payload - (frames - 1) * size)] += 1
             last_ts = ts_ns
             if flags != NO_ANALYSIS:
-                conversation = flow[_CONVERSATION]
+                conversation = flow[6]  # _CONVERSATION
                 if conversation is None:
-                    conversation = flow[_CONVERSATION] = _TcpConversation()
+                    conversation = flow[6] = _TcpConversation()
                 if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
                     retransmits[way] += 1
+
+    if strict and totals.truncated_at is not None:
+        raise TruncatedCapture(
+            f"{name}: the record at byte {totals.truncated_at} runs past the end of the file "
+            f"({totals.file_size} bytes): the capture was cut short (tcpdump killed while writing, or its "
+            "disk full), so its counts would be partial; capture the transfer again with room for the capture",
+            totals.truncated_at,
+        )
 
     def per_way(field: int) -> dict[str, int]:
         return {"down": sum(f[field] for f in flows.values()), "up": sum(f[field + 1] for f in flows.values())}
 
+    wire_bytes, packets = per_way(_WIRE), per_way(_PACKETS)
     return Analysis(
-        wire_bytes=per_way(_WIRE),
+        wire_bytes=wire_bytes,
         payload_bytes=per_way(_PAYLOAD),
-        packets=per_way(_PACKETS),
+        packets=packets,
         retransmits={"down": retransmits[0], "up": retransmits[1]},
         first_packet_timestamp=None if first_ts is None else first_ts / 1e9,
         last_packet_timestamp=None if first_ts is None else last_ts / 1e9,
-        payload_histogram={"down": histogram[:n_buckets], "up": histogram[n_buckets:]},
+        payload_histogram={"down": histograms[0], "up": histograms[1]},
         flows=_flow_stats(flows),
         other_packets=totals.other_packets,
         truncated_tail=totals.truncated_tail,
+        captured_wire_bytes={"down": wire_bytes["down"] - split_wire[0], "up": wire_bytes["up"] - split_wire[1]},
+        captured_packets={"down": packets["down"] - split_packets[0], "up": packets["up"] - split_packets[1]},
+        superframes={"down": superframes[0], "up": superframes[1]},
+        records=packets["down"] - split_packets[0] + packets["up"] - split_packets[1] + totals.other_packets,
+        undecoded=dict(totals.undecoded),
+        truncated_at=totals.truncated_at,
     )
 
 

@@ -8,8 +8,10 @@ relative to the directory that holds the dataset ("f5m.bin", "many/part-0001.bin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,17 +54,23 @@ def read_manifest(path: Path | None) -> dict[str, str]:
     return sums
 
 
+class DatasetWriteError(OSError):
+    """A dataset file (or its manifest) could not be written; names the path and the fix.
+    An OSError, so callers that handle file-system failures handle this one too."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
 def write_manifest(path: Path, sums: dict[str, str]) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text("".join(f"{h}  {f}\n" for f, h in sorted(sums.items())))
-    tmp.replace(path)
+    with _partial(path) as tmp:
+        tmp.write_text("".join(f"{h}  {f}\n" for f, h in sorted(sums.items())))
 
 
 def _create_file(path: Path, size: int, fill: str) -> str:
     digest = hashlib.sha256()
     zero = bytes(min(CHUNK, size))
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
+    with _partial(path) as tmp, open(tmp, "wb") as f:
         left = size
         while left:
             n = min(CHUNK, left)
@@ -70,8 +78,25 @@ def _create_file(path: Path, size: int, fill: str) -> str:
             f.write(block)
             digest.update(block)
             left -= n
-    tmp.replace(path)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _partial(path: Path) -> Iterator[Path]:
+    """Write `path` through `path.partial`, renamed into place only when complete; on
+    any failure (a full disk) the partial file is removed, so a half-written file is
+    never taken for the dataset, and the error names the path."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        yield tmp
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DatasetWriteError(
+            exc.errno,
+            f"cannot write {path}: {exc.strerror or exc}; free space on its disk or move "
+            "transfer.workdir (or the lab's state_dir) to a larger one",
+        ) from exc
 
 
 def ensure(root: Path, ds: DatasetConfig) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -218,3 +219,49 @@ def plan_round(config: Config, lab: LabSite | None = None) -> list[TransferSpec]
         wanted = list(itertools.product(config.protocols, config.remotes, config.datasets, ("download", "upload")))
     specs = [_spec(config, lab, *w) for w in wanted]
     return [s for s in specs if s is not None]
+
+
+def host_key_warnings(config: Config) -> list[str]:
+    """Remotes reached over ssh (a protocol whose lab server is sshd) that name no
+    known_hosts: ssh runs in batch mode, so an unknown host key fails every transfer
+    with "Host key verification failed." instead of asking."""
+    ssh_protocols = [
+        name
+        for name, proto in config.protocols.items()
+        if "sshd"
+        in (profile := REGISTRY[module_for(name, proto.module)]).lab_servers(profile.option_values(proto.options))
+    ]
+    if not ssh_protocols:
+        return []
+    warnings = []
+    for name, remote in config.remotes.items():
+        if remote.lab:  # the lab writes its own ssh_config and known_hosts
+            continue
+        where = f"remotes.{name}.ssh_config"
+        if remote.ssh_config is None:
+            problem = "is not set"
+        elif not remote.ssh_config.is_file():
+            problem = f"{remote.ssh_config} does not exist"
+        elif not re.search(
+            r"^\s*(UserKnownHostsFile|GlobalKnownHostsFile|StrictHostKeyChecking\s*=?\s*(no|off|accept-new))\b",
+            _read(remote.ssh_config),
+            re.M | re.I,
+        ):
+            if (Path.home() / ".ssh" / "known_hosts").is_file():
+                continue  # ssh falls back to the user's own known_hosts
+            problem = f"{remote.ssh_config} names no UserKnownHostsFile and ~/.ssh/known_hosts does not exist"
+        else:
+            continue
+        warnings.append(
+            f"{where}: {problem}: {', '.join(ssh_protocols)} run ssh in batch mode, so the host key of "
+            f"{remote.address} will fail verification; give an ssh_config with `UserKnownHostsFile FILE` holding "
+            f"its key (`ssh-keyscan -p {remote.port} {remote.address} > FILE`, checked by hand)"
+        )
+    return warnings
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbinf.config import Config
+from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.analyse import Analysis, PcapError, analyse_pcap
 from bigbinf.measure.capture import Capture, CaptureError, wait_linger
-from bigbinf.measure.limits import judge_limit
+from bigbinf.measure.limits import human_bytes, judge_limit
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.process import in_netns, netns_exists, run_with_timeout
 from bigbinf.measure.tcpstate import TcpSummary, TcpWatch
@@ -93,6 +93,7 @@ class Subject:
             start_timestamp=time.time(),
             outcome=outcome,
             error=error,
+            wire_measured=False,
         )
 
 
@@ -102,7 +103,8 @@ class Prepared:
 
     subject: Subject  # with the resolved addresses
     context: RunContext[Any]  # the rendered command and what its runner needs
-    pcap: Path  # where the capture is written
+    pcap: Path  # where the capture is written (capture.directory)
+    mtu: int | None = None  # of the route to the remote: the segment size when no SYN was captured
     password: str = field(default="", repr=False)  # to redact from errors; never logged
 
 
@@ -114,6 +116,7 @@ class Ran:
     captured: bool  # a capture ran (capture.enabled)
     capture_dropped: int  # packets the kernel dropped before tcpdump read them
     capture_error: str  # tcpdump failed to stop cleanly: the wire numbers are suspect
+    capture_packets: int | None  # what tcpdump says it wrote ("N packets captured"); None if it did not say
     sender_retransmits: int | None
     sender_retransmits_source: str  # "kernel" (the sender's sockets), "iperf3", or ""
     tcp_local: TcpSummary | None = None  # this host's sockets to the remote (TCP transfers)
@@ -123,10 +126,17 @@ class Ran:
 
 @dataclass(frozen=True)
 class Wire:
-    """What the capture shows (analyse.py's Analysis, reduced to what a Result keeps)."""
+    """What the capture shows (analyse.py's Analysis, reduced to what a Result keeps).
+    wire_bytes and packets are the frames that crossed the wire (offload super-frames
+    split into segments); captured_* are the frames as the capture saw them."""
 
     wire_bytes_down: int
     wire_bytes_up: int
+    captured_wire_bytes_down: int
+    captured_wire_bytes_up: int
+    captured_packets_down: int
+    captured_packets_up: int
+    superframes: int  # captured frames that stood for several wire frames (both ways)
     payload_bytes_down: int
     payload_bytes_up: int
     packets_down: int
@@ -137,6 +147,7 @@ class Wire:
     payload_histogram: dict[str, list[int]]
     data_flows: int  # flows that carried >= DATA_FLOW_BYTES of payload
     transport: str  # what carried the most payload: "tcp", "udp" or "" (nothing)
+    undecoded: dict[str, int]  # packets between the hosts inside encapsulations not opened, per kind
 
     @classmethod
     def of(cls, a: Analysis) -> Wire:
@@ -145,6 +156,11 @@ class Wire:
         return cls(
             wire_bytes_down=a.wire_bytes["down"],
             wire_bytes_up=a.wire_bytes["up"],
+            captured_wire_bytes_down=a.captured_wire_bytes["down"],
+            captured_wire_bytes_up=a.captured_wire_bytes["up"],
+            captured_packets_down=a.captured_packets["down"],
+            captured_packets_up=a.captured_packets["up"],
+            superframes=a.superframes["down"] + a.superframes["up"],
             payload_bytes_down=a.payload_bytes["down"],
             payload_bytes_up=a.payload_bytes["up"],
             packets_down=a.packets["down"],
@@ -155,6 +171,7 @@ class Wire:
             payload_histogram=a.payload_histogram,
             data_flows=len(data_flows),
             transport=main.transport if main else "",
+            undecoded=dict(a.undecoded),
         )
 
 
@@ -197,6 +214,7 @@ def run_transfer(
     upload_name = f"{spec.dataset_config.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
     workdir: Path | None = None
     cleanup_problem = ""
+    result: Result | None = None
     try:
         config.transfer.workdir.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
@@ -204,7 +222,7 @@ def run_transfer(
     except Exception as exc:  # a transfer never takes the round (and its other results) down
         result = _internal_error(spec, subject, exc)
     finally:
-        if upload_name and workdir is not None:
+        if upload_name and workdir is not None and (result is None or _upload_may_be_on_remote(result)):
             cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
         if workdir is not None and not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -226,6 +244,13 @@ def measure(
         prepared = prepare(spec, config, subject, workdir, upload_name)
     except _PrepareError as exc:
         return subject.result("failed", str(exc))
+    try:
+        return _measure_prepared(spec, config, prepared, baseline)
+    finally:  # kept captures were moved away; the others go, whatever happened
+        prepared.pcap.unlink(missing_ok=True)
+
+
+def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, baseline: PathBaseline | None) -> Result:
     try:
         ran = run_under_capture(spec, config, prepared)
         wire, analysis_error = analyse(prepared, ran)
@@ -257,10 +282,15 @@ def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Res
 def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Prepared:
     """Resolve the addresses, create an upload's source, render the command."""
     password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
+    pcap = capture_directory(config) / f"{workdir.name}.pcap"
     try:
+        pcap.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
+        shortfall = space_shortfall(spec, config, workdir, pcap.parent)
+        if shortfall:
+            raise _PrepareError(shortfall)
         source = upload_source(spec, config) if spec.direction == "upload" else None
         remote_ip = resolve(spec.remote.address)
-        client = client_address_for(remote_ip, spec.remote.netns)
+        client, mtu = route_to(remote_ip, spec.remote.netns)
     except (CaptureError, OSError, subprocess.SubprocessError) as exc:
         raise _PrepareError(str(exc)) from None
     values = placeholder_values(spec, workdir, source, upload_name, client)
@@ -282,7 +312,8 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
     return Prepared(
         subject=dataclasses.replace(subject, client_address=client, remote_address=remote_ip),
         context=context,
-        pcap=workdir / "capture.pcap",
+        pcap=pcap,
+        mtu=mtu,
         password=password,
     )
 
@@ -361,6 +392,7 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         captured=capture is not None,
         capture_dropped=capture.stats.dropped if capture and capture.stats else 0,
         capture_error=capture_error,
+        capture_packets=capture.stats.captured if capture and capture.stats else None,
         sender_retransmits=retransmits,
         sender_retransmits_source=source,
         tcp_local=tcp_local,
@@ -373,10 +405,25 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     """The wire numbers of the capture, or why there are none ("" when there was no capture)."""
     if not ran.captured:
         return None, ""
+    pcap, subject = prepared.pcap, prepared.subject
     try:
-        analysis = analyse_pcap(prepared.pcap, prepared.subject.client_address, prepared.subject.remote_address)
+        # strict: a file that ends inside a record (cut short) is an error, not partial counts
+        analysis = analyse_pcap(pcap, subject.client_address, subject.remote_address, mtu=prepared.mtu)
     except PcapError as exc:
         return None, f"analysis: {exc}"
+    if analysis.truncated_tail:
+        return (
+            None,
+            f"analysis: {pcap} ends inside the record at byte {analysis.truncated_at}: the capture was cut short",
+        )
+    if ran.capture_packets is not None and analysis.records < ran.capture_packets:
+        # tcpdump counts what it handed to the file, and exits 0 even when the disk took
+        # only part of it: without this check a cut capture would pass for a complete one.
+        return None, (
+            f"capture: tcpdump captured {ran.capture_packets} packets but {pcap} holds {analysis.records}: the "
+            f"capture was cut short (a full disk?); the wire numbers are absent: free space in {pcap.parent} "
+            "or set capture.directory"
+        )
     return Wire.of(analysis), ""
 
 
@@ -385,6 +432,11 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
     transport and the capture and its analysis worked; every reason against is kept."""
     outcome = ran.outcome
     notes = [e for e in (ran.capture_error, analysis_error) if e]
+    if wire is not None:  # said, not failed: what crossed in them is missing from the counts
+        notes += [
+            f"{count} packet{'s' if count != 1 else ''} between the hosts not decoded ({kind})"
+            for kind, count in sorted(wire.undecoded.items())
+        ]
     if ran.capture_dropped:
         notes.append(f"tcpdump dropped {ran.capture_dropped} packets: wire numbers are low")
     if outcome.timed_out:
@@ -392,6 +444,8 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
     if outcome.returncode != 0:
         exited = _exited(prepared.context.argv[0], outcome.returncode, outcome.stderr_tail[-500:])
         return Verdict("failed", (exited, *notes), False)
+    if outcome.failure:  # exited 0, but the tool itself says it failed
+        return Verdict("failed", (outcome.failure, *notes), False)
     verified, problems = _check(spec, prepared, outcome, wire)
     broken = problems or any(e.startswith(("analysis", "capture")) for e in notes)
     return Verdict("failed" if broken else "ok", (*problems, *notes), verified)
@@ -419,8 +473,14 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         return result
     return dataclasses.replace(
         result,
+        wire_measured=True,
         wire_bytes_down=wire.wire_bytes_down,
         wire_bytes_up=wire.wire_bytes_up,
+        captured_wire_bytes_down=wire.captured_wire_bytes_down,
+        captured_wire_bytes_up=wire.captured_wire_bytes_up,
+        captured_packets_down=wire.captured_packets_down,
+        captured_packets_up=wire.captured_packets_up,
+        superframes=wire.superframes,
         payload_bytes_down=wire.payload_bytes_down,
         payload_bytes_up=wire.payload_bytes_up,
         packets_down=wire.packets_down,
@@ -445,8 +505,10 @@ def resolve(address: str) -> str:
         raise CaptureError(f"cannot resolve {address}: {exc.strerror}") from None
 
 
-def client_address_for(remote_address: str, netns: str | None) -> str:
-    """The local source address the kernel uses to reach the remote (`ip route get`)."""
+def route_to(remote_address: str, netns: str | None) -> tuple[str, int | None]:
+    """(local source address, MTU) of the route the kernel uses to reach the remote:
+    `ip route get` (its `mtu` where the route or a learnt path MTU has one), else the
+    MTU of the interface it leaves by; None if neither says."""
     argv = in_netns(netns, ["ip", "-o", "route", "get", remote_address])
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     match = re.search(r"\bsrc (\S+)", proc.stdout)
@@ -456,7 +518,75 @@ def client_address_for(remote_address: str, netns: str | None) -> str:
             + (f" in namespace {netns}" if netns else "")
             + f": {proc.stderr.strip() or proc.stdout.strip()}"
         )
-    return match.group(1)
+    mtu = re.search(r"\bmtu (?:lock )?(\d+)", proc.stdout)
+    if mtu:
+        return match.group(1), int(mtu.group(1))
+    dev = re.search(r"\bdev (\S+)", proc.stdout)
+    if not dev:
+        return match.group(1), None
+    link = subprocess.run(
+        in_netns(netns, ["ip", "-o", "link", "show", "dev", dev.group(1)]), capture_output=True, text=True, timeout=10
+    )
+    mtu = re.search(r"\bmtu (\d+)", link.stdout)
+    return match.group(1), int(mtu.group(1)) if mtu else None
+
+
+# A capture's size: every frame is at most a 16-byte pcap record header + snaplen bytes.
+# Frames: the data in segments of a 1500-byte MTU's MSS (offloads off: the most frames)
+# plus an ACK for every second one (delayed ACKs), plus a few hundred per file for the
+# handshakes and the protocol's own chatter.
+_MSS = 1448
+_FRAMES_PER_FILE = 200
+_SPARE_BYTES = 16 << 20  # what else may be written there meanwhile (logs, the journal)
+
+
+def capture_bytes_needed(file_bytes: int, files: int, snaplen: int) -> int:
+    data_frames = -(-file_bytes // _MSS)
+    return (data_frames * 3 // 2 + files * _FRAMES_PER_FILE) * (16 + snaplen)
+
+
+def space_shortfall(spec: TransferSpec, config: Config, workdir: Path, capture_dir: Path) -> str:
+    """Why the disks cannot hold what this transfer writes ("" if they can): the received
+    copy (downloads) or a missing upload source in transfer.workdir, and the capture.
+    Checked before anything runs, so a full disk fails the transfer with the reason
+    instead of cutting the capture or the copy short."""
+    ds = spec.dataset_config
+    size = datasets.total_bytes(ds)
+    needs: dict[int, list[tuple[Path, int, str, str]]] = {}  # per file system (st_dev)
+
+    def need(path: Path, amount: int, what: str, key: str) -> None:
+        needs.setdefault(path.stat().st_dev, []).append((path, amount, what, key))
+
+    if spec.direction == "download":
+        need(workdir, size, f"the received copy ({human_bytes(size)})", "transfer.workdir")
+    elif not _source_present(config.transfer.workdir / "sources", ds):
+        need(config.transfer.workdir, size, f"the upload source ({human_bytes(size)})", "transfer.workdir")
+    if config.capture.enabled:
+        need(
+            capture_dir,
+            capture_bytes_needed(size, ds.count, config.capture.snaplen),
+            f"the capture of {human_bytes(size)}",
+            "capture.directory",
+        )
+    for wanted in needs.values():
+        total = sum(amount for _, amount, _, _ in wanted) + _SPARE_BYTES
+        free = shutil.disk_usage(wanted[0][0]).free
+        if free < total:
+            where = " and ".join(str(path) for path, *_ in wanted)
+            keys = " or ".join(dict.fromkeys(key for *_, key in wanted))
+            whats = " and ".join(what for _, _, what, _ in wanted)
+            return (
+                f"not enough disk space: {human_bytes(free)} free for {where}, which need about "
+                f"{human_bytes(total)} ({whats}, {human_bytes(_SPARE_BYTES)} spare); free space there "
+                f"or set {keys} to a larger disk"
+            )
+    return ""
+
+
+def _source_present(root: Path, ds: DatasetConfig) -> bool:
+    return all(
+        (root / name).is_file() and (root / name).stat().st_size == ds.size for name in datasets.member_names(ds)
+    )
 
 
 def upload_source(spec: TransferSpec, config: Config) -> Path:
@@ -503,6 +633,15 @@ def _redact(text: str, secrets: list[str]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+def _upload_may_be_on_remote(result: Result) -> bool:
+    """False when nothing of an upload can have reached the remote: its command never ran
+    (it failed before: no duration), or the capture saw no payload go up (it never
+    connected).  Then there is nothing to remove, and no warning that a file "stays"."""
+    if result.duration_seconds == 0:
+        return False
+    return not (result.wire_measured and result.payload_bytes_up == 0)
 
 
 def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_name: str) -> str:
@@ -563,7 +702,10 @@ def _unready(spec: TransferSpec) -> str:
 
 
 def _exited(program: str, returncode: int | None, stderr_tail: str) -> str:
-    return f"{program} exited {returncode}" + (f": {stderr_tail.strip()}" if stderr_tail.strip() else "")
+    # One line per diagnostic (ssh ends its lines with \r\n): "; " keeps them apart in a
+    # one-line error.
+    lines = [line.strip() for line in stderr_tail.splitlines() if line.strip()]
+    return f"{program} exited {returncode}" + (f": {'; '.join(lines)}" if lines else "")
 
 
 def _check(spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wire | None) -> tuple[bool, list[str]]:

@@ -104,6 +104,9 @@ class RunOutcome(Completed):
     # What the tool itself reported, where it reports anything (iperf3's JSON): e.g.
     # bytes, seconds, sender retransmits, RTT.  Absent for plain copy commands.
     reported: Mapping[str, float] = field(default_factory=dict)
+    # A failure the tool reported although it exited 0 (iperf3 -J puts a connect failure
+    # in its JSON "error" and exits 0): the transfer fails with this text.
+    failure: str = ""
 
 
 Runner = Callable[[RunContext[OptionsT]], RunOutcome]

@@ -51,11 +51,21 @@ def parse_report(stdout: str) -> dict[str, float]:
     return {name: value for name, value in report.items() if math.isfinite(value)}
 
 
+def reported_error(stdout: str) -> str:
+    """iperf3's own error from its -J output ("" if none): with -J it exits 0 after a
+    failed connect and says why only there."""
+    try:
+        error = json.loads(stdout).get("error", "")
+    except (ValueError, AttributeError):
+        return ""
+    return f"iperf3: {error}" if isinstance(error, str) and error else ""
+
+
 def run(ctx: RunContext[Iperf3Options]) -> RunOutcome:
     done = run_with_timeout(
         in_netns(ctx.netns, ctx.argv), ctx.timeout_seconds, env=ctx.env, cwd=str(ctx.workdir), capture_stdout=True
     )
-    return RunOutcome(**vars(done), reported=parse_report(done.stdout))
+    return RunOutcome(**vars(done), reported=parse_report(done.stdout), failure=reported_error(done.stdout))
 
 
 PROFILE = Profile(

@@ -5,9 +5,24 @@ from __future__ import annotations
 from bigbinf.protocols import command
 from bigbinf.protocols.base import Commands, NoOptions, Profile, needs
 
-# -B batch mode (never prompt), -q no progress meter, -F a per-remote ssh_config that
-# pins the key and known_hosts.  Compression stays off: it would flatter the byte ratio.
-SSH_OPTS = ("-F", "{ssh_config}", "-i", "{key}", "-o", "BatchMode=yes", "-o", "Compression=no")
+# -B batch mode (never prompt), -F a per-remote ssh_config that pins the key and
+# known_hosts.  Compression stays off: it would flatter the byte ratio.  LogLevel=ERROR,
+# not -q: -q also silences ssh's own diagnostics, and every failure (no route, wrong key,
+# host key changed, session killed) then reads "Connection closed"; ERROR keeps those
+# lines and drops the informational ones.  (No progress meter either way: stdout is not
+# a terminal.)
+SSH_OPTS = (
+    "-F",
+    "{ssh_config}",
+    "-i",
+    "{key}",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "Compression=no",
+    "-o",
+    "LogLevel=ERROR",
+)
 # ssh itself with the remote's settings, for tools that start it (cleanup, rsync, bbftp).
 SSH_COMMAND = ("ssh", *SSH_OPTS, "-p", "{port}")
 # The same as one string, for tools that take the ssh command as one option value and
@@ -23,7 +38,7 @@ SSH_CLEANUPS = {"file": SSH_CLEANUP, "tree": SSH_CLEANUP}
 
 
 def commands(options: NoOptions) -> Commands:
-    base = ["{binary}", "-B", "-q", *SSH_OPTS, "-P", "{port}"]
+    base = ["{binary}", "-B", *SSH_OPTS, "-P", "{port}"]
     remote = "{user}@{host}:{remote_path}"
     return {
         ("download", "file"): [*base, remote, "{local_path}"],

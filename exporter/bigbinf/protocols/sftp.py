@@ -10,7 +10,8 @@ BATCH = "sftp.batch"
 
 
 def commands(options: NoOptions) -> Commands:
-    argv = ["{binary}", "-q", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{host}"]
+    # No -q: it hides ssh's diagnostics (scp.SSH_OPTS says why).
+    argv = ["{binary}", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{host}"]
     return {(d, k): argv for d in ("download", "upload") for k in ("file", "tree")}
 
 

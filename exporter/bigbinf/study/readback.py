@@ -169,6 +169,8 @@ def _result_from_fields(fields: dict[str, Any]) -> Result:
         duration_seconds=fields.get("duration_seconds", 0.0),
         file_bytes=whole("file_bytes"),
         verified=fields.get("verified", 0.0) == 1.0,
+        # The wire gauges are left out for a capture that could not be read whole.
+        wire_measured="wire_bytes_down" in fields or "wire_bytes_up" in fields,
         wire_bytes_down=whole("wire_bytes_down"),
         wire_bytes_up=whole("wire_bytes_up"),
         payload_bytes_down=whole("payload_bytes_down"),
