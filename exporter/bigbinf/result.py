@@ -130,6 +130,10 @@ class Result(_Journaled):
     limited_by: str = ""
     limited_evidence: str = ""
     source: str = "exporter"  # "exporter", or "import" for results brought in by `import`
+    # Imported 2015 dumps only: the protocol as the dump named it ("ftp", mapped to "sftp"),
+    # and what the import corrected or assumed (a wrong `time`, a start time from the name).
+    imported_protocol: str = ""
+    import_note: str = ""
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

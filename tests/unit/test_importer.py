@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -184,13 +186,29 @@ def test_start_time_formats(value: object, expected: float) -> None:
     assert parse_start(value, None) == expected
 
 
-def test_start_time_from_the_name_when_the_field_is_missing(tmp_path: Path) -> None:
+def test_start_time_from_the_name_needs_the_testbed_zone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # test.py named files in the testbed host's local time (SAST, UTC+2), not UTC.
     record = dict(WITHOUT_PACKETS)
     del record["utc_start_time"]
     path = write_dump(tmp_path, "gridftp-udt_file_2.4G_2015-08-22_03:00:05.dump", record)
-    assert parse_dump(path).result.start_timestamp == dt.datetime(2015, 8, 22, 3, 0, 5, tzinfo=UTC).timestamp()
-    with pytest.raises(MalformedDump, match="utc_start_time is missing"):
-        parse_dump(write_dump(tmp_path, "renamed.dump", record))
+    with pytest.raises(MalformedDump, match=r"give its zone with --timezone \(the 2015 study ran in Africa"):
+        parse_dump(path)
+    sast = dt.datetime(2015, 8, 22, 1, 0, 5, tzinfo=UTC).timestamp()
+    for zone in ("Africa/Johannesburg", "+2"):
+        dump = parse_dump(path, importer.ImportOptions(timezone=zone))
+        assert dump.result.start_timestamp == sast
+        assert dump.result.import_note == f"start time from the file name, read as {zone} local time"
+    with pytest.raises(MalformedDump, match="utc_start_time is missing and the file name has no time"):
+        parse_dump(write_dump(tmp_path, "renamed.dump", record), importer.ImportOptions(timezone="UTC"))
+
+    journal_path = tmp_path / "journal.jsonl"
+    assert run(["import", "--journal", str(journal_path), str(path)]) == 1
+    assert f"skipped {path}: utc_start_time is missing" in capsys.readouterr().err
+    assert run(["import", "--journal", str(journal_path), "--timezone", "Africa/Johannesburg", str(path)]) == 0
+    assert f"import: {path}: start time from the file name, read as Africa/Johannesburg" in capsys.readouterr().err
+    assert [r.start_timestamp for r in Journal(journal_path).read()] == [sast]
+    assert run(["import", "--journal", str(journal_path), "--timezone", "Mars/Olympus", str(path)]) == 2
+    assert "--timezone 'Mars/Olympus': not a time zone; give a name like Africa/Johannesburg" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -332,3 +350,187 @@ def test_shared_flags_work_after_import(tmp_path: Path, dumps: Path) -> None:
     assert args.log_level == "error"
     assert cli.main(["import", "--journal", str(journal_path), good, "--log.level", "error"]) == 0
     assert [r.protocol for r in Journal(journal_path).read()] == ["hpn-scp"]
+
+
+# ---------------------------------------------------------------------------------------
+# Dumps as the 2015 tool (wraithy/bigbinf protocol_testbed/test.py) really wrote them.
+
+
+def packets_like_test_py(start: dt.datetime, count: int, gap: float, payload: int = 1448) -> list[dict[str, object]]:
+    """tcpdump lines as test.py stored them: time of day only, and newest first, because it
+    built the list with `stdout.pop()`.  Every tenth packet is the client's ack."""
+    oldest_first = [
+        {
+            "direction": "up" if i % 10 == 9 else "down",
+            "time": (start + dt.timedelta(seconds=i * gap)).strftime("%H:%M:%S.%f"),
+            "length": 0 if i % 10 == 9 else payload,
+        }
+        for i in range(count)
+    ]
+    return oldest_first[::-1]
+
+
+def dump_like_test_py(protocol: str, start: dt.datetime, count: int, gap: float, time: float) -> dict[str, object]:
+    packets = packets_like_test_py(start, count, gap)
+    down = sum(int(p["length"]) for p in packets if p["direction"] == "down")  # type: ignore[call-overload]
+    return {
+        "batch_id": "2015-10-02",
+        "protocol": protocol,
+        "file_size": down,
+        "utc_start_time": (start - dt.timedelta(hours=2)).isoformat(sep=" "),  # local SAST minus 2 h
+        "host_from": "SANBI-VM.uwc.ac.za",
+        "host_to": "137.158.0.9",
+        "bytes_down": down,
+        "bytes_up": 0,
+        "bytes_total": down,
+        "time": time,
+        "stored_packets": True,
+        "packets": packets,
+    }
+
+
+@pytest.fixture()
+def dumps_2015(tmp_path: Path) -> Path:
+    d = tmp_path / "dumps_2015"
+    d.mkdir()
+    # scp at 13:00, 2 s: `time` agrees with the packet span (the tool's own rounding aside).
+    write_dump(
+        d,
+        "scp_5MiB.dat_2015-10-02_13:00:00.dump",
+        dump_like_test_py("scp", dt.datetime(2015, 10, 2, 13, 0, 0), 201, 0.01, 2.000_183),
+    )
+    # "ftp" (sftp) across midnight, 5.85 s: the tool's `time` is 86,399.999817 s.
+    write_dump(
+        d,
+        "ftp_5MiB.dat_2015-10-02_23:59:57.dump",
+        dump_like_test_py("ftp", dt.datetime(2015, 10, 2, 23, 59, 57, 150_000), 586, 0.01, 86399.999817),
+    )
+    write_dump(
+        d,
+        "hpn-scp_5MiB.dat_2015-10-03_03:00:00.dump",
+        dump_like_test_py("hpn-scp", dt.datetime(2015, 10, 3, 3, 0, 0), 101, 0.02, 2.0),
+    )
+    return d
+
+
+def test_dumps_as_test_py_wrote_them(tmp_path: Path, dumps_2015: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal_path = tmp_path / "journal.jsonl"
+    assert run(["import", "--journal", str(journal_path), str(dumps_2015)]) == 0
+    err = capsys.readouterr().err
+    results = {r.imported_protocol: r for r in Journal(journal_path).read()}
+
+    # 3. The study's names mapped to this product's, the original kept.
+    assert {name: r.protocol for name, r in results.items()} == {"scp": "scp", "ftp": "sftp", "hpn-scp": "hpn-scp"}
+
+    # 1. Packets stored oldest first, times since the first packet, none negative, and the
+    # midnight crossing unwrapped: the span is the transfer's 5.85 s, not a day.
+    for name, r in results.items():
+        raw = json.loads(next(dumps_2015.glob(f"{name}_*.dump")).read_text())["packets"]
+        stored = list(read_packets(Path(r.packets_path)))
+        assert [(p.way, p.length) for p in stored] == [(p["direction"], p["length"]) for p in reversed(raw)]
+        assert stored[0].time == 0.0
+        assert all(b.time >= a.time for a, b in itertools.pairwise(stored)), name
+    sftp = results["ftp"]
+    span = list(read_packets(Path(sftp.packets_path)))[-1].time
+    assert span == pytest.approx(5.85, abs=1e-6)
+
+    # 2. The tool's bogus `time` is replaced by the span, said on the terminal and in the record.
+    assert sftp.duration_seconds == pytest.approx(5.85, abs=1e-6)
+    assert sftp.throughput_bytes_per_second == pytest.approx(sftp.wire_bytes_down / 5.85)  # not 388 B/s
+    note = "time 86399.999817 s disagrees with the packet span 5.850000 s; took the span"
+    assert sftp.import_note == note
+    assert f"import: {dumps_2015 / 'ftp_5MiB.dat_2015-10-02_23:59:57.dump'}: {note}" in err
+    # Where they agree within a second, the dump's own `time` stands, and nothing is said.
+    assert (results["scp"].duration_seconds, results["scp"].import_note) == (2.000_183, "")
+    assert err.count("took the span") == 1
+
+
+def test_unknown_protocols_are_refused_unless_mapped(
+    tmp_path: Path, dumps_2015: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    odd = write_dump(
+        dumps_2015,
+        "warp-drive_5MiB.dat_2015-10-03_13:00:00.dump",
+        dump_like_test_py("warp-drive", dt.datetime(2015, 10, 3, 13, 0, 0), 11, 0.1, 1.0),
+    )
+    journal_path = tmp_path / "journal.jsonl"
+    assert run(["import", "--journal", str(journal_path), str(dumps_2015)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        f"import: skipped {odd}: protocol 'warp-drive' is not one the 2015 testbed had "
+        "(ftp, gridftp, gridftp-udt, hpn-scp, scp); say which protocol it is with --protocol-map warp-drive=PROTOCOL"
+    ) in err
+    assert "3 imported, 0 already in the journal, 1 malformed" in err
+
+    # Mapped on the command line: imported under the given name; a 2015 name can be remapped too.
+    argv = ["import", "--journal", str(journal_path), "--protocol-map", "warp-drive=bbftp", str(odd)]
+    assert run(argv) == 0
+    r = [r for r in Journal(journal_path).read() if r.imported_protocol == "warp-drive"]
+    assert [(x.protocol, x.imported_protocol) for x in r] == [("bbftp", "warp-drive")]
+    options = importer.parse_options(["ftp=ftp"], None)
+    assert parse_dump(dumps_2015 / "ftp_5MiB.dat_2015-10-02_23:59:57.dump", options).result.protocol == "ftp"
+
+    for bad, says in (("warp-drive", "expected OLD=NEW"), ("x=two words", "'two words' is not a protocol name")):
+        assert run(["import", "--journal", str(journal_path), "--protocol-map", bad, str(odd)]) == 2
+        assert f"--protocol-map '{bad}': {says}" in capsys.readouterr().err
+
+
+def test_a_dump_imported_before_names_were_mapped_is_found_and_its_difference_said(
+    tmp_path: Path, dumps_2015: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A journal line written by the importer before this mapping: protocol "ftp", no original.
+    path = dumps_2015 / "ftp_5MiB.dat_2015-10-02_23:59:57.dump"
+    journal_path = tmp_path / "journal.jsonl"
+    old = dataclasses.replace(parse_dump(path).result, protocol="ftp", imported_protocol="", import_note="")
+    Journal(journal_path).append(old)
+    assert run(["import", "--journal", str(journal_path), str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "already in the journal (same series, client and start time) with different protocol" in err
+    assert len(list(Journal(journal_path).read())) == 1
+
+
+def test_packet_order_is_read_from_the_data() -> None:
+    newest_first = [
+        {"direction": "down", "time": "00:00:01", "length": 5},
+        {"direction": "up", "time": "00:00:00.100000", "length": 0},
+        {"direction": "down", "time": "23:59:59.900000", "length": 10},
+    ]
+    assert [(p.way, p.time, p.length) for p in parse_packets(newest_first)] == [
+        ("down", 0.0, 10),
+        ("up", 0.2, 0),
+        ("down", 1.1, 5),
+    ]
+    # A small step back (timestamps from two CPUs) does not change the order read.
+    jitter = [
+        {"direction": "down", "time": t, "length": 1}
+        for t in ("10:00:00.000", "10:00:00.002", "10:00:00.001", "10:00:03")
+    ]
+    assert [p.time for p in parse_packets(jitter)] == [0.0, 0.002, 0.001, 3.0]
+    shuffled = [{"direction": "down", "time": t, "length": 1} for t in ("10:00:00", "10:00:05", "10:00:01", "10:00:09")]
+    with pytest.raises(MalformedDump, match=r"packet times go 13\.000 s forwards and 4\.000 s backwards"):
+        parse_packets(shuffled)
+
+
+def test_a_truncated_dump_says_where_it_ends(tmp_path: Path) -> None:
+    path = write_dump(tmp_path, "scp_f_2015-08-21_13:00:01.dump", '{"batch_id": "b3f1c2", "protocol": "sc')
+    with pytest.raises(MalformedDump) as exc:
+        parse_dump(path)
+    assert str(exc.value) == (
+        "not JSON (Unterminated string starting at line 1 column 36; the file ends early (truncated?))"
+    )
+
+
+def test_table2_of_dumps_as_test_py_wrote_them_agrees_with_a_hand_computation(tmp_path: Path, dumps_2015: Path) -> None:
+    pytest.importorskip("scipy")
+    from bigbinf.study import tables
+
+    journal_path = tmp_path / "journal.jsonl"
+    run(["import", "--journal", str(journal_path), str(dumps_2015)])
+    rows = {r.protocol: r for r in tables.build_report(Journal(journal_path).read()).table2}
+    assert set(rows) == {"scp", "sftp", "hpn-scp"}  # the study's "ftp" is compared with sftp
+    for name, time in (("ftp", 5.85), ("scp", 2.000_183), ("hpn-scp", 2.0)):
+        record = json.loads(next(dumps_2015.glob(f"{name}_*.dump")).read_text())
+        row = rows[importer.PROTOCOLS_2015[name]]
+        assert row.time_seconds == pytest.approx(time, abs=1e-6)
+        # The study's speed: bytes_down / time, with the span where `time` was wrong.
+        assert row.study_speed_bytes_per_second == pytest.approx(record["bytes_down"] / time)

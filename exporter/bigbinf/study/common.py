@@ -27,16 +27,16 @@ class UsageError(Exception):
         self.code = code
 
 
-def parse_tz_offset(text: str) -> float:
-    """'+2', '-5', '+5:30', '5.5' -> hours east of UTC."""
+def parse_tz_offset(text: str, option: str = "--tz-offset") -> float:
+    """'+2', '-5', '+5:30', '5.5' -> hours east of UTC; errors name `option`."""
     match = re.fullmatch(r"\s*([+-]?)(\d{1,2})(?::(\d{2})|(\.\d+))?\s*", text)
     if not match:
-        raise UsageError(f"--tz-offset {text!r}: expected hours east of UTC, e.g. --tz-offset +2 or +5:30")
+        raise UsageError(f"{option} {text!r}: expected hours east of UTC, e.g. {option} +2 or +5:30")
     sign = -1.0 if match.group(1) == "-" else 1.0
     hours = float(match.group(2)) + (float(match.group(3)) / 60 if match.group(3) else 0.0)
     hours += float(match.group(4)) if match.group(4) else 0.0
     if hours > 14:
-        raise UsageError(f"--tz-offset {text!r}: UTC offsets lie between -14 and +14 hours")
+        raise UsageError(f"{option} {text!r}: UTC offsets lie between -14 and +14 hours")
     return sign * hours
 
 
