@@ -23,6 +23,8 @@ APT_PACKAGES=(
   globus-gridftp-server-progs globus-gass-copy-progs libglobus-xio-udt-driver  # GridFTP (+UDT)
   xrootd-server xrootd-client
   prometheus prometheus-node-exporter prometheus-alertmanager  # the monitoring stack (+promtool, amtool)
+  openssl util-linux passwd               # the tests: a CA for the web config's TLS; setpriv, unshare; useradd
+  systemd                                 # systemd-analyze verify of packaging/ (nothing is started)
 )
 
 missing=()

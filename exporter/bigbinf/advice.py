@@ -110,10 +110,12 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
 
 
 def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:
-    """The newest `per_series` judged transfers of each series to `remote`."""
+    """The newest `per_series` judged transfers of each series to `remote`.  Transfers run
+    under a protocol's tcp_buffer_max are left out: their buffers were capped on purpose
+    (measure/tuning.py), so a buffer verdict there says nothing about the hosts' sysctls."""
     by_series: dict[tuple[str, str, str], list[Result]] = {}
     for r in results:
-        if r.remote == remote and r.limited_by:
+        if r.remote == remote and r.limited_by and r.tcp_buffer_max_bytes is None:
             by_series.setdefault((r.protocol, r.dataset, r.direction), []).append(r)
     recent = []
     for key in sorted(by_series):

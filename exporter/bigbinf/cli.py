@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -16,12 +17,15 @@ from collections.abc import Sequence
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import ConfigError, load_config
+from bigbinf.credentials import check_secret_files, secret_file_issues
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
-from bigbinf.study import backfill, importer, report
+from bigbinf.service.sweeps import SweepError, SweepRunner
+from bigbinf.service.webconfig import load_web_config
+from bigbinf.study import backfill, importer, report, sweep_report
 
 DEFAULT_CONFIG = "schedules/lab.yaml"
 log = logging.getLogger("bigbinf")
@@ -66,6 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_LISTEN,
         help=f"address:port for /metrics (default {DEFAULT_LISTEN})",
     )
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        help="exporter-toolkit web configuration: TLS, client certificates, basic auth, headers "
+        "(docs/deployment.md); reloaded with the configuration",
+    )
+    parser.add_argument(
+        "--web.config.check",
+        dest="web_config_check",
+        action="store_true",
+        help="validate --web.config.file and exit (0 valid, 1 invalid)",
+    )
+    parser.add_argument(
+        "--web.enable-lifecycle",
+        dest="enable_lifecycle",
+        action="store_true",
+        help="serve POST /-/reload (behind the web configuration's authentication); off: 403",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     once = sub.add_parser("once", parents=[common], help="run one round now, print the results, exit")
     once.set_defaults(func=cmd_once)
@@ -87,7 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         "until stopped (a container that is the remote site)",
     )
     lab_parser.set_defaults(func=cmd_lab)
-    for command in (report, importer, backfill):  # the study's commands
+    sweep = sub.add_parser(
+        "sweep",
+        parents=[common],
+        help="run a tuning sweep (config sweeps.NAME) now, print its progress and verdict, exit",
+    )
+    sweep.add_argument("--sweep", required=True, metavar="NAME", help="the sweep to run (config sweeps.NAME)")
+    sweep.set_defaults(func=cmd_sweep)
+    for command in (report, importer, backfill, sweep_report):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
     return parser
 
@@ -109,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     if not hasattr(args, "config_file"):
         args.config_file = DEFAULT_CONFIG
+    if args.web_config_check:
+        return cmd_web_check(args)
     if args.config_check:
         return cmd_check(args)
     func = getattr(args, "func", None) or cmd_serve
@@ -130,14 +162,46 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    # A key others may read is wrong whoever runs the exporter; who owns it depends on
+    # the user the check runs as (run it as the service user to check that too).
+    wrong = secret_file_issues(config, this_user=False)
+    if wrong:
+        print(ConfigError(args.config_file, wrong).render(), file=sys.stderr)
+        return 1
+    if args.web_config_file and cmd_web_check(args, quiet=True) != 0:
+        return 1
     # Valid, but bound to fail at run time: said, without failing the check.
-    for warning in host_key_warnings(config):
+    warnings = list(host_key_warnings(config))
+    warnings += [
+        f"{i.path}: {i.message} (the exporter would not start as this user)" for i in secret_file_issues(config)
+    ]
+    for warning in warnings:
         print(f"{args.config_file}: warning: {warning}", file=sys.stderr)
     print(f"{args.config_file}: configuration is valid")
     return 0
 
 
+def cmd_web_check(args: argparse.Namespace, quiet: bool = False) -> int:
+    if not args.web_config_file:
+        print("--web.config.check: give --web.config.file FILE", file=sys.stderr)
+        return 1
+    try:
+        web = load_web_config(args.web_config_file)
+    except ConfigError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    if not quiet:
+        auth = f"basic auth for {len(web.auth.users)} user(s)" if web.auth.enabled else "no basic auth"
+        print(f"{args.web_config_file}: web configuration is valid ({web.scheme}, {auth})")
+    return 0
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        raise lab.LabError(
+            f"lab {args.action} must run as root (network namespaces, servers, tc); "
+            "the exporter itself runs unprivileged (docs/deployment.md)"
+        )
     config = load_config(args.config_file)
     try:
         if args.action == "serve":
@@ -245,11 +309,32 @@ def format_paths(paths: Sequence[PathBaseline]) -> str:
 
 def cmd_once(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
+    check_secret_files(config, args.config_file)
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
-    results = runner.run_round() or []
+    ran = runner.run_round()
+    if ran is None:
+        print("once: not started: a tuning sweep (or a round) is running against this journal", file=sys.stderr)
+        return 1
+    results = ran
     paths = format_paths(list(runner.state.snapshot().paths.values()))
     print(f"{paths}\n\n{format_table(results)}" if paths else format_table(results))
     return 1 if any(r.outcome in ("failed", "timeout") for r in results) else 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    config = load_config(args.config_file)
+    check_secret_files(config, args.config_file)
+    runner = RoundRunner(config, ExporterState(), lab=lab.site)
+    try:
+        run = SweepRunner(runner, progress=sys.stderr).run(args.sweep, wait=0)
+    except SweepError as exc:
+        print(f"sweep: {exc}", file=sys.stderr)
+        return 2
+    if run is None:
+        print(f"sweep: not started: a round or another sweep is running against {config.journal.path}", file=sys.stderr)
+        return 1
+    print(f"sweep {run.name}: {len(run.results)} runs journaled as {run.sweep_id} in {config.journal.path}")
+    return 1 if not run.results or all(r.outcome != "ok" for r in run.results) else 0
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
@@ -263,7 +348,13 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    exporter = Exporter(args.config_file, args.listen, lab=lab.site)
+    exporter = Exporter(
+        args.config_file,
+        args.listen,
+        lab=lab.site,
+        web_config_path=args.web_config_file,
+        enable_lifecycle=args.enable_lifecycle,
+    )
     try:
         exporter.bind()
     except ListenError as exc:

@@ -9,6 +9,7 @@ lab, the schedule's transfer list) are checked in the same pass.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -179,6 +180,35 @@ def _check_template(value: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+def _check_congestion(value: str) -> str:
+    # The kernel's names (TCP_CA_NAME_MAX 16 with its NUL); also a plain word for a remote shell.
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,14}", value):
+        raise ValueError(f"{value!r} is not a congestion control name; write e.g. cubic, bbr, reno")
+    return value
+
+
+def congestion_unavailable(name: str, proc: Path = Path("/proc/sys/net/ipv4")) -> str:
+    """Why this host's kernel cannot run congestion control `name` ("" if it can): not
+    loaded (with the module that would load it), or not built at all."""
+    try:
+        available = (proc / "tcp_available_congestion_control").read_text().split()
+    except OSError:
+        return ""  # no /proc here (another OS): the transfer says so when it applies it
+    if name in available:
+        return ""
+    release = os.uname().release
+    modules = Path("/lib/modules") / release / "kernel" / "net" / "ipv4"
+    if any(modules.glob(f"tcp_{name}.ko*")):
+        return (
+            f"{name!r} is not loaded in this kernel (available: {', '.join(available)}); load it with "
+            f"`modprobe tcp_{name}` (and add tcp_{name} to /etc/modules-load.d/ to keep it after a reboot)"
+        )
+    return (
+        f"{name!r} is not available in this kernel {release} (available: {', '.join(available)}; no module "
+        f"tcp_{name} under {modules}); pick one of those, or install a kernel that has it"
+    )
+
+
 def _check_cron(value: str) -> str:
     from apscheduler.triggers.cron import CronTrigger
 
@@ -278,6 +308,10 @@ class RemoteConfig(_Strict):
     # appends `ss ...` or `sysctl -n ...` to read the remote's TCP state and buffers.
     stats_command: list[TemplateElement] | None = None
     stats_interval: PositiveDuration = 1.0  # between two listings of the remote's sockets
+    # argv that runs a command as root on the remote (e.g. [ssh, -i, KEY, root@{host}]):
+    # bigbinf appends `ip route ...` / `sysctl ...` to set a protocol's congestion or
+    # tcp_buffer_max there for one transfer and to restore it (measure/tuning.py).
+    tcp_command: list[TemplateElement] | None = None
 
 
 class DatasetConfig(_Strict):
@@ -302,6 +336,11 @@ class ProtocolConfig(_Strict):
     cleanup_command: list[TemplateElement] | None = None
     directions: list[Direction] = ["download"]
     timeout: PositiveDuration | None = None
+    # The sender's TCP congestion control for this protocol's transfers, set outside the
+    # tool (a per-route congctl) and read back from the sockets' tcp_info (measure/tuning.py).
+    congestion: Annotated[str, AfterValidator(_check_congestion)] | None = None
+    # The sender's tcp_wmem and the receiver's tcp_rmem maximum for each transfer (bytes).
+    tcp_buffer_max: Annotated[Size, Field(ge=4096)] | None = None
 
 
 class TransferSelector(_Strict):
@@ -331,8 +370,13 @@ class TransferConfig(_Strict):
 class CaptureConfig(_Strict):
     enabled: bool = True
     snaplen: Annotated[int, Field(ge=64, le=128)] = 128  # headers (+ <= ~60 payload bytes)
-    buffer: Size = 4 * 1024 * 1024
-    linger: Duration = 0.3  # wait after the command for the last ACK/FIN before stopping
+    # What reads the packets: pcapdump (measure/pcapdump.py: libpcap, buffered, a 10 ms
+    # block timeout; the cheapest for the transfer) or tcpdump; measure/capture.py says why.
+    tool: Literal["pcapdump", "tcpdump"] = "pcapdump"
+    # The kernel ring (-B): headroom, measure/capture.py says why.  At most 1 GiB: libpcap
+    # takes it as a C int (2 GiB and more would wrap to nonsense).
+    buffer: Annotated[Size, Field(ge=64 * 1024, le=1 << 30)] = 32 * 1024 * 1024
+    linger: Duration = 0.3  # at most this long after the command for the last ACK/FIN (TCP: until closed)
     keep: bool = False  # keep the pcap (under the journal's directory)
     start_timeout: PositiveDuration = 10.0
     # Where captures are written while a transfer runs: not next to the received file, so
@@ -351,6 +395,39 @@ class JournalConfig(_Strict):
     path: Path = Path("/var/lib/bigbinf/journal.jsonl")
 
 
+class MetricsConfig(_Strict):
+    # false drops bigbinf_transfer_payload_size_bytes, a third of each series' samples
+    # (docs/metrics.md): for meshes where the exposition's size matters.
+    payload_histograms: bool = True
+
+
+# A sweep's runs (settings x datasets x repetitions) above this need max_runs raised on purpose.
+SWEEP_MAX_RUNS = 200
+
+
+class SweepConfig(_Strict):
+    """A tuning sweep (service/sweeps.py): a grid of settings of one protocol towards one
+    remote, each run on every dataset, `repetitions` times, interleaved."""
+
+    protocol: Name
+    remote: Name
+    datasets: Annotated[list[Name], Field(min_length=1)]
+    direction: Direction = "download"
+    # Module option -> the values to try, e.g. {parallel: [1, 2, 4, 8], concurrency: [1, 4]}.
+    options: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    # The sender's congestion control and the buffer cap to try (protocol options of
+    # measure/tuning.py); empty: the protocol's own.
+    congestion: list[Annotated[str, AfterValidator(_check_congestion)]] = []
+    tcp_buffer_max: list[Annotated[Size, Field(ge=4096)]] = []
+    repetitions: Annotated[int, Field(ge=2, le=100)] = 3
+    # The setting the best one is compared with, per dimension; default: the protocol's own
+    # value where the grid has it, else the dimension's first value.
+    baseline: dict[str, Any] = {}
+    max_runs: Annotated[int, Field(ge=1)] = SWEEP_MAX_RUNS
+    # When to run it (cron, in schedule.timezone, like the rounds'); empty: on demand only.
+    schedule: list[Annotated[str, AfterValidator(_check_cron)]] = []
+
+
 class Config(_Strict):
     remotes: dict[Name, RemoteConfig]
     datasets: dict[Name, DatasetConfig]
@@ -359,7 +436,9 @@ class Config(_Strict):
     transfer: TransferConfig = TransferConfig()
     capture: CaptureConfig = CaptureConfig()
     journal: JournalConfig = JournalConfig()
+    metrics: MetricsConfig = MetricsConfig()
     lab: LabConfig | None = None
+    sweeps: dict[Name, SweepConfig] = {}
 
 
 # ---------------------------------------------------------------- errors
@@ -479,6 +558,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
         if not isinstance(remote, dict):
             continue
         issues += _stats_command_issues(name, remote)
+        issues += _stats_command_issues(name, remote, "tcp_command")
         if remote.get("lab") and not raw.get("lab"):
             issues.append(ConfigIssue(f"remotes.{name}.lab", "lab: true needs a top-level lab: section"))
         if not remote.get("lab"):
@@ -522,6 +602,8 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
                 if "cleanup_command" not in proto and profile.produces_file:
                     issues += _cleanup_issues(name, profile, remotes, datasets)
     issues += _key_issues(raw, remotes, protocols)
+    issues += _tuning_issues(raw, remotes, protocols)
+    issues += _sweep_issues(raw, remotes, datasets, protocols)
     for name, remote in remotes.items():
         if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
             issues.append(
@@ -559,20 +641,20 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
 STATS_PLACEHOLDERS = ("host", "port", "user", "key", "ssh_config")
 
 
-def _stats_command_issues(name: str, remote: Mapping[str, Any]) -> list[ConfigIssue]:
-    command = remote.get("stats_command")
+def _stats_command_issues(name: str, remote: Mapping[str, Any], key: str = "stats_command") -> list[ConfigIssue]:
+    """A remote's stats_command (or tcp_command, the same shape): an argv with the remote's
+    own placeholders only."""
+    command = remote.get(key)
     if not isinstance(command, list):
         return []
     issues = []
     if not command:
-        issues.append(
-            ConfigIssue(f"remotes.{name}.stats_command", "empty: remove it, or give e.g. [ssh, -i, KEY, user@host]")
-        )
+        issues.append(ConfigIssue(f"remotes.{name}.{key}", "empty: remove it, or give e.g. [ssh, -i, KEY, user@host]"))
     if remote.get("lab"):
         issues.append(
             ConfigIssue(
-                f"remotes.{name}.stats_command",
-                "a lab remote's stats are read in its namespace already: remove stats_command",
+                f"remotes.{name}.{key}",
+                f"a lab remote is read and set in its namespace already: remove {key}",
             )
         )
     for i, element in enumerate(command):
@@ -582,10 +664,90 @@ def _stats_command_issues(name: str, remote: Mapping[str, Any]) -> list[ConfigIs
                     known = ", ".join("{" + p + "}" for p in STATS_PLACEHOLDERS)
                     issues.append(
                         ConfigIssue(
-                            f"remotes.{name}.stats_command[{i}]",
-                            f"{{{placeholder}}} belongs to a transfer; a stats command may use {known}",
+                            f"remotes.{name}.{key}[{i}]",
+                            f"{{{placeholder}}} belongs to a transfer; {key} may use {known}",
                         )
                     )
+    return issues
+
+
+def _tuning_issues(
+    raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]
+) -> list[ConfigIssue]:
+    """`congestion` and `tcp_buffer_max` are set where bigbinf can set them and read them
+    back (measure/tuning.py): the sender's algorithm, both ends' buffers.  A lab remote
+    can always; a site needs tcp_command (set) and stats_command (read back) for its
+    end, and for the buffers a netns for ours (never this host's own sysctls)."""
+    issues: list[ConfigIssue] = []
+    schedule = _mapping(raw, "schedule")
+    selected = schedule.get("transfers")
+    triples: set[tuple[Any, Any, Any]]
+    if isinstance(selected, list):
+        triples = {
+            (t.get("protocol"), t.get("remote"), t.get("direction", "download"))
+            for t in selected
+            if isinstance(t, dict)
+        }
+    else:
+        triples = {
+            (p, r, d)
+            for p, proto in protocols.items()
+            if isinstance(proto, dict)
+            for r in remotes
+            for d in (proto["directions"] if isinstance(proto.get("directions"), list) else ["download"])
+        }
+    needs: dict[tuple[Any, str], list[str]] = {}  # (remote, key) -> why
+    for name, proto in protocols.items():
+        if not isinstance(proto, dict):
+            continue
+        congestion = proto.get("congestion")
+        tuned = [key for key in ("congestion", "tcp_buffer_max") if proto.get(key) is not None]
+        if tuned and _mapping(proto, "options").get("udt") is True:
+            issues.append(
+                ConfigIssue(
+                    f"protocols.{name}.{tuned[0]}",
+                    "udt: true moves the data over UDP, where TCP's congestion control and buffers do not apply "
+                    f"(and there is no TCP socket to read them back from): remove {' and '.join(tuned)}",
+                )
+            )
+        if isinstance(congestion, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,14}", congestion):
+            problem = congestion_unavailable(congestion)
+            if problem:
+                issues.append(ConfigIssue(f"protocols.{name}.congestion", problem))
+            options = _mapping(proto, "options")
+            if module_for(name, proto.get("module")) == "iperf3" and options.get("congestion"):
+                issues.append(
+                    ConfigIssue(
+                        f"protocols.{name}.options.congestion",
+                        "give either the protocol's congestion (set outside the tool, for the sender, and locked) "
+                        "or iperf3's own -C option, not both: a locked route refuses iperf3's setsockopt",
+                    )
+                )
+    for protocol, remote, direction in sorted(triples, key=str):
+        proto, site = protocols.get(protocol), remotes.get(remote)
+        if not isinstance(proto, dict) or not isinstance(site, dict) or site.get("lab"):
+            continue
+        if proto.get("congestion") and direction == "download":
+            what = f"protocol {protocol} downloads with congestion: {proto['congestion']} (the remote sends)"
+            needs.setdefault((remote, "tcp_command"), []).append(what)
+            needs.setdefault((remote, "stats_command"), []).append(what)
+        if proto.get("tcp_buffer_max") is not None:
+            what = f"protocol {protocol} caps TCP buffers (tcp_buffer_max, both ends)"
+            for key in ("tcp_command", "stats_command", "netns"):
+                needs.setdefault((remote, key), []).append(what)
+    fixes = {
+        "tcp_command": "give an argv that runs a command as root on the remote, e.g. "
+        '[ssh, -i, /etc/bigbinf/tcp_key, "root@{host}"] (bigbinf appends ip route / sysctl words)',
+        "stats_command": 'give an argv that runs ss on the remote, e.g. [ssh, -i, KEY, "stats@{host}"], '
+        "so that the kernel's tcp_info there confirms what was set",
+        "netns": "run this remote's transfers in a network namespace of their own (bigbinf never changes this "
+        "host's own sysctls)",
+    }
+    for (remote, key), whats in needs.items():
+        if not remotes[remote].get(key):
+            issues.append(
+                ConfigIssue(f"remotes.{remote}.{key}", f"required: {'; '.join(dict.fromkeys(whats))}; {fixes[key]}")
+            )
     return issues
 
 
@@ -683,6 +845,148 @@ def _selector_issues(i: int, sel: Mapping[str, Any], proto: Mapping[str, Any], d
             )
         ]
     return []
+
+
+def _sweep_issues(
+    raw: Mapping[str, Any], remotes: Mapping[str, Any], datasets: Mapping[str, Any], protocols: Mapping[str, Any]
+) -> list[ConfigIssue]:
+    """What a sweep names must exist and fit its module; its grid must stay within max_runs;
+    every algorithm must be in this kernel; the baseline must be a point of the grid."""
+    issues: list[ConfigIssue] = []
+    for name, sweep in _mapping(raw, "sweeps").items():
+        if not isinstance(sweep, dict):
+            continue
+        where = f"sweeps.{name}"
+        dangling = False
+        for kind, known in (("protocol", protocols), ("remote", remotes)):
+            if kind in sweep and sweep[kind] not in known:
+                dangling = dangling or kind == "protocol"
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.{kind}", f"no {kind} named {sweep[kind]!r}; defined: {', '.join(known) or 'none'}"
+                    )
+                )
+        ds_list: list[Any] = sweep["datasets"] if isinstance(sweep.get("datasets"), list) else []
+        for i, ds in enumerate(ds_list):
+            if ds not in datasets:
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.datasets[{i}]", f"no dataset named {ds!r}; defined: {', '.join(datasets) or 'none'}"
+                    )
+                )
+        proto: Any = protocols.get(str(sweep.get("protocol")))
+        options = _mapping(sweep, "options")
+        profile = None
+        if not dangling and isinstance(proto, dict):
+            profile = REGISTRY.get(module_for(sweep["protocol"], proto.get("module")))
+        if profile is not None and isinstance(proto, dict):
+            direction = sweep.get("direction", "download")
+            if direction not in (proto.get("directions") or ["download"]):
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.direction",
+                        f"protocol {sweep['protocol']!r} does not run {direction}s; add it to its directions",
+                    )
+                )
+            known = profile.option_fields
+            for opt, values in options.items():
+                if opt not in known:
+                    allowed = ", ".join(known) or "none (sweep its congestion or tcp_buffer_max instead)"
+                    issues.append(
+                        ConfigIssue(
+                            f"{where}.options.{opt}",
+                            f"module {profile.name!r} has no option {opt!r}; allowed: {allowed}",
+                        )
+                    )
+                    continue
+                listed: list[Any] = values if isinstance(values, list) else []
+                for j, value in enumerate(listed):
+                    for _opt, problem in profile.check_options({opt: value}):
+                        issues.append(ConfigIssue(f"{where}.options.{opt}[{j}]", problem))
+            if proto.get("command" if direction == "download" else "upload_command") is None:
+                for i, ds in enumerate(ds_list):
+                    d = datasets.get(ds)
+                    count = d.get("count", 1) if isinstance(d, dict) else 1
+                    kind = dataset_kind(count) if isinstance(count, int) else "file"
+                    if not profile.check_options(_mapping(proto, "options")) and (
+                        direction,
+                        kind,
+                    ) not in profile.commands(profile.option_values(_mapping(proto, "options"))):
+                        issues.append(
+                            ConfigIssue(
+                                f"{where}.datasets[{i}]",
+                                f"module {profile.name!r} cannot {direction} a directory of files; "
+                                "pick another dataset or protocol",
+                            )
+                        )
+        congestion: list[Any] = sweep["congestion"] if isinstance(sweep.get("congestion"), list) else []
+        for i, algorithm in enumerate(congestion):
+            if isinstance(algorithm, str) and re.fullmatch(r"[a-z][a-z0-9_]{0,14}", algorithm):
+                problem = congestion_unavailable(algorithm)
+                if problem:
+                    issues.append(ConfigIssue(f"{where}.congestion[{i}]", problem))
+        own_cc = "congestion" in options or (isinstance(proto, dict) and _mapping(proto, "options").get("congestion"))
+        if congestion and profile is not None and profile.name == "iperf3" and own_cc:
+            issues.append(
+                ConfigIssue(
+                    f"{where}.congestion",
+                    "iperf3's own congestion option (-C) is set too: a locked route refuses its setsockopt; "
+                    "sweep one of the two, not both",
+                )
+            )
+        buffers: list[Any] = sweep["tcp_buffer_max"] if isinstance(sweep.get("tcp_buffer_max"), list) else []
+        site = remotes.get(str(sweep.get("remote")))
+        if isinstance(site, dict) and not site.get("lab"):
+            wanted = (["tcp_command", "stats_command"] if congestion else []) + (
+                ["tcp_command", "stats_command", "netns"] if buffers else []
+            )
+            for key in dict.fromkeys(wanted):
+                if not site.get(key):
+                    issues.append(
+                        ConfigIssue(
+                            f"remotes.{sweep['remote']}.{key}",
+                            f"required: sweep {name} sets congestion or tcp_buffer_max there "
+                            "(docs/configuration.md, tuning)",
+                        )
+                    )
+        dimensions = {
+            **{k: v for k, v in options.items() if isinstance(v, list)},
+            **({"congestion": congestion} if congestion else {}),
+            **({"tcp_buffer_max": buffers} if buffers else {}),
+        }
+        settings = 1
+        for values in dimensions.values():
+            settings *= max(len(values), 1)
+        repetitions = sweep.get("repetitions", 3)
+        max_runs = sweep.get("max_runs", SWEEP_MAX_RUNS)
+        if isinstance(repetitions, int) and isinstance(max_runs, int) and ds_list:
+            runs = settings * len(ds_list) * repetitions
+            if runs > max_runs:
+                issues.append(
+                    ConfigIssue(
+                        where,
+                        f"the grid is {settings} settings x {len(ds_list)} datasets x {repetitions} repetitions = "
+                        f"{runs} runs, more than max_runs {max_runs}; drop values, datasets or repetitions, "
+                        f"or raise max_runs to {runs} if the sweep should really take that long",
+                    )
+                )
+        for key, value in _mapping(sweep, "baseline").items():
+            if key not in dimensions:
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.baseline.{key}",
+                        f"not a dimension of this sweep; swept: {', '.join(dimensions) or 'nothing'}",
+                    )
+                )
+            elif key != "tcp_buffer_max" and value not in dimensions[key]:
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.baseline.{key}",
+                        f"{value!r} is not one of the sweep's values {dimensions[key]!r}: the baseline must be "
+                        "a setting the sweep runs",
+                    )
+                )
+    return issues
 
 
 # ---------------------------------------------------------------- loading

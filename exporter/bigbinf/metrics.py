@@ -67,6 +67,13 @@ LAST_RESULT: tuple[Spec, ...] = (
     _last("data_flows", "Distinct 5-tuples that carried data (>= 64 KiB payload) in the last transfer."),
     _last("transport", "1 for the transport (tcp or udp) that carried the last transfer's data.", ("transport",)),
     _last(
+        "congestion_control",
+        "1 for the congestion control the sender's kernel used on the last transfer's busiest data socket "
+        "(tcp_info); a protocol's congestion setting that the sender did not use fails the transfer. Absent when "
+        "the sender's sockets could not be read (a remote without stats_command, UDP).",
+        ("algorithm",),
+    ),
+    _last(
         "retransmits_sender",
         "Retransmitted segments counted by the sender in the last transfer: source=kernel is "
         "tcp_info of the transfer's sockets (uploads: this host sends), source=iperf3 is iperf3's own report "
@@ -105,8 +112,8 @@ LAST_RESULT: tuple[Spec, ...] = (
     ),
     _last(
         "capture_dropped_packets",
-        "Packets the kernel dropped before tcpdump read them during the last transfer; non-zero means the wire "
-        "numbers are low.",
+        "Packets the capture lost in the last transfer (dropped by the kernel, or left unread in its ring at "
+        "stop); non-zero means the wire numbers are low.",
     ),
 )
 LAST_SUCCESS = Spec(
@@ -234,7 +241,9 @@ PATH = (PATH_RTT, PATH_LOSS, PATH_MTU, PATH_BANDWIDTH, PATH_BDP, PATH_PROBE_TS, 
 
 ROUNDS_TOTAL = Spec(PREFIX + "rounds_total", "counter", "Scheduled rounds completed since the exporter started.")
 ROUNDS_SKIPPED_TOTAL = Spec(
-    PREFIX + "rounds_skipped_total", "counter", "Rounds not started because the previous round was still running."
+    PREFIX + "rounds_skipped_total",
+    "counter",
+    "Rounds not started because the previous round (or a tuning sweep) was still running.",
 )
 ROUND_DURATION_HIST = Spec(PREFIX + "round_duration_seconds", "histogram", "Wall-clock duration of completed rounds.")
 LAST_ROUND_END = Spec(PREFIX + "last_round_end_timestamp_seconds", "gauge", "UTC time the last round ended.")
@@ -257,6 +266,23 @@ BUILD_INFO = Spec(
     PREFIX + "build_info", "gauge", "Always 1; the version label says which bigbinf is running.", ("version",)
 )
 
+SWEEP_LABELS = ("sweep", "dataset", "setting")
+SWEEP_BEST = Spec(
+    PREFIX + "sweep_best_throughput_bytes_per_second",
+    "gauge",
+    "Mean throughput of the best setting of the last run of a tuning sweep, per dataset (setting: its label). "
+    "Kept until the sweep runs again; not measured at scrape time.",
+    SWEEP_LABELS,
+)
+SWEEP_GAIN = Spec(
+    PREFIX + "sweep_gain_ratio",
+    "gauge",
+    "Mean throughput of the best setting over the baseline setting's, in the last run of a tuning sweep, per "
+    "dataset (1 = no gain); absent when the baseline had no ok run.",
+    SWEEP_LABELS,
+)
+SWEEP = (SWEEP_BEST, SWEEP_GAIN)
+
 ALL = (
     *LAST_RESULT,
     TRANSFERS_TOTAL,
@@ -276,6 +302,7 @@ ALL = (
     CONFIG_RELOAD_TS,
     JOURNAL_FAILURES_TOTAL,
     BUILD_INFO,
+    *SWEEP,
 )
 
 
@@ -310,6 +337,8 @@ def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
     yield p + "verified", (), 1.0 if r.verified else 0.0
     if r.transport:
         yield p + "transport", (("transport", r.transport),), 1.0
+    if r.congestion_control:
+        yield p + "congestion_control", (("algorithm", r.congestion_control),), 1.0
     if r.retransmits_sender is not None:
         yield p + "retransmits_sender", (("source", r.retransmits_sender_source),), r.retransmits_sender
     if "retransmits" in r.reported and r.retransmits_sender_source != "iperf3":

@@ -126,10 +126,24 @@ class Result(_Journaled):
     tcp_remote: dict[str, float] = field(default_factory=dict)
     tcp_remote_note: str = ""
     congestion_control: str = ""  # of the sender's busiest data socket, where it was read
+    # What the protocol's `congestion:` asked of the sender ("" = nothing): the transfer
+    # fails unless every data socket of the sender used it (congestion_control).
+    congestion_requested: str = ""
+    # The protocol's `tcp_buffer_max:` (bytes): the sender's tcp_wmem and the receiver's
+    # tcp_rmem maxima for the transfer's duration; None = the hosts' own.
+    tcp_buffer_max_bytes: int | None = None
     # What limited the transfer (LIMITS), and the numbers that say so; "" = not judged.
     limited_by: str = ""
     limited_evidence: str = ""
-    source: str = "exporter"  # "exporter", or "import" for results brought in by `import`
+    source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
+    # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
+    # (one per `sweep` command or scheduled start), the setting's values by dimension
+    # (options, congestion, tcp_buffer_max) and its canonical label, and the repetition.
+    sweep_name: str = ""
+    sweep: str = ""
+    sweep_setting: dict[str, Any] = field(default_factory=dict)
+    sweep_label: str = ""
+    sweep_repetition: int = 0
     # Imported 2015 dumps only: the protocol as the dump named it ("ftp", mapped to "sftp"),
     # and what the import corrected or assumed (a wrong `time`, a start time from the name).
     imported_protocol: str = ""

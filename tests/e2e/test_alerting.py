@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bigbinf import DOCS_URL
 from bigbinf.mixin import rules
 from bigbinf.mixin.settings import Settings
 
@@ -190,7 +191,7 @@ def test_exporter_down_reaches_alertmanager(
     assert alert["labels"]["job"] == "bigbinf"
     assert alert["labels"]["instance"] == exporter.address
     assert alert["labels"]["severity"] == "critical"
-    assert alert["annotations"]["runbook_url"] == "docs/runbook.md#bigbinfexporterdown"
+    assert alert["annotations"]["runbook_url"] == f"{DOCS_URL}/runbook.md#bigbinfexporterdown"
     assert alert["status"]["state"] == "active"
     assert alert["receivers"][0]["name"] == "default-webhook"
     # ... and Alertmanager notified the webhook receiver.

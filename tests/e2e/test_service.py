@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bigbinf.journal import Journal
+from bigbinf.result import SeriesKey
 
 from ..support.exporter import ROOT, ExporterProcess
+from ..support.mesh import mesh_result, write_mesh_config
 from ..support.prometheus import PrometheusServer
 
 
@@ -124,3 +129,54 @@ def test_alertmanager_config_is_valid() -> None:
         ["amtool", "check-config", "prometheus/alertmanager.yml"], cwd=ROOT, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# Prometheus 2.x's own scrape request headers.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def test_prometheus_scrapes_a_mesh_from_the_cached_exposition(tmp_path: Path) -> None:
+    """A mesh of 800 series (4 remotes x 20 protocols x 5 datasets x 2 directions), with
+    one result in the journal: Prometheus scrapes the cached bytes (OpenMetrics, gzip)
+    without an error, gets every sample, and the restored result's value."""
+    path = write_mesh_config(tmp_path, remotes=4)
+    key = SeriesKey("gridftp-p4", "site02", "f64m", "upload")
+    result = mesh_result(key, 1_763_000_000.5, random.Random(7))
+    Journal(tmp_path / "journal.jsonl").append(result)
+    exporter = ExporterProcess(path, tmp_path / "exporter.log")
+    prom_config = yaml.safe_dump(
+        {
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s"},
+            "scrape_configs": [{"job_name": "bigbinf", "static_configs": [{"targets": [exporter.address]}]}],
+        }
+    )
+    with exporter, PrometheusServer(prom_config, tmp_path / "prom") as prom:
+        request = urllib.request.Request(
+            f"http://{exporter.address}/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+            assert response.headers["Content-Encoding"] == "gzip"
+            served = gzip.decompress(response.read()).decode()
+        assert served.endswith("# EOF\n")
+        samples = sum(len(f.samples) for f in text_string_to_metric_families(exporter.metrics()))
+
+        def scraped() -> dict | None:
+            # The target turns healthy a moment before its samples can be queried.
+            target = next((t for t in prom.api("targets")["activeTargets"] if t["health"] == "up"), None)
+            return target if target and prom.query("scrape_samples_scraped") else None
+
+        target = prom.wait_for(scraped, timeout=60, what="a successful scrape of the mesh")
+        assert target["lastError"] == ""
+        assert float(prom.query("up")[0]["value"][1]) == 1
+        assert float(prom.query("scrape_samples_scraped")[0]["value"][1]) == samples
+        assert float(prom.query("count(bigbinf_transfers_total)")[0]["value"][1]) == 800 * 4
+        selector = (
+            f'protocol="{key.protocol}",remote="{key.remote}",dataset="{key.dataset}",direction="{key.direction}"'
+        )
+        gauge = prom.query(f"bigbinf_last_transfer_throughput_bytes_per_second{{{selector}}}")
+        assert float(gauge[0]["value"][1]) == result.throughput_bytes_per_second
+        assert float(prom.query("count(bigbinf_last_transfer_throughput_bytes_per_second)")[0]["value"][1]) == 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from .prometheus import PrometheusServer, free_port
@@ -14,10 +17,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ExporterProcess:
-    def __init__(self, config: Path, log: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        port: int | None = None,
+        extra_args: Sequence[str] = (),
+        ssl_context: ssl.SSLContext | None = None,
+        auth: tuple[str, str] | None = None,
+        prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """extra_args: e.g. --web.config.file; ssl_context and auth: how the test itself
+        reaches /metrics then (https, Basic); prefix: argv before the interpreter (ip netns
+        exec, setpriv)."""
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.ssl_context = ssl_context
+        self.auth = auth
+        self.env = env
+        self.scheme = "https" if ssl_context else "http"
         self.argv = [
+            *prefix,
             sys.executable,
             "-m",
             "bigbinf",
@@ -25,13 +46,14 @@ class ExporterProcess:
             str(config),
             "--web.listen-address",
             self.address,
+            *extra_args,
         ]
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ExporterProcess:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         try:
             PrometheusServer.wait_for(self._up, timeout=30, what="the exporter to serve /metrics")
         except BaseException:
@@ -48,7 +70,11 @@ class ExporterProcess:
             return False
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://{self.address}/metrics", timeout=5) as r:
+        request = urllib.request.Request(f"{self.scheme}://{self.address}/metrics")
+        if self.auth:
+            token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=5, context=self.ssl_context) as r:
             return r.read().decode()
 
     def __exit__(self, *exc: object) -> None:

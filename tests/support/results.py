@@ -44,6 +44,7 @@ def make_results(base: float) -> list[Result]:
                 "min_rtt_seconds": 0.0405,
             },
             tcp_local={"min_rtt_seconds": 0.0401, "rcvbuf_max_bytes": 262144.0},
+            congestion_control="cubic",  # what the remote's (the sender's) kernel used
             limited_by="receive_window",
             limited_evidence="the sender was limited by the receive window 67% of its 2.2 s busy time",
         ),
@@ -138,6 +139,8 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         samples[(LAST + name, (("way", "up"),))] = float(up)
     if r.transport:
         samples[(LAST + "transport", (("transport", r.transport),))] = 1.0
+    if r.congestion_control:
+        samples[(LAST + "congestion_control", (("algorithm", r.congestion_control),))] = 1.0
     if r.retransmits_sender is not None:
         samples[(LAST + "retransmits_sender", (("source", r.retransmits_sender_source),))] = float(r.retransmits_sender)
     if "retransmits" in r.reported:  # iperf3's own count, beside the kernel's

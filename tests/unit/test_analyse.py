@@ -16,6 +16,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,13 +34,16 @@ from scapy.packet import Packet as ScapyPacket
 from scapy.packet import Raw, bind_layers
 from scapy.utils import PcapNgWriter, PcapReader, PcapWriter
 
+import bigbinf.measure.analyse as analyse_module
 import bigbinf.measure.pcap as pcap_module
 from bigbinf.measure.analyse import (
+    ENGINE_VARIABLE,
     Analysis,
     FlowStats,
     Packet,
     PcapError,
     TruncatedCapture,
+    _fast_tally,
     _retransmissions,
     analyse_pcap,
     iter_packets,
@@ -162,6 +166,16 @@ def _scapy_payload(ip: ScapyPacket, on_wire: int) -> int:
 TOOL_ENV = dict(os.environ)
 
 
+@pytest.fixture(autouse=True, params=["python", "auto"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with each analyser engine as the default (the environment
+    variable), so the errors, the lenient reads and the numbers written in the tests
+    hold for the pure-Python path and for the compiled fast path with its fallback;
+    check_file() also compares the two engines' Analysis field by field."""
+    monkeypatch.setenv(ENGINE_VARIABLE, request.param)
+    return str(request.param)
+
+
 def tshark_retransmissions(path: Path, remote: str) -> list[tuple[int, bool]]:
     """(frame number, down) of every frame tshark marks tcp.analysis.retransmission: the
     per-way counts of `-Y 'tcp.analysis.retransmission && ip.src==A'`, in one run."""
@@ -239,7 +253,10 @@ def check(crafted: dict[str, Crafted], name: str, *, mtu: int | None = None) -> 
 def check_file(
     path: Path, client: str, remote: str, theirs: list[tuple[int, bool]] | None, *, mtu: int | None = None
 ) -> Analysis:
-    analysis = analyse_pcap(path, client, remote, mtu=mtu)
+    analysis = analyse_pcap(path, client, remote, mtu=mtu, engine="python")
+    # The compiled fast path (or, where it does not apply, its fallback) gives the same
+    # Analysis, every field, as the pure-Python reference.
+    assert analyse_pcap(path, client, remote, mtu=mtu, engine="auto") == analysis
     view = scapy_view(path, client, remote)
     assert analysis.captured_wire_bytes == view.wire
     assert analysis.payload_bytes == view.payload
@@ -255,7 +272,8 @@ def check_file(
     if theirs is not None:
         down = sum(1 for _, is_down in theirs if is_down)
         assert analysis.retransmits == {"down": down, "up": len(theirs) - down}
-        assert _retransmissions(path, client, remote) == theirs
+        assert _retransmissions(path, client, remote, engine="python") == theirs
+        assert _retransmissions(path, client, remote, engine="auto") == theirs
     return analysis
 
 
@@ -1185,6 +1203,7 @@ def test_pcapng_from_scapy_counts_as_the_classic_pcap(crafted: dict[str, Crafted
         writer.write(frame)
     writer.close()
     classic = analyse_pcap(crafted["basic"].path, CLIENT, REMOTE)
+    assert fast_path_applies(path, CLIENT, REMOTE)  # Enhanced Packet Blocks, microseconds
     analysis = check_file(path, CLIENT, REMOTE, tshark_retransmissions(path, REMOTE) if TSHARK else None)
     # scapy writes microseconds from a float: the times agree to a microsecond.
     assert analysis.first_packet_timestamp == pytest.approx(classic.first_packet_timestamp, abs=2e-6)
@@ -1201,6 +1220,7 @@ def test_pcapng_from_editcap_is_the_classic_pcap_to_the_nanosecond(crafted: dict
     subprocess.run(["editcap", "-F", "pcapng", str(classic), str(path)], check=True, capture_output=True)
     assert path.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"
     theirs = tshark_retransmissions(path, REMOTE) if TSHARK else None
+    assert fast_path_applies(path, CLIENT, REMOTE)  # nanoseconds (if_tsresol 9)
     assert check_file(path, CLIENT, REMOTE, theirs) == analyse_pcap(classic, CLIENT, REMOTE)
 
 
@@ -1232,6 +1252,8 @@ def sections_and_interfaces() -> bytes:
 def test_pcapng_sections_interfaces_resolutions_and_blocks(crafted: dict[str, Crafted], tmp_path: Path) -> None:
     path = tmp_path / "sections.pcapng"
     path.write_bytes(sections_and_interfaces())
+    # Obsolete Packet Blocks, binary time units and the pair on USER0: the Python path's.
+    assert not fast_path_applies(path, CLIENT, REMOTE)
     analysis = analyse_pcap(path, CLIENT, REMOTE)
     basic = analyse_pcap(crafted["basic"].path, CLIENT, REMOTE)
     assert analysis.payload_bytes == basic.payload_bytes
@@ -1271,6 +1293,7 @@ def test_pcapng_retransmissions_match_tshark_frame_by_frame(crafted: dict[str, C
         ns = T0 * 10**9 + ns_after_t0(when)
         out += epb("<", index % 2, ns if index % 2 == 0 else ns // 1000, bytes(frame))
     path.write_bytes(out)
+    assert fast_path_applies(path, CLIENT, REMOTE)
     theirs = tshark_retransmissions(path, REMOTE)
     assert theirs and _retransmissions(path, CLIENT, REMOTE) == theirs
     assert analyse_pcap(path, CLIENT, REMOTE).retransmits == {"down": 1, "up": 0}
@@ -1317,6 +1340,110 @@ def test_pcapng_cut_short(tmp_path: Path) -> None:
         analyse_pcap(path, CLIENT, REMOTE)
     analysis = analyse_pcap(path, CLIENT, REMOTE, strict=False)
     assert (analysis.truncated_at, analysis.records, analysis.packets["down"]) == (len(GOOD_PCAPNG), 1, 1)
+    assert fast_path_applies(path, CLIENT, REMOTE)  # a cut-short file is the fast path's too
     path.write_bytes(shb()[:20])
     with pytest.raises(PcapError, match="truncated pcapng section header"):
         analyse_pcap(path, CLIENT, REMOTE)
+
+
+# ------------------------------------------------------- the compiled fast path
+#
+# check_file() holds every crafted capture's Analysis and frame list by the fast engine
+# ("auto") against the pure-Python one and tshark.  These tests make sure that is not
+# vacuous (the fast path really ran, not its fallback) and cover what only the fast path
+# has: chunks, a flow table that grows, a frame list drained, and the fallbacks.
+
+# The captures the fast path must handle itself: classic pcap, Ethernet/SLL/SLL2/raw,
+# both byte orders and timestamp units, IPv4 TCP/UDP, IPv4 super-frames, lengths
+# beyond the frame, other hosts and non-IP frames.  Everything else falls back.
+FAST = {
+    "basic", "rto", "duplicate", "spurious", "out_of_order", "late_with_handshake",
+    "late_without_handshake", "fast", "parked", "keepalive", "wrap", "reuse", "random", "udp",
+    "noise", "flows", "sizes", "link_sll", "link_sll2", "link_raw101", "link_raw12",
+    "link_raw14", "nano_early", "nano_late", "big_endian", "snaplen_64", "offloads",
+    "ip_length_beyond_frame", "ipv6_length_beyond_frame", "many_flows",
+}  # fmt: skip
+# pcapng, VLAN/PPPoE/MPLS, IPv6 extension headers and jumbograms, tunnels: the Python path.
+FALLBACK = {
+    "link_vlan", "link_qinq", "link_pppoe", "link_vlan_pppoe", "link_mpls", "link_vlan_mpls",
+    "link_sll_mpls", "link_sll2_pppoe", "ipv6", "big_tcp_ipv6", "no_handshake_ipv6", "tunnels",
+    "tunnels_ipv6", "late_vlan",
+}  # fmt: skip
+
+
+def fast_path_applies(path: Path, client: str, remote: str) -> bool:
+    with pcap_module.mapped(path) as buf:
+        return _fast_tally(str(path), buf, client, remote, None, None) is not None
+
+
+@scenario("many_flows", nano=True)
+def many_random_flows() -> list[tuple[tuple[int, int], bytes]]:
+    """40 random conversations at once: more flows than the fast path's first table."""
+    traces = [_random_trace(random.Random(100 + seed), CPORT + 1000 + seed, 120) for seed in range(40)]
+    return [((when // 10**9, when % 10**9), frame) for when, frame in heapq.merge(*traces)]
+
+
+# The basic flow, then one segment of it in a VLAN tag: the fast path has counted most
+# of the file when it meets the tag, and must throw that away for the Python path.
+scenario("late_vlan")(lambda: [*basic_flow(), (0.08, eth() / Dot1Q(vlan=10) / seg(True, 8002, 1102, "A")[IP])])
+
+
+def test_fast_path_runs_on_common_captures_and_falls_back_on_the_rest(crafted: dict[str, Crafted]) -> None:
+    assert set(crafted) == FAST | FALLBACK  # a new scenario must be sorted into one
+    for name, pcap in crafted.items():
+        assert fast_path_applies(pcap.path, pcap.client, pcap.remote) == (name in FAST), name
+        check(crafted, name)  # both engines equal, and equal to scapy and tshark
+
+
+def test_fast_path_across_chunks_a_growing_flow_table_and_frame_drains(
+    crafted: dict[str, Crafted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pcap = crafted["many_flows"]
+    theirs = pcap.tshark.result() if pcap.tshark is not None else None
+    python = analyse_pcap(pcap.path, CLIENT, REMOTE, engine="python")
+    assert len(python.flows) == 40
+    assert python.retransmits["down"] + python.retransmits["up"] > 100
+    monkeypatch.setattr(analyse_module, "_FAST_CHUNK", 4096)  # ~50 records a call
+    monkeypatch.setattr(analyse_module, "_FAST_FRAMES", 3)  # the frame list drains often
+    assert pcap.path.stat().st_size > 50 * 4096
+    assert fast_path_applies(pcap.path, CLIENT, REMOTE)
+    assert analyse_pcap(pcap.path, CLIENT, REMOTE, engine="auto") == python
+    frames = _retransmissions(pcap.path, CLIENT, REMOTE, engine="auto")
+    assert frames == _retransmissions(pcap.path, CLIENT, REMOTE, engine="python")
+    if theirs is not None:
+        assert frames == theirs
+
+
+def test_the_engine_is_chosen_by_argument_then_environment(
+    crafted: dict[str, Crafted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = crafted["basic"].path
+    expected = analyse_pcap(path, CLIENT, REMOTE, engine="python")
+
+    def fast_must_not_run(*args: object) -> None:
+        raise AssertionError("the fast path ran")
+
+    monkeypatch.setattr(analyse_module, "_fast_tally", fast_must_not_run)
+    monkeypatch.setenv(ENGINE_VARIABLE, "python")
+    assert analyse_pcap(path, CLIENT, REMOTE) == expected
+    with pytest.raises(AssertionError, match="the fast path ran"):
+        analyse_pcap(path, CLIENT, REMOTE, engine="auto")  # the argument wins
+    monkeypatch.setenv(ENGINE_VARIABLE, "numba")
+    with pytest.raises(PcapError, match="BIGBINF_ANALYSER='numba' is not an analyser engine"):
+        analyse_pcap(path, CLIENT, REMOTE)
+    with pytest.raises(PcapError, match="analyser engine 'fast' is not one"):
+        analyse_pcap(path, CLIENT, REMOTE, engine="fast")  # type: ignore[arg-type]
+
+
+def test_without_the_compiled_module_the_python_path_answers(
+    crafted: dict[str, Crafted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bigbinf.measure
+
+    path = crafted["random"].path
+    expected = analyse_pcap(path, CLIENT, REMOTE, engine="python")
+    # As on an install where numba is missing: importing fastscan fails.
+    monkeypatch.delattr(bigbinf.measure, "fastscan", raising=False)
+    monkeypatch.setitem(sys.modules, "bigbinf.measure.fastscan", None)
+    assert not fast_path_applies(path, CLIENT, REMOTE)
+    assert analyse_pcap(path, CLIENT, REMOTE, engine="auto") == expected

@@ -105,6 +105,9 @@ def _state() -> ExporterState:
             },
             limited_by="receive_window",
             limited_evidence="the sender was limited by the receive window 80% of its 2.5 s busy time",
+            # What the sender's kernel used (tcp_info), here as the protocol asked.
+            congestion_control="cubic",
+            congestion_requested="cubic",
         )
     )
     state.record_path(PATH)

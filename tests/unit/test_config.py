@@ -26,7 +26,9 @@ KNOWN_PLACEHOLDERS = (
     "{host}, {client}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
     "{file}, {local_path}, {local_dir}, {size}, {binary}"
 )
-PROTOCOL_KEYS = "module, binary, options, command, upload_command, cleanup_command, directions, timeout"
+PROTOCOL_KEYS = (
+    "module, binary, options, command, upload_command, cleanup_command, directions, timeout, congestion, tcp_buffer_max"
+)
 MODULES = "command, scp, hpnscp, sftp, ftp, gridftp, bbftp, rsync, rsyncd, http, xrootd, iperf3"
 
 BAD = [
@@ -40,7 +42,7 @@ BAD = [
         BASE + "extra: 1\n",
         [
             "extra: unknown key 'extra'; allowed keys: remotes, datasets, protocols, schedule, transfer, capture, "
-            "journal, lab"
+            "journal, metrics, lab, sweeps"
         ],
     ),
     (
@@ -335,7 +337,7 @@ def test_config_check_exit_codes(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.strip() == (
         f"{bad_file}: extra: unknown key 'extra'; allowed keys: remotes, datasets, "
-        "protocols, schedule, transfer, capture, journal, lab"
+        "protocols, schedule, transfer, capture, journal, metrics, lab, sweeps"
     )
 
 

@@ -31,8 +31,10 @@ def test_configuration_reference_lists_every_key_and_placeholder() -> None:
         C.TransferConfig,
         C.CaptureConfig,
         C.JournalConfig,
+        C.MetricsConfig,
         C.LabConfig,
         C.LinkConfig,
+        C.SweepConfig,
     ]
     missing = [f"{m.__name__}.{name}" for m in models for name in m.model_fields if f"| `{name}` |" not in text]
     assert missing == []

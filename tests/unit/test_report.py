@@ -404,7 +404,7 @@ def test_every_figure_is_a_valid_png_and_draws_what_the_study_drew(tmp_path: Pat
     assert {f.name: check_png(f.file) for f in rep.figures} == {n: len(fig.axes) for n, fig in figs.items()}
     protocols = ["ftp", "gridftp", "scp"]
     (ax4,) = figs["fig4"].axes  # its numbers: test_fig4_bars_are_the_peak_and_offpeak_means
-    assert legend_texts(ax4) == ["peak", "off-peak"] and ax4.get_ylabel() == "Mean speed (bytes/s)"
+    assert legend_texts(ax4) == ["peak", "off-peak"] and ax4.get_ylabel() == "Mean speed (MB/s)"
     assert [t.split("\n")[0] for t in tick_texts(ax4)] == protocols
 
     # Fig 5: 5 MiB has packet lists for two protocols (ftp, scp), 512 MiB for one.
@@ -432,16 +432,25 @@ def test_every_figure_is_a_valid_png_and_draws_what_the_study_drew(tmp_path: Pat
         assert list(reference.get_xdata()) == [size, size]
         assert reference.get_color() == "red" and reference.get_linestyle() == "--"
         assert legend_texts(ax) == [*protocols, "file size"]
-        assert ax.get_xlabel() == "Total bytes transferred (down + up)" and ax.get_ylabel() == "Speed (bytes/s)"
+        assert ax.get_xlabel() == "Total bytes transferred (down + up)" and ax.get_ylabel() == "Speed (MB/s)"
 
     speed_ax, ratio_ax = figs["fig8"].axes
     for ax in (speed_ax, ratio_ax):
-        assert ax.get_xscale() == "log" and ax.get_xlabel() == "File size (bytes)"
+        assert ax.get_xscale() == "log" and ax.get_xlabel() == "File size"
     assert legend_texts(speed_ax) == protocols
     assert legend_texts(ratio_ax) == [*protocols, "100% = file size"]
     assert list(line_labelled(ratio_ax, "100% = file size").get_ydata()) == [100.0, 100.0]
     # ratio per protocol: (1.02 + 0.01) x the file size, rounded down to whole bytes
     assert list(line_labelled(ratio_ax, "scp").get_ydata()) == pytest.approx([103.0, 103.0], rel=1e-6)
+
+    # Human units (issue 11): speeds in MB/s and sizes in binary units, never a raw 1e7 offset.
+    for ax in (ax4, *fig7.axes, speed_ax):
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert ax.yaxis.get_offset_text().get_text() == "" and labels
+        assert all(0 <= float(t) <= 100 for t in labels), labels  # ~20 MB/s, not 2e7
+    for ax in fig7.axes:
+        assert all(t.get_text().endswith("iB") or t.get_text() == "0" for t in ax.get_xticklabels() if t.get_text())
+    assert [t.get_text() for t in speed_ax.get_xticklabels()] == ["5 MiB", "512 MiB"]
 
     page = (out / "index.html").read_text()
     for name in ("fig4.png", "fig5.png", "fig6.png", "fig7.png", "fig8.png", "Table 1", "Table 2"):

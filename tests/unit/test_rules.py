@@ -10,14 +10,17 @@ import datetime as dt
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from bigbinf import DOCS_URL
 from bigbinf import metrics as M
 from bigbinf.mixin import rules, settings
+from bigbinf.mixin.settings import Settings
 from bigbinf.study.common import parse_tz_offset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -347,8 +350,36 @@ def test_every_alert_is_labelled_annotated_and_in_the_runbook() -> None:
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"], name
         url = annotations["runbook_url"]
-        assert url.startswith("docs/runbook.md#"), name
+        assert url.startswith(f"{DOCS_URL}/runbook.md#"), name  # absolute: receivers link to it as is
         assert url.split("#", 1)[1] in anchors, f"{name}: no heading for {url} in docs/runbook.md"
+
+
+def test_runbook_base_is_an_absolute_url_and_configurable(tmp_path: Path) -> None:
+    assert Settings().runbook.startswith("https://") and DOCS_URL.startswith("https://")
+    assert any("--runbook" in e for e in Settings(runbook="docs/runbook.md").validate())
+    assert any("--runbook" in e for e in Settings(runbook="https://x.example/runbook.md#a").validate())
+    base = "https://git.example.org/ops/bigbinf/blob/main/docs/runbook.md"
+    assert Settings(runbook=base).validate() == []
+    proc = subprocess.run(
+        [sys.executable, "-m", "bigbinf.mixin.rules", "--runbook", base, "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    urls = [
+        r["annotations"]["runbook_url"]
+        for f in tmp_path.glob("*.yml")
+        for g in yaml.safe_load(f.read_text())["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
+    assert urls and all(u.startswith(base + "#") for u in urls)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bigbinf.mixin.rules", "--runbook", "docs/runbook.md", "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "absolute http(s) URL" in proc.stderr
 
 
 def test_alertmanager_config_is_valid_and_routes_to_a_webhook() -> None:

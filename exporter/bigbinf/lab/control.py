@@ -212,6 +212,8 @@ class LabSite:
             local_fs=True,
             # The lab's own remote: its sockets and sysctls are read in its namespace.
             stats_command=("ip", "netns", "exec", layout.remote_ns),
+            # ... and its routes and sysctls set there (a protocol's congestion, tcp_buffer_max).
+            tcp_command=("ip", "netns", "exec", layout.remote_ns),
             **_lab_bandwidth(self.config.lab.link.rate),
         )
 

@@ -53,16 +53,34 @@ Why the wire count of retransmissions differs from the sender's kernel count
 
 The sender's kernel counter is the truth about the sender; this count is the truth
 about the wire at the capture point.  For downloads only the latter is local.
+
+Two engines compute all of this: the pure-Python path here (pcap.decode feeding
+``_TcpConversation``), the reference, and the compiled fast path in fastscan.py, which
+handles the common capture at ~35x the rate and hands anything else back to the Python
+path for the whole file.  Both give the same ``Analysis``; ``engine="python"`` or
+``BIGBINF_ANALYSER=python`` forces the pure-Python path.  The exporter does not call
+``analyse_pcap`` itself: analyser_worker.py runs it in a worker process, so that numba
+and LLVM (~130 MB of RSS) stay out of the long-running exporter.
 """
 
 from __future__ import annotations
 
+import logging
+import mmap
 import os
+import struct
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 from bigbinf.measure.pcap import (
+    _BYTE_ORDER_MAGICS,
+    _EPB,
+    _MAGICS,
+    _PB,
+    _PCAPNG_MAGIC,
+    _RELEASE_EVERY,
+    _SHB,
     BOGUS_HEADER,
     NO_ANALYSIS,
     TRANSPORT_NAMES,
@@ -71,6 +89,11 @@ from bigbinf.measure.pcap import (
     PcapError,
     ScanTotals,
     TruncatedCapture,
+    _host_pair,
+    _Interface,
+    _other_block,
+    _parse_file_header,
+    _release,
     decode,
     iter_packets,
     mapped,
@@ -78,7 +101,7 @@ from bigbinf.measure.pcap import (
 from bigbinf.result import PAYLOAD_BUCKETS
 
 # Packet, PcapError and iter_packets are re-exported: callers that analyse also read.
-__all__ = ["Analysis", "FlowStats", "Packet", "PcapError", "TruncatedCapture", "analyse_pcap", "iter_packets"]
+__all__ = ["Analysis", "Engine", "FlowStats", "Packet", "PcapError", "TruncatedCapture", "analyse_pcap", "iter_packets"]
 
 
 @dataclass(frozen=True)
@@ -296,12 +319,40 @@ class _TcpConversation:
         return retransmission and not flags & BOGUS_HEADER
 
 
-def _retransmissions(path: PathLike, client_address: str, remote_address: str) -> list[tuple[int, bool]]:
+# Which implementation analyses: "auto" runs the compiled fast path (fastscan.py) where
+# it handles the capture and the pure-Python path (decode + _TcpConversation) otherwise;
+# "python" always runs the pure-Python path (the reference the fast path is tested
+# against, and the way out should the fast path ever be suspected).  The argument wins
+# over the environment variable.
+Engine = Literal["auto", "python"]
+ENGINE_VARIABLE = "BIGBINF_ANALYSER"
+_log = logging.getLogger(__name__)
+
+
+def _engine(engine: Engine | None) -> Engine:
+    if engine is None:
+        chosen = os.environ.get(ENGINE_VARIABLE, "auto")
+        if chosen not in ("auto", "python"):
+            raise PcapError(f"{ENGINE_VARIABLE}={chosen!r} is not an analyser engine; set it to auto or python")
+        return "python" if chosen == "python" else "auto"
+    if engine not in ("auto", "python"):
+        raise PcapError(f"analyser engine {engine!r} is not one; use 'auto' or 'python'")
+    return engine
+
+
+def _retransmissions(
+    path: PathLike, client_address: str, remote_address: str, *, engine: Engine | None = None
+) -> list[tuple[int, bool]]:
     """(1-based frame number, down) of every retransmission: to compare with tshark
     frame by frame in tests; analyse_pcap runs the same analysis without the list."""
     name = os.fspath(path)
+    if _engine(engine) == "auto":
+        found: list[tuple[int, bool]] = []
+        with mapped(name) as buf:
+            if _fast_tally(name, buf, client_address, remote_address, None, found) is not None:
+                return found
     totals = ScanTotals()
-    found: list[tuple[int, bool]] = []
+    found = []
     conversations: dict[tuple[int, int], _TcpConversation] = {}
     with mapped(name) as buf:
         yielded = 0
@@ -334,8 +385,29 @@ _BUCKET_OF = b"".join(
 _MAX_MTU = 0x80000  # beyond the largest frame there is (a BIG TCP super-frame): not a link MTU
 
 
+@dataclass
+class _Tally:
+    """What one pass over a capture adds up, by either engine, before it becomes an Analysis."""
+
+    flows: dict[int, list[Any]]  # key: transport << 32 | client_port << 16 | remote_port
+    histograms: tuple[list[int], list[int]]  # down, up
+    retransmits: list[int]  # [down, up]
+    split_wire: list[int]  # per way: what splitting super-frames added to the captured figures
+    split_packets: list[int]
+    superframes: list[int]  # per way: how many were split
+    first_ts: int | None
+    last_ts: int
+    totals: ScanTotals
+
+
 def analyse_pcap(
-    path: PathLike, client_address: str, remote_address: str, *, mtu: int | None = None, strict: bool = True
+    path: PathLike,
+    client_address: str,
+    remote_address: str,
+    *,
+    mtu: int | None = None,
+    strict: bool = True,
+    engine: Engine | None = None,
 ) -> Analysis:
     """Count wire bytes, payload, packets, retransmissions, payload sizes and flows of
     the traffic between client_address and remote_address in a pcap or pcapng file.
@@ -344,10 +416,25 @@ def analyse_pcap(
     connections whose SYN was not captured (1500 if None).  strict: a file that ends
     inside a record (the capture was cut short) raises TruncatedCapture; with
     strict=False the counts up to there are returned with truncated_tail set.  Every
-    other problem with the file or the arguments is a PcapError naming the fix."""
+    other problem with the file or the arguments is a PcapError naming the fix.
+    engine: "auto" (the compiled fast path where it applies) or "python"; None reads
+    the BIGBINF_ANALYSER environment variable (default auto).  Both give the same Analysis."""
     name = os.fspath(path)
     if mtu is not None and (not isinstance(mtu, int) or not 68 <= mtu <= _MAX_MTU):
         raise PcapError(f"{name}: MTU {mtu!r} is not a link MTU (68 to {_MAX_MTU}); give the route's MTU or None")
+    chosen = _engine(engine)
+    with mapped(name) as buf:
+        tally = None
+        if chosen == "auto":
+            tally = _fast_tally(name, buf, client_address, remote_address, mtu, None)
+        if tally is None:
+            tally = _python_tally(name, buf, client_address, remote_address, mtu)
+    return _analysis(name, tally, strict)
+
+
+def _python_tally(
+    name: str, buf: bytes | mmap.mmap, client_address: str, remote_address: str, mtu: int | None
+) -> _Tally:
     totals = ScanTotals()
     flows: dict[int, list[Any]] = {}  # key: transport << 32 | client_port << 16 | remote_port
     n_buckets = len(PAYLOAD_BUCKETS) + 1
@@ -359,46 +446,255 @@ def analyse_pcap(
     last_ts = 0
     bucket_of = _BUCKET_OF
 
-    with mapped(name) as buf:
-        for ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags, window, split in decode(
-            name, buf, client_address, remote_address, totals, mtu
-        ):
-            if down:
-                way = 0
-                key = transport << 32 | dport << 16 | sport
-            else:
-                way = 1
-                key = transport << 32 | sport << 16 | dport
-            flow = flows.get(key)
-            if flow is None:
-                flow = flows[key] = [0, 0, 0, 0, 0, 0, None]
-                if first_ts is None:  # the first packet always starts a flow
-                    first_ts = ts_ns
-            flow[way] += orig_len  # _WIRE + way
-            flow[way + 2] += payload  # _PAYLOAD + way
-            flow[way + 4] += 1  # _PACKETS + way
-            if split is None:
-                try:
-                    histograms[way][bucket_of[payload]] += 1
-                except IndexError:  # above the table: the last bucket (no exception costs nothing)
-                    histograms[way][-1] += 1
-            else:
-                frames, wire, size = split
-                flow[way] += wire - orig_len
-                flow[way + 4] += frames - 1
-                split_wire[way] += wire - orig_len
-                split_packets[way] += frames - 1
-                superframes[way] += 1
-                histograms[way][bisect_left(PAYLOAD_BUCKETS, size)] += frames - 1
-                histograms[way][bisect_left(PAYLOAD_BUCKETS, payload - (frames - 1) * size)] += 1
-            last_ts = ts_ns
-            if flags != NO_ANALYSIS:
-                conversation = flow[6]  # _CONVERSATION
-                if conversation is None:
-                    conversation = flow[6] = _TcpConversation()
-                if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
-                    retransmits[way] += 1
+    for ts_ns, down, orig_len, transport, payload, sport, dport, seq, ack, seglen, flags, window, split in decode(
+        name, buf, client_address, remote_address, totals, mtu
+    ):
+        if down:
+            way = 0
+            key = transport << 32 | dport << 16 | sport
+        else:
+            way = 1
+            key = transport << 32 | sport << 16 | dport
+        flow = flows.get(key)
+        if flow is None:
+            flow = flows[key] = [0, 0, 0, 0, 0, 0, None]
+            if first_ts is None:  # the first packet always starts a flow
+                first_ts = ts_ns
+        flow[way] += orig_len  # _WIRE + way
+        flow[way + 2] += payload  # _PAYLOAD + way
+        flow[way + 4] += 1  # _PACKETS + way
+        if split is None:
+            try:
+                histograms[way][bucket_of[payload]] += 1
+            except IndexError:  # above the table: the last bucket (no exception costs nothing)
+                histograms[way][-1] += 1
+        else:
+            frames, wire, size = split
+            flow[way] += wire - orig_len
+            flow[way + 4] += frames - 1
+            split_wire[way] += wire - orig_len
+            split_packets[way] += frames - 1
+            superframes[way] += 1
+            histograms[way][bisect_left(PAYLOAD_BUCKETS, size)] += frames - 1
+            histograms[way][bisect_left(PAYLOAD_BUCKETS, payload - (frames - 1) * size)] += 1
+        last_ts = ts_ns
+        if flags != NO_ANALYSIS:
+            conversation = flow[6]  # _CONVERSATION
+            if conversation is None:
+                conversation = flow[6] = _TcpConversation()
+            if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
+                retransmits[way] += 1
+    return _Tally(flows, histograms, retransmits, split_wire, split_packets, superframes, first_ts, last_ts, totals)
 
+
+# The fast path scans this many bytes between calls: the pages read are handed back
+# between them (as the Python path does), and a Ctrl-C or a GIL waiter gets a turn.
+_FAST_CHUNK = _RELEASE_EVERY
+_FAST_FRAMES = 1 << 16  # retransmission frames collected per drain (_retransmissions only)
+_fast_unavailable_logged = False
+
+
+def _fast_tally(
+    name: str,
+    buf: bytes | mmap.mmap,
+    client_address: str,
+    remote_address: str,
+    mtu: int | None,
+    frames_out: list[tuple[int, bool]] | None,
+) -> _Tally | None:
+    """The tally by the compiled fast path (fastscan.py), or None where it does not
+    handle the capture (the caller then runs the Python path on the whole file).  The
+    checks the Python path makes first (the addresses, then the file header) come first
+    here too, so an unusable file raises the same PcapError either way."""
+    client_b, remote_b = _host_pair(name, client_address, remote_address)
+    size = len(buf)
+    magic = bytes(buf[:4])
+    pcapng = magic == _PCAPNG_MAGIC and size >= 28
+    if not pcapng and (size < 24 or magic not in _MAGICS):  # empty, or an error the Python path words
+        return None
+    # A classic pcap's one header; a pcapng's sections and interfaces are read as met.
+    header = None if pcapng else _parse_file_header(name, buf)
+    try:
+        import numpy as np
+
+        from bigbinf.measure import fastscan
+    except ImportError as e:  # an install without numba: still correct, only slower
+        global _fast_unavailable_logged
+        if not _fast_unavailable_logged:
+            _log.warning("the compiled pcap analyser is not available (%s); using the pure-Python one", e)
+            _fast_unavailable_logged = True
+        return None
+
+    n_buckets = len(PAYLOAD_BUCKETS) + 1
+    g = fastscan.new_state(1500 if mtu is None else mtu)
+    flows = fastscan.new_flows(16)
+    table = fastscan.new_table(64)
+    histograms = np.zeros((2, n_buckets), dtype=np.int64)
+    frames = np.zeros(_FAST_FRAMES if frames_out is not None else 1, dtype=np.int64)
+    bucket_of = np.frombuffer(_BUCKET_OF, dtype=np.uint8)
+    if header is None:
+        big_endian, ns_per_frac, caplen_limit, linktype, offset = False, 1, 0, 0, 0
+    else:
+        big_endian, ns_per_frac, linktype = header.record.format.startswith(">"), header.ns_per_frac, header.linktype
+        caplen_limit = min(header.snaplen, fastscan.MAX_FRAME) if header.snaplen > 0 else fastscan.MAX_FRAME
+        offset = 24
+    interfaces: list[_Interface] = []
+    interface_rows = _interface_rows(interfaces)
+    pair_down = np.frombuffer(remote_b + client_b, dtype=np.uint8)
+    pair_up = np.frombuffer(client_b + remote_b, dtype=np.uint8)
+    data = np.frombuffer(buf, dtype=np.uint8)  # a view of the mapping: nothing is copied
+    try:
+        released = 0
+        while True:
+            status, offset = _scan_or_bail(
+                fastscan.scan,
+                data,
+                offset,
+                min(offset + _FAST_CHUNK, size),
+                big_endian,
+                ns_per_frac,
+                1_000_000_000 // ns_per_frac,
+                caplen_limit,
+                linktype,
+                pcapng,
+                interface_rows,
+                len(interfaces),
+                pair_down,
+                pair_up,
+                1500 if mtu is None else mtu,
+                bucket_of,
+                g,
+                flows,
+                table,
+                histograms,
+                frames,
+                frames_out is not None,
+            )
+            if status == fastscan.BAIL:
+                return None
+            if frames_out is not None:
+                frames_out.extend((int(v) >> 1, bool(v & 1)) for v in frames[: g[fastscan.G_FRAMES]])
+                g[fastscan.G_FRAMES] = 0
+            if status == fastscan.GROW:
+                count = int(g[fastscan.G_FLOWS])
+                grown = fastscan.new_flows(4 * flows.shape[0])
+                grown[:count] = flows[:count]
+                flows, table = grown, fastscan.new_table(8 * grown.shape[0])
+                fastscan.rehash(flows, count, table)
+            elif status == fastscan.CHUNK:
+                if isinstance(buf, mmap.mmap) and offset - released > _FAST_CHUNK:
+                    released = _release(buf, released, offset)
+                if offset >= size:
+                    break
+            elif status == fastscan.DONE:
+                break
+            elif status == fastscan.BLOCK:
+                block = _pcapng_block(name, buf, offset, "big" if big_endian else "little", interfaces)
+                if block is None:
+                    return None
+                offset, order, interfaces = block
+                big_endian = order == "big"
+                interface_rows = _interface_rows(interfaces)
+    finally:
+        del data  # the mapping cannot close while a view of it lives
+
+    totals = ScanTotals()
+    totals.file_size = size
+    totals.other_packets = int(g[fastscan.G_OTHER])
+    truncated_at = int(g[fastscan.G_TRUNCATED_AT])
+    totals.truncated_at = None if truncated_at < 0 else truncated_at
+    flow_lists: dict[int, list[Any]] = {}
+    for row in flows[: int(g[fastscan.G_FLOWS])].tolist():
+        flow_lists[row[fastscan.F_KEY]] = [
+            *row[fastscan.F_WIRE : fastscan.F_WIRE + 2],
+            *row[fastscan.F_PAYLOAD : fastscan.F_PAYLOAD + 2],
+            *row[fastscan.F_PACKETS : fastscan.F_PACKETS + 2],
+            None,
+        ]
+
+    def pair(index: int) -> list[int]:
+        return [int(g[index]), int(g[index + 1])]
+
+    down_histogram, up_histogram = histograms.tolist()
+    return _Tally(
+        flows=flow_lists,
+        histograms=(down_histogram, up_histogram),
+        retransmits=pair(fastscan.G_RETRANSMITS),
+        split_wire=pair(fastscan.G_SPLIT_WIRE),
+        split_packets=pair(fastscan.G_SPLIT_PACKETS),
+        superframes=pair(fastscan.G_SUPERFRAMES),
+        first_ts=int(g[fastscan.G_FIRST_TS]) if g[fastscan.G_HAVE_FIRST] else None,
+        last_ts=int(g[fastscan.G_LAST_TS]),
+        totals=totals,
+    )
+
+
+def _pcapng_block(
+    name: str, buf: bytes | mmap.mmap, offset: int, order: str, interfaces: list[_Interface]
+) -> tuple[int, str, list[_Interface]] | None:
+    """Read the pcapng block at offset that is not an Enhanced Packet Block, as
+    pcap._pcapng_records does: (next offset, the byte order, "little" or "big", and the
+    interfaces from here on), or None for anything the fast path leaves to the Python
+    path (an obsolete Packet Block, anything malformed or cut short, which it reports)."""
+    size = len(buf)
+    fmt = "<" if order == "little" else ">"
+    if offset + 12 > size:
+        return None
+    block_type, total = struct.unpack_from(fmt + "II", buf, offset)
+    if block_type == _SHB:  # the same in either byte order; the section says which follows
+        magic = bytes(buf[offset + 8 : offset + 12])
+        if magic not in _BYTE_ORDER_MAGICS:
+            return None
+        fmt = _BYTE_ORDER_MAGICS[magic]
+        block_type, total = struct.unpack_from(fmt + "II", buf, offset)
+        interfaces = []  # interface ids are per section
+    block_end = offset + total
+    if total < 12 or total % 4 or block_end > size or struct.unpack_from(fmt + "I", buf, block_end - 4)[0] != total:
+        return None
+    if block_type in (_EPB, _PB):
+        return None
+    interfaces = list(interfaces)
+    try:
+        _other_block(name, buf, offset, block_type, block_end, fmt, interfaces)
+    except PcapError:
+        return None
+    return block_end, "little" if fmt == "<" else "big", interfaces
+
+
+_I64 = 1 << 62  # what the fast path's 64-bit timestamp arithmetic takes
+
+
+def _interface_rows(interfaces: list[_Interface]) -> Any:
+    """fastscan's interfaces array: a row per interface, ts_mul 0 where a field would not
+    fit its 64-bit arithmetic (the fast path then leaves the file to the Python path)."""
+    import numpy as np
+
+    rows = np.zeros((max(len(interfaces), 1), 5), dtype=np.int64)
+    for index, (linktype, snaplen, ts_mul, ts_div, ts_offset_ns) in enumerate(interfaces):
+        if max(ts_mul, ts_div, abs(ts_offset_ns)) >= _I64:
+            ts_mul, ts_div, ts_offset_ns = 0, 1, 0
+        rows[index] = (linktype, snaplen, ts_mul, ts_div, ts_offset_ns)
+    return rows
+
+
+def _scan_or_bail(scan: Any, *args: Any) -> tuple[int, int]:
+    """fastscan.scan(*args); should numba fail to compile it (a numba or LLVM release the
+    pinned range did not foresee), the analysis still comes out: by the Python path."""
+    from numba.core.errors import NumbaError
+
+    from bigbinf.measure import fastscan
+
+    try:
+        return cast(tuple[int, int], scan(*args))
+    except NumbaError as e:
+        _log.error("the compiled pcap analyser failed (%s); using the pure-Python one", e)
+        # The traceback's frames hold the view of the mapping, which could then not close.
+        e.__traceback__ = None
+        return fastscan.BAIL, 0
+
+
+def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
+    totals, flows = tally.totals, tally.flows
     if strict and totals.truncated_at is not None:
         raise TruncatedCapture(
             f"{name}: the record at byte {totals.truncated_at} runs past the end of the file "
@@ -411,14 +707,16 @@ def analyse_pcap(
         return {"down": sum(f[field] for f in flows.values()), "up": sum(f[field + 1] for f in flows.values())}
 
     wire_bytes, packets = per_way(_WIRE), per_way(_PACKETS)
+    split_wire, split_packets, superframes = tally.split_wire, tally.split_packets, tally.superframes
+    first_ts = tally.first_ts
     return Analysis(
         wire_bytes=wire_bytes,
         payload_bytes=per_way(_PAYLOAD),
         packets=packets,
-        retransmits={"down": retransmits[0], "up": retransmits[1]},
+        retransmits={"down": tally.retransmits[0], "up": tally.retransmits[1]},
         first_packet_timestamp=None if first_ts is None else first_ts / 1e9,
-        last_packet_timestamp=None if first_ts is None else last_ts / 1e9,
-        payload_histogram={"down": histograms[0], "up": histograms[1]},
+        last_packet_timestamp=None if first_ts is None else tally.last_ts / 1e9,
+        payload_histogram={"down": tally.histograms[0], "up": tally.histograms[1]},
         flows=_flow_stats(flows),
         other_packets=totals.other_packets,
         truncated_tail=totals.truncated_tail,

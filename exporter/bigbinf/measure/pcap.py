@@ -178,7 +178,11 @@ def mapped(path: PathLike) -> Iterator[bytes | mmap.mmap]:
     try:
         yield mm
     finally:
-        mm.close()
+        # A view of the mapping (the fast path's numpy array) may still be referenced by
+        # the traceback of an exception on its way out: closing would then replace that
+        # exception with a BufferError.  The mapping closes when the view is collected.
+        with contextlib.suppress(BufferError):
+            mm.close()
 
 
 class ScanTotals:

@@ -40,6 +40,13 @@ class Remote:
     # argv (rendered) that runs a command on the remote, to read its TCP state: () = it cannot be asked.
     stats_command: tuple[str, ...] = ()
     stats_interval: float = 1.0
+    # argv (rendered) that runs a command as root on the remote, to set a transfer's
+    # congestion control or buffer cap there (measure/tuning.py): () = it cannot be set.
+    tcp_command: tuple[str, ...] = ()
+
+    def tcp_argv(self, argv: list[str]) -> list[str]:
+        """`argv` run as root on the remote through the tcp command; [] if there is none."""
+        return in_netns(self.netns, [*self.tcp_command, *argv]) if self.tcp_command else []
 
     def stats_argv(self, argv: list[str]) -> list[str]:
         """`argv` run on the remote through the stats command, from this host's side of the path."""
@@ -85,6 +92,10 @@ class TransferSpec:
     # Programs on this host the transfer needs besides its command (third-party GridFTP
     # modes: the local GridFTP server); run_transfer skips it when one is missing.
     requires: tuple[str, ...] = ()
+    # The protocol's congestion and tcp_buffer_max: applied to the transfer's hosts
+    # around the command and read back from their sockets (measure/tuning.py).
+    congestion: str = ""
+    tcp_buffer_max: int | None = None
 
     @property
     def kind(self) -> DatasetKind:
@@ -147,6 +158,7 @@ def _site_remote(name: str, remote: RemoteConfig) -> Remote:
         interface=remote.interface,
         password_env=remote.password_env,
         stats_command=tuple(render(remote.stats_command, values)) if remote.stats_command else (),
+        tcp_command=tuple(render(remote.tcp_command, values)) if remote.tcp_command else (),
     )
 
 
@@ -181,6 +193,8 @@ def _spec(
         lab_servers=profile.lab_servers(options) if remote_config.lab else (),
         lab=lab if remote_config.lab else None,
         cleanup=_cleanup(proto, profile, ds.kind) if direction == "upload" and not remote_config.lab else (),
+        congestion=proto.congestion or "",
+        tcp_buffer_max=proto.tcp_buffer_max,
     )
 
 

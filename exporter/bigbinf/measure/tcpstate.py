@@ -23,6 +23,7 @@ sockets moved at least DATA_FLOW_BYTES either way (control channels stay below).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -237,6 +238,9 @@ class TcpSummary:
     samples: int  # listings taken
     retransmits: int  # sum of retransmits_total over those sockets
     congestion_control: str  # of the data socket that moved the most bytes
+    # Every congestion control the data sockets used (sorted; those whose name was read):
+    # a requested algorithm must be the only one here (measure/tuning.py).
+    congestion_controls: tuple[str, ...] = ()
     values: dict[str, float] = field(default_factory=dict)  # journaled: see VALUE_KEYS
 
 
@@ -315,6 +319,7 @@ def summarise(
         samples=len(listings),
         retransmits=retransmits,
         congestion_control=top.congestion_control if top else "",
+        congestion_controls=tuple(sorted({final[k].congestion_control for k in data} - {""})),
         values={k: values[k] for k in VALUE_KEYS if k in values},
     )
 
@@ -404,6 +409,8 @@ def _put(
 
 _START_SECONDS = 0.2  # ss subscribes to socket-destroy events within milliseconds
 _READY_SECONDS = 5.0  # at most this long for a remote watcher to log in before sampling starts
+# Seen within milliseconds here; past this, something is off and the fixed wait is used.
+_SUBSCRIBED_SECONDS = 1.0
 _LOCAL_PREFIXES = frozenset({"ip", "nsenter"})  # programs that run ss on this host
 # What a stats session through ssh prints first: its own connection (SSH_CONNECTION is
 # "client_ip client_port server_ip server_port"), so that it can be told from the transfer's.
@@ -588,7 +595,10 @@ class TcpWatch:
                 # The session's SSH_CONNECTION line comes just before ss starts: from then
                 # on no close is missed (a short transfer may end before the first listing).
                 self._first_output.wait(_READY_SECONDS)
-            time.sleep(_START_SECONDS)
+            if _is_remote(self.prefix) or not _wait_subscribed(self._watcher.pid, _SUBSCRIBED_SECONDS):
+                # ss prints nothing once subscribed: where its socket cannot be seen (on
+                # another host) a short wait stands in for it.
+                time.sleep(_START_SECONDS)
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
@@ -673,6 +683,39 @@ class TcpWatch:
                 f"close events: {_describe(self.watch_argv)} exited {exited_early}" + (f": {tail}" if tail else "")
             )
         return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+def _wait_subscribed(pid: int, timeout: float) -> bool:
+    """Wait until process `pid` (ss -E on this host, in whatever namespace) holds a
+    sock_diag netlink socket bound to a multicast group: ss has subscribed to the
+    socket-destroy events, and from then on no close is missed.  Seen in
+    /proc/PID/net/netlink (its namespace's netlink sockets: protocol 4 is
+    NETLINK_SOCK_DIAG, Groups the bound groups) for a socket among /proc/PID/fd.
+    Polled every 2 ms: ss gets there within a few ms, where a fixed wait of 0.2 s per
+    watch was most of a transfer's overhead.  False if not seen within `timeout` or
+    /proc cannot tell (the process exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            inodes = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):  # closed since the listing
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[len("socket:[") : -1])
+            with open(f"/proc/{pid}/net/netlink") as table:
+                header, *rows = table.read().splitlines()
+                if "Inode" not in header.split():
+                    return False  # a kernel whose table cannot tell: the fixed wait instead
+                for line in rows:
+                    fields = line.split()
+                    if len(fields) >= 10 and fields[1] == "4" and int(fields[3], 16) and fields[9] in inodes:
+                        return True
+        except (OSError, ValueError):
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
 
 
 def _drain(pipe: io.BufferedReader, sink: list[bytes], first: threading.Event | None) -> None:

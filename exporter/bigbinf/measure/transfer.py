@@ -27,12 +27,14 @@ from typing import Any
 
 from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
-from bigbinf.measure.analyse import Analysis, PcapError, analyse_pcap
-from bigbinf.measure.capture import Capture, CaptureError, wait_linger
+from bigbinf.measure.analyse import Analysis, PcapError
+from bigbinf.measure.analyser_worker import analyse_in_worker
+from bigbinf.measure.capture import Capture, CaptureError, wait_closed, wait_linger
 from bigbinf.measure.limits import human_bytes, judge_limit
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.process import in_netns, netns_exists, run_with_timeout
 from bigbinf.measure.tcpstate import TcpSummary, TcpWatch
+from bigbinf.measure.tuning import Side, Tuned, TuningError, check
 from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
 from bigbinf.result import PathBaseline, Result
 
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 # made a failure for it.
 UNVERIFIABLE = datasets.Verification(False, "uploads to this remote cannot be read back to verify")
 CLEANUP_TIMEOUT_SECONDS = 120.0
+CONFIRM_INTERVAL_SECONDS = 0.1  # between listings of a sender whose congestion control was asked for
 
 
 # ---------------------------------------------------------------- the steps' values
@@ -60,6 +63,8 @@ class Subject:
     remote_address: str  # as configured; the resolved IP once prepared
     expected: str  # what the capture must show, e.g. "TCP, >= 4 data flows"
     client_address: str = ""  # this host's address towards the remote, once prepared
+    congestion_requested: str = ""  # the protocol's congestion (measure/tuning.py)
+    tcp_buffer_max: int | None = None  # the protocol's tcp_buffer_max
 
     @classmethod
     def of(cls, spec: TransferSpec, round_id: str) -> Subject:
@@ -74,6 +79,8 @@ class Subject:
             files=ds.count,
             remote_address=spec.remote.address,
             expected=spec.expectation.describe(),
+            congestion_requested=spec.congestion,
+            tcp_buffer_max=spec.tcp_buffer_max,
         )
 
     def result(self, outcome: str, error: str) -> Result:
@@ -94,6 +101,8 @@ class Subject:
             outcome=outcome,
             error=error,
             wire_measured=False,
+            congestion_requested=self.congestion_requested,
+            tcp_buffer_max_bytes=self.tcp_buffer_max,
         )
 
 
@@ -114,7 +123,8 @@ class Ran:
 
     outcome: RunOutcome
     captured: bool  # a capture ran (capture.enabled)
-    capture_dropped: int  # packets the kernel dropped before tcpdump read them
+    capture_dropped: int  # packets the kernel dropped before tcpdump read them (its ring was full)
+    capture_unread: int  # packets left in the ring when tcpdump had to be stopped before it read them
     capture_error: str  # tcpdump failed to stop cleanly: the wire numbers are suspect
     capture_packets: int | None  # what tcpdump says it wrote ("N packets captured"); None if it did not say
     sender_retransmits: int | None
@@ -251,8 +261,13 @@ def measure(
 
 
 def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, baseline: PathBaseline | None) -> Result:
+    tuned = tuning(spec, prepared.subject)
     try:
-        ran = run_under_capture(spec, config, prepared)
+        try:
+            with tuned:  # the protocol's congestion and buffer cap, for the command only
+                ran = run_under_capture(spec, config, prepared)
+        except TuningError as exc:  # nothing has run: what was applied is undone already
+            return _with_restore_errors(prepared.subject.result("failed", f"tuning: {exc}"), tuned)
         wire, analysis_error = analyse(prepared, ran)
         pcap_path = (
             _keep_pcap(prepared.pcap, config, spec, ran.outcome.start_timestamp)
@@ -261,16 +276,45 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
         )
         verdict = judge(spec, prepared, ran, wire, analysis_error)
     except _CaptureStartError as exc:
-        return prepared.subject.result("failed", f"capture: {exc}")
+        return _with_restore_errors(prepared.subject.result("failed", f"capture: {exc}"), tuned)
     except Exception as exc:  # the addresses are known now: the result keeps them
-        return _internal_error(spec, prepared.subject, exc)
-    result = _result(prepared, ran, wire, verdict, pcap_path)
+        return _with_restore_errors(_internal_error(spec, prepared.subject, exc), tuned)
+    result = _with_restore_errors(_result(prepared, ran, wire, verdict, pcap_path), tuned)
     try:
         limit = judge_limit(result, baseline)
     except Exception:  # a bug in judging never costs the measurement
         log.exception("%s: judging what limited it failed", spec.label)
         return result
     return dataclasses.replace(result, limited_by=limit.reason, limited_evidence=limit.evidence) if limit else result
+
+
+def tuning(spec: TransferSpec, subject: Subject) -> Tuned:
+    """The protocol's congestion and tcp_buffer_max as settings of the transfer's two
+    ends: the sender gets the congestion control and the send buffer cap, the receiver
+    the receive buffer cap (measure/tuning.py).  This host is set in the transfer's
+    namespace, the remote through its tcp_command (the lab's: its namespace)."""
+    remote = spec.remote
+    here = Side(
+        "this host" + (f" (namespace {remote.netns})" if remote.netns else ""),
+        tuple(in_netns(remote.netns, [])),
+        subject.remote_address,
+    )
+    there = Side(
+        f"remote {remote.name}",
+        tuple(remote.tcp_argv([])),
+        subject.client_address,
+        missing="" if remote.tcp_command else f"remotes.{remote.name} has no tcp_command: nothing can be set there",
+    )
+    sender, receiver = (there, here) if spec.direction == "download" else (here, there)
+    return Tuned(spec.congestion, spec.tcp_buffer_max, sender, receiver)
+
+
+def _with_restore_errors(result: Result, tuned: Tuned) -> Result:
+    """The result, with what could not be put back after it said in its error: the
+    measurement stands, the host's setting does not."""
+    if not tuned.restore_errors:
+        return result
+    return dataclasses.replace(result, error="; ".join(filter(None, [result.error, *tuned.restore_errors])))
 
 
 def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Result:
@@ -331,6 +375,7 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
             netns=spec.remote.netns,
             snaplen=cap_cfg.snaplen,
             buffer_bytes=cap_cfg.buffer,
+            tool=cap_cfg.tool,
             start_timeout=cap_cfg.start_timeout,
         )
         if cap_cfg.enabled
@@ -341,11 +386,20 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     # limited it.  Read by netlink (ss) here and in the lab; a remote's stats command
     # opens its session before the capture starts (docs/configuration.md).
     tcp = spec.expectation.transport == "tcp"
-    local_watch = (
-        TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, config.transfer.tcp_interval) if tcp else None
-    )
+    # Only listings name a socket's congestion control (close events do not): where one
+    # was asked for, the sender's sockets are listed often enough to catch a short
+    # transfer's, on this host and in the lab (a listing there costs milliseconds); a
+    # site's stats command keeps its own interval (each listing is a session to it).
+    confirm = bool(spec.congestion)
+    local_interval = config.transfer.tcp_interval
+    remote_interval = spec.remote.stats_interval
+    if confirm and spec.direction == "upload":
+        local_interval = min(local_interval, CONFIRM_INTERVAL_SECONDS)
+    if confirm and spec.direction == "download" and spec.remote.local_fs:
+        remote_interval = min(remote_interval, CONFIRM_INTERVAL_SECONDS)
+    local_watch = TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, local_interval) if tcp else None
     remote_watch = (
-        TcpWatch(spec.remote.stats_argv([]), subject.client_address, spec.remote.stats_interval)
+        TcpWatch(spec.remote.stats_argv([]), subject.client_address, remote_interval)
         if tcp and spec.remote.stats_command
         else None
     )
@@ -361,7 +415,10 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                 raise _CaptureStartError(str(exc)) from None
         try:
             outcome: RunOutcome = spec.profile.runner(prepared.context)
-            wait_linger(cap_cfg.linger)
+            if tcp:
+                wait_closed(spec.remote.netns, subject.remote_address, cap_cfg.linger)
+            else:
+                wait_linger(cap_cfg.linger)
         finally:
             if capture:
                 try:
@@ -387,10 +444,12 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         )
     sender = tcp_remote if spec.direction == "download" else tcp_local
     retransmits, source = _sender_retransmits(sender, outcome)
+    stats = capture.stats if capture else None
     return Ran(
         outcome=outcome,
         captured=capture is not None,
-        capture_dropped=capture.stats.dropped if capture and capture.stats else 0,
+        capture_dropped=stats.dropped if stats else 0,
+        capture_unread=capture.unread if capture else 0,
         capture_error=capture_error,
         capture_packets=capture.stats.captured if capture and capture.stats else None,
         sender_retransmits=retransmits,
@@ -408,7 +467,8 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     pcap, subject = prepared.pcap, prepared.subject
     try:
         # strict: a file that ends inside a record (cut short) is an error, not partial counts
-        analysis = analyse_pcap(pcap, subject.client_address, subject.remote_address, mtu=prepared.mtu)
+        # in the analyser's worker process: numba and LLVM stay out of the exporter's RSS
+        analysis = analyse_in_worker(pcap, subject.client_address, subject.remote_address, mtu=prepared.mtu)
     except PcapError as exc:
         return None, f"analysis: {exc}"
     if ran.capture_packets is not None and analysis.records < ran.capture_packets:
@@ -434,6 +494,8 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
         ]
     if ran.capture_dropped:
         notes.append(f"tcpdump dropped {ran.capture_dropped} packets: wire numbers are low")
+    if ran.capture_unread:
+        notes.append(f"tcpdump stopped with {ran.capture_unread} packets unread: wire numbers are low")
     if outcome.timed_out:
         return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout", *notes), False)
     if outcome.returncode != 0:
@@ -442,6 +504,16 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
     if outcome.failure:  # exited 0, but the tool itself says it failed
         return Verdict("failed", (outcome.failure, *notes), False)
     verified, problems = _check(spec, prepared, outcome, wire)
+    # The kernel's word on what was set: a requested algorithm the sender did not use, or
+    # a buffer above the cap, is a failed measurement of that setting.
+    download = spec.direction == "download"
+    problems += check(
+        spec.congestion,
+        spec.tcp_buffer_max,
+        ran.tcp_remote if download else ran.tcp_local,
+        ran.tcp_local if download else ran.tcp_remote,
+        f"remote {spec.remote.name}" if download else "this host",
+    )
     broken = problems or any(e.startswith(("analysis", "capture")) for e in notes)
     return Verdict("failed" if broken else "ok", (*problems, *notes), verified)
 
@@ -453,7 +525,8 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         start_timestamp=ran.outcome.start_timestamp,
         duration_seconds=ran.outcome.duration_seconds,
         verified=verdict.verified,
-        capture_dropped=ran.capture_dropped,
+        # Lost to the capture either way: the published count is every packet it missed.
+        capture_dropped=ran.capture_dropped + ran.capture_unread,
         retransmits_sender=ran.sender_retransmits,
         retransmits_sender_source=ran.sender_retransmits_source,
         reported=dict(reported),

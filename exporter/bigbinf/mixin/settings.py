@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bigbinf import metrics
+from bigbinf import DOCS_URL, metrics
 
 # exporter/bigbinf/mixin/settings.py -> the repository, whose prometheus/ and grafana/
 # hold the committed output.  Not the repository when bigbinf is installed from a wheel:
@@ -122,7 +122,11 @@ class Settings:
     )
     probes_unanswered_for: str = _opt("30m", "for: of BigbinfPathProbesUnanswered")
     probes_stale_for: str = _opt("10m", "for: of BigbinfPathProbesStale")
-    runbook: str = _opt("docs/runbook.md", "base of each alert's runbook_url (point it at your repository's copy)")
+    runbook: str = _opt(
+        f"{DOCS_URL}/runbook.md",
+        "base of each alert's runbook_url: an absolute http(s) URL (Alertmanager's receivers and Grafana link "
+        "to it as is); point it at your own copy of docs/runbook.md if you keep one",
+    )
 
     def validate(self) -> list[str]:
         errors = []
@@ -152,6 +156,11 @@ class Settings:
             errors.append("--failure-ratio must be in [0, 1)")
         if self.stale_multiple <= 0:
             errors.append("--stale-multiple must be positive")
+        if not re.fullmatch(r"https?://[^\s/#?]+/[^\s#]*", self.runbook):
+            errors.append(
+                f"--runbook: {self.runbook!r} is not an absolute http(s) URL (without a #fragment); "
+                f"e.g. {DOCS_URL}/runbook.md"
+            )
         return errors
 
 

@@ -11,19 +11,22 @@ import math
 from dataclasses import dataclass
 
 from bigbinf.measure.process import in_netns, run_with_timeout
-from bigbinf.protocols.base import Commands, Profile, RunContext, RunOutcome, needs, option
+from bigbinf.protocols.base import Commands, Expectation, Profile, RunContext, RunOutcome, needs, option
 
 
 @dataclass(frozen=True)
 class Iperf3Options:
     congestion: str = option("", "TCP congestion control for the test socket (-C)")
     port: int = option(5201, "the iperf3 server's port")
+    streams: int = option(1, "parallel TCP streams (-P)")
 
 
 def commands(options: Iperf3Options) -> Commands:
     base = ["{binary}", "-c", "{host}", "-p", str(options.port), "-n", "{size}", "-J"]
     if options.congestion:
         base += ["-C", options.congestion]
+    if options.streams > 1:
+        base += ["-P", str(options.streams)]
     return {("download", "file"): [*base, "-R"], ("upload", "file"): base}
 
 
@@ -68,6 +71,10 @@ def run(ctx: RunContext[Iperf3Options]) -> RunOutcome:
     return RunOutcome(**vars(done), reported=parse_report(done.stdout), failure=reported_error(done.stdout))
 
 
+def expect(options: Iperf3Options) -> Expectation:
+    return Expectation(transport="tcp", min_data_flows=options.streams)
+
+
 PROFILE = Profile(
     name="iperf3",
     description="iperf3 memory-to-memory baseline",
@@ -75,6 +82,7 @@ PROFILE = Profile(
     commands=commands,
     runner=run,
     options_type=Iperf3Options,
+    expect=expect,
     lab_servers=needs("iperf3"),
     produces_file=False,
 )

@@ -1,8 +1,12 @@
-"""What /metrics shows: state fed by results, rendered as fresh const metrics per scrape.
+"""What /metrics shows: state fed by results, and the collector over it.
 
 As node_exporter does, the metric descriptors are defined once (bigbinf/metrics.py) and
-every scrape builds new metric families from a snapshot of the state, so a scrape never
-sees a half-updated series and never measures anything itself.
+every collect() builds new metric families from a snapshot of the state, so a reader never
+sees a half-updated series and never measures anything itself.  The exporter does not
+call it per scrape: service/exposition.py renders the same content to bytes when the
+state changes (every mutation below bumps `generation` and tells the subscribers) and
+serves those; the collector stays on the app's registry as the reference rendering and
+for tests (`get_sample_value`).
 
 Counters and histograms start at 0 for every configured series (`prime`), so Prometheus
 sees the series before its first transfer and `increase()` counts that first transfer.
@@ -14,7 +18,8 @@ import bisect
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -45,6 +50,9 @@ class Histogram:
             self.counts[i] += c
         self.total += sums
 
+    def copy(self) -> Histogram:
+        return Histogram(self.bounds, list(self.counts), self.total)
+
     def buckets(self) -> list[tuple[str, float]]:
         out, running = [], 0.0
         for bound, count in zip([*self.bounds, float("inf")], self.counts, strict=True):
@@ -67,12 +75,47 @@ class SeriesCounters:
     retransmits: int = 0
     payload_sizes: dict[str, Histogram] = field(default_factory=lambda: {w: Histogram(PAYLOAD_BUCKETS) for w in WAYS})
 
+    def copy(self) -> SeriesCounters:
+        return SeriesCounters(
+            outcomes=dict(self.outcomes),
+            duration=self.duration.copy(),
+            throughput=self.throughput.copy(),
+            file_bytes=self.file_bytes,
+            wire_bytes=dict(self.wire_bytes),
+            retransmits=self.retransmits,
+            payload_sizes={way: h.copy() for way, h in self.payload_sizes.items()},
+        )
+
+
+@dataclass(frozen=True)
+class SweepBest:
+    """A sweep's verdict on one dataset, as published (service/sweeps.py): its best setting,
+    that setting's mean throughput, and the gain over the baseline setting."""
+
+    sweep: str  # the sweep's name in the config
+    sweep_id: str  # the run it comes from
+    dataset: str
+    setting: str  # the best setting's label
+    throughput_bytes_per_second: float
+    gain_ratio: float | None  # best mean / baseline mean; None when the baseline has no ok run
+    timestamp: float  # when the run ended (its last result's start)
+
 
 class ExporterState:
-    """Everything /metrics shows, updated by the round runner, read by the collector."""
+    """Everything /metrics shows, updated by the round runner (and reloads), read by the
+    collector and the exposition cache.
+
+    Every mutation happens under the lock and bumps `generation`; after the lock is
+    released the subscribers are told (the exposition cache re-renders), so what a scrape
+    is served only ever moves from one complete state to a later one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.generation = 0
+        self._subscribers: list[Callable[[], None]] = []
+        # False drops bigbinf_transfer_payload_size_bytes (config metrics.payload_histograms):
+        # 2 ways x 18 samples per series, the largest family by far.
+        self.payload_histograms = True
         self.latest: dict[SeriesKey, Result] = {}
         self.last_success: dict[SeriesKey, float] = {}
         self.series: dict[SeriesKey, SeriesCounters] = defaultdict(SeriesCounters)
@@ -85,12 +128,33 @@ class ExporterState:
         self.config_ok_timestamp: float | None = None
         self.journal_failures = 0
         self.paths: dict[str, PathBaseline] = {}  # the last baseline of each remote
+        self.sweeps: dict[str, tuple[SweepBest, ...]] = {}  # the last run of each sweep, per dataset
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (without the lock held) after every change of the state."""
+        self._subscribers.append(callback)
+
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        try:
+            with self._lock:
+                try:
+                    yield
+                finally:
+                    self.generation += 1
+        finally:
+            for callback in self._subscribers:
+                callback()
+
+    def set_payload_histograms(self, enabled: bool) -> None:
+        with self._changing():
+            self.payload_histograms = enabled
 
     def prime(self, keys: Iterable[SeriesKey], schedule_interval: float | None = None) -> None:
         """Export every configured series from now on (counters at 0), with the longest
         gap its schedule allows; series no longer configured lose their interval."""
         keys = list(keys)
-        with self._lock:
+        with self._changing():
             for key in keys:
                 self.series[key]  # defaultdict creates the zeroed counters
             if schedule_interval is not None:
@@ -99,7 +163,7 @@ class ExporterState:
     def restore(self, results: Iterable[Result]) -> int:
         """Last-result gauges from the journal (counters restart at 0, as counters do)."""
         n = 0
-        with self._lock:
+        with self._changing():
             for r in results:
                 n += 1
                 current = self.latest.get(r.key)
@@ -110,7 +174,7 @@ class ExporterState:
         return n
 
     def record(self, r: Result) -> None:
-        with self._lock:
+        with self._changing():
             self.latest[r.key] = r
             c = self.series[r.key]
             c.outcomes[r.outcome] += 1
@@ -132,7 +196,7 @@ class ExporterState:
             return list(self.latest.values())
 
     def record_path(self, b: PathBaseline) -> None:
-        with self._lock:
+        with self._changing():
             current = self.paths.get(b.remote)
             if current is None or b.start_timestamp >= current.start_timestamp:
                 self.paths[b.remote] = b
@@ -148,44 +212,61 @@ class ExporterState:
     def forget_paths(self, remotes: Iterable[str]) -> None:
         """Keep only the paths of configured remotes (after a reload)."""
         keep = set(remotes)
-        with self._lock:
+        with self._changing():
             self.paths = {name: b for name, b in self.paths.items() if name in keep}
 
+    def record_sweep(self, sweep: str, bests: Iterable[SweepBest]) -> None:
+        """A sweep's last run replaces its previous one (one series per sweep and dataset)."""
+        with self._changing():
+            self.sweeps[sweep] = tuple(sorted(bests, key=lambda b: b.dataset))
+
+    def forget_sweeps(self, sweeps: Iterable[str]) -> None:
+        """Keep only configured sweeps (after a reload)."""
+        keep = set(sweeps)
+        with self._changing():
+            self.sweeps = {name: b for name, b in self.sweeps.items() if name in keep}
+
     def record_round(self, duration: float, end: float) -> None:
-        with self._lock:
+        with self._changing():
             self.rounds_total += 1
             self.round_duration.observe(duration)
             self.last_round_end = end
 
     def record_round_skipped(self) -> None:
-        with self._lock:
+        with self._changing():
             self.rounds_skipped += 1
 
     def record_config(self, ok: bool, when: float | None = None) -> None:
-        with self._lock:
+        with self._changing():
             self.config_ok = ok
             if ok:
                 self.config_ok_timestamp = when if when is not None else time.time()
 
     def record_journal_failure(self) -> None:
-        with self._lock:
+        with self._changing():
             self.journal_failures += 1
 
     def snapshot(self) -> ExporterState:
-        """A deep-enough copy for one scrape, taken under the lock."""
-        import copy
-
+        """A copy for one rendering, taken under the lock.  Results and baselines are
+        immutable, so only the counters are copied (copy.deepcopy of 2,000 series cost
+        a tenth of a second a scrape)."""
+        clone = ExporterState()
         with self._lock:
-            return copy.deepcopy(self)
-
-    def __deepcopy__(self, memo: dict[int, object]) -> ExporterState:
-        import copy
-
-        clone = ExporterState.__new__(ExporterState)
-        for name, value in self.__dict__.items():
-            if name != "_lock":
-                setattr(clone, name, copy.deepcopy(value, memo))
-        clone._lock = threading.Lock()
+            clone.generation = self.generation
+            clone.payload_histograms = self.payload_histograms
+            clone.latest = dict(self.latest)
+            clone.last_success = dict(self.last_success)
+            clone.series = defaultdict(SeriesCounters, {key: c.copy() for key, c in self.series.items()})
+            clone.schedule_interval = dict(self.schedule_interval)
+            clone.rounds_total = self.rounds_total
+            clone.rounds_skipped = self.rounds_skipped
+            clone.round_duration = self.round_duration.copy()
+            clone.last_round_end = self.last_round_end
+            clone.config_ok = self.config_ok
+            clone.config_ok_timestamp = self.config_ok_timestamp
+            clone.journal_failures = self.journal_failures
+            clone.paths = dict(self.paths)
+            clone.sweeps = dict(self.sweeps)
         return clone
 
 
@@ -206,6 +287,21 @@ class BigbinfCollector(Collector):
         yield from self._paths(s)
         yield from self._series_counters(s)
         yield from self._self_metrics(s)
+        yield from self._sweeps(s)
+
+    # -- tuning sweeps: one series per sweep and dataset, until the sweep runs again
+
+    @staticmethod
+    def _sweeps(s: ExporterState) -> Iterator[Metric]:
+        best = GaugeMetricFamily(M.SWEEP_BEST.name, M.SWEEP_BEST.help, labels=M.SWEEP_BEST.labels)
+        gain = GaugeMetricFamily(M.SWEEP_GAIN.name, M.SWEEP_GAIN.help, labels=M.SWEEP_GAIN.labels)
+        for name in sorted(s.sweeps):
+            for b in s.sweeps[name]:
+                best.add_metric([name, b.dataset, b.setting], b.throughput_bytes_per_second)
+                if b.gain_ratio is not None:
+                    gain.add_metric([name, b.dataset, b.setting], b.gain_ratio)
+        yield best
+        yield gain
 
     # -- last results
 
@@ -259,7 +355,9 @@ class BigbinfCollector(Collector):
             for way in WAYS:
                 wire.add_metric([*lv, way], c.wire_bytes[way])
                 payload.add_metric([*lv, way], c.payload_sizes[way].buckets(), c.payload_sizes[way].total)
-        yield from (transfers, duration, throughput, files, wire, retrans, payload)
+        yield from (transfers, duration, throughput, files, wire, retrans)
+        if s.payload_histograms:
+            yield payload
 
     # -- the exporter itself
 

@@ -8,11 +8,13 @@ into a counted skip.  The lab, where the config has one, is handed in from outsi
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import BinaryIO
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
@@ -53,19 +55,65 @@ class RoundRunner:
         self.baselines = BaselineJournal(baseline_path(config.journal.path))
         self.on_result = on_result
         self._lock = threading.Lock()
+        self._file_lock: BinaryIO | None = None  # the journal's lock file while held (_take)
         self.stopping = threading.Event()
         self._iperf3_rates: dict[tuple[str, SeriesKey], float] = {}  # last ok iperf3 rate per series
 
     def run_round(self, specs: list[TransferSpec] | None = None) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running."""
-        if not self._lock.acquire(blocking=False):
-            log.warning("round skipped: the previous round is still running")
+        if not self._take(blocking=False):
+            log.warning("round skipped: the previous round (or a tuning sweep) is still running")
             self.state.record_round_skipped()
             return None
         try:
             return self._run(specs)
         finally:
+            self.release()
+
+    def exclusive(self, timeout: float | None = None) -> bool:
+        """Take the round lock for something else that must not overlap a round (a tuning
+        sweep, service/sweeps.py): True once held (release with `release`), False if not
+        within `timeout` seconds (None: wait until it is free, or until stopping)."""
+        if self._take(blocking=False):
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.stopping.is_set():
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                return False
+            if self._take(blocking=True, timeout=wait):
+                return True
+        return False
+
+    def release(self) -> None:
+        if self._file_lock is not None:
+            self._file_lock.close()  # closing the descriptor drops the flock
+            self._file_lock = None
+        self._lock.release()
+
+    def _take(self, blocking: bool, timeout: float = -1) -> bool:
+        """The thread lock, then the journal's lock file (`<journal>.lock`, flock): a
+        `sweep` command in another process and the exporter's rounds exclude each other
+        too.  A lock file that cannot be opened (permissions) is logged and not used."""
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        path = self.journal.path.with_name(self.journal.path.name + ".lock")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(path, "a+b")  # noqa: SIM115 - held until release()
+        except OSError as exc:
+            log.warning("lock file %s: cannot open (%s); excluding only within this process", path, exc)
+            return True
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
             self._lock.release()
+            if blocking and timeout > 0:
+                self.stopping.wait(min(timeout, 1.0))
+            return False
+        self._file_lock = f
+        return True
 
     def _run(self, specs: list[TransferSpec] | None) -> list[Result]:
         config = self.config

@@ -2,28 +2,52 @@
 
 Rounds run on APScheduler 3.x (cron or interval triggers, random jitter), one at a time:
 the job has max_instances=1 and coalesces misfires, and RoundRunner's lock turns any
-overlapping start into a counted skip.  A reload (SIGHUP or POST /-/reload) swaps the
-configuration only if it is valid, and says so in the metrics.
+overlapping start into a counted skip.  A reload (SIGHUP, or POST /-/reload with
+--web.enable-lifecycle) swaps the configuration and the web configuration only if both
+are valid, and says so in the metrics.  /metrics serves the bytes service/exposition.py
+rendered at the last change of the state, never renders per scrape.
+
+HTTP as exporter-toolkit serves it (service/webconfig.py: TLS, mTLS, basic auth,
+headers): the routes are /, /metrics and POST /-/reload; every one is behind the same
+authentication.  A connection is handled in its own thread from accept on: the TLS
+handshake happens there, never in the accept loop, so a client that never finishes one
+holds only its own thread.  Reading a request (handshake, request line, headers, body)
+has one deadline, enforced by a reaper thread that shuts overdue sockets down; a body
+is bounded; and the number of connections is bounded, beyond which new ones are closed
+at once.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import datetime as dt
+import html
 import logging
+import socket
+import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
+from bigbinf import DOCS_URL, __version__
 from bigbinf.config import Config, ConfigError, load_config
+from bigbinf.credentials import check_secret_files
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure import analyser_worker
 from bigbinf.measure.process import kill_all_active
+from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
+from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
+from bigbinf.service.webconfig import WebConfig, load_web_config, peer_sans
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
@@ -35,14 +59,27 @@ class ListenError(RuntimeError):
 
 
 class Exporter:
-    def __init__(self, config_path: str | Path, listen: str = DEFAULT_LISTEN, lab: LabFor = no_lab) -> None:
+    def __init__(
+        self,
+        config_path: str | Path,
+        listen: str = DEFAULT_LISTEN,
+        lab: LabFor = no_lab,
+        web_config_path: str | Path | None = None,
+        enable_lifecycle: bool = False,
+    ) -> None:
         self.config_path = Path(config_path)
         self.listen = listen
+        self.web_config_path = web_config_path
+        self.enable_lifecycle = enable_lifecycle
+        self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
         self.state = ExporterState()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BigbinfCollector(self.state))
+        self.metrics = MetricsCache(self.state, self.registry)
         config = load_config(self.config_path)  # a bad config at start is fatal (--config.check says why)
+        check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
         self.state.record_config(True)
+        self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
         # Only series this configuration measures: imported 2015 dumps and series removed
         # from the config would otherwise come back as unbounded, stale label values.
@@ -53,6 +90,9 @@ class Exporter:
         log.info("restored %d results from %s", restored, config.journal.path)
         remotes = set(config.remotes)
         self.state.restore_paths(b for b in self.runner.baselines.read() if b.remote in remotes)
+        # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
+        sweeps.restore(self.state, self.runner.journal.read(), config)
+        self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(configured, longest_gap_seconds(config.schedule))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
         self.httpd: ThreadingHTTPServer | None = None
@@ -75,7 +115,7 @@ class Exporter:
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             raise ListenError(f"--web.listen-address {self.listen!r}: expected host:port, e.g. {DEFAULT_LISTEN}")
         try:
-            self.httpd = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(self))
+            self.httpd = HTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(self), self)
         except OSError as exc:
             raise ListenError(
                 f"--web.listen-address {self.listen}: {exc.strerror}; choose another port or stop what uses it"
@@ -98,28 +138,36 @@ class Exporter:
             # scraped the primed zero counters).  It shares the round lock.
             when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
             self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round")
+        sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
         self.scheduler.start()
         job = self.scheduler.get_job(JOB_ID)
         log.info("next round at %s", job.next_run_time if job else "never")
         assert self.httpd is not None
+        self.metrics.start()  # rendered before the first scrape can arrive
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
-        log.info("listening on http://%s/metrics", self.listen)
+        log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
 
     def reload(self) -> bool:
         """Load the config file again; swap only if valid. Reported as metrics."""
         with self._reload_lock:
             try:
                 config = load_config(self.config_path)
+                check_secret_files(config, str(self.config_path))
+                web = load_web_config(self.web_config_path)
             except ConfigError as exc:
                 self.state.record_config(False)
                 log.error("reload failed, keeping the previous configuration:\n%s", exc.render())
                 return False
             self.runner.config = config
+            self.web = web  # new connections use it; a connection in progress keeps its own
             self.runner.journal = Journal(config.journal.path)
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
             self.state.forget_paths(config.remotes)
+            self.state.set_payload_histograms(config.metrics.payload_histograms)
             self.state.prime(series_of(config, self.runner.lab), longest_gap_seconds(config.schedule))
             self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
+            self.state.forget_sweeps(config.sweeps)
+            sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)
             return True
@@ -128,47 +176,267 @@ class Exporter:
         self.runner.stopping.set()
         if self.httpd:
             self.httpd.shutdown()
+            self.httpd.server_close()
         self.scheduler.shutdown(wait=False)
+        self.metrics.stop()
         killed = kill_all_active()
         if killed:
             log.info("stopped %d running transfer/capture process group(s)", killed)
+        analyser_worker.shutdown()  # the pcap analyser's worker process, if one was started
+
+
+# Reading one request (TLS handshake, request line, headers, body) must end within this;
+# one recv or send without progress for SOCKET_TIMEOUT ends the connection too.
+REQUEST_DEADLINE_SECONDS = 10.0
+SOCKET_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 256  # beyond this, a new connection is closed at once
+MAX_BODY_BYTES = 64 * 1024  # POST /-/reload takes no body; a little is read and dropped
+HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+_HTTP_STARTS = (b"GET /", b"HEAD ", b"POST ", b"PUT /", b"OPTIO", b"DELET", b"PATCH")
+
+
+class _Reaper:
+    """One thread that shuts down the sockets of connections still reading a request past
+    their deadline (a slowloris, a client that never finishes its TLS handshake)."""
+
+    def __init__(self) -> None:
+        self._deadlines: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="http-reaper", daemon=True)
+        self._thread.start()
+
+    def watch(self, sock: socket.socket, seconds: float) -> None:
+        with self._lock:
+            self._deadlines[sock] = time.monotonic() + seconds
+
+    def release(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(sock, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            now = time.monotonic()
+            with self._lock:
+                overdue = [s for s, deadline in self._deadlines.items() if deadline < now]
+                for s in overdue:
+                    del self._deadlines[s]
+            for s in overdue:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)  # the reading thread's recv returns; it closes
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class HTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with TLS per connection (in the connection's thread), bounded
+    connections and a deadline on reading requests."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], exporter: Exporter) -> None:
+        self.exporter = exporter
+        self.reaper = _Reaper()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("more than %d connections open: closing a new one from %s", MAX_CONNECTIONS, client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        sock: socket.socket = request
+        sock.settimeout(SOCKET_TIMEOUT_SECONDS)
+        self.reaper.watch(sock, REQUEST_DEADLINE_SECONDS)
+        web = self.exporter.web  # the one in force when the connection came
+        conn: socket.socket = sock
+        try:
+            if web.ssl_context is not None:
+                if _looks_like_http(sock):
+                    sock.sendall(HTTP_TO_HTTPS)  # as Go's net/http answers; nothing else is served
+                    return
+                tls = web.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                conn = tls
+                self.reaper.release(sock)  # detached: its descriptor is the TLS socket's now
+                self.reaper.watch(tls, REQUEST_DEADLINE_SECONDS)
+                tls.do_handshake()  # in this connection's thread, under the same deadline
+                if web.allowed_sans and not set(web.allowed_sans) & set(peer_sans(tls.getpeercert())):
+                    log.debug("http: client certificate from %s has none of client_allowed_sans", client_address)
+                    return
+            handler_class: Any = self.RequestHandlerClass
+            handler_class(conn, client_address, self)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("http: connection from %s ended: %s", client_address, exc)
+        finally:
+            self.reaper.release(sock)
+            self.reaper.release(conn)
+            if conn is not sock:
+                with contextlib.suppress(OSError):
+                    conn.close()
+
+    def server_close(self) -> None:
+        self.reaper.stop()
+        super().server_close()
+
+
+def _looks_like_http(sock: socket.socket) -> bool:
+    """Whether a connection to the TLS port opened with a plain HTTP request line."""
+    try:
+        start = sock.recv(5, socket.MSG_PEEK)
+    except OSError:
+        return False
+    return any(start.startswith(h[: len(start)]) for h in _HTTP_STARTS) and len(start) >= 4
 
 
 def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+        # /metrics is written as several chunks: without TCP_NODELAY a small last chunk
+        # can wait for a delayed ACK (40 ms).
+        disable_nagle_algorithm = True
+        server_version = f"bigbinf/{__version__}"
+        sys_version = ""
+        timeout = SOCKET_TIMEOUT_SECONDS
+        web: WebConfig
+
+        def handle_one_request(self) -> None:
+            self.web = exporter.web
+            super().handle_one_request()
+
+        def _authorised(self) -> bool:
+            """Basic auth when basic_auth_users is set: 401 with WWW-Authenticate otherwise."""
+            if not self.web.auth.enabled:
+                return True
+            header = self.headers.get("Authorization", "")
+            scheme, _, encoded = header.partition(" ")
+            if scheme.lower() == "basic":
+                try:
+                    user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+                except (binascii.Error, UnicodeDecodeError):
+                    sep = ""
+                if sep and self.web.auth.check(user, password):
+                    return True
+            self._drain_body()
+            self._send(401, b"Unauthorized\n", extra=[("WWW-Authenticate", "Basic")])
+            return False
+
+        def _drain_body(self) -> bool:
+            """Read and drop a bounded request body; 413 (and False) when it is larger."""
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_BODY_BYTES or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                return False
+            if length:
+                self.rfile.read(length)
+            return True
+
+        def _route(self, method: str) -> None:
+            self.server.reaper.release(self.connection)  # type: ignore[attr-defined]  # the request is read
+            if not self._authorised():
+                return
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                self._send(200, encoder(exporter.registry), content_type)
-            elif path in ("/-/healthy", "/-/ready"):
-                self._send(200, b"OK\n")
-            elif path == "/":
-                job = exporter.scheduler.get_job(JOB_ID)
-                body = (
-                    f"<html><head><title>bigbinf exporter</title></head><body><h1>bigbinf exporter</h1>"
-                    f"<p><a href='/metrics'>Metrics</a></p><p>Config: {exporter.config_path}</p>"
-                    f"<p>Next round: {job.next_run_time if job else 'not scheduled'}</p></body></html>"
-                )
-                self._send(200, body.encode(), "text/html; charset=utf-8")
-            else:
+            if path == "/-/reload":
+                if method != "POST":
+                    self._send(405, b"Only POST requests allowed\n", extra=[("Allow", "POST")])
+                elif not exporter.enable_lifecycle:
+                    self._drain_body()
+                    self._send(403, b"Lifecycle API is not enabled (--web.enable-lifecycle)\n")
+                elif not self._drain_body():
+                    self._send(413, b"request body too large\n")
+                else:
+                    ok = exporter.reload()
+                    self._send(200 if ok else 500, b"reloaded\n" if ok else b"reload failed: see the log\n")
+                return
+            if path not in ("/", "/metrics"):
                 self._send(404, b"not found\n")
+                return
+            if method not in ("GET", "HEAD"):
+                self._send(405, b"method not allowed\n", extra=[("Allow", "GET, HEAD")])
+                return
+            if path == "/metrics":
+                chunks, content_type, gzipped = exporter.metrics.response(
+                    self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", "")
+                )
+                self._send(200, chunks, content_type, gzipped, head=method == "HEAD")
+            else:
+                self._send(200, _landing_page(exporter).encode(), "text/html; charset=utf-8", head=method == "HEAD")
+
+        def do_GET(self) -> None:
+            self._route("GET")
+
+        def do_HEAD(self) -> None:
+            self._route("HEAD")
 
         def do_POST(self) -> None:
-            if self.path == "/-/reload":
-                ok = exporter.reload()
-                self._send(200 if ok else 500, b"reloaded\n" if ok else b"reload failed: see the log\n")
-            else:
-                self._send(404, b"not found\n")
+            self._route("POST")
 
-        def _send(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        def do_PUT(self) -> None:
+            self._route("PUT")
+
+        def do_DELETE(self) -> None:
+            self._route("DELETE")
+
+        def do_PATCH(self) -> None:
+            self._route("PATCH")
+
+        def do_OPTIONS(self) -> None:
+            self._route("OPTIONS")
+
+        def _send(
+            self,
+            code: int,
+            body: bytes | list[bytes],
+            content_type: str = "text/plain; charset=utf-8",
+            gzipped: bool = False,
+            *,
+            head: bool = False,
+            extra: list[tuple[str, str]] | None = None,
+        ) -> None:
+            chunks = [body] if isinstance(body, bytes) else body  # /metrics: families' shared chunks
             self.send_response(code)
             self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+            for name, value in (*self.web.headers, *(extra or [])):
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(sum(len(chunk) for chunk in chunks)))
             self.end_headers()
-            self.wfile.write(body)
+            if not head:
+                for chunk in chunks:
+                    self.wfile.write(chunk)
 
         def log_message(self, format: str, *args: object) -> None:  # scrapes are not news
             log.debug("http: " + format, *args)
 
     return Handler
+
+
+def _landing_page(exporter: Exporter) -> str:
+    """Links and version, like exporter-toolkit's landing page; nothing from the config."""
+    job = exporter.scheduler.get_job(JOB_ID)
+    next_round = html.escape(str(job.next_run_time)) if job else "not scheduled"
+    return (
+        "<!DOCTYPE html><html><head><title>bigbinf exporter</title></head><body>"
+        "<h1>bigbinf exporter</h1><p>Scheduled, packet-captured bulk-transfer measurements.</p>"
+        f"<p>Version: {html.escape(__version__)}</p><p>Next round: {next_round}</p>"
+        "<ul><li><a href='metrics'>Metrics</a></li>"
+        f"<li><a href='{DOCS_URL}/metrics.md'>Documentation</a></li></ul>"
+        "</body></html>"
+    )

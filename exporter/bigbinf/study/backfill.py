@@ -250,7 +250,11 @@ def _read(
     results = [
         r
         for r in progress.counted(Journal(journal_path).read(unreadable))
-        if (start is None or r.start_timestamp >= start) and (end is None or r.start_timestamp < end)
+        if (start is None or r.start_timestamp >= start)
+        and (end is None or r.start_timestamp < end)
+        # A tuning sweep's runs are not the scheduled series' history (the live exporter
+        # never publishes them as series either): their verdict is sweep-report's.
+        and r.source != "sweep"
     ]
     return results, unreadable
 

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator
 
 from bigbinf.measure import pcap
 from bigbinf.result import Result
@@ -71,6 +72,40 @@ def human_bytes(n: float) -> str:
             return f"{n:.3g} {unit}"
         n /= 1024
     return f"{n:.3g} TiB"
+
+
+# Axes in human units (the data stay in bytes and bytes/s: what the tables hold): speeds
+# in MB/s (10^6 bytes/s, as the poster's), sizes in binary units (as the study labelled
+# them), never matplotlib's raw numbers with a 1e7 offset.
+MB_PER_S = "MB/s"
+
+
+def _speed_axis(axis: Any) -> None:
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v / 1e6:g}"))
+
+
+class _BinaryLocator(Locator):
+    """Round ticks in the binary unit of the axis' range (5.0, 5.1, 5.2 MiB rather than
+    matplotlib's round numbers of bytes, which read 4.96, 5.05 MiB)."""
+
+    def __call__(self) -> Any:
+        vmin, vmax = self.axis.get_view_interval() if self.axis is not None else (0.0, 1.0)
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        unit = 1024.0 ** max(0, min(4, int(math.log(max(abs(vmin), abs(vmax), 1.0), 1024))))
+        ticks = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin / unit, vmax / unit)
+        return [t * unit for t in ticks]
+
+
+def _bytes_axis(axis: Any, ticks: Sequence[float] = ()) -> None:
+    """Tick labels such as '64 MiB'; on a log axis, ticks at `ticks` (the file sizes) only."""
+    if ticks:
+        axis.set_ticks(sorted(set(ticks)))
+        axis.set_minor_locator(NullLocator())
+    else:
+        axis.set_major_locator(_BinaryLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: human_bytes(v) if v > 0 else "0"))
 
 
 def _save(name: str, fig: Figure, path: Path, title: str, caption: str) -> FigureFile:
@@ -135,7 +170,8 @@ def figure4(report: Report, path: Path) -> FigureFile:
             label = "peak" if which == "peak" else "off-peak"
             ax.bar([x + offset for x in xs], means, width, yerr=sds, capsize=3, color=color, alpha=0.75, label=label)
         ax.set_xticks(list(xs), [f"{r.label}\np={format_p(r.p_value, digits=2, plain_from=0.0)}" for r in rows])
-        ax.set_ylabel("Mean speed (bytes/s)")
+        ax.set_ylabel(f"Mean speed ({MB_PER_S})")
+        _speed_axis(ax.yaxis)
         ax.legend()
     ax.set_title(title)
     opts = report.options
@@ -311,7 +347,9 @@ def figure7(report: Report, path: Path) -> FigureFile:
         ax.axvline(size, color="red", linestyle="--", linewidth=2, label="file size")
         ax.set_title(f"{human_bytes(size)} file", fontsize=10)
         ax.set_xlabel("Total bytes transferred (down + up)")
-        ax.set_ylabel("Speed (bytes/s)")
+        ax.set_ylabel(f"Speed ({MB_PER_S})")
+        _bytes_axis(ax.xaxis)
+        _speed_axis(ax.yaxis)
         ax.legend(fontsize=7)
     fig.suptitle(title)
     caption = (
@@ -342,11 +380,14 @@ def figure8(report: Report, path: Path) -> FigureFile:
             speed_ax.plot(xs, [r.speed_bytes_per_second for r in rows], "o-", label=label)
             ratio_ax.plot(xs, [r.ratio_percent for r in rows], "o-", label=label)
         ratio_ax.axhline(100.0, color="red", linestyle="--", linewidth=1, label="100% = file size")
+        sizes = [r.file_bytes for r in report.table2]
         for ax in (speed_ax, ratio_ax):
             ax.set_xscale("log")
-            ax.set_xlabel("File size (bytes)")
+            ax.set_xlabel("File size")
+            _bytes_axis(ax.xaxis, sizes)
             ax.legend(fontsize=7)
-        speed_ax.set_ylabel("Mean speed (bytes/s)")
+        speed_ax.set_ylabel(f"Mean speed ({MB_PER_S})")
+        _speed_axis(speed_ax.yaxis)
         ratio_ax.set_ylabel("Bytes total / file size (%)")
     speed_ax.set_title("(a) speed", fontsize=10)
     ratio_ax.set_title("(b) byte ratio", fontsize=10)

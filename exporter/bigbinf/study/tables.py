@@ -33,6 +33,7 @@ NOT_OK = "outcome not ok"
 NO_DURATION = "no duration"
 NO_FILE_BYTES = "no file size"
 UNREADABLE = "unreadable journal line"
+SWEEP_RUN = "tuning sweep run"  # Result.source "sweep": not a scheduled series (see `sweep-report`)
 
 
 # ---------------------------------------------------------------------------------------
@@ -87,6 +88,8 @@ def study_speed(result: Result) -> float | None:
 
 
 def _why_skipped(result: Result, opts: ReportOptions) -> tuple[str, str] | None:
+    if result.source == "sweep":
+        return SWEEP_RUN, f"run of sweep {result.sweep} (setting {result.sweep_label}): see `sweep-report`"
     if opts.start is not None and result.start_timestamp < opts.start:
         return OUT_OF_RANGE, "started before --from"
     if opts.end is not None and result.start_timestamp >= opts.end:

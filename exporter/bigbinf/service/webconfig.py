@@ -1,0 +1,382 @@
+"""--web.config.file: TLS, basic auth and response headers, in Prometheus' exporter-toolkit format.
+
+The same YAML node_exporter and blackbox_exporter take (docs/deployment.md):
+
+    tls_server_config:
+      cert_file: /etc/bigbinf/tls/server.crt
+      key_file: /etc/bigbinf/tls/server.key
+      client_auth_type: RequireAndVerifyClientCert   # mTLS; default NoClientCert
+      client_ca_file: /etc/bigbinf/tls/clients-ca.crt
+      client_allowed_sans: [prometheus.example.org]
+      min_version: TLS12                              # TLS10..TLS13; default TLS12
+      max_version: TLS13
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384]  # Go/IANA names; TLS <= 1.2 only
+      prefer_server_cipher_suites: true
+      curve_preferences: [X25519, CurveP256]
+    http_server_config:
+      headers: {Strict-Transport-Security: max-age=31536000}
+    basic_auth_users:
+      prometheus: $2b$12$...                          # bcrypt hashes only
+
+Validated as config.py validates the schedule: unknown keys rejected, every error
+gathered as `FILE: path: message`.  What Python's ssl module cannot do the way Go does
+is said here and in docs/deployment.md: it cannot accept a client certificate without
+verifying it, so RequestClientCert (asked for, never checked: no access decision rests
+on it) serves as NoClientCert does, and RequireAnyClientCert needs client_ca_file and
+then verifies the certificate against it; curve_preferences sets the first curve
+(OpenSSL's ECDH curve) and http2 is accepted and ignored (HTTP/1.1 is served).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import ssl
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import bcrypt
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bigbinf.config import ConfigError, ConfigIssue, _pydantic_issues, _StrictLoader
+
+ClientAuth = Literal[
+    "NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"
+]
+TlsVersionName = Literal["TLS10", "TLS11", "TLS12", "TLS13"]
+TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+
+# Go's crypto/tls names (tls.CipherSuites() and tls.InsecureCipherSuites(), IANA's names)
+# -> OpenSSL's.  TLS 1.3's three suites are not configurable in Go either: accepted, no effect.
+TLS13_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+CIPHER_SUITES: dict[str, str] = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",  # Go's older alias
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    # Go's insecure list: accepted as Go accepts them; OpenSSL may refuse them at its security level.
+    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+}
+CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
+
+# exporter-toolkit's http_server_config.headers: only these, with these values.
+HEADERS: dict[str, re.Pattern[str] | None] = {
+    "Strict-Transport-Security": None,
+    "X-Content-Type-Options": re.compile(r"nosniff"),
+    "X-Frame-Options": re.compile(r"(?i)deny|sameorigin"),
+    "X-XSS-Protection": None,
+    "Content-Security-Policy": None,
+}
+_BCRYPT = re.compile(r"\$2[aby]?\$\d\d\$[./A-Za-z0-9]{53}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsServerConfig(_Strict):
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_auth_type: ClientAuth = "NoClientCert"
+    client_ca_file: Path | None = None
+    client_allowed_sans: list[str] | None = None
+    min_version: TlsVersionName = "TLS12"
+    max_version: TlsVersionName = "TLS13"
+    cipher_suites: list[str] | None = None
+    prefer_server_cipher_suites: bool = True
+    curve_preferences: list[str] | None = None
+
+
+class HttpServerConfig(_Strict):
+    http2: bool = True  # accepted for compatibility; bigbinf serves HTTP/1.x
+    headers: dict[str, str] = {}
+
+
+class WebConfigFile(_Strict):
+    tls_server_config: TlsServerConfig = TlsServerConfig()
+    http_server_config: HttpServerConfig = HttpServerConfig()
+    basic_auth_users: dict[str, str] = {}
+
+
+class BasicAuth:
+    """Checks Basic credentials against bcrypt hashes.  bcrypt is slow by design (~0.2 s
+    at cost 12), so a successful check is remembered, as exporter-toolkit does: by an
+    HMAC under a key drawn at start, of user, hash and password, never the password
+    itself; a wrong password is never cached and always costs a full bcrypt."""
+
+    CACHE_SIZE = 1024
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.users = {name: hashed.encode() for name, hashed in users.items()}
+        self._key = os.urandom(32)
+        self._ok: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+        # An unknown user costs a bcrypt too, so that timing does not say which users exist.
+        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(rounds=10))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.users)
+
+    def check(self, user: str, password: str) -> bool:
+        hashed = self.users.get(user)
+        digest = hmac.new(
+            self._key, b"\0".join((user.encode(), hashed or b"", password.encode())), hashlib.sha256
+        ).digest()
+        if hashed is not None:
+            with self._lock:
+                if digest in self._ok:
+                    self._ok.move_to_end(digest)
+                    return True
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+        except ValueError:
+            ok = False
+        if ok:
+            with self._lock:
+                self._ok[digest] = None
+                while len(self._ok) > self.CACHE_SIZE:
+                    self._ok.popitem(last=False)
+        return ok
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """What the server applies: a TLS context (None: plain HTTP), the users, the headers."""
+
+    source: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    auth: BasicAuth = field(default_factory=lambda: BasicAuth({}))
+    headers: tuple[tuple[str, str], ...] = ()
+    allowed_sans: tuple[str, ...] = ()
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_context else "http"
+
+
+def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
+    """Checks across keys and on values pydantic does not know (run on the raw mapping so
+    they are reported with the schema's)."""
+    issues: list[ConfigIssue] = []
+    tls = raw.get("tls_server_config")
+    tls = tls if isinstance(tls, dict) else {}
+    has_cert, has_key = bool(tls.get("cert_file")), bool(tls.get("key_file"))
+    if has_cert != has_key:
+        missing = "key_file" if has_cert else "cert_file"
+        issues.append(
+            ConfigIssue(f"tls_server_config.{missing}", "required with the other: give both cert_file and key_file")
+        )
+    auth = tls.get("client_auth_type", "NoClientCert")
+    if tls.get("client_ca_file") and auth in ("NoClientCert", "RequestClientCert"):
+        issues.append(
+            ConfigIssue(
+                "tls_server_config.client_ca_file",
+                "client CAs are configured without a client auth policy: set client_auth_type to "
+                "RequireAndVerifyClientCert (or VerifyClientCertIfGiven)",
+            )
+        )
+    if auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert", "RequireAnyClientCert") and not tls.get(
+        "client_ca_file"
+    ):
+        issues.append(
+            ConfigIssue(
+                "tls_server_config.client_ca_file",
+                f"required with client_auth_type {auth}: the CA that signed the clients' certificates"
+                + (
+                    " (Python's ssl verifies every client certificate it asks for)"
+                    if auth == "RequireAnyClientCert"
+                    else ""
+                ),
+            )
+        )
+    if auth != "NoClientCert" and not has_cert:
+        issues.append(
+            ConfigIssue(
+                "tls_server_config.client_auth_type", "client certificates need TLS: give cert_file and key_file"
+            )
+        )
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        value = tls.get(key)
+        if isinstance(value, str) and value:
+            path = base / value
+            if not path.is_file():
+                issues.append(ConfigIssue(f"tls_server_config.{key}", f"{path}: no such file"))
+            elif not os.access(path, os.R_OK):
+                issues.append(
+                    ConfigIssue(f"tls_server_config.{key}", f"{path}: not readable by this user (uid {os.getuid()})")
+                )
+    versions = [TLS_VERSIONS.get(str(tls.get(k, d))) for k, d in (("min_version", "TLS12"), ("max_version", "TLS13"))]
+    if versions[0] and versions[1] and versions[0] > versions[1]:
+        issues.append(ConfigIssue("tls_server_config.max_version", "must not be lower than min_version"))
+    for i, name in enumerate(tls.get("cipher_suites") or [] if isinstance(tls.get("cipher_suites"), list) else []):
+        if name not in CIPHER_SUITES and name not in TLS13_SUITES:
+            issues.append(
+                ConfigIssue(
+                    f"tls_server_config.cipher_suites[{i}]",
+                    f"unknown cipher suite {name!r}; use Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                )
+            )
+    for i, name in enumerate(
+        tls.get("curve_preferences") or [] if isinstance(tls.get("curve_preferences"), list) else []
+    ):
+        if name not in CURVES:
+            issues.append(
+                ConfigIssue(
+                    f"tls_server_config.curve_preferences[{i}]", f"unknown curve {name!r}; use {', '.join(CURVES)}"
+                )
+            )
+    http = raw.get("http_server_config")
+    headers = http.get("headers") if isinstance(http, dict) else None
+    for name, value in headers.items() if isinstance(headers, dict) else ():
+        allowed = next((h for h in HEADERS if h.lower() == str(name).lower()), None)
+        if allowed is None:
+            issues.append(
+                ConfigIssue(
+                    f"http_server_config.headers.{name}",
+                    f"this header can not be configured; allowed: {', '.join(HEADERS)}",
+                )
+            )
+        elif (pattern := HEADERS[allowed]) is not None and not pattern.fullmatch(str(value)):
+            issues.append(ConfigIssue(f"http_server_config.headers.{name}", f"invalid value {value!r}"))
+    users = raw.get("basic_auth_users")
+    for user, hashed in users.items() if isinstance(users, dict) else ():
+        if ":" in str(user):
+            issues.append(ConfigIssue(f"basic_auth_users.{user}", "a user name must not contain ':'"))
+        if not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed):
+            issues.append(
+                ConfigIssue(
+                    f"basic_auth_users.{user}",
+                    "not a bcrypt hash (write the hash, never the password: e.g. "
+                    "python3 -c 'import bcrypt,getpass; print(bcrypt.hashpw(getpass.getpass().encode(), "
+                    "bcrypt.gensalt()).decode())')",
+                )
+            )
+    return issues
+
+
+def _context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = TLS_VERSIONS[tls.min_version]
+    ctx.maximum_version = TLS_VERSIONS[tls.max_version]
+    assert tls.cert_file is not None and tls.key_file is not None
+    ctx.load_cert_chain(base / tls.cert_file, base / tls.key_file)
+    if tls.client_auth_type in ("RequireAnyClientCert", "RequireAndVerifyClientCert"):
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    elif tls.client_auth_type == "VerifyClientCertIfGiven":
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    else:  # NoClientCert; RequestClientCert (asked, never verified) decides nothing either
+        ctx.verify_mode = ssl.CERT_NONE
+    if tls.client_ca_file is not None and ctx.verify_mode != ssl.CERT_NONE:
+        ctx.load_verify_locations(base / tls.client_ca_file)
+    suites = [CIPHER_SUITES[s] for s in tls.cipher_suites or [] if s in CIPHER_SUITES]
+    if suites:
+        ctx.set_ciphers(":".join(suites))
+    if tls.prefer_server_cipher_suites:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    if tls.curve_preferences:
+        ctx.set_ecdh_curve(CURVES[tls.curve_preferences[0]])
+    return ctx
+
+
+def load_web_config(path: str | Path | None) -> WebConfig:
+    """The web config at `path` (None: plain HTTP, no auth), or ConfigError with every problem.
+    Relative file names inside are relative to the file's directory, as exporter-toolkit's."""
+    if path is None:
+        return WebConfig()
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
+    try:
+        raw = yaml.load(text, Loader=_StrictLoader) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+        raise ConfigError(
+            source, [ConfigIssue("", f"{where}YAML syntax error: {getattr(exc, 'problem', exc)}")]
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            source, [ConfigIssue("", "the file must be a YAML mapping (tls_server_config, basic_auth_users, ...)")]
+        )
+    base = Path(path).parent
+    issues = _issues(raw, base)
+    parsed = None
+    try:
+        parsed = WebConfigFile.model_validate(raw)
+    except ValidationError as exc:
+        issues = _web_issues(exc) + issues
+    if issues or parsed is None:
+        raise ConfigError(source, issues)
+    tls = parsed.tls_server_config
+    context = None
+    if tls.cert_file is not None:
+        try:
+            context = _context(tls, base)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(
+                source,
+                [ConfigIssue("tls_server_config", f"cannot use the certificate, key or CA: {exc}")],
+            ) from None
+    headers = tuple(
+        (next(h for h in HEADERS if h.lower() == name.lower()), value)
+        for name, value in parsed.http_server_config.headers.items()
+    )
+    return WebConfig(source, context, BasicAuth(parsed.basic_auth_users), headers, tuple(tls.client_allowed_sans or ()))
+
+
+def _web_issues(exc: ValidationError) -> list[ConfigIssue]:
+    """config.py's messages, with this file's keys for unknown ones."""
+    issues = []
+    for issue in _pydantic_issues(exc):
+        if issue.path.startswith("basic_auth_users."):
+            continue  # _issues says it without echoing the value (it may be a password)
+        if issue.message.startswith("unknown key"):
+            parts = issue.path.split(".")
+            model: type[BaseModel] = WebConfigFile
+            for part in parts[:-1]:
+                annotation = model.model_fields[part].annotation if part in model.model_fields else None
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    model = annotation
+            issue = ConfigIssue(issue.path, f"unknown key {parts[-1]!r}; allowed keys: {', '.join(model.model_fields)}")
+        issues.append(issue)
+    return issues
+
+
+def peer_sans(cert: dict[str, Any] | None) -> list[str]:
+    """DNS names, IP addresses, e-mail addresses and URIs of a verified peer certificate."""
+    if not cert:
+        return []
+    return [str(value) for _, value in cert.get("subjectAltName", ())]

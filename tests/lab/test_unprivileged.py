@@ -1,0 +1,296 @@
+"""The exporter as packaging/bigbinf-exporter.service runs it, without systemd: a system
+user made for the test, exactly the unit's ambient capabilities (setpriv), in a network
+namespace of its own (the lab's client side), completing a round against a remote that is
+not a lab remote (the lab's sshd and vsftpd in another namespace, configured by address,
+key and ssh_config as a real site is).  The wire bytes equal the kernel's counters, and a
+password the round used is nowhere it must not be."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bigbinf.journal import Journal
+from bigbinf.lab import LabLayout
+
+from ..conftest import veth_counters
+from ..support.exporter import ROOT
+from ..support.prometheus import LoopbackServer, free_port
+from ..support.systemd import unit_capabilities
+
+pytestmark = pytest.mark.lab
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def service_user() -> Iterator[pwd.struct_passwd]:
+    """A system user of its own for the test, deleted after (with its group)."""
+    name = "bbu" + uuid.uuid4().hex[:8]
+    subprocess.run(
+        ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+         "--shell", "/usr/sbin/nologin", name],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+
+
+def _blocking_dir(path: Path) -> Path | None:
+    """The first directory above `path` that others cannot enter (here: /root, where a
+    pyenv interpreter lives); None when the service user can reach it."""
+    for parent in reversed(path.parents):
+        if not os.stat(parent).st_mode & 0o001:
+            return parent
+    return None
+
+
+def _mount_script(interpreter: Path, scratch: Path) -> str:
+    """sh that makes the interpreter reachable for the service user in this private mount
+    namespace (a tmpfs over the closed directory, with only the interpreter's tree bound
+    back), then execs the rest.  Nothing changes outside the namespace."""
+    closed = _blocking_dir(interpreter)
+    if closed is None:
+        return 'exec "$@"'
+    child = closed / interpreter.relative_to(closed).parts[0]
+    keep = scratch / "bind"
+    return (
+        f"set -e; mkdir -p {keep}; mount --bind {child} {keep}; "
+        f"mount -t tmpfs -o mode=0755 tmpfs {closed}; mkdir -p {child}; mount --bind {keep} {child}; "
+        'exec "$@"'
+    )
+
+
+class ProcWatch:
+    """Every argv and environment of the service user's processes while it runs."""
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self.argvs: dict[int, bytes] = {}
+        self.environs: dict[int, bytes] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ProcWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+                try:
+                    if os.stat(f"/proc/{pid}").st_uid != self.uid:
+                        continue
+                    self.argvs[pid] = self.argvs.get(pid, b"") + b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
+                    self.environs.setdefault(pid, Path(f"/proc/{pid}/environ").read_bytes())
+                except OSError:
+                    continue
+
+
+def _ok_transfers(metrics: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("bigbinf_transfers_total{") and 'outcome="ok"' in line
+    )
+
+
+def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
+    make_lab, service_user: pwd.struct_passwd, tmp_path: Path
+) -> None:
+    lab_config = make_lab(
+        # 50 Mbit/s: each transfer lasts ~0.7 s, so the process watch below sees every one.
+        link={"rate": "50mbit"},
+        protocols={"scp": {}, "ftp": {}},
+        datasets={"f4m": {"file": "f4m.bin", "size": "4MiB"}},
+        servers=["sshd", "vsftpd"],
+    )
+    layout = LabLayout(lab_config.lab)
+    user = service_user
+    state = Path(f"/var/tmp/{user.pw_name}-state")  # the StateDirectory's stand-in
+    scratch = Path(f"/var/tmp/{user.pw_name}-scratch")
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        state.mkdir(mode=0o700)
+        scratch.mkdir(mode=0o700)
+        # The site's secrets as an operator installs them: owned by the service user.
+        key, known_hosts, ssh_config, sums = (state / n for n in ("id_ed25519", "known_hosts", "ssh_config", "SUMS"))
+        shutil.copy(layout.client_key, key)
+        shutil.copy(layout.known_hosts, known_hosts)
+        shutil.copy(layout.checksums, sums)
+        address = lab_config.lab.remote_address
+        ssh_config.write_text(
+            f"Host {address}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {known_hosts}\n"
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n"
+        )
+        site = {
+            "address": address,
+            "data_dir": str(layout.data_dir),
+            "serve_root": str(layout.serve_root),
+            "checksums": str(sums),
+            "interface": layout.client_if,  # the exporter is in the client namespace itself: no netns
+            "probe": {"enabled": False},  # only the transfers on the wire, for the counters
+        }
+        password = "bbpw-" + secrets.token_hex(16)
+        config = {
+            "remotes": {
+                "site": {**site, "user": "root", "key": str(key), "ssh_config": str(ssh_config)},
+                "ftpsite": {**site, "user": "ftp", "password_env": "BIGBINF_TEST_FTP_PASSWORD"},
+            },
+            "datasets": {"f4m": {"file": "f4m.bin", "size": "4MiB"}},
+            "protocols": {"scp": {}, "ftp": {}},
+            "schedule": {
+                "interval": "1h",
+                "start_delay": "1s",
+                "transfers": [
+                    {"protocol": "scp", "remote": "site", "dataset": "f4m"},
+                    {"protocol": "ftp", "remote": "ftpsite", "dataset": "f4m"},
+                ],
+            },
+            "transfer": {"workdir": str(state / "work"), "timeout": "2m"},
+            "capture": {"directory": str(state / "captures")},
+            "journal": {"path": str(state / "journal.jsonl")},
+        }
+        config_path = state / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        for path in (state, key, known_hosts, ssh_config, sums, config_path):
+            os.chown(path, user.pw_uid, user.pw_gid)
+        key.chmod(0o600)
+
+        port = free_port()
+        caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in unit_capabilities())
+        interpreter = Path(sys.executable).resolve()
+        argv = [
+            "ip", "netns", "exec", layout.client_ns,
+            "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", _mount_script(interpreter, scratch), "sh",
+            "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+            f"--inh-caps=-all,{caps}", f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}",
+            "--no-new-privs", "--",
+            sys.executable, "-m", "bigbinf", "--config.file", str(config_path),
+            "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "debug",
+        ]  # fmt: skip
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "HOME": str(state),
+            "LANG": "C.UTF-8",
+            "BIGBINF_TEST_FTP_PASSWORD": password,
+        }
+        log = tmp_path / "exporter.log"
+
+        # A key others may read: refused at start, as ssh refuses it.
+        key.chmod(0o644)
+        refused = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1, refused.stderr
+        assert f"remotes.site.key: {key}: permissions 0644 are too open" in refused.stderr
+        key.chmod(0o600)
+
+        before = veth_counters(lab_config)
+        with ProcWatch(user.pw_uid) as watch, open(log, "wb") as log_file:
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+                                    start_new_session=True)  # fmt: skip
+            journal = Journal(state / "journal.jsonl")
+
+            def round_done() -> bool:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"exporter exited {proc.returncode}: {log.read_text()[-3000:]}")
+                return (state / "journal.jsonl").exists() and len(list(journal.read())) == 2
+
+            LoopbackServer.wait_for(round_done, timeout=180, what="the round's two results")
+            after = veth_counters(lab_config)
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+
+            def scrape() -> str:
+                # On the namespace's loopback: not on the veth whose counters are compared.
+                return subprocess.run(
+                    ["ip", "netns", "exec", layout.client_ns, "curl", "-sS", "--fail", f"http://127.0.0.1:{port}/metrics"],
+                    capture_output=True, text=True, timeout=60, check=True,
+                ).stdout  # fmt: skip
+
+            # Journaled first, then published: wait for /metrics to have both results.
+            metrics = LoopbackServer.wait_for(
+                lambda: _ok_transfers(text := scrape()) == 2 and text,
+                timeout=60,
+                what="both results on /metrics",
+            )
+        results = list(journal.read())
+
+        # Who ran it: the service user, with exactly the unit's capabilities and no more.
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        assert fields["Uid"].split() == [str(user.pw_uid)] * 4
+        cap_bits = {"CAP_NET_RAW": 13, "CAP_NET_ADMIN": 12}
+        expected_caps = sum(1 << cap_bits[c] for c in unit_capabilities())
+        for name in ("CapEff", "CapPrm", "CapAmb", "CapBnd"):
+            assert int(fields[name], 16) == expected_caps, (name, fields[name])
+        assert fields["NoNewPrivs"].strip() == "1"
+
+        # The round: both transfers ok, captured by the unprivileged capture, bytes = kernel's.
+        assert {r.protocol: r.outcome for r in results} == {"scp": "ok", "ftp": "ok"}, [r.error for r in results]
+        assert all(r.verified and r.file_bytes == 4 * MiB and r.wire_measured for r in results)
+        assert all(r.capture_dropped == 0 for r in results)
+        assert any(b"pcapdump.py" in argv_ for argv_ in watch.argvs.values())  # the capture ran as the user
+        print(
+            f"unprivileged round: wire down {[r.wire_bytes_down for r in results]} "
+            f"(kernel {after['down'] - before['down']}), up {[r.wire_bytes_up for r in results]} "
+            f"(kernel {after['up'] - before['up']})"
+        )
+        assert sum(r.wire_bytes_down for r in results) == after["down"] - before["down"]
+        assert sum(r.wire_bytes_up for r in results) == after["up"] - before["up"]
+        assert sum(r.packets_down for r in results) == after["packets_down"] - before["packets_down"]
+        # ... and /metrics publishes the same bytes.
+        wire = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("bigbinf_transfer_wire_bytes_total{") and 'way="down"' in line
+        )
+        assert wire == after["down"] - before["down"]
+
+        # The password reached the FTP transfer (curl's environment; its netrc is written from it)...
+        curls = [pid for pid, argv_ in watch.argvs.items() if argv_.startswith(b"\0curl\0")]
+        assert curls, "the watch never saw the FTP transfer's curl"
+        assert any(password.encode() in watch.environs[pid] for pid in curls)
+        # ... and nowhere else: argv, the log (debug level: what the journal would get under
+        # systemd), the journal, /metrics (labels and values), or any file left behind.
+        assert all(password.encode() not in argv_ for argv_ in watch.argvs.values())
+        assert password not in log.read_text()
+        assert password not in (state / "journal.jsonl").read_text()
+        assert password not in metrics
+        for path in state.rglob("*"):
+            if path.is_file():
+                assert password.encode() not in path.read_bytes(), path
+        assert json.dumps(config).find(password) == -1  # the config never held it
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Nothing of the test user's may outlive the test (userdel refuses a user with processes).
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{pid}").st_uid == user.pw_uid:
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
