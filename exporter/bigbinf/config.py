@@ -210,10 +210,10 @@ def congestion_unavailable(name: str, proc: Path = Path("/proc/sys/net/ipv4")) -
 
 
 def _check_cron(value: str) -> str:
-    from apscheduler.triggers.cron import CronTrigger
+    from bigbinf.cron import crontab_trigger
 
     try:
-        CronTrigger.from_crontab(value, timezone="UTC")
+        crontab_trigger(value, "UTC")
     except ValueError as exc:
         raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday): {exc}") from None
     return value

@@ -12,7 +12,16 @@ import yaml
 
 from bigbinf.config import ConfigError, congestion_unavailable, parse_config
 from bigbinf.measure.tcpstate import TcpSummary
-from bigbinf.measure.tuning import ROUTE_PROTO, Side, TuningError, capped, check, route_replacement
+from bigbinf.measure.tuning import (
+    ROUTE_PROTO,
+    Side,
+    TuningError,
+    capped,
+    check,
+    route_replacement,
+    set_buffer_max,
+    set_congestion,
+)
 
 SRC = "t.yaml"
 SITE = {"address": "192.0.2.7", "data_dir": "/data", "key": "/k", "upload_dir": "/up"}
@@ -182,6 +191,44 @@ def test_words_for_a_remote_shell_are_quoted_and_local_ones_are_not() -> None:
     assert not Side("x", ("ip", "netns", "exec", "ns"), "p").through_shell
     assert not Side("x", ("/usr/sbin/ip", "netns", "exec", "ns"), "p").through_shell
     assert not Side("x", (), "p").through_shell
+    # A site's tcp_command run from a namespace of its own: the words still reach ssh.
+    assert Side("x", ("ip", "netns", "exec", "ns", "ssh", "root@h"), "p").through_shell
+
+
+def test_a_route_set_before_a_failing_step_is_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    gets = iter(["198.18.0.2 dev veth0 src 198.18.0.1 uid 0 cache", None])  # the read-back fails
+
+    def run(self: Side, argv: list[str]) -> str:
+        calls.append(list(argv))
+        if argv[:4] == ["ip", "-o", "route", "get"]:
+            line = next(gets)
+            if line is None:
+                raise TuningError("here: ip route get: timed out")
+            return line
+        return ""
+
+    monkeypatch.setattr(Side, "run", run)
+    with pytest.raises(TuningError, match="timed out"):
+        set_congestion(Side("here", (), "198.18.0.2"), "cubic")
+    assert [c[:3] for c in calls if c[1] == "route"] == [["ip", "route", "replace"], ["ip", "route", "del"]]
+
+
+def test_a_buffer_cap_whose_write_fails_is_written_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    def run(self: Side, argv: list[str]) -> str:
+        calls.append(list(argv))
+        if argv[:2] == ["sysctl", "-n"]:
+            return "4096 131072 6291456"
+        if "net.ipv4.tcp_rmem=4096 131072 262144" in argv:
+            raise TuningError("remote: sysctl did not finish in 15s")  # it may have been applied
+        return ""
+
+    monkeypatch.setattr(Side, "run", run)
+    with pytest.raises(TuningError):
+        set_buffer_max(Side("remote", ("ssh", "root@h"), "p"), "tcp_rmem", 262144)
+    assert calls[-1] == ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 131072 6291456"]
 
 
 def test_a_side_that_cannot_be_set_says_why() -> None:

@@ -28,6 +28,7 @@ sender and the receive buffer (skmem rb) of the receiver.  `check` says what dis
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -63,8 +64,13 @@ class Side:
     @property
     def through_shell(self) -> bool:
         """Whether the prefix hands its words to a remote shell (ssh joins them): then
-        each word is quoted; `ip netns exec` and nothing run them as they are."""
-        return bool(self.prefix) and os.path.basename(self.prefix[0]) not in _LOCAL_PROGRAMS
+        each word is quoted; `ip netns exec` and nothing run them as they are.  The
+        program that gets the words is the one after any `ip netns exec NS` (a site's
+        tcp_command run from a namespace of its own: `ip netns exec NS ssh ...`)."""
+        words = list(self.prefix)
+        while len(words) >= 4 and os.path.basename(words[0]) == "ip" and words[1:3] == ["netns", "exec"]:
+            words = words[4:]
+        return bool(words) and os.path.basename(words[0]) not in _LOCAL_PROGRAMS
 
     def run(self, argv: Sequence[str]) -> str:
         if self.missing:
@@ -142,10 +148,6 @@ def set_congestion(side: Side, algorithm: str) -> Callable[[], None]:
         side.run(["ip", "route", "del", host_prefix(peer), "table", table_name, "proto", ROUTE_PROTO])
         existing = ""
     words, table_name = route_replacement(get_line, existing, peer, algorithm)
-    try:
-        side.run(["ip", "route", "replace", *words])
-    except TuningError as exc:
-        raise TuningError(f"congestion {algorithm}: {exc}" + _hint(str(exc), algorithm)) from None
 
     def undo() -> None:
         if existing:
@@ -155,7 +157,19 @@ def set_congestion(side: Side, algorithm: str) -> Callable[[], None]:
         else:  # whatever became of it meanwhile: before, there was no such route
             side.run(["ip", "route", "del", host_prefix(peer), "table", table_name])
 
-    now = " ".join(side.run(["ip", "-o", "route", "get", peer]).split())
+    try:
+        side.run(["ip", "route", "replace", *words])
+    except TuningError as exc:
+        # It may have been applied all the same (a remote command that timed out after
+        # the change): put back what was there; nothing to put back is no error.
+        with contextlib.suppress(TuningError):
+            undo()
+        raise TuningError(f"congestion {algorithm}: {exc}" + _hint(str(exc), algorithm)) from None
+    try:
+        now = " ".join(side.run(["ip", "-o", "route", "get", peer]).split())
+    except TuningError:
+        undo()
+        raise
     if not re.search(rf"\bcongctl lock {re.escape(algorithm)}\b", now):
         undo()
         raise TuningError(f"congestion {algorithm}: {side.what}: the route to {peer} does not say it: {now!r}")
@@ -192,7 +206,12 @@ def set_buffer_max(side: Side, key: str, cap: int) -> Callable[[], None]:
     def write(triple: tuple[int, int, int]) -> None:
         side.run(["sysctl", "-q", "-w", f"net.ipv4.{key}={' '.join(map(str, triple))}"])
 
-    write(capped(old, cap))
+    try:
+        write(capped(old, cap))
+    except TuningError:
+        with contextlib.suppress(TuningError):  # it may have been applied all the same (a timeout)
+            write(old)
+        raise
     return lambda: write(old)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import threading
 import time
 import uuid
@@ -100,7 +101,9 @@ class RoundRunner:
         path = self.journal.path.with_name(self.journal.path.name + ".lock")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            f = open(path, "a+b")  # noqa: SIM115 - held until release()
+            # Read-only: flock needs no write access, so a lock file another user made (a
+            # `sudo bigbinf-exporter sweep` beside the service's user) still locks.
+            f = os.fdopen(os.open(path, os.O_RDONLY | os.O_CREAT, 0o644), "rb")
         except OSError as exc:
             log.warning("lock file %s: cannot open (%s); excluding only within this process", path, exc)
             return True

@@ -7,17 +7,17 @@ import datetime as dt
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bigbinf.config import ScheduleConfig
+from bigbinf.cron import crontab_trigger
 
 
 def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
     jitter = int(schedule.jitter) or None
     if schedule.interval:
         return IntervalTrigger(seconds=schedule.interval, timezone=schedule.timezone, jitter=jitter)
-    crons = [CronTrigger.from_crontab(expr, timezone=schedule.timezone) for expr in schedule.cron]
+    crons = [crontab_trigger(expr, schedule.timezone) for expr in schedule.cron]
     return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
 
 
@@ -27,7 +27,7 @@ def longest_gap_seconds(schedule: ScheduleConfig) -> float:
     times over a year from a fixed date, so the value does not depend on today."""
     if schedule.interval:
         return schedule.interval + schedule.jitter
-    trigger = OrTrigger([CronTrigger.from_crontab(expr, timezone=schedule.timezone) for expr in schedule.cron])
+    trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     previous, gap = None, 0.0
     when = trigger.get_next_fire_time(None, start)

@@ -330,9 +330,13 @@ def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
                     sep = ""
                 if sep and self.web.auth.check(user, password):
                     return True
-            self._drain_body()
-            self._send(401, b"Unauthorized\n", extra=[("WWW-Authenticate", "Basic")])
+            self._refuse(401, b"Unauthorized\n", [("WWW-Authenticate", "Basic")])
             return False
+
+        def _refuse(self, code: int, body: bytes, extra: list[tuple[str, str]] | None = None) -> None:
+            """An answer that reads no request body (a client that drips one would hold
+            the connection): the connection is closed after it."""
+            self._send(code, body, extra=[*(extra or []), ("Connection", "close")])
 
         def _drain_body(self) -> bool:
             """Read and drop a bounded request body; 413 (and False) when it is larger."""
@@ -348,28 +352,30 @@ def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
             return True
 
         def _route(self, method: str) -> None:
-            self.server.reaper.release(self.connection)  # type: ignore[attr-defined]  # the request is read
+            # The request's deadline (the reaper) holds until its body, if any, is read:
+            # only then is the connection released, before the answer is made.
             if not self._authorised():
                 return
             path = self.path.split("?", 1)[0]
             if path == "/-/reload":
                 if method != "POST":
-                    self._send(405, b"Only POST requests allowed\n", extra=[("Allow", "POST")])
+                    self._refuse(405, b"Only POST requests allowed\n", [("Allow", "POST")])
                 elif not exporter.enable_lifecycle:
-                    self._drain_body()
-                    self._send(403, b"Lifecycle API is not enabled (--web.enable-lifecycle)\n")
+                    self._refuse(403, b"Lifecycle API is not enabled (--web.enable-lifecycle)\n")
                 elif not self._drain_body():
-                    self._send(413, b"request body too large\n")
+                    self._refuse(413, b"request body too large\n")
                 else:
+                    self.server.reaper.release(self.connection)  # type: ignore[attr-defined]
                     ok = exporter.reload()
                     self._send(200 if ok else 500, b"reloaded\n" if ok else b"reload failed: see the log\n")
                 return
             if path not in ("/", "/metrics"):
-                self._send(404, b"not found\n")
+                self._refuse(404, b"not found\n")
                 return
             if method not in ("GET", "HEAD"):
-                self._send(405, b"method not allowed\n", extra=[("Allow", "GET, HEAD")])
+                self._refuse(405, b"method not allowed\n", [("Allow", "GET, HEAD")])
                 return
+            self.server.reaper.release(self.connection)  # type: ignore[attr-defined]  # the request is read
             if path == "/metrics":
                 chunks, content_type, gzipped = exporter.metrics.response(
                     self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", "")

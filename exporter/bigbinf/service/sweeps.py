@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from bigbinf.config import Config, SweepConfig, TransferSelector, parse_size
+from bigbinf.cron import crontab_trigger
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.protocols import REGISTRY, module_for
@@ -373,7 +374,6 @@ def schedule_all(scheduler: Any, sweeper: SweepRunner, config: Config) -> list[s
     """(Re)schedule every sweep that has a `schedule` (cron, in schedule.timezone) on the
     exporter's scheduler, replacing the jobs of the previous configuration."""
     from apscheduler.triggers.combining import OrTrigger
-    from apscheduler.triggers.cron import CronTrigger
 
     for job in scheduler.get_jobs():
         if str(job.id).startswith(JOB_PREFIX):
@@ -382,7 +382,7 @@ def schedule_all(scheduler: Any, sweeper: SweepRunner, config: Config) -> list[s
     for name, sweep in config.sweeps.items():
         if not sweep.schedule:
             continue
-        crons = [CronTrigger.from_crontab(expr, timezone=config.schedule.timezone) for expr in sweep.schedule]
+        crons = [crontab_trigger(expr, config.schedule.timezone) for expr in sweep.schedule]
         scheduler.add_job(
             _scheduled,
             OrTrigger(crons) if len(crons) > 1 else crons[0],

@@ -141,8 +141,12 @@ class BasicAuth:
         self._key = os.urandom(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
-        # An unknown user costs a bcrypt too, so that timing does not say which users exist.
-        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(rounds=10))
+        # An unknown user costs a bcrypt too, at the cost of the dearest configured hash
+        # ("$2b$12$..."), so that timing does not say which users exist.
+        costs = [
+            int(h.split(b"$")[2]) for h in self.users.values() if h.count(b"$") >= 3 and h.split(b"$")[2].isdigit()
+        ]
+        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(rounds=min(max(costs, default=10), 16)))
 
     @property
     def enabled(self) -> bool:

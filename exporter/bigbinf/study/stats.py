@@ -34,12 +34,15 @@ def shapiro_p(values: Sequence[float]) -> float | None:
         return float(stats.shapiro(values).pvalue)
 
 
-def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None, float | None, str]:
-    """Welch's t-test (unequal variances): (t, df, two-sided p, note)."""
+def welch(
+    a: Sequence[float], b: Sequence[float], groups: str = "both in and outside the peak"
+) -> tuple[float | None, float | None, float | None, str]:
+    """Welch's t-test (unequal variances): (t, df, two-sided p, note); `groups` names the
+    two groups in the note on too few values."""
     from scipy import stats  # optional extra `report`
 
     if len(a) < 2 or len(b) < 2:
-        return None, None, None, "t-test needs at least 2 transfers both in and outside the peak"
+        return None, None, None, f"t-test needs at least 2 transfers {groups}"
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     if va + vb == 0:
         return None, None, None, "t-test undefined: every speed in both groups is identical"

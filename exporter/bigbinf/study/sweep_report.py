@@ -228,7 +228,7 @@ def _dataset_verdict(dataset: str, runs: Sequence[Result], base_label: str) -> D
         low, high = welch_interval(speeds[best], base_speeds)
         if low is not None and high is not None:
             gain_low, gain_high = 1 + low / base_mean, 1 + high / base_mean
-        _t, _df, p_base, welch_note = stats.welch(speeds[best], base_speeds)
+        _t, _df, p_base, welch_note = stats.welch(speeds[best], base_speeds, "of the best and of the baseline")
         significant = None if p_base is None else p_base < ALPHA
         note = welch_note
     return DatasetVerdict(
