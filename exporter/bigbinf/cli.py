@@ -1,7 +1,9 @@
-"""bigbinf-exporter: serve (default), once, advise, lab up|down|status, and the analysis commands.
+"""bigbinf-exporter: serve (default), once, advise, lab up|down|status, mesh, and the analysis commands.
 
 Flags follow the Prometheus exporters' style: --config.file, --config.check,
---web.listen-address, --log.level.
+--web.listen-address, --log.level.  `--mesh.file M --site NAME` runs the exporter of one
+site of a mesh file instead of a single-site configuration (serve, once, --config.check,
+lab up|down|status).
 """
 
 from __future__ import annotations
@@ -12,16 +14,23 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
-from bigbinf.config import ConfigError, load_config
+from bigbinf.config import Config, ConfigError, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues
+from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
+from bigbinf.mesh import cli as mesh_cli
+from bigbinf.mesh.config import MeshConfig, exporter_of, load_mesh, outgoing, site_config
+from bigbinf.mesh.plan import RoundPlan, load_durations, next_rounds, round_at
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
+from bigbinf.service.schedule import longest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
 from bigbinf.service.sweeps import SweepError, SweepRunner
 from bigbinf.service.webconfig import load_web_config
@@ -47,6 +56,18 @@ def _common() -> argparse.ArgumentParser:
         choices=["debug", "info", "warn", "error"],
         help="log level (default info)",
     )
+    common.add_argument(
+        "--mesh.file",
+        dest="mesh_file",
+        default=argparse.SUPPRESS,
+        help="a mesh file (docs/mesh.md) instead of --config.file: with --site, that site's exporter",
+    )
+    common.add_argument(
+        "--site",
+        dest="site",
+        default=argparse.SUPPRESS,
+        help="with --mesh.file: the site whose outgoing tests this exporter runs",
+    )
     return common
 
 
@@ -67,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--web.listen-address",
         dest="listen",
-        default=DEFAULT_LISTEN,
-        help=f"address:port for /metrics (default {DEFAULT_LISTEN})",
+        default=None,
+        help=f"address:port for /metrics (default {DEFAULT_LISTEN}; a mesh site: its sites.NAME.exporter.listen)",
     )
     parser.add_argument(
         "--web.config.file",
@@ -119,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
     for command in (report, importer, backfill, sweep_report):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
+    mesh_cli.register(sub, [common])  # mesh plan|durations|config|prometheus
     return parser
 
 
@@ -137,14 +159,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if level != "debug":
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    func = getattr(args, "func", None) or cmd_serve
+    mesh_commands = (cmd_serve, cmd_once, cmd_lab, mesh_cli.run)
+    if hasattr(args, "mesh_file") and hasattr(args, "config_file") and func is not mesh_cli.run:
+        print("bigbinf-exporter: give --config.file or --mesh.file, not both", file=sys.stderr)
+        return 2
+    if hasattr(args, "mesh_file") and func not in mesh_commands and not args.config_check:
+        print(f"bigbinf-exporter: {args.command} takes --config.file, not --mesh.file", file=sys.stderr)
+        return 2
     if not hasattr(args, "config_file"):
         args.config_file = DEFAULT_CONFIG
     if args.web_config_check:
         return cmd_web_check(args)
-    if args.config_check:
-        return cmd_check(args)
-    func = getattr(args, "func", None) or cmd_serve
     try:
+        if args.config_check:
+            return cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
         return func(args)
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
@@ -152,8 +181,91 @@ def main(argv: Sequence[str] | None = None) -> int:
     except lab.LabError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1
+    except MeshUsageError as exc:
+        print(f"bigbinf-exporter: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
+
+
+# ---------------------------------------------------------------- a mesh site
+
+
+class MeshUsageError(Exception):
+    """--mesh.file without a usable --site: said with the sites to choose from (exit 2)."""
+
+
+@dataclass(frozen=True)
+class MeshSite:
+    """One site's view of a valid mesh file, as service/mesh_runner.py's MeshSite: made
+    here because bigbinf.mesh reaches the lab's layout, which the live path never imports."""
+
+    mesh: MeshConfig
+    site: str
+    config: Config  # the site's exporter configuration: its outgoing tests
+    schedule_interval: float  # the longest time between two rounds' starts
+    listen: str  # where its exporter listens (sites.NAME.exporter.listen, or its default)
+
+    def rounds(self, after: float) -> Iterator[RoundPlan]:
+        """The round in progress at `after`, if any, then the later ones; the durations
+        file is read again for each call (`mesh durations` rewrites it between rounds)."""
+        durations = load_durations(self.mesh)
+        current = round_at(self.mesh, after, durations)
+        if current is not None:
+            yield current
+        for plan in next_rounds(self.mesh, after, durations):
+            if current is None or plan.start > current.start:
+                yield plan
+
+
+def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
+    if not site:
+        raise MeshUsageError(f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
+    if site not in mesh.sites:
+        raise MeshUsageError(f"--site {site}: no such site in {source}; defined: {', '.join(mesh.sites)}")
+    config = site_config(mesh, site, source)
+    load_durations(mesh)  # a durations file that cannot be read makes the mesh unusable here too
+    return MeshSite(mesh, site, config, _rounds_gap(mesh), exporter_of(mesh, site).listen)
+
+
+def load_mesh_site(path: str | Path, site: str | None) -> MeshSite:
+    """The exporter's mesh loader (service.mesh_runner.MeshLoader): ConfigError if the
+    mesh file is invalid, MeshUsageError if the site is missing or unknown."""
+    return mesh_site_of(load_mesh(path), site, str(path))
+
+
+def _rounds_gap(mesh: MeshConfig) -> float:
+    """The longest gap between two round starts: an interval schedule's rounds start every
+    interval from local midnight (the day's last one cut short), cron ones as cron fires."""
+    if mesh.schedule.interval is not None:
+        return mesh.schedule.interval
+    return longest_gap_seconds(ScheduleConfig(cron=mesh.schedule.cron, timezone=mesh.schedule.timezone))
+
+
+def cmd_mesh_check(args: argparse.Namespace) -> int:
+    """--config.check --mesh.file M [--site S]: the whole mesh (every site's configuration
+    with it); with --site also that site's secret files and host keys, as cmd_check."""
+    source = args.mesh_file
+    mesh = load_mesh(source)  # ConfigError: printed by main, exit 1
+    load_durations(mesh)
+    site = getattr(args, "site", None)
+    if site is not None:
+        config = mesh_site_of(mesh, site, source).config
+        wrong = secret_file_issues(config, this_user=False)
+        if wrong:
+            print(ConfigError(source, wrong).render(), file=sys.stderr)
+            return 1
+        warnings = list(host_key_warnings(config))
+        warnings += [
+            f"{i.path}: {i.message} (the exporter would not start as this user)" for i in secret_file_issues(config)
+        ]
+        for warning in warnings:
+            print(f"{source}: warning: {warning}", file=sys.stderr)
+    if args.web_config_file and cmd_web_check(args, quiet=True) != 0:
+        return 1
+    tests = sum(len(outgoing(mesh, name)) for name in mesh.sites)
+    print(f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests)")
+    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -202,6 +314,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
             f"lab {args.action} must run as root (network namespaces, servers, tc); "
             "the exporter itself runs unprivileged (docs/deployment.md)"
         )
+    if hasattr(args, "mesh_file"):
+        return _lab_mesh(args)
     config = load_config(args.config_file)
     try:
         if args.action == "serve":
@@ -216,6 +330,26 @@ def cmd_lab(args: argparse.Namespace) -> int:
             messages = lab.down(config)
         else:
             ok, lines = lab.status(config)
+            print("\n".join(lines))
+            return 0 if ok else 1
+    except RuntimeError as exc:
+        raise lab.LabError(str(exc)) from None
+    print("\n".join(messages))
+    return 0
+
+
+def _lab_mesh(args: argparse.Namespace) -> int:
+    """lab up|down|status --mesh.file M: every site of a lab mesh at once."""
+    if args.action == "serve":
+        raise lab.LabError("lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's")
+    mesh = load_mesh(args.mesh_file)
+    try:
+        if args.action == "up":
+            messages = lab_mesh.up(mesh)
+        elif args.action == "down":
+            messages = lab_mesh.down(mesh)
+        else:
+            ok, lines = lab_mesh.status(mesh)
             print("\n".join(lines))
             return 0 if ok else 1
     except RuntimeError as exc:
@@ -308,9 +442,15 @@ def format_paths(paths: Sequence[PathBaseline]) -> str:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
-    config = load_config(args.config_file)
-    check_secret_files(config, args.config_file)
+    if hasattr(args, "mesh_file"):
+        # A mesh site's outgoing tests once, now, one after another (no slots): for debugging.
+        view = load_mesh_site(args.mesh_file, getattr(args, "site", None))
+        config, source = view.config, args.mesh_file
+    else:
+        config, source = load_config(args.config_file), args.config_file
+    check_secret_files(config, source)
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
+    runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
     ran = runner.run_round()
     if ran is None:
         print("once: not started: a tuning sweep (or a round) is running against this journal", file=sys.stderr)
@@ -348,13 +488,26 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    exporter = Exporter(
-        args.config_file,
-        args.listen,
-        lab=lab.site,
-        web_config_path=args.web_config_file,
-        enable_lifecycle=args.enable_lifecycle,
-    )
+    if hasattr(args, "mesh_file"):
+        view = load_mesh_site(args.mesh_file, getattr(args, "site", None))  # a clear error before anything starts
+        exporter = Exporter(
+            None,
+            args.listen or view.listen,
+            lab=lab.site,
+            web_config_path=args.web_config_file,
+            enable_lifecycle=args.enable_lifecycle,
+            mesh_file=args.mesh_file,
+            site=view.site,
+            mesh_loader=load_mesh_site,
+        )
+    else:
+        exporter = Exporter(
+            args.config_file,
+            args.listen or DEFAULT_LISTEN,
+            lab=lab.site,
+            web_config_path=args.web_config_file,
+            enable_lifecycle=args.enable_lifecycle,
+        )
     try:
         exporter.bind()
     except ListenError as exc:

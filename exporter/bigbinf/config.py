@@ -166,10 +166,12 @@ def rate_bytes_per_second(value: str) -> float:
     return float(match.group(1)) * _RATE_PREFIXES[match.group(2)] * _RATE_UNITS[match.group(3)]
 
 
-def _check_lab_name(value: str) -> str:
-    # Interface names are limited to 15 bytes and get a 4-byte suffix.
-    if not re.fullmatch(r"[a-z][a-z0-9]{0,10}", value):
-        raise ValueError(f"{value!r} is not a valid lab name: 1-11 lower-case letters/digits, starting with a letter")
+def _check_lab_name(value: str, max_length: int = 11) -> str:
+    # Interface names are limited to 15 bytes and get a 4-byte suffix (a lab mesh's: up to 6).
+    if not re.fullmatch(rf"[a-z][a-z0-9]{{0,{max_length - 1}}}", value):
+        raise ValueError(
+            f"{value!r} is not a valid lab name: 1-{max_length} lower-case letters/digits, starting with a letter"
+        )
     return value
 
 
@@ -475,9 +477,9 @@ def _format_loc(loc: Iterable[Any]) -> str:
     return out
 
 
-def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+def _model_at(loc: Sequence[Any], root: type[BaseModel]) -> type[BaseModel] | None:
     """The model class that owns the mapping at `loc` (for listing its allowed keys)."""
-    annotation: Any = Config
+    annotation: Any = root
     for part in loc:
         annotation = _unwrap(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -506,7 +508,8 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
-def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
+def pydantic_issues(exc: ValidationError, root: type[BaseModel]) -> list[ConfigIssue]:
+    """A model's validation errors as ConfigIssues (dotted paths, allowed keys named)."""
     issues = []
     for err in exc.errors():
         loc = list(err["loc"])
@@ -514,7 +517,7 @@ def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
         loc = [p for p in loc if not (isinstance(p, str) and ("[" in p and p.endswith("]")))]
         kind = err["type"]
         if kind == "extra_forbidden":
-            model = _model_at(loc[:-1])
+            model = _model_at(loc[:-1], root)
             known = ", ".join(model.model_fields) if model else ""
             message = f"unknown key {loc[-1]!r}" + (f"; allowed keys: {known}" if known else "")
         elif kind == "missing":
@@ -534,7 +537,7 @@ def _pydantic_issues(exc: ValidationError) -> list[ConfigIssue]:
     return issues
 
 
-def _mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+def mapping(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
     """raw[key] if it is a mapping, else {}: a wrong type there is the schema check's to report."""
     value = raw.get(key)
     return value if isinstance(value, dict) else {}
@@ -544,9 +547,9 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     """Checks that span sections; run on the raw mapping so they are reported together
     with the schema errors."""
     issues: list[ConfigIssue] = []
-    remotes = _mapping(raw, "remotes")
-    datasets = _mapping(raw, "datasets")
-    protocols = _mapping(raw, "protocols")
+    remotes = mapping(raw, "remotes")
+    datasets = mapping(raw, "datasets")
+    protocols = mapping(raw, "protocols")
     for section, example in (
         ("remotes", "site: {address: dtn.example.org, data_dir: /data}"),
         ("datasets", "f1g: {file: f1g.bin, size: 1GiB}"),
@@ -578,7 +581,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
             )
             continue
         profile = REGISTRY[module]
-        options = _mapping(proto, "options")
+        options = mapping(proto, "options")
         bad_options = profile.check_options(options)
         issues += [ConfigIssue(f"protocols.{name}.options.{opt}", problem) for opt, problem in bad_options]
         defaults = profile.commands(profile.option_values(options)) if not bad_options else {}
@@ -604,14 +607,15 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     issues += _key_issues(raw, remotes, protocols)
     issues += _tuning_issues(raw, remotes, protocols)
     issues += _sweep_issues(raw, remotes, datasets, protocols)
-    for name, remote in remotes.items():
-        if uploads and isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
+    schedule = mapping(raw, "schedule")
+    for name in _upload_remotes(raw, remotes) if uploads else ():
+        remote = remotes[name]
+        if isinstance(remote, dict) and not remote.get("lab") and not remote.get("upload_dir"):
             issues.append(
                 ConfigIssue(
                     f"remotes.{name}.upload_dir", f"required for uploads (protocols {', '.join(uploads)} upload)"
                 )
             )
-    schedule = _mapping(raw, "schedule")
     for i, sel in enumerate(schedule.get("transfers") or []):
         if not isinstance(sel, dict):
             continue
@@ -628,7 +632,7 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
         protocol: Any = sel.get("protocol")
         if not dangling and isinstance(protocols.get(protocol), dict):
             issues += _selector_issues(i, sel, protocols[protocol], datasets.get(sel.get("dataset", "")))
-    lab = _mapping(raw, "lab")
+    lab = mapping(raw, "lab")
     for i, name in enumerate(lab.get("datasets") or []):
         if name not in datasets:
             issues.append(ConfigIssue(f"lab.datasets[{i}]", f"no dataset named {name!r}"))
@@ -679,7 +683,7 @@ def _tuning_issues(
     can always; a site needs tcp_command (set) and stats_command (read back) for its
     end, and for the buffers a netns for ours (never this host's own sysctls)."""
     issues: list[ConfigIssue] = []
-    schedule = _mapping(raw, "schedule")
+    schedule = mapping(raw, "schedule")
     selected = schedule.get("transfers")
     triples: set[tuple[Any, Any, Any]]
     if isinstance(selected, list):
@@ -702,7 +706,7 @@ def _tuning_issues(
             continue
         congestion = proto.get("congestion")
         tuned = [key for key in ("congestion", "tcp_buffer_max") if proto.get(key) is not None]
-        if tuned and _mapping(proto, "options").get("udt") is True:
+        if tuned and mapping(proto, "options").get("udt") is True:
             issues.append(
                 ConfigIssue(
                     f"protocols.{name}.{tuned[0]}",
@@ -714,7 +718,7 @@ def _tuning_issues(
             problem = congestion_unavailable(congestion)
             if problem:
                 issues.append(ConfigIssue(f"protocols.{name}.congestion", problem))
-            options = _mapping(proto, "options")
+            options = mapping(proto, "options")
             if module_for(name, proto.get("module")) == "iperf3" and options.get("congestion"):
                 issues.append(
                     ConfigIssue(
@@ -751,10 +755,22 @@ def _tuning_issues(
     return issues
 
 
+def _upload_remotes(raw: Mapping[str, Any], remotes: Mapping[str, Any]) -> list[str]:
+    """The remotes something uploads to: every remote, unless schedule.transfers lists the
+    transfers (a mesh site's derived config does), then those it uploads to, and sweeps'."""
+    selected = mapping(raw, "schedule").get("transfers")
+    if not isinstance(selected, list):
+        return list(remotes)
+    chosen = [t for t in selected if isinstance(t, dict)]
+    chosen += [s for s in mapping(raw, "sweeps").values() if isinstance(s, dict)]
+    wanted = {t.get("remote") for t in chosen if t.get("direction") == "upload"}
+    return [name for name in remotes if name in wanted]
+
+
 def _key_issues(raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]) -> list[ConfigIssue]:
     """A site remote without `key` whose transfers log in with -i {key}: ssh would get an
     empty identity and fail on every round; say so at load."""
-    schedule = _mapping(raw, "schedule")
+    schedule = mapping(raw, "schedule")
     selected = schedule.get("transfers")
     pairs: set[tuple[Any, Any]] = (
         {(t.get("protocol"), t.get("remote")) for t in selected if isinstance(t, dict)}
@@ -781,7 +797,7 @@ def _key_issues(raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: M
 def _placeholders_used(name: str, proto: Mapping[str, Any]) -> set[str]:
     """Every placeholder in the templates a protocol can render (its own or its module's)."""
     profile = REGISTRY.get(module_for(name, proto.get("module")))
-    options = _mapping(proto, "options")
+    options = mapping(proto, "options")
     defaults = (
         profile.commands(profile.option_values(options)) if profile and not profile.check_options(options) else {}
     )
@@ -853,7 +869,7 @@ def _sweep_issues(
     """What a sweep names must exist and fit its module; its grid must stay within max_runs;
     every algorithm must be in this kernel; the baseline must be a point of the grid."""
     issues: list[ConfigIssue] = []
-    for name, sweep in _mapping(raw, "sweeps").items():
+    for name, sweep in mapping(raw, "sweeps").items():
         if not isinstance(sweep, dict):
             continue
         where = f"sweeps.{name}"
@@ -875,7 +891,7 @@ def _sweep_issues(
                     )
                 )
         proto: Any = protocols.get(str(sweep.get("protocol")))
-        options = _mapping(sweep, "options")
+        options = mapping(sweep, "options")
         profile = None
         if not dangling and isinstance(proto, dict):
             profile = REGISTRY.get(module_for(sweep["protocol"], proto.get("module")))
@@ -908,10 +924,10 @@ def _sweep_issues(
                     d = datasets.get(ds)
                     count = d.get("count", 1) if isinstance(d, dict) else 1
                     kind = dataset_kind(count) if isinstance(count, int) else "file"
-                    if not profile.check_options(_mapping(proto, "options")) and (
+                    if not profile.check_options(mapping(proto, "options")) and (
                         direction,
                         kind,
-                    ) not in profile.commands(profile.option_values(_mapping(proto, "options"))):
+                    ) not in profile.commands(profile.option_values(mapping(proto, "options"))):
                         issues.append(
                             ConfigIssue(
                                 f"{where}.datasets[{i}]",
@@ -925,7 +941,7 @@ def _sweep_issues(
                 problem = congestion_unavailable(algorithm)
                 if problem:
                     issues.append(ConfigIssue(f"{where}.congestion[{i}]", problem))
-        own_cc = "congestion" in options or (isinstance(proto, dict) and _mapping(proto, "options").get("congestion"))
+        own_cc = "congestion" in options or (isinstance(proto, dict) and mapping(proto, "options").get("congestion"))
         if congestion and profile is not None and profile.name == "iperf3" and own_cc:
             issues.append(
                 ConfigIssue(
@@ -970,7 +986,7 @@ def _sweep_issues(
                         f"or raise max_runs to {runs} if the sweep should really take that long",
                     )
                 )
-        for key, value in _mapping(sweep, "baseline").items():
+        for key, value in mapping(sweep, "baseline").items():
             if key not in dimensions:
                 issues.append(
                     ConfigIssue(
@@ -1016,7 +1032,8 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def parse_config(text: str, source: str) -> Config:
+def read_yaml(text: str, source: str, what: str) -> dict[str, Any]:
+    """A YAML mapping (duplicate keys refused), or ConfigError naming the line."""
     try:
         raw = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
@@ -1025,18 +1042,25 @@ def parse_config(text: str, source: str) -> Config:
         kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
         raise ConfigError(source, [ConfigIssue("", f"{where}{kind}{getattr(exc, 'problem', exc)}")]) from None
     if not isinstance(raw, dict):
-        raise ConfigError(
-            source, [ConfigIssue("", "the file must be a YAML mapping with remotes, datasets and protocols")]
-        )
+        raise ConfigError(source, [ConfigIssue("", f"the file must be a YAML mapping with {what}")])
+    return raw
+
+
+def validate_config(raw: dict[str, Any], source: str) -> Config:
+    """A Config from a mapping: the schema and the cross-reference checks, every issue gathered."""
     issues = _cross_reference_issues(raw)
     config = None
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        issues = _pydantic_issues(exc) + issues
+        issues = pydantic_issues(exc, Config) + issues
     if issues or config is None:
         raise ConfigError(source, issues)
     return config
+
+
+def parse_config(text: str, source: str) -> Config:
+    return validate_config(read_yaml(text, source, "remotes, datasets and protocols"), source)
 
 
 def load_config(path: str | Path) -> Config:

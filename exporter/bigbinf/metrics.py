@@ -283,6 +283,52 @@ SWEEP_GAIN = Spec(
 )
 SWEEP = (SWEEP_BEST, SWEEP_GAIN)
 
+# A mesh exporter's slots (service/mesh_runner.py).  Published only by an exporter that
+# runs for a mesh site (--mesh.file, --site): not in ALL, which is what a single-site
+# exporter publishes (its exposition stays as it was); ALL_WITH_MESH is every metric.
+SITE_LABEL = "site"  # on every series of a mesh exporter: the site it runs for
+PLAN_CACHED = " Cached from the mesh plan when the round was planned; not computed at scrape time."
+SLOT_OVERRUNS_TOTAL = Spec(
+    PREFIX + "mesh_slot_overruns_total",
+    "counter",
+    "Transfers of the series whose traffic went on past the end of their slot in the mesh plan (the next slot "
+    "of this site waited for them)." + UPDATED,
+    SERIES_LABELS,
+)
+LAST_SLOT_OVERRUN = Spec(
+    PREFIX + "mesh_last_slot_overrun_seconds",
+    "gauge",
+    "How far the last transfer of the series went past the end of its slot (the end of its traffic minus the "
+    "slot's end); 0 when it ended within its slot." + CACHED,
+    SERIES_LABELS,
+)
+SLOTS_MISSED_TOTAL = Spec(
+    PREFIX + "mesh_slots_missed_total",
+    "counter",
+    "Slots of the series not run: the previous transfer of this site (or a tuning sweep) still ran when the "
+    "slot ended. Updated when the slot ends, never at scrape time.",
+    SERIES_LABELS,
+)
+ROUND_PLANNED = Spec(
+    PREFIX + "mesh_round_planned_seconds",
+    "gauge",
+    "Time the slots of the current mesh round need, guard gaps included (planned end minus start); above "
+    "bigbinf_mesh_round_period_seconds the round does not fit before the next one." + PLAN_CACHED,
+)
+ROUND_PERIOD = Spec(
+    PREFIX + "mesh_round_period_seconds",
+    "gauge",
+    "Length of the current mesh round: from its start to the next round's start." + PLAN_CACHED,
+)
+PLAN_INFO = Spec(
+    PREFIX + "mesh_plan_info",
+    "gauge",
+    "Always 1; fingerprint identifies the slot plan of the current round, computed from the mesh file, the "
+    "durations and the date: every site of the mesh should show the same one." + PLAN_CACHED,
+    ("fingerprint",),
+)
+MESH = (SLOT_OVERRUNS_TOTAL, LAST_SLOT_OVERRUN, SLOTS_MISSED_TOTAL, ROUND_PLANNED, ROUND_PERIOD, PLAN_INFO)
+
 ALL = (
     *LAST_RESULT,
     TRANSFERS_TOTAL,
@@ -304,6 +350,7 @@ ALL = (
     BUILD_INFO,
     *SWEEP,
 )
+ALL_WITH_MESH = (*ALL, *MESH)
 
 
 # Labels beyond the series labels, e.g. (("way", "down"),).

@@ -115,6 +115,14 @@ class Result(_Journaled):
     reported: dict[str, float] = field(default_factory=dict)
     payload_histogram: dict[str, list[int]] = field(default_factory=empty_histogram)
     round_id: str = ""
+    # A mesh exporter's results only (service/mesh_runner.py): the site that ran the test,
+    # and the slot the mesh plan gave it (UTC epoch seconds).  slot_overrun_seconds is how
+    # far the transfer's traffic went past the slot's end: 0.0 within it, None outside a
+    # mesh (a single-site exporter has no slots to overrun).
+    site: str = ""
+    slot_start_timestamp: float | None = None
+    slot_end_timestamp: float | None = None
+    slot_overrun_seconds: float | None = None
     client_address: str = ""  # the two hosts the capture was filtered on
     remote_address: str = ""
     pcap_path: str = ""  # set only when captures are kept

@@ -56,6 +56,9 @@ MAY_BE_EMPTY = {
     },
 }
 PANELS_MAY_BE_EMPTY = {("bigbinf-overview", "Firing alerts")}
+# The Mesh dashboard reads a mesh's central Prometheus (site, mesh labels; the sites'
+# baselines): tests/e2e/test_mesh_prometheus.py runs every query of it against one.
+MESH = "mesh.json"
 
 
 def generator() -> ModuleType:
@@ -72,6 +75,11 @@ def generator() -> ModuleType:
 
 def committed() -> dict[str, dict[str, Any]]:
     return {p.name: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def single_site() -> dict[str, dict[str, Any]]:
+    """The dashboards of one exporter's Prometheus: all but the Mesh dashboard."""
+    return {name: d for name, d in committed().items() if name != MESH}
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ def test_sdk_is_the_grafana_11_6_build() -> None:
 def test_dashboards_are_consistent() -> None:
     dashboards = committed()
     assert set(dashboards) == {
+        MESH,
         "overview.json",
         "path.json",
         "protocols.json",
@@ -131,15 +140,24 @@ def test_dashboards_are_consistent() -> None:
     assert len(set(uids)) == len(uids)
     for name, d in dashboards.items():
         variables = {v["name"]: v for v in d["templating"]["list"]}
-        assert set(SERIES_VARIABLES) <= set(variables), name
-        for var in SERIES_VARIABLES:
+        # The Mesh dashboard: one mesh, protocol, dataset and direction (a grid cell is one
+        # series, the plan panels one mesh's); its pairs are the grid, not a remote
+        # variable.  The others: mesh and site (All on a single-site Prometheus, whose
+        # series have neither label) and the series' labels, any number of each.
+        series = () if name == MESH else ("mesh", "site", *SERIES_VARIABLES)
+        single = ("mesh", "protocol", "dataset", "direction") if name == MESH else ()
+        assert set(series) | set(single) <= set(variables), name
+        for var in (*series, *single):
             v = variables[var]
             assert v["type"] == "query" and v["datasource"]["uid"] == DATASOURCE_UID
-            assert v["multi"] and v["includeAll"] and v["allValue"] == ".*"
+            if var in series:
+                assert v["multi"] and v["includeAll"] and v["allValue"] == ".*"
+            else:
+                assert not v.get("multi") and not v.get("includeAll"), (name, var)
         ids = [p["id"] for p in panels(d)]
         assert len(set(ids)) == len(ids) and 0 not in ids, name
         exprs = " ".join(t.expr for t in targets(d))
-        for var in SERIES_VARIABLES:
+        for var in (*series, *single):
             assert f"${var}" in exprs, f"{name}: no panel uses ${var}"
         for p in panels(d):
             pos = p["gridPos"]
@@ -154,7 +172,7 @@ def test_dashboards_are_consistent() -> None:
 
 def known_series() -> set[str]:
     names = {"up", "ALERTS"}
-    for spec in M.ALL:
+    for spec in M.ALL_WITH_MESH:
         if spec.type == "histogram":
             names |= {spec.name + s for s in ("_bucket", "_sum", "_count")}
         else:
@@ -196,9 +214,17 @@ def test_provisioning_points_at_the_dashboards() -> None:
 ROUNDS = 2
 # Builtins as Grafana fills them for a short dashboard range.
 BUILTINS = {"__range": "10m", "__rate_interval": "1m", "__interval": "15s"}
+# The lab's exporter is no mesh site: its series have no mesh or site label, which All matches.
 CHOICES = {
-    "one series": {"remote": "lab", "protocol": "scp", "dataset": "f2m", "direction": "download"},
-    "All": dict.fromkeys(SERIES_VARIABLES, ".*"),
+    "one series": {
+        "mesh": ".*",
+        "site": ".*",
+        "remote": "lab",
+        "protocol": "scp",
+        "dataset": "f2m",
+        "direction": "download",
+    },
+    "All": dict.fromkeys(("mesh", "site", *SERIES_VARIABLES), ".*"),
 }
 
 
@@ -303,7 +329,7 @@ def peak_hours(live: Live) -> tuple[dict[str, str], dict[str, str]]:
 @pytest.mark.lab
 @pytest.mark.prometheus
 def test_variables_offer_the_lab_series(live: Live) -> None:
-    for dashboard in committed().values():
+    for dashboard in single_site().values():
         for v in dashboard["templating"]["list"]:
             if v["name"] not in SERIES_VARIABLES:
                 continue
@@ -319,7 +345,7 @@ def test_variables_offer_the_lab_series(live: Live) -> None:
 @pytest.mark.parametrize("choice", sorted(CHOICES))
 def test_every_panel_query_runs_and_shows_data(live: Live, choice: str) -> None:
     empty_targets, empty_panels, shown = [], [], {}
-    for dashboard in committed().values():
+    for dashboard in single_site().values():
         for t in targets(dashboard):
             expr = substitute(t.expr, dashboard, {**CHOICES[choice], **peak_hours(live)[0]})
             result = run(live, expr, t.instant)  # raises on any PromQL or server error

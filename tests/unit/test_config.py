@@ -314,8 +314,13 @@ def test_uploads_to_a_site_need_a_way_to_remove_them_or_an_explicit_no() -> None
 
 
 def test_shipped_configs_are_valid() -> None:
-    for path in sorted((ROOT / "schedules").glob("*.yaml")):
-        load_config(path)
+    from bigbinf.mesh.config import load_mesh
+
+    shipped = sorted((ROOT / "schedules").glob("*.yaml"))
+    meshes = [p for p in shipped if p.name.startswith("mesh-")]  # mesh files (docs/mesh.md)
+    assert meshes
+    for path in shipped:
+        load_mesh(path) if path in meshes else load_config(path)
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
@@ -372,3 +377,30 @@ def test_config_check_warns_when_an_ssh_remote_names_no_known_hosts(tmp_path: Pa
     assert "will fail verification" in none and "UserKnownHostsFile" in none
     assert "names no UserKnownHostsFile and ~/.ssh/known_hosts does not exist" in bare
     assert pinned == ""
+
+
+def test_upload_dir_is_required_only_where_listed_transfers_upload() -> None:
+    # A mesh site's derived config lists its transfers: a peer it only downloads from
+    # needs no upload_dir, a peer it uploads to does.
+    two_sites = """
+remotes:
+  a: {address: a.example.org, data_dir: /data, key: /k}
+  b: {address: b.example.org, data_dir: /data, key: /k}
+datasets:
+  f1: {file: f1.bin, size: 1MiB}
+protocols:
+  scp: {directions: [download, upload]}
+schedule:
+  transfers:
+    - {protocol: scp, remote: a, dataset: f1, direction: upload}
+    - {protocol: scp, remote: b, dataset: f1, direction: download}
+"""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(two_sites, SRC)
+    assert [i.path for i in caught.value.issues] == ["remotes.a.upload_dir"]
+    assert parse_config(two_sites.replace("key: /k}\n  b", "key: /k, upload_dir: /up}\n  b"), SRC)
+    # Without a list, every remote may be uploaded to.
+    unlisted = two_sites.split("schedule:")[0]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(unlisted, SRC)
+    assert [i.path for i in caught.value.issues] == ["remotes.a.upload_dir", "remotes.b.upload_dir"]

@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bigbinf.config import Config, DatasetConfig, rate_bytes_per_second
@@ -58,23 +59,22 @@ def _ssh_files(layout: LabLayout) -> None:
     addr = layout.config.remote_address
     write_file(layout.authorized_keys, layout.client_key.with_suffix(".pub").read_text(), 0o600)
     write_file(layout.known_hosts, f"{addr} {layout.host_key.with_suffix('.pub').read_text()}", 0o600)
-    write_file(
-        layout.ssh_config,
-        "\n".join(
-            [
-                f"Host {addr}",
-                f"  IdentityFile {layout.client_key}",
-                "  IdentitiesOnly yes",
-                f"  UserKnownHostsFile {layout.known_hosts}",
-                "  StrictHostKeyChecking yes",
-                "  BatchMode yes",
-                "  Compression no",
-                "  LogLevel ERROR",
-                "",
-            ]
-        ),
-        0o600,
-    )
+    write_file(layout.ssh_config, "\n".join(ssh_host_entry(addr, layout.client_key, layout.known_hosts)), 0o600)
+
+
+def ssh_host_entry(address: str, key: Path, known_hosts: Path) -> list[str]:
+    """The ssh_config lines for one lab sshd (a lab mesh writes one per site)."""
+    return [
+        f"Host {address}",
+        f"  IdentityFile {key}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {known_hosts}",
+        "  StrictHostKeyChecking yes",
+        "  BatchMode yes",
+        "  Compression no",
+        "  LogLevel ERROR",
+        "",
+    ]
 
 
 def _start_servers(layout: LabLayout, names: list[str], pids: list[int] | None = None) -> list[str]:
@@ -93,33 +93,40 @@ def _start_servers(layout: LabLayout, names: list[str], pids: list[int] | None =
         if pids is not None:
             pids.append(pid)
         if name == "sshd" and not layout.in_place:
-            _wait_ssh_login(layout)
+            wait_ssh_login(
+                layout.client_ns,
+                layout.ssh_config,
+                layout.config.remote_address,
+                f"the lab key cannot log in to sshd in {layout.remote_ns}",
+                layout.logfile("sshd"),
+            )
     return messages
 
 
-def _wait_ssh_login(layout: LabLayout, timeout: float = 15.0) -> None:
-    """sshd listening is not enough: the lab key must log in."""
-    probe = in_netns(
-        layout.client_ns,
-        ["ssh", "-F", str(layout.ssh_config), "-o", "ConnectTimeout=2", f"root@{layout.config.remote_address}", "true"],
-    )
+def wait_ssh_login(ns: str, ssh_config: Path, address: str, what: str, log: Path, timeout: float = 15.0) -> None:
+    """Wait until `ssh -F ssh_config root@address true` succeeds from namespace ns: sshd
+    listening is not enough, the lab key must log in.  Gives up after `timeout` seconds
+    with a LabError that starts with `what` and names sshd's log."""
+    probe = in_netns(ns, ["ssh", "-F", str(ssh_config), "-o", "ConnectTimeout=2", f"root@{address}", "true"])
     deadline = time.monotonic() + timeout
     while True:
-        proc = subprocess.run(probe, capture_output=True, text=True, timeout=10)
-        if proc.returncode == 0:
+        try:
+            proc = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+            error = proc.stderr.strip() if proc.returncode else ""
+        except subprocess.TimeoutExpired:
+            proc, error = None, "ssh did not finish within 10 s (a login that hangs)"
+        if proc is not None and proc.returncode == 0:
             return
         if time.monotonic() > deadline:
-            raise LabError(
-                f"the lab key cannot log in to sshd in {layout.remote_ns}: {proc.stderr.strip()}; "
-                f"see {layout.logfile('sshd')}"
-            )
+            raise LabError(f"{what} ({address}): {error}; see {log}")
         time.sleep(0.2)
 
 
 # ---------------------------------------------------------------- datasets
 
 
-def _datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str]:
+def ensure_datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str]:
+    """Create the datasets missing from the layout's data_dir; returns the ones made."""
     layout.data_dir.mkdir(parents=True, exist_ok=True)
     made = []
     for name, ds in datasets.items():
@@ -131,22 +138,47 @@ def _datasets(layout: LabLayout, datasets: dict[str, DatasetConfig]) -> list[str
 # ---------------------------------------------------------------- commands
 
 
-def _claim_state_dir(layout: LabLayout) -> None:
-    """`down` deletes the state dir, so `up` may only use one it creates (or created
-    before): never an existing directory such as /var/lib/bigbinf or /var/tmp."""
-    state, marker = layout.state_dir, layout.state_dir / MARKER
+def _marker_owner(text: str) -> str:
+    return f"the lab mesh {text[5:]}" if text.startswith("mesh ") else f"the lab {text}"
+
+
+def owns_state_dir(state: Path, owner: str) -> bool:
+    """Whether `lab up` made state for this owner (its marker holds `owner`): only then may
+    `down` delete it."""
+    try:
+        return (state / MARKER).read_text().strip() == owner
+    except OSError:
+        return False
+
+
+def claim_state_dir(state: Path, owner: str, example: str) -> None:
+    """`down` deletes the state dir, so `up` may only use one it creates (or created before
+    for the same owner): never an existing directory such as /var/lib/bigbinf or /var/tmp,
+    nor another lab's.  owner: the marker's text, the lab's name ("mesh NAME" for a lab
+    mesh); example: a directory the error suggests instead."""
+    marker = state / MARKER
     if marker.exists():
-        return
+        other = marker.read_text().strip()
+        if other == owner:
+            return
+        raise LabError(
+            f"lab.state_dir {state} belongs to {_marker_owner(other)} (its {MARKER} says so), not to "
+            f"{_marker_owner(owner)}: two labs cannot share a state dir (`lab down` of either deletes it); "
+            f"give {_marker_owner(owner)} its own state_dir, e.g. {example}"
+        )
     if state.exists() and any(state.iterdir()):
         raise LabError(
             f"lab.state_dir {state} exists and was not made by `lab up` (`lab down` deletes the "
-            "state dir): choose a new directory, e.g. /var/lib/bigbinf/lab"
+            f"state dir): choose a new directory, e.g. {example}"
         )
     state.mkdir(parents=True, exist_ok=True)
-    marker.write_text(layout.config.name + "\n")
+    state.chmod(0o755)  # the servers run as other users (ftp, xrootd) below it
+    marker.write_text(owner + "\n")
 
 
-def _make_dirs(layout: LabLayout) -> None:
+def make_dirs(layout: LabLayout) -> None:
+    """The layout's state, serve, data, run, etc and log directories, readable by the
+    servers' users; refuses a state_dir other users cannot reach."""
     blocked = [p for p in layout.state_dir.resolve().parents if p.exists() and not p.stat().st_mode & 0o001]
     if blocked:
         raise LabError(
@@ -167,6 +199,33 @@ def _make_dirs(layout: LabLayout) -> None:
         d.chmod(0o755)
     layout.upload_dir.mkdir(parents=True, exist_ok=True)
     layout.upload_dir.chmod(0o1777)  # servers write uploads as different users
+
+
+def servers_status(
+    layout: LabLayout, servers: list[str], datasets: dict[str, DatasetConfig], skipped: str
+) -> list[tuple[str, bool | None, str]]:
+    """(component, up?, detail) for each server and dataset of a lab (or a mesh site); up
+    is None for a server that is not installed (a note, not a failure): its protocol's
+    transfers then `skipped` says what."""
+    out: list[tuple[str, bool | None, str]] = []
+    for name in servers:
+        server = SERVERS[name]
+        if not server.installed():
+            out.append((name, None, f"not installed ({server.serves} {skipped})"))
+            continue
+        pid = labservers.running_pid(layout, server)
+        good = pid is not None and labservers.listening(layout, server)
+        detail = (
+            f"pid {pid}, port {server.port} ({server.serves})"
+            if good
+            else f"not running (log {layout.logfile(name + '.stdout')})"
+        )
+        out.append((name, good, detail))
+    sums = dataset_files.read_manifest(layout.checksums)
+    for name, ds in datasets.items():
+        good = all((layout.data_dir / m).exists() and m in sums for m in dataset_files.member_names(ds))
+        out.append(("dataset", good, f"{name}: {layout.data_dir / ds.file} ({dataset_files.describe(ds)})"))
+    return out
 
 
 def lab_servers(config: Config) -> list[str]:
@@ -250,8 +309,8 @@ def up(config: Config) -> list[str]:
         raise LabError("the configuration has no lab: section")
     require_root()
     layout = LabLayout(config.lab)
-    _claim_state_dir(layout)
-    _make_dirs(layout)
+    claim_state_dir(layout.state_dir, config.lab.name, "/var/lib/bigbinf/lab")
+    make_dirs(layout)
     messages = []
     via_wan = network.needs_delay_line(config.lab.link)
     network.link_up(layout, via_wan)
@@ -259,7 +318,7 @@ def up(config: Config) -> list[str]:
     if via_wan:
         network.delay_line_up(layout, config.lab.link)
     _ssh_files(layout)
-    made = _datasets(layout, lab_datasets(config))
+    made = ensure_datasets(layout, lab_datasets(config))
     messages += _start_servers(layout, lab_servers(config))
     if made:
         messages.append("created datasets: " + ", ".join(made))
@@ -280,10 +339,10 @@ def serve(config: Config, stop: threading.Event) -> None:
     layout = LabLayout(config.lab, in_place=True)
     ready = layout.state_dir / "ready"
     ready.unlink(missing_ok=True)
-    _claim_state_dir(layout)
-    _make_dirs(layout)
+    claim_state_dir(layout.state_dir, config.lab.name, "/var/lib/bigbinf/lab")
+    make_dirs(layout)
     _ssh_files(layout)
-    _datasets(layout, lab_datasets(config))
+    ensure_datasets(layout, lab_datasets(config))
     pids: list[int] = []
     try:
         for message in _start_servers(layout, lab_servers(config), pids):
@@ -321,7 +380,7 @@ def teardown(layout: LabLayout) -> list[str]:
         if hosts_dir.exists():
             shutil.rmtree(hosts_dir, ignore_errors=True)
             messages.append(f"removed {hosts_dir}")
-    if (layout.state_dir / MARKER).exists():
+    if owns_state_dir(layout.state_dir, layout.config.name):
         shutil.rmtree(layout.state_dir, ignore_errors=True)
         messages.append(f"removed {layout.state_dir}")
     return messages or [f"lab {layout.config.name} was not up"]
@@ -355,25 +414,11 @@ def status(config: Config) -> tuple[bool, list[str]]:
             .splitlines()
         )
         lines.append(f"{'shape':<12} {'':<5} {'; '.join(qdisc) or 'none'}")
-    for name in lab_servers(config):
-        server = SERVERS[name]
-        if not server.installed():
-            lines.append(f"{name:<12} {'':<5} not installed ({server.serves} will be skipped)")
-            continue
-        pid = labservers.running_pid(layout, server)
-        good = pid is not None and labservers.listening(layout, server)
-        report(
-            name,
-            good,
-            f"pid {pid}, port {server.port} ({server.serves})"
-            if good
-            else f"not running (log {layout.logfile(name + '.stdout')})",
-        )
-    sums = dataset_files.read_manifest(layout.checksums)
-    for name, ds in lab_datasets(config).items():
-        members = dataset_files.member_names(ds)
-        good = all((layout.data_dir / m).exists() and m in sums for m in members)
-        report("dataset", good, f"{name}: {layout.data_dir / ds.file} ({dataset_files.describe(ds)})")
+    for name, good, detail in servers_status(layout, lab_servers(config), lab_datasets(config), "will be skipped"):
+        if good is None:
+            lines.append(f"{name:<12} {'':<5} {detail}")
+        else:
+            report(name, good, detail)
     shape = config.lab.link
     if network.needs_delay_line(shape):
         pid = network.delay_line_pid(layout)

@@ -27,20 +27,24 @@ from bigbinf.lab.layout import LabError, LabLayout
 from bigbinf.measure.process import check_run, in_netns, netns_exists
 
 
-def _ip(*args: str, what: str) -> str:
+def ip(*args: str, what: str) -> str:
+    """Run `ip ARGS`; a failure raises with `what` (measure.process.check_run)."""
     return check_run(["ip", *args], what)
 
 
-def _in(ns: str, argv: list[str], what: str) -> str:
+def run_in(ns: str, argv: list[str], what: str) -> str:
+    """Run argv in namespace ns; a failure raises with `what`."""
     return check_run(in_netns(ns, argv), what)
 
 
-def _exists(ns: str, ifname: str) -> bool:
+def link_exists(ns: str, ifname: str) -> bool:
+    """Whether namespace ns has a device named ifname."""
     return subprocess.run(["ip", "-n", ns, "link", "show", ifname], capture_output=True).returncode == 0
 
 
-def _veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
-    _ip(
+def veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
+    """Create the veth pair if_a (in ns_a) / if_b (in ns_b)."""
+    ip(
         "link",
         "add",
         if_a,
@@ -57,25 +61,27 @@ def _veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
     )
 
 
-def _wire_end(ns: str, ifname: str, address: str | None, prefix_length: int) -> None:
-    _in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], f"disable IPv6 on {ifname}")
+def wire_end(ns: str, ifname: str, address: str | None, prefix_length: int) -> None:
+    """Make one end of a lab link measurable: IPv6 off, the address (if any), up, offloads off."""
+    run_in(ns, ["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"], f"disable IPv6 on {ifname}")
     if address:
-        _ip("-n", ns, "addr", "replace", f"{address}/{prefix_length}", "dev", ifname, what=f"address {ifname}")
-    _ip("-n", ns, "link", "set", ifname, "up", what=f"bring up {ifname}")
+        ip("-n", ns, "addr", "replace", f"{address}/{prefix_length}", "dev", ifname, what=f"address {ifname}")
+    ip("-n", ns, "link", "set", ifname, "up", what=f"bring up {ifname}")
     # Real wire-sized frames: without this the capture sees ~64 KB GSO "packets".
-    _in(ns, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"], f"turn offloads off on {ifname}")
+    run_in(ns, ["ethtool", "-K", ifname, "tso", "off", "gso", "off", "gro", "off"], f"turn offloads off on {ifname}")
 
 
-def _neigh(ns: str, ifname: str, address: str, peer_ns: str, peer_if: str) -> None:
-    # Static neighbours: no ARP traffic in the interface counters or the captures.
-    _ip(
+def neigh(ns: str, ifname: str, address: str, peer_ns: str, peer_if: str) -> None:
+    """A permanent neighbour entry on ifname: address is at peer_if's MAC (in peer_ns), so
+    no ARP traffic enters the interface counters or the captures."""
+    ip(
         "-n",
         ns,
         "neigh",
         "replace",
         address,
         "lladdr",
-        _mac(peer_ns, peer_if),
+        mac(peer_ns, peer_if),
         "dev",
         ifname,
         "nud",
@@ -89,31 +95,31 @@ def link_up(layout: LabLayout, via_wan: bool) -> None:
     cfg = layout.config
     for ns in (layout.client_ns, layout.remote_ns, *((layout.wan_ns,) if via_wan else ())):
         if not netns_exists(ns):
-            _ip("netns", "add", ns, what=f"create namespace {ns}")
-        _ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
+            ip("netns", "add", ns, what=f"create namespace {ns}")
+        ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
     if via_wan:
         # A direct pair from an earlier `up` goes (deleting one end deletes both).
         for ns, ifname, wan_if in (
             (layout.client_ns, layout.client_if, layout.wan_client_if),
             (layout.remote_ns, layout.remote_if, layout.wan_remote_if),
         ):
-            if not _exists(layout.wan_ns, wan_if):
-                if _exists(ns, ifname):
-                    _ip("-n", ns, "link", "del", ifname, what=f"remove the direct {ifname}")
-                _veth(ns, ifname, layout.wan_ns, wan_if)
+            if not link_exists(layout.wan_ns, wan_if):
+                if link_exists(ns, ifname):
+                    ip("-n", ns, "link", "del", ifname, what=f"remove the direct {ifname}")
+                veth(ns, ifname, layout.wan_ns, wan_if)
         client_peer, remote_peer = (layout.wan_ns, layout.wan_client_if), (layout.wan_ns, layout.wan_remote_if)
     else:
         if netns_exists(layout.wan_ns):  # the delay line of an earlier `up` is not wanted now
             remove_namespace(layout.wan_ns)
-        if not (_exists(layout.client_ns, layout.client_if) and _exists(layout.remote_ns, layout.remote_if)):
-            if _exists(layout.client_ns, layout.client_if):
-                _ip("-n", layout.client_ns, "link", "del", layout.client_if, what=f"remove {layout.client_if}")
-            _veth(layout.client_ns, layout.client_if, layout.remote_ns, layout.remote_if)
+        if not (link_exists(layout.client_ns, layout.client_if) and link_exists(layout.remote_ns, layout.remote_if)):
+            if link_exists(layout.client_ns, layout.client_if):
+                ip("-n", layout.client_ns, "link", "del", layout.client_if, what=f"remove {layout.client_if}")
+            veth(layout.client_ns, layout.client_if, layout.remote_ns, layout.remote_if)
         client_peer, remote_peer = (layout.remote_ns, layout.remote_if), (layout.client_ns, layout.client_if)
-    _wire_end(layout.client_ns, layout.client_if, cfg.client_address, cfg.prefix_length)
-    _wire_end(layout.remote_ns, layout.remote_if, cfg.remote_address, cfg.prefix_length)
-    _neigh(layout.client_ns, layout.client_if, cfg.remote_address, *client_peer)
-    _neigh(layout.remote_ns, layout.remote_if, cfg.client_address, *remote_peer)
+    wire_end(layout.client_ns, layout.client_if, cfg.client_address, cfg.prefix_length)
+    wire_end(layout.remote_ns, layout.remote_if, cfg.remote_address, cfg.prefix_length)
+    neigh(layout.client_ns, layout.client_if, cfg.remote_address, *client_peer)
+    neigh(layout.remote_ns, layout.remote_if, cfg.client_address, *remote_peer)
     if via_wan:
         _wan_up(layout)
 
@@ -123,17 +129,17 @@ def _wan_up(layout: LabLayout) -> None:
     are added once its devices exist (_delay_line_up)."""
     cfg, ns = layout.config, layout.wan_ns
     for ifname in (layout.wan_client_if, layout.wan_remote_if):
-        _wire_end(ns, ifname, None, cfg.prefix_length)
-    _neigh(ns, layout.wan_client_if, cfg.client_address, layout.client_ns, layout.client_if)
-    _neigh(ns, layout.wan_remote_if, cfg.remote_address, layout.remote_ns, layout.remote_if)
+        wire_end(ns, ifname, None, cfg.prefix_length)
+    neigh(ns, layout.wan_client_if, cfg.client_address, layout.client_ns, layout.client_if)
+    neigh(ns, layout.wan_remote_if, cfg.remote_address, layout.remote_ns, layout.remote_if)
     # Packets re-enter from the TUN devices with the far end's source address: no
     # reverse-path filtering here.  Forwarding is switched on only by _delay_line_up,
     # once every packet is routed through the delay line: until then the namespace
     # carries nothing, rather than an undelayed link.
     for key in ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
-        _in(ns, ["sysctl", "-qw", key], f"set {key} in {ns}")
-    _ip("-n", ns, "route", "replace", f"{cfg.client_address}/32", "dev", layout.wan_client_if, what="route to client")
-    _ip("-n", ns, "route", "replace", f"{cfg.remote_address}/32", "dev", layout.wan_remote_if, what="route to remote")
+        run_in(ns, ["sysctl", "-qw", key], f"set {key} in {ns}")
+    ip("-n", ns, "route", "replace", f"{cfg.client_address}/32", "dev", layout.wan_client_if, what="route to client")
+    ip("-n", ns, "route", "replace", f"{cfg.remote_address}/32", "dev", layout.wan_remote_if, what="route to remote")
 
 
 DELAY_LINE = "delayline"
@@ -169,9 +175,9 @@ def delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) ->
         _start_delay_line(layout, params, timeout)
     for table, entry_if, tun in _WAN_TABLES:
         entry, device = getattr(layout, entry_if), getattr(layout, tun)
-        _in(ns, ["sysctl", "-qw", f"net.ipv4.conf.{device}.rp_filter=0"], f"rp_filter on {device}")
-        _ip("-n", ns, "route", "replace", "default", "dev", device, "table", str(table), what=f"route into {device}")
-        _ip(
+        run_in(ns, ["sysctl", "-qw", f"net.ipv4.conf.{device}.rp_filter=0"], f"rp_filter on {device}")
+        ip("-n", ns, "route", "replace", "default", "dev", device, "table", str(table), what=f"route into {device}")
+        ip(
             "-n",
             ns,
             "route",
@@ -185,7 +191,7 @@ def delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) ->
             what=f"blackhole behind {device}",
         )
         subprocess.run(["ip", "-n", ns, "rule", "del", "priority", str(table)], capture_output=True)
-        _ip(
+        ip(
             "-n",
             ns,
             "rule",
@@ -198,7 +204,7 @@ def delay_line_up(layout: LabLayout, link: LinkConfig, timeout: float = 10.0) ->
             str(table),
             what=f"send {entry}'s packets into {device}",
         )
-    _in(ns, ["sysctl", "-qw", "net.ipv4.ip_forward=1"], f"switch on forwarding in {ns}")
+    run_in(ns, ["sysctl", "-qw", "net.ipv4.ip_forward=1"], f"switch on forwarding in {ns}")
 
 
 def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
@@ -224,7 +230,7 @@ def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
         )
     pidfile.write_text(f"{proc.pid} {params}\n")
     deadline = time.monotonic() + timeout
-    while not all(_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
+    while not all(link_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()  # a half-started delay line must not be taken for a running one
             proc.wait()
@@ -242,8 +248,9 @@ def delay_line_routed(layout: LabLayout) -> bool:
     return forwarding == "1" and all(f"{table}:" in rules and f"lookup {table}" in rules for table, _, _ in _WAN_TABLES)
 
 
-def _mac(ns: str, ifname: str) -> str:
-    info = json.loads(_ip("-n", ns, "-j", "link", "show", "dev", ifname, what=f"read {ifname}"))
+def mac(ns: str, ifname: str) -> str:
+    """The MAC address of ifname in namespace ns."""
+    info = json.loads(ip("-n", ns, "-j", "link", "show", "dev", ifname, what=f"read {ifname}"))
     return str(info[0]["address"])
 
 
@@ -293,7 +300,7 @@ def shape(layout: LabLayout) -> list[str]:
         first, *rest = shape_argv(ifname, link, with_netem)
         subprocess.run(in_netns(ns, first), capture_output=True)
         for argv in rest:
-            _in(ns, argv, f"shape {ifname}")
+            run_in(ns, argv, f"shape {ifname}")
     return messages
 
 

@@ -88,7 +88,15 @@ DASHBOARDS_SUBDIR = "grafana/dashboards"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="bigbinf-prometheus")  # provisioned with this uid
 SERIES = "protocol, remote, dataset, direction"
 # Every panel narrows to the dashboard's variables (multi-value: Grafana renders a regex).
-SEL = 'remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset", direction=~"$direction"'
+# `site` is the mesh site a series runs from (a mesh exporter labels every series with it,
+# docs/mesh.md), `mesh` the mesh (its sites' Prometheus add it when they forward to a
+# central one, bigbinf.mesh.prometheus); a single-site exporter's series have neither, and
+# `=~".*"` (All) matches a missing label too.  `mesh` is what the Mesh dashboard's cell
+# links pass on (var-mesh), so that two meshes with the same site names stay apart.
+SEL = (
+    'mesh=~"$mesh", site=~"$site", remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset", '
+    'direction=~"$direction"'
+)
 
 
 def sel(*extra: str) -> str:
@@ -199,7 +207,7 @@ def verdict_code() -> str:
 
 def psel(*extra: str) -> str:
     """The path gauges' selector: they have a remote, not the series' other labels."""
-    return "{" + ", ".join(('remote=~"$remote"', *extra)) + "}"
+    return "{" + ", ".join(('mesh=~"$mesh"', 'site=~"$site"', 'remote=~"$remote"', *extra)) + "}"
 
 
 def probe_hour() -> str:
@@ -349,18 +357,27 @@ def series_variable(name: str, label: str, query_text: str) -> QueryVariable:
 def series_variables() -> list[cogbuilder.Builder[VariableModel]]:
     # Chained: each list only offers values that exist for the choices before it.
     metric = metrics.TRANSFERS_TOTAL.name
-    return [
-        series_variable("remote", "Remote", f"label_values({metric}, remote)"),
-        series_variable("protocol", "Protocol", f'label_values({metric}{{remote=~"$remote"}}, protocol)'),
-        series_variable(
-            "dataset", "Dataset", f'label_values({metric}{{remote=~"$remote", protocol=~"$protocol"}}, dataset)'
-        ),
-        series_variable(
-            "direction",
-            "Direction",
-            f'label_values({metric}{{remote=~"$remote", protocol=~"$protocol", dataset=~"$dataset"}}, direction)',
-        ),
+    chain = [
+        # Both empty on a single-site Prometheus (All, which matches series without the
+        # label); on a mesh's central Prometheus, the mesh and the site the transfers run from.
+        ("mesh", "Mesh"),
+        ("site", "Site"),
+        ("remote", "Remote"),
+        ("protocol", "Protocol"),
+        ("dataset", "Dataset"),
+        ("direction", "Direction"),
     ]
+    variables: list[cogbuilder.Builder[VariableModel]] = []
+    for i, (name, label) in enumerate(chain):
+        before = ", ".join(f'{n}=~"${n}"' for n, _ in chain[:i])
+        variables.append(
+            series_variable(
+                name,
+                label,
+                f"label_values({metric}{{{before}}}, {name})" if before else f"label_values({metric}, {name})",
+            )
+        )
+    return variables
 
 
 def base(uid: str, title: str, description: str, time_from: str = "now-7d") -> Dashboard:
@@ -491,8 +508,9 @@ def overview() -> Dashboard:
     )
 
     d.with_row(g.row("Table 2: means per dataset and protocol over the time range"))
-    # Every series label: downloads and uploads, or two remotes, are different rows.
-    by = "dataset, protocol, direction, remote"
+    # Every series label: downloads and uploads, two remotes, or (on a mesh's central
+    # Prometheus) two sites, are different rows.
+    by = "site, dataset, protocol, direction, remote"
     ok_count = f"{metrics.DURATION_HIST.name}_count{sel()}"
     wire = metrics.WIRE_BYTES_TOTAL.name
     not_ok = metrics.TRANSFERS_TOTAL.name + sel(eq("outcome", "ok|skipped", "!~"))
@@ -516,7 +534,7 @@ def overview() -> Dashboard:
     )
     for ref, expr, _ in columns:
         t2 = t2.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
-    names = {"dataset": "dataset", "protocol": "protocol", "direction": "direction", "remote": "remote"}
+    names = {"site": "site", "dataset": "dataset", "protocol": "protocol", "direction": "direction", "remote": "remote"}
     names.update({f"Value #{ref}": name for ref, _, name in columns})
     t2 = t2.transformations(merge_and_rename(names))
     for name, unit in (
@@ -1335,7 +1353,245 @@ def path() -> Dashboard:
     return d
 
 
+# ---------------------------------------------------------------- the mesh
+#
+# Run against a mesh's central Prometheus, which every site's Prometheus forwards to
+# (bigbinf.mesh.prometheus): `site` is the site a transfer runs from (the exporter's own
+# label), `remote` the site it goes to, `mesh` the mesh (the sites' external label).
+
+MESH_SEL = 'mesh="$mesh", protocol="$protocol", dataset="$dataset", direction="$direction"'
+PAIR = "site, remote"  # one grid cell: (from, to)
+FROM = "from"  # the grid's first column: the row's site
+TIME_OF_DAY_UID = "bigbinf-time-of-day"
+
+
+def msel(*extra: str) -> str:
+    return "{" + ", ".join((MESH_SEL, *extra)) + "}"
+
+
+def mesh_variables() -> list[cogbuilder.Builder[VariableModel]]:
+    """One mesh (several may share a central Prometheus, with the same site names), then
+    one protocol, dataset and direction: single values, so that a grid cell is one series,
+    not several mixed, and the plan panels speak of one mesh."""
+    metric = metrics.TRANSFERS_TOTAL.name
+    chain = [("mesh", "Mesh"), ("protocol", "Protocol"), ("dataset", "Dataset"), ("direction", "Direction")]
+    variables: list[cogbuilder.Builder[VariableModel]] = []
+    for i, (name, label) in enumerate(chain):
+        before = ", ".join(f'{n}="${n}"' for n, _ in chain[:i])
+        variables.append(
+            QueryVariable(name)
+            .label(label)
+            .datasource(DATASOURCE)
+            .query(f"label_values({metric}{{{before}}}, {name})" if before else f"label_values({metric}, {name})")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+        )
+    return variables
+
+
+def last_period() -> str:
+    """Each series' last transfer (ok or not) as a `period` label, peak or offpeak, as the
+    recording rules attribute it (their PEAK: the peak hours they were generated with)."""
+    peak = f"{settings.PEAK}{msel()}"
+    return (
+        f'label_replace({peak} == 1, "period", "peak", "", "")\n'
+        f'  or label_replace({peak} == 0, "period", "offpeak", "", "")'
+    )
+
+
+def pair_baseline() -> str:
+    """The 7-day baseline of each series' last transfer: the regression rules'
+    PERIOD_BASELINE_7D (the 7-day per-transfer mean of the period the transfer started in,
+    else the all-day one) for that transfer's own period."""
+    return f"{settings.PERIOD_BASELINE_7D}{msel()}\n  and ({last_period()})"
+
+
+def pair_matrix() -> list[DataTransformerConfig]:
+    """Rows of (site, remote, value) -> one row per `from` site, one column per `to` site."""
+    return [
+        DataTransformerConfig(
+            id_val="groupingToMatrix", options={"columnField": "remote", "rowField": "site", "valueField": "Value"}
+        ),
+        DataTransformerConfig(id_val="organize", options={"renameByName": {"site\\remote": FROM}}),
+        DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": FROM}]}),
+    ]
+
+
+def time_of_day_link() -> DynamicConfigValue:
+    """A cell's link: the Time of day dashboard for its pair (row = site, column = remote)
+    in the chosen mesh (its `mesh` variable: two meshes may share site names) and the
+    chosen protocol, dataset and direction, keeping the time range."""
+    url = (
+        f'/d/{TIME_OF_DAY_UID}?var-mesh=${{mesh}}&var-site=${{__data.fields["{FROM}"]}}&var-remote=${{__field.name}}'
+        "&var-protocol=${protocol}&var-dataset=${dataset}&var-direction=${direction}&${__url_time_range}"
+    )
+    return DynamicConfigValue(
+        id_val="links",
+        value=[{"title": f'Time of day: ${{__data.fields["{FROM}"]}} → ${{__field.name}}', "url": url}],
+    )
+
+
+def pair_grid(title: str, description: str, expr: str, unit: str, coloured: bool = False) -> table.Panel:
+    """A site x site grid of one number per pair; every cell links to the pair's Time of
+    day dashboard.  The number fields are the cells (the `from` column is text), so the
+    links and the colouring (by the panel's thresholds) go on them only."""
+    cells = [time_of_day_link()]
+    if coloured:
+        cells.append(DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}))
+    return (
+        table.Panel()
+        .title(title)
+        .description(description)
+        .with_target(query(f"max by ({PAIR}) (\n  {expr}\n)", instant=True, fmt=PromQueryFormat.TABLE))
+        .transformations(pair_matrix())
+        .unit(unit)
+        .override_by_field_type("number", cells)
+        .no_value("No transfer of this protocol, dataset and direction")
+    )
+
+
+def mesh() -> Dashboard:
+    g = Grid()
+    s = settings.Settings()
+    d = (
+        Dashboard("bigbinf / Mesh")
+        .uid("bigbinf-mesh")
+        .description(
+            "Every pair of sites of a mesh, on the central Prometheus the sites forward to: the latest throughput "
+            "from each site (rows) to each other (columns) against the pair's own 7-day baseline, and whether the "
+            "sites keep to the mesh plan."
+        )
+        .tags(["bigbinf"])
+        .editable()
+        .time("now-7d", "now")
+        .refresh("1m")
+        .timezone("browser")
+        .link(
+            DashboardLink("bigbinf dashboards")
+            .type(DashboardLinkType.DASHBOARDS)
+            .tags(["bigbinf"])
+            .as_dropdown(True)
+            .keep_time(True)
+        )
+        .variables(mesh_variables())
+    )
+    last = f"{settings.LAST_THROUGHPUT}{msel()}"
+    # `max by`: one series per cell once mesh, protocol, dataset and direction are fixed
+    # (job and instance of the one exporter at the site); max, not sum, should a site's
+    # series come twice (an exporter scraped by two jobs).
+    #
+    # Grafana colours a table cell by that cell's own value only, so the grid that is
+    # coloured holds the ratio (latest / baseline) and two grids beside it hold the numbers
+    # it is made of; one grid of throughputs coloured by ratio is not expressible.
+    d.with_row(g.row("Latest throughput against each pair's 7-day baseline (rows: from, columns: to)"))
+    ratio_grid = pair_grid(
+        "Latest throughput / 7-day baseline",
+        f"Throughput of each pair's last transfer (0 if it failed) over the pair's 7-day per-transfer mean for the "
+        f"same period of the day (the regression rules' baseline, evaluated at the site).  Red below "
+        f"{s.regression_fraction:g} (BigbinfThroughputRegression's threshold), orange below 0.9.  Empty: no "
+        "baseline yet.  Click a cell for the pair's Time of day dashboard.",
+        f"{last}\n  / ignoring(period)\n  ({pair_baseline()})",
+        "percentunit",
+        coloured=True,
+    )
+    ratio_grid = ratio_grid.thresholds(thresholds((None, "red"), (s.regression_fraction, "orange"), (0.9, "green")))
+    d.with_panel(g.place(ratio_grid, 24, 8))
+    d.with_panel(
+        g.place(
+            pair_grid(
+                "Latest throughput",
+                "File bytes / duration of each pair's last transfer (0 if it failed).",
+                last,
+                "Bps",
+            ),
+            12,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            pair_grid(
+                "7-day baseline",
+                "The pair's 7-day per-transfer mean throughput for the period of the day its last transfer "
+                "started in (series_period:...:baseline7d, recorded at the site).",
+                pair_baseline(),
+                "Bps",
+            ),
+            12,
+            8,
+        )
+    )
+
+    d.with_row(g.row("Keeping to the plan"))
+    in_mesh = '{mesh="$mesh"}'  # the one mesh chosen: its sites' plans, not another mesh's
+    columns = [
+        ("A", f"round(sum by (site) (increase({metrics.SLOT_OVERRUNS_TOTAL.name}{in_mesh}[$__range])))", "overruns"),
+        ("B", f"round(sum by (site) (increase({metrics.SLOTS_MISSED_TOTAL.name}{in_mesh}[$__range])))", "missed slots"),
+        ("C", f"max by (site) ({metrics.LAST_SLOT_OVERRUN.name}{in_mesh})", "longest last overrun"),
+    ]
+    slots = (
+        table.Panel()
+        .title("Slot overruns and missed slots per site")
+        .description(
+            "Over the time range, every protocol and dataset: transfers whose traffic went on past the end of their "
+            "slot (the site's next slot waited), slots not run because the previous transfer still ran, and the "
+            "longest overrun among the series' last transfers.  Non-zero: give those tests a budget, or the "
+            "schedule more room (docs/mesh.md)."
+        )
+    )
+    for ref, expr, _ in columns:
+        slots = slots.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
+    names = {"site": "site"}
+    names.update({f"Value #{ref}": name for ref, _, name in columns})
+    slots = (
+        slots.transformations(merge_and_rename(names))
+        .override_by_name(*unit_override("longest last overrun", "s"))
+        .thresholds(thresholds((None, "green"), (1, "orange")))
+        .override_by_name("overruns", [DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"})])
+        .override_by_name(
+            "missed slots", [DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-text"})]
+        )
+    )
+    d.with_panel(g.place(slots, 12, 8))
+    plan = metrics.PLAN_INFO.name
+    d.with_panel(
+        g.place(
+            stat.Panel()
+            .title("Plans in use")
+            .description(
+                "Distinct mesh plan fingerprints the chosen mesh's sites publish now (other meshes on the same "
+                "Prometheus are not counted): 1 when every site computed the same slots from the same mesh file, "
+                "durations and date; more, and the sites disagree (a site with an older mesh file or durations "
+                "file): their slots may collide."
+            )
+            .with_target(query(f"count(count by (fingerprint) ({plan}{in_mesh}))", instant=True))
+            .thresholds(thresholds((None, "green"), (2, "red")))
+            .color_mode(BigValueColorMode.BACKGROUND)
+            .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])),
+            4,
+            8,
+        )
+    )
+    d.with_panel(
+        g.place(
+            table.Panel()
+            .title("Plan fingerprint per site")
+            .description("The plan each site runs now; a site whose fingerprint differs from the others' disagrees.")
+            .with_target(
+                query(f"max by (site, fingerprint) ({plan}{in_mesh})", instant=True, fmt=PromQueryFormat.TABLE)
+            )
+            .transformations(
+                [DataTransformerConfig(id_val="organize", options={"excludeByName": {"Time": True, "Value": True}})]
+            ),
+            8,
+            8,
+        )
+    )
+    return d
+
+
 DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
+    "mesh.json": mesh,
     "overview.json": overview,
     "path.json": path,
     "protocols.json": protocols,

@@ -15,6 +15,7 @@ sees the series before its first transfer and `increase()` counts that first tra
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -101,6 +102,17 @@ class SweepBest:
     timestamp: float  # when the run ended (its last result's start)
 
 
+@dataclass(frozen=True)
+class MeshRound:
+    """The mesh round a mesh exporter is in or waiting for, as published
+    (service/mesh_runner.py): how long its slots need, how long it is, and its plan's
+    fingerprint."""
+
+    planned_seconds: float
+    period_seconds: float
+    fingerprint: str
+
+
 class ExporterState:
     """Everything /metrics shows, updated by the round runner (and reloads), read by the
     collector and the exposition cache.
@@ -109,8 +121,11 @@ class ExporterState:
     released the subscribers are told (the exposition cache re-renders), so what a scrape
     is served only ever moves from one complete state to a later one."""
 
-    def __init__(self) -> None:
+    def __init__(self, site: str = "") -> None:
         self._lock = threading.Lock()
+        # The mesh site this exporter runs for ("" for a single-site exporter): every
+        # series gets a `site` label and the mesh families are published.  Set once.
+        self.site = site
         self.generation = 0
         self._subscribers: list[Callable[[], None]] = []
         # False drops bigbinf_transfer_payload_size_bytes (config metrics.payload_histograms):
@@ -129,6 +144,11 @@ class ExporterState:
         self.journal_failures = 0
         self.paths: dict[str, PathBaseline] = {}  # the last baseline of each remote
         self.sweeps: dict[str, tuple[SweepBest, ...]] = {}  # the last run of each sweep, per dataset
+        # A mesh site's slots: overruns and missed slots per series, the last slot's overrun.
+        self.slot_overruns: dict[SeriesKey, int] = {}
+        self.slot_last_overrun: dict[SeriesKey, float] = {}
+        self.slots_missed: dict[SeriesKey, int] = {}
+        self.mesh_round: MeshRound | None = None
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call `callback` (without the lock held) after every change of the state."""
@@ -157,6 +177,9 @@ class ExporterState:
         with self._changing():
             for key in keys:
                 self.series[key]  # defaultdict creates the zeroed counters
+                if self.site:  # a mesh site's slot counters start at 0 too, for increase()
+                    self.slot_overruns.setdefault(key, 0)
+                    self.slots_missed.setdefault(key, 0)
             if schedule_interval is not None:
                 self.schedule_interval = dict.fromkeys(keys, schedule_interval)
 
@@ -169,6 +192,10 @@ class ExporterState:
                 current = self.latest.get(r.key)
                 if current is None or r.start_timestamp >= current.start_timestamp:
                     self.latest[r.key] = r
+                    if r.slot_overrun_seconds is not None:
+                        self.slot_last_overrun[r.key] = r.slot_overrun_seconds
+                    else:  # a newer result from outside a slot: no slot's overrun is current
+                        self.slot_last_overrun.pop(r.key, None)
                 if r.outcome == "ok":
                     self.last_success[r.key] = max(self.last_success.get(r.key, 0.0), r.start_timestamp)
         return n
@@ -178,6 +205,10 @@ class ExporterState:
             self.latest[r.key] = r
             c = self.series[r.key]
             c.outcomes[r.outcome] += 1
+            if r.slot_overrun_seconds is not None:  # run in a mesh slot, whatever its outcome
+                self.slot_last_overrun[r.key] = r.slot_overrun_seconds
+                overran = 1 if r.slot_overrun_seconds > 0 else 0
+                self.slot_overruns[r.key] = self.slot_overruns.get(r.key, 0) + overran
             if r.outcome != "ok":
                 return
             self.last_success[r.key] = r.start_timestamp
@@ -236,6 +267,14 @@ class ExporterState:
         with self._changing():
             self.rounds_skipped += 1
 
+    def record_slot_missed(self, key: SeriesKey) -> None:
+        with self._changing():
+            self.slots_missed[key] = self.slots_missed.get(key, 0) + 1
+
+    def record_mesh_round(self, mesh_round: MeshRound) -> None:
+        with self._changing():
+            self.mesh_round = mesh_round
+
     def record_config(self, ok: bool, when: float | None = None) -> None:
         with self._changing():
             self.config_ok = ok
@@ -250,7 +289,7 @@ class ExporterState:
         """A copy for one rendering, taken under the lock.  Results and baselines are
         immutable, so only the counters are copied (copy.deepcopy of 2,000 series cost
         a tenth of a second a scrape)."""
-        clone = ExporterState()
+        clone = ExporterState(self.site)
         with self._lock:
             clone.generation = self.generation
             clone.payload_histograms = self.payload_histograms
@@ -267,7 +306,18 @@ class ExporterState:
             clone.journal_failures = self.journal_failures
             clone.paths = dict(self.paths)
             clone.sweeps = dict(self.sweeps)
+            clone.slot_overruns = dict(self.slot_overruns)
+            clone.slot_last_overrun = dict(self.slot_last_overrun)
+            clone.slots_missed = dict(self.slots_missed)
+            clone.mesh_round = self.mesh_round
         return clone
+
+
+def with_label(family: Metric, name: str, value: str) -> Metric:
+    """`family` with the label name=value added to every sample (a family built for one
+    collect, so changed in place)."""
+    family.samples = [sample._replace(labels={**sample.labels, name: value}) for sample in family.samples]
+    return family
 
 
 def _labels(key: SeriesKey) -> list[str]:
@@ -283,11 +333,41 @@ class BigbinfCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self.state.snapshot()
-        yield from self._last_results(s)
-        yield from self._paths(s)
-        yield from self._series_counters(s)
-        yield from self._self_metrics(s)
-        yield from self._sweeps(s)
+        families = itertools.chain(
+            self._last_results(s), self._paths(s), self._series_counters(s), self._self_metrics(s), self._sweeps(s)
+        )
+        if not s.site:
+            yield from families
+            return
+        # A mesh site's exporter: its own families, then the site label on every sample
+        # of every family (one place, so no family can be left without it).
+        for family in itertools.chain(families, self._mesh(s)):
+            yield with_label(family, M.SITE_LABEL, s.site)
+
+    # -- a mesh site's slots and round plan
+
+    @staticmethod
+    def _mesh(s: ExporterState) -> Iterator[Metric]:
+        def counter(spec: M.Spec, values: dict[SeriesKey, int]) -> CounterMetricFamily:
+            fam = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+            for key in sorted(values, key=_labels):
+                fam.add_metric(_labels(key), values[key])
+            return fam
+
+        yield counter(M.SLOT_OVERRUNS_TOTAL, s.slot_overruns)
+        last = GaugeMetricFamily(M.LAST_SLOT_OVERRUN.name, M.LAST_SLOT_OVERRUN.help, labels=M.LAST_SLOT_OVERRUN.labels)
+        for key in sorted(s.slot_last_overrun, key=_labels):
+            last.add_metric(_labels(key), s.slot_last_overrun[key])
+        yield last
+        yield counter(M.SLOTS_MISSED_TOTAL, s.slots_missed)
+        planned = GaugeMetricFamily(M.ROUND_PLANNED.name, M.ROUND_PLANNED.help, labels=())
+        period = GaugeMetricFamily(M.ROUND_PERIOD.name, M.ROUND_PERIOD.help, labels=())
+        info = GaugeMetricFamily(M.PLAN_INFO.name, M.PLAN_INFO.help, labels=M.PLAN_INFO.labels)
+        if s.mesh_round is not None:
+            planned.add_metric([], s.mesh_round.planned_seconds)
+            period.add_metric([], s.mesh_round.period_seconds)
+            info.add_metric([s.mesh_round.fingerprint], 1.0)
+        yield from (planned, period, info)
 
     # -- tuning sweeps: one series per sweep and dataset, until the sweep runs again
 

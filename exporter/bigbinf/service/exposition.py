@@ -155,8 +155,11 @@ class _Lines:
 class _Renderer:
     MEMO_SIZE = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[tuple[str, str], ...] = ()) -> None:
         self.families: list[Family] = []
+        # Labels on every sample (a mesh site's `site`), added here, where every sample
+        # line is made, so no family can be left without them.
+        self.extra = extra
         # Most values repeat (0, 1, small bucket counts) and come first; the rest (times,
         # byte totals) are mostly unique and would only grow the memo by ~10 MB.
         self._values: dict[float, str] = {}
@@ -174,7 +177,7 @@ class _Renderer:
         return text
 
     def sample(self, lines: _Lines, name: str, labels: Iterable[tuple[str, str]], value: float) -> None:
-        label_text = _label_text(labels)
+        label_text = _label_text([*labels, *self.extra] if self.extra else labels)
         if label_text:
             lines.append(f"{name}{{{label_text}}} {self.value(value)}\n")
         else:
@@ -183,13 +186,13 @@ class _Renderer:
     def histogram(self, lines: _Lines, name: str, labels: Sequence[tuple[str, str]], hist: Histogram) -> None:
         """_bucket per bound (cumulative), then _count and _sum, as HistogramMetricFamily
         adds them; `le` takes its sorted place among the labels."""
-        ordered = sorted(labels)
+        ordered = sorted([*labels, *self.extra])
         before = "".join(f'{k}="{_escape_label_value(v)}",' for k, v in ordered if k < "le")
         after = "".join(f',{k}="{_escape_label_value(v)}"' for k, v in ordered if k > "le")
         buckets = hist.buckets()
         for le, count in buckets:
             lines.append(f'{name}_bucket{{{before}le="{le}"{after}}} {self.value(count)}\n')
-        self.sample(lines, name + "_count", labels, buckets[-1][1])
+        self.sample(lines, name + "_count", labels, buckets[-1][1])  # sample() adds the extra labels
         self.sample(lines, name + "_sum", labels, hist.total)
 
     def family(self, spec: M.Spec, mtype: str, lines: _Lines) -> None:
@@ -211,7 +214,7 @@ class _Renderer:
 
 def render(s: ExporterState) -> tuple[Family, ...]:
     """The families of one state (a snapshot), in BigbinfCollector's order."""
-    r = _Renderer()
+    r = _Renderer(((M.SITE_LABEL, s.site),) if s.site else ())
 
     # Last results, then the last success, per series in the collector's order.
     specs = {spec.name: spec for spec in M.LAST_RESULT}
@@ -293,6 +296,24 @@ def render(s: ExporterState) -> tuple[Family, ...]:
                 r.sample(gain, M.SWEEP_GAIN.name, pairs, b.gain_ratio)
     r.family(M.SWEEP_BEST, "gauge", best)
     r.family(M.SWEEP_GAIN, "gauge", gain)
+
+    # A mesh site's slots and round plan (only a mesh exporter publishes them).
+    if s.site:
+        slot_values: tuple[tuple[M.Spec, str, dict[SeriesKey, int] | dict[SeriesKey, float]], ...] = (
+            (M.SLOT_OVERRUNS_TOTAL, "counter", s.slot_overruns),
+            (M.LAST_SLOT_OVERRUN, "gauge", s.slot_last_overrun),
+            (M.SLOTS_MISSED_TOTAL, "counter", s.slots_missed),
+        )
+        for spec, mtype, per_key in slot_values:
+            per_series = _Lines()
+            for series_key in sorted(per_key, key=_series_order):
+                labels = zip(M.SERIES_LABELS, _series_values(series_key), strict=True)
+                r.sample(per_series, spec.name, labels, per_key[series_key])
+            r.family(spec, mtype, per_series)
+        plan = s.mesh_round
+        single(M.ROUND_PLANNED, "gauge", plan.planned_seconds if plan else None)
+        single(M.ROUND_PERIOD, "gauge", plan.period_seconds if plan else None)
+        single(M.PLAN_INFO, "gauge", 1.0 if plan else None, [("fingerprint", plan.fingerprint)] if plan else [])
     return tuple(r.families)
 
 

@@ -8,6 +8,7 @@ into a counted skip.  The lab, where the config has one, is handed in from outsi
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -59,6 +60,9 @@ class RoundRunner:
         self._file_lock: BinaryIO | None = None  # the journal's lock file while held (_take)
         self.stopping = threading.Event()
         self._iperf3_rates: dict[tuple[str, SeriesKey], float] = {}  # last ok iperf3 rate per series
+        # The mesh site whose tests these are (`once --mesh.file M --site S`): set on its
+        # results, as the mesh runner sets it on its slots' results.
+        self.site = ""
 
     def run_round(self, specs: list[TransferSpec] | None = None) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running."""
@@ -135,6 +139,8 @@ class RoundRunner:
                     # Killed by our own shutdown: not a measurement of the remote.
                     log.info("%s interrupted by shutdown: not recorded", spec.label)
                     return results
+                if self.site:
+                    result = dataclasses.replace(result, site=self.site)
                 self.publish(result)
                 results.append(result)
             self.state.record_round(time.monotonic() - start, time.time())

@@ -15,6 +15,11 @@ holds only its own thread.  Reading a request (handshake, request line, headers,
 has one deadline, enforced by a reaper thread that shuts overdue sockets down; a body
 is bounded; and the number of connections is bounded, beyond which new ones are closed
 at once.
+
+For a mesh site (`mesh_file` and `site`) the configuration is the site's view of the
+mesh file, and service/mesh_runner.py runs the site's tests in the mesh plan's slots
+instead of the cron rounds; a reload reads the mesh file again.  Every series then
+carries the `site` label (service/collector.py, service/exposition.py).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from bigbinf.measure.process import kill_all_active
 from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
+from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, MeshSite
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
 from bigbinf.service.webconfig import WebConfig, load_web_config, peer_sans
@@ -61,22 +67,40 @@ class ListenError(RuntimeError):
 class Exporter:
     def __init__(
         self,
-        config_path: str | Path,
+        config_path: str | Path | None,
         listen: str = DEFAULT_LISTEN,
         lab: LabFor = no_lab,
         web_config_path: str | Path | None = None,
         enable_lifecycle: bool = False,
+        mesh_file: str | Path | None = None,
+        site: str | None = None,
+        mesh_loader: MeshLoader | None = None,
     ) -> None:
-        self.config_path = Path(config_path)
+        """A single-site exporter from `config_path`, or, with `mesh_file`, the exporter of
+        mesh site `site`: `mesh_loader` (cli.py's, which may import bigbinf.mesh) reads
+        the mesh file as that site's view of it."""
+        self.mesh_file = Path(mesh_file) if mesh_file is not None else None
+        self.site = site
+        self.mesh_loader = mesh_loader
+        if self.mesh_file is not None:
+            if not site or mesh_loader is None:
+                raise ValueError("a mesh exporter needs its site and a mesh loader")
+            self.config_path = self.mesh_file  # what messages name as the configuration
+        elif config_path is None:
+            raise ValueError("give config_path or mesh_file")
+        else:
+            self.config_path = Path(config_path)
         self.listen = listen
         self.web_config_path = web_config_path
         self.enable_lifecycle = enable_lifecycle
         self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
-        self.state = ExporterState()
+        self.state = ExporterState(site or "")
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BigbinfCollector(self.state))
         self.metrics = MetricsCache(self.state, self.registry)
-        config = load_config(self.config_path)  # a bad config at start is fatal (--config.check says why)
+        # A bad config (or mesh file) at start is fatal (--config.check says why).
+        mesh = self._load_mesh()
+        config = mesh.config if mesh is not None else load_config(self.config_path)
         check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
         self.state.record_config(True)
         self.state.set_payload_histograms(config.metrics.payload_histograms)
@@ -93,14 +117,28 @@ class Exporter:
         # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
         sweeps.restore(self.state, self.runner.journal.read(), config)
         self.sweeper = sweeps.SweepRunner(self.runner)
-        self.state.prime(configured, longest_gap_seconds(config.schedule))
+        self.state.prime(configured, self._stale_after(config, mesh))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
+        # A mesh site's slots replace the cron rounds.
+        self.mesh_runner = MeshRunner(self.runner, mesh) if mesh is not None else None
         self.httpd: ThreadingHTTPServer | None = None
         self._reload_lock = threading.Lock()
 
     @property
     def config(self) -> Config:
         return self.runner.config
+
+    def _load_mesh(self) -> MeshSite | None:
+        """The site's view of the mesh file (None for a single-site exporter); ConfigError if invalid."""
+        if self.mesh_file is None:
+            return None
+        assert self.mesh_loader is not None and self.site
+        return self.mesh_loader(self.mesh_file, self.site)
+
+    @staticmethod
+    def _stale_after(config: Config, mesh: MeshSite | None) -> float:
+        # A mesh site's tests run once per mesh round, not on its config's (default) schedule.
+        return mesh.schedule_interval if mesh is not None else longest_gap_seconds(config.schedule)
 
     def _scheduled_round(self) -> None:
         try:
@@ -124,34 +162,40 @@ class Exporter:
     def start(self) -> None:
         if self.httpd is None:
             self.bind()
-        self.scheduler.add_job(
-            self._scheduled_round,
-            make_trigger(self.config.schedule),
-            id=JOB_ID,
-            max_instances=1,
-            coalesce=True,
-            misfire_grace_time=3600,
-        )
+        if self.mesh_runner is None:
+            self.scheduler.add_job(
+                self._scheduled_round,
+                make_trigger(self.config.schedule),
+                id=JOB_ID,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=3600,
+            )
         delay = self.config.schedule.start_delay
-        if delay is not None:
+        if delay is not None and self.mesh_runner is None:
             # A one-off first round (demos: data within seconds, after Prometheus has
             # scraped the primed zero counters).  It shares the round lock.
             when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
             self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round")
         sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
         self.scheduler.start()
-        job = self.scheduler.get_job(JOB_ID)
-        log.info("next round at %s", job.next_run_time if job else "never")
+        if self.mesh_runner is not None:
+            self.mesh_runner.start()
+            log.info("mesh site %s: running its tests in the slots of %s", self.site, self.mesh_file)
+        else:
+            job = self.scheduler.get_job(JOB_ID)
+            log.info("next round at %s", job.next_run_time if job else "never")
         assert self.httpd is not None
         self.metrics.start()  # rendered before the first scrape can arrive
         threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True).start()
         log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
 
     def reload(self) -> bool:
-        """Load the config file again; swap only if valid. Reported as metrics."""
+        """Load the config file (or the mesh file) again; swap only if valid. Reported as metrics."""
         with self._reload_lock:
             try:
-                config = load_config(self.config_path)
+                mesh = self._load_mesh()
+                config = mesh.config if mesh is not None else load_config(self.config_path)
                 check_secret_files(config, str(self.config_path))
                 web = load_web_config(self.web_config_path)
             except ConfigError as exc:
@@ -164,8 +208,11 @@ class Exporter:
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
-            self.state.prime(series_of(config, self.runner.lab), longest_gap_seconds(config.schedule))
-            self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
+            self.state.prime(series_of(config, self.runner.lab), self._stale_after(config, mesh))
+            if self.mesh_runner is not None and mesh is not None:
+                self.mesh_runner.mesh = mesh  # planned again before the next slot
+            else:
+                self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.forget_sweeps(config.sweeps)
             sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
@@ -174,6 +221,8 @@ class Exporter:
 
     def stop(self) -> None:
         self.runner.stopping.set()
+        if self.mesh_runner is not None:
+            self.mesh_runner.stop()
         if self.httpd:
             self.httpd.shutdown()
             self.httpd.server_close()
@@ -436,8 +485,17 @@ def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
 
 def _landing_page(exporter: Exporter) -> str:
     """Links and version, like exporter-toolkit's landing page; nothing from the config."""
-    job = exporter.scheduler.get_job(JOB_ID)
-    next_round = html.escape(str(job.next_run_time)) if job else "not scheduled"
+    if exporter.mesh_runner is not None:
+        when = exporter.mesh_runner.next_slot_start
+        next_round = (
+            dt.datetime.fromtimestamp(when, dt.UTC).isoformat(timespec="seconds") + " (this site's next slot)"
+            if when is not None
+            else "not planned yet"
+        )
+    else:
+        job = exporter.scheduler.get_job(JOB_ID)
+        next_round = str(job.next_run_time) if job else "not scheduled"
+    next_round = html.escape(next_round)
     return (
         "<!DOCTYPE html><html><head><title>bigbinf exporter</title></head><body>"
         "<h1>bigbinf exporter</h1><p>Scheduled, packet-captured bulk-transfer measurements.</p>"

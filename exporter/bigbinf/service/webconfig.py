@@ -44,7 +44,7 @@ import bcrypt
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bigbinf.config import ConfigError, ConfigIssue, _pydantic_issues, _StrictLoader
+from bigbinf.config import ConfigError, ConfigIssue, _StrictLoader, pydantic_issues
 
 ClientAuth = Literal[
     "NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"
@@ -362,21 +362,9 @@ def load_web_config(path: str | Path | None) -> WebConfig:
 
 
 def _web_issues(exc: ValidationError) -> list[ConfigIssue]:
-    """config.py's messages, with this file's keys for unknown ones."""
-    issues = []
-    for issue in _pydantic_issues(exc):
-        if issue.path.startswith("basic_auth_users."):
-            continue  # _issues says it without echoing the value (it may be a password)
-        if issue.message.startswith("unknown key"):
-            parts = issue.path.split(".")
-            model: type[BaseModel] = WebConfigFile
-            for part in parts[:-1]:
-                annotation = model.model_fields[part].annotation if part in model.model_fields else None
-                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                    model = annotation
-            issue = ConfigIssue(issue.path, f"unknown key {parts[-1]!r}; allowed keys: {', '.join(model.model_fields)}")
-        issues.append(issue)
-    return issues
+    """config.py's messages, rooted at this file's model."""
+    # _issues says a user's problem without echoing the value (it may be a password).
+    return [i for i in pydantic_issues(exc, WebConfigFile) if not i.path.startswith("basic_auth_users.")]
 
 
 def peer_sans(cert: dict[str, Any] | None) -> list[str]:

@@ -1,0 +1,597 @@
+"""The mesh's slot plan: when each test runs, computed alike by every site's exporter.
+
+There is no coordinator.  Every exporter computes the same plan from the same inputs
+(the mesh file, the durations file distributed with it, and the round's start), so two
+tests that share a site never run at once, although no exporter asks another anything.
+That rests on three things:
+
+* determinism: the order comes from mesh-file order only (never set or hash order), and
+  every length is an integer number of milliseconds computed with exact fractions, so
+  every machine gets identical numbers (RoundPlan.fingerprint: equal iff plans equal);
+* the durations file: slots are sized from it, never from an exporter's own journal,
+  which differs from site to site (and so would the plans);
+* synchronised clocks (NTP): a slot starts on each exporter's own clock; the guard gap
+  after every slot absorbs their offset and the connections' teardown (docs/mesh.md).
+
+Packing: a test occupies both its sites for its slot.  Tests are listed in round-robin
+tournament order (the circle method over the sites in mesh order), so the pairs of one
+tournament round are disjoint and run at the same time, and then placed greedily: each
+slot starts at the earliest time at or after the round's start at which both its sites
+are free (a site is free again a guard gap after its previous slot ends).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import zoneinfo
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError
+
+from bigbinf.config import ConfigError as _ConfigError
+from bigbinf.config import ConfigIssue, Direction, Name, _Strict, pydantic_issues, read_yaml
+from bigbinf.cron import crontab_trigger
+from bigbinf.mesh.config import MeshConfig, MeshError, MeshTest, exporter_of, path_bandwidth, test_pairs
+
+# Added to a measured or estimated transfer: starting the capture, the ssh session and the
+# tool, and stopping the capture afterwards (seconds; lab measurements: 0.5-1.5 s).
+SETUP_SECONDS = Fraction(2)
+# The path MTU search (icmp probes with mtu: true): the route's MTU passes on most paths,
+# one echo; a path narrower than its route needs a search and may overrun its slot.
+MTU_SEARCH_SECONDS = Fraction(1)
+# A measured slot is headroom x the longest of this many recent ok durations.
+TYPICAL_OF = 5
+# Durations kept per test in the durations file (mesh durations --keep).
+KEEP = 5
+
+SOURCES = ("budget", "measured", "estimated", "default")
+
+
+@dataclass(frozen=True, order=True)
+class TestKey:
+    """One test of the mesh: src's exporter moves dataset with protocol to or from dst."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    src: str
+    dst: str
+    protocol: str
+    dataset: str
+    direction: str
+
+    def __str__(self) -> str:
+        return f"{self.src} -> {self.dst} {self.protocol}/{self.dataset}/{self.direction}"
+
+
+@dataclass(frozen=True)
+class Slot:
+    start: float  # UTC epoch seconds, whole milliseconds
+    end: float  # start + length (the slot's end; the guard gap comes after it)
+    test: TestKey
+    repetition: int  # 0-based, schedule.repetitions per round
+    source: str  # how the length was found: "budget" | "measured" | "estimated" | "default"
+    probe: bool  # the first slot of (src, dst) in this round: the runner probes the path in it
+
+    @property
+    def length(self) -> float:
+        return _seconds(_ms(self.end) - _ms(self.start))
+
+    def involves(self, site: str) -> bool:
+        return site in (self.test.src, self.test.dst)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    start: float  # this round's start
+    end: float  # the next round's start: the round must be over by then
+    slots: tuple[Slot, ...]  # in start order
+    fingerprint: str  # equal at every site iff the plans are equal
+    guard: float = 0.0  # schedule.guard: after the last slot too, before the next round's first
+
+    @property
+    def planned_end(self) -> float:
+        return max((s.end for s in self.slots), default=self.start)
+
+    @property
+    def slack_seconds(self) -> float:
+        """The time between the last slot's guard gap and the next round (< 0: overrun)."""
+        return _seconds(_ms(self.end) - _ms(self.planned_end) - _ms(self.guard))
+
+    @property
+    def fits(self) -> bool:
+        """planned_end + guard <= end: the next round's first slot may start at its start."""
+        return _ms(self.planned_end) + _ms(self.guard) <= _ms(self.end)
+
+    @property
+    def overflow_seconds(self) -> float:
+        return max(0.0, -self.slack_seconds)
+
+
+# ---------------------------------------------------------------- exact arithmetic
+
+
+def _exact(value: float | int) -> Fraction:
+    # The decimal the user wrote (repr is the shortest round-tripping decimal, the same on
+    # every platform), not the binary double: 0.2 x 20 must be 4 s, not 4.000000000000001.
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+def _ceil_ms(seconds: Fraction) -> int:
+    return math.ceil(seconds * 1000)
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds of an epoch or length given in seconds (floats of whole ms)."""
+    return round(seconds * 1000)
+
+
+def _seconds(ms: int) -> float:
+    return ms / 1000
+
+
+# ---------------------------------------------------------------- the durations file
+
+
+class _DurationEntry(_Strict):
+    src: Name
+    dst: Name
+    protocol: Name
+    dataset: Name
+    direction: Direction
+    durations: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)]  # seconds, oldest first
+    last_utc: str = ""  # start of the newest of them
+
+
+class _DurationsFile(_Strict):
+    mesh: str = ""
+    written_utc: str = ""
+    keep: Annotated[int, Field(ge=1)] = KEEP
+    tests: list[_DurationEntry] = Field(default_factory=list)
+
+
+class Durations:
+    """Recent ok durations per test, from the durations file (`mesh durations`)."""
+
+    def __init__(self, tests: Mapping[TestKey, Sequence[float]] | None = None, written_utc: str = "") -> None:
+        self.tests = {key: tuple(values) for key, values in (tests or {}).items()}
+        self.written_utc = written_utc
+
+    def __len__(self) -> int:
+        return len(self.tests)
+
+    def typical(self, test: TestKey) -> float | None:
+        """The longest of the last TYPICAL_OF durations: a slot must hold a slow run too."""
+        recent = self.tests.get(test, ())[-TYPICAL_OF:]
+        return max(recent) if recent else None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"key {repeated[0]!r} is given twice in one object")
+    return dict(pairs)
+
+
+def _read_durations_json(text: str, source: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise MeshError(source, [ConfigIssue("", f"line {exc.lineno} column {exc.colno}: {exc.msg}")]) from None
+    except ValueError as exc:
+        raise MeshError(source, [ConfigIssue("", str(exc))]) from None
+    if not isinstance(raw, dict):
+        raise MeshError(source, [ConfigIssue("", "expected a JSON object with tests: [...]")])
+    return raw
+
+
+def parse_durations(text: str, source: str) -> Durations:
+    """A durations file: JSON as `mesh durations` writes it (a YAML file of the same shape
+    is read too, but slowly: ~0.5 ms a test against JSON's ~2 us)."""
+    if text.lstrip().startswith("{"):
+        raw = _read_durations_json(text, source)
+    else:
+        try:
+            raw = read_yaml(text, source, "tests: a list of {src, dst, protocol, dataset, direction, durations}")
+        except _ConfigError as exc:
+            raise MeshError(source, exc.issues) from None
+    try:
+        data = _DurationsFile.model_validate(raw)
+    except ValidationError as exc:
+        raise MeshError(source, pydantic_issues(exc, _DurationsFile)) from None
+    tests: dict[TestKey, tuple[float, ...]] = {}
+    issues = []
+    for i, entry in enumerate(data.tests):
+        key = TestKey(entry.src, entry.dst, entry.protocol, entry.dataset, entry.direction)
+        if key in tests:
+            issues.append(ConfigIssue(f"tests[{i}]", f"{key} is listed twice; regenerate with mesh durations"))
+        tests[key] = tuple(entry.durations)
+    if issues:
+        raise MeshError(source, issues)
+    return Durations(tests, data.written_utc)
+
+
+def dump_durations(data: Mapping[str, Any]) -> str:
+    """write_durations' content as the file's text: JSON, one test a line (diffable)."""
+    head = json.dumps({k: v for k, v in data.items() if k != "tests"})[:-1]
+    tests = ",\n".join(json.dumps(t) for t in data["tests"])
+    return f'{head}, "tests": [\n{tests}\n]}}\n' if tests else f'{head}, "tests": []}}\n'
+
+
+def load_durations(mesh: MeshConfig) -> Durations:
+    """The mesh's durations file (schedule.durations); empty if it names none."""
+    path = mesh.schedule.durations
+    if path is None:
+        return Durations()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MeshError(
+            str(path),
+            [
+                ConfigIssue(
+                    "",
+                    f"cannot read the durations file ({exc.strerror}); write it with `mesh durations` "
+                    "or remove schedule.durations",
+                )
+            ],
+        ) from None
+    return parse_durations(text, str(path))
+
+
+# ---------------------------------------------------------------- the tests and their lengths
+
+
+def _entries(mesh: MeshConfig) -> Iterator[tuple[TestKey, MeshTest]]:
+    """Every test with the tests: entry that defines it, in mesh order (repeats included)."""
+    for entry in mesh.tests:
+        for src, dst in test_pairs(mesh, entry):
+            for protocol in entry.protocols:
+                for dataset in entry.datasets:
+                    for direction in entry.directions:
+                        yield TestKey(src, dst, protocol, dataset, direction), entry
+
+
+def mesh_tests(mesh: MeshConfig) -> dict[TestKey, float | None]:
+    """Every test once, in mesh order (as outgoing() lists them), with its budget: that of
+    the first tests: entry naming it that has one (so a narrower entry can budget some of
+    an "all pairs" entry's tests), else None."""
+    tests: dict[TestKey, float | None] = {}
+    for key, entry in _entries(mesh):
+        if tests.get(key) is None:
+            tests[key] = entry.budget
+    return tests
+
+
+def _transfer_ms(mesh: MeshConfig, test: TestKey, budget: float | None, durations: Durations) -> tuple[int, str]:
+    if budget is not None:
+        return _ceil_ms(_exact(budget)), "budget"
+    headroom = _exact(mesh.schedule.headroom)
+    typical = durations.typical(test)
+    if typical is not None:
+        return _ceil_ms(headroom * _exact(typical) + SETUP_SECONDS), "measured"
+    bandwidth = path_bandwidth(mesh, test.src, test.dst)
+    if bandwidth:
+        dataset = mesh.datasets[test.dataset]
+        seconds = Fraction(dataset.size * dataset.count) / _exact(bandwidth)
+        return _ceil_ms(headroom * seconds + SETUP_SECONDS), "estimated"
+    return _ceil_ms(_exact(mesh.schedule.budget)), "default"
+
+
+def probe_ms(mesh: MeshConfig, test: TestKey) -> int:
+    """The path probe's time (dst's probe settings, as the runner uses them; 0 if disabled):
+    the train (measure/probe.py's expected_seconds, a little generously) and the MTU search."""
+    probe = mesh.sites[test.dst].probe
+    if not probe.enabled:
+        return 0
+    interval, timeout = _exact(probe.interval), _exact(probe.timeout)
+    if probe.method == "tcp":  # sequential connects: each waits for the one before
+        return _ceil_ms(probe.count * max(interval, timeout) + timeout)
+    mtu = MTU_SEARCH_SECONDS if probe.mtu else Fraction(0)
+    return _ceil_ms(probe.count * interval + timeout + mtu)
+
+
+def slot_length(mesh: MeshConfig, test: TestKey, durations: Durations, probe: bool = False) -> tuple[float, str]:
+    """A test's slot in seconds (whole ms) and where the length came from (SOURCES)."""
+    ms, source = _transfer_ms(mesh, test, mesh_tests(mesh).get(test), durations)
+    return _seconds(ms + (probe_ms(mesh, test) if probe else 0)), source
+
+
+# ---------------------------------------------------------------- order and packing
+
+
+def tournament(sites: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Round-robin rounds of disjoint pairs (the circle method): site 0 stays, the others
+    rotate.  Each pair is (earlier, later) in `sites` order; an odd count sits one out."""
+    ring: list[str | None] = [*sites, None] if len(sites) % 2 else list(sites)
+    n, rank = len(ring), {s: i for i, s in enumerate(sites)}
+    rounds = []
+    for r in range(n - 1):
+        turn = [ring[0], *(ring[1:][(i - r) % (n - 1)] for i in range(n - 1))]
+        pairs = []
+        for i in range(n // 2):
+            a, b = turn[i], turn[n - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((a, b) if rank[a] < rank[b] else (b, a))
+        rounds.append(pairs)
+    return rounds
+
+
+def slot_order(mesh: MeshConfig, tests: Sequence[TestKey]) -> list[TestKey]:
+    """`tests` in packing order: tournament pair by pair, a -> b then b -> a, each
+    direction's tests in mesh order."""
+    by_path: dict[tuple[str, str], list[TestKey]] = {}
+    for test in tests:
+        by_path.setdefault((test.src, test.dst), []).append(test)
+    order: list[TestKey] = []
+    for pairs in tournament(list(mesh.sites)):
+        for a, b in pairs:
+            order += by_path.get((a, b), []) + by_path.get((b, a), [])
+    return order
+
+
+@dataclass(frozen=True)
+class _Placed:
+    start: int
+    end: int
+    seq: int
+    test: TestKey
+    repetition: int
+    source: str
+    probe: bool
+
+
+def _pack(
+    order: Sequence[TestKey],
+    lengths: Mapping[TestKey, tuple[int, str]],
+    probes: Mapping[TestKey, int],
+    start: int,
+    guard: int,
+    repetitions: int,
+) -> list[_Placed]:
+    free: dict[str, int] = {}  # site -> when it may start its next slot (ms)
+    probed: set[tuple[str, str]] = set()
+    placed: list[_Placed] = []
+    for repetition in range(repetitions):
+        for test in order:
+            path = (test.src, test.dst)
+            probe = path not in probed and probes[test] > 0
+            probed.add(path)
+            length, source = lengths[test]
+            begin = max(start, free.get(test.src, start), free.get(test.dst, start))
+            end = begin + length + (probes[test] if probe else 0)
+            free[test.src] = free[test.dst] = end + guard
+            placed.append(_Placed(begin, end, len(placed), test, repetition, source, probe))
+    placed.sort(key=lambda p: (p.start, p.seq))
+    return placed
+
+
+def _fingerprint(start: int, end: int, guard: int, placed: Sequence[_Placed]) -> str:
+    digest = hashlib.sha256(f"{start} {end} {guard}\n".encode())
+    for p in placed:
+        t = p.test
+        test = f"{t.src} {t.dst} {t.protocol} {t.dataset} {t.direction}"
+        digest.update(f"{p.start} {p.end} {test} {p.repetition} {p.source} {p.probe}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def guard_ms(mesh: MeshConfig) -> int:
+    return _ceil_ms(_exact(mesh.schedule.guard))
+
+
+def _packing(mesh: MeshConfig, durations: Durations) -> list[_Placed]:
+    """Every slot of a round that starts at 0 (ms): packing does not depend on the round's
+    start, so a day's rounds are one packing, shifted (_shifted)."""
+    tests = mesh_tests(mesh)
+    lengths = {test: _transfer_ms(mesh, test, budget, durations) for test, budget in tests.items()}
+    probes = {test: probe_ms(mesh, test) for test in tests}
+    order = slot_order(mesh, list(tests))
+    return _pack(order, lengths, probes, 0, guard_ms(mesh), mesh.schedule.repetitions)
+
+
+def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms: int) -> RoundPlan:
+    """The round [start_ms, end_ms) of a packing: every slot moved by start_ms (integer ms,
+    so exactly as packing from start_ms would place it; the fingerprint has the start)."""
+    guard = guard_ms(mesh)
+    placed = [
+        _Placed(p.start + start_ms, p.end + start_ms, p.seq, p.test, p.repetition, p.source, p.probe) for p in packing
+    ]
+    slots = tuple(Slot(_seconds(p.start), _seconds(p.end), p.test, p.repetition, p.source, p.probe) for p in placed)
+    fingerprint = _fingerprint(start_ms, end_ms, guard, placed)
+    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, fingerprint, _seconds(guard))
+
+
+def plan_round(mesh: MeshConfig, start: float, end: float, durations: Durations) -> RoundPlan:
+    """The slots of the round that starts at `start` (and must be over by `end`, its last
+    slot's guard gap included)."""
+    return _shifted(mesh, _packing(mesh, durations), _ms(start), _ms(end))
+
+
+def site_busy_seconds(mesh: MeshConfig, plan: RoundPlan) -> dict[str, float]:
+    """Per site, its slots' lengths plus the guard gaps between them: no order of these
+    slots ends the round sooner than its start + the largest of these (a lower bound)."""
+    guard = guard_ms(mesh)
+    busy, count = dict.fromkeys(mesh.sites, 0), dict.fromkeys(mesh.sites, 0)
+    for slot in plan.slots:
+        for site in (slot.test.src, slot.test.dst):
+            busy[site] += _ms(slot.end) - _ms(slot.start)
+            count[site] += 1
+    return {site: _seconds(busy[site] + guard * max(0, count[site] - 1)) for site in mesh.sites}
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def _zone(mesh: MeshConfig) -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(mesh.schedule.timezone)
+
+
+def _midnight_ms(day: dt.date, zone: zoneinfo.ZoneInfo) -> int:
+    return round(dt.datetime.combine(day, dt.time(0), tzinfo=zone).timestamp() * 1000)
+
+
+def _local_day(ms: int, zone: zoneinfo.ZoneInfo) -> dt.date:
+    return dt.datetime.fromtimestamp(ms / 1000, zone).date()
+
+
+def _interval_ms(mesh: MeshConfig) -> int | None:
+    interval = mesh.schedule.interval
+    return None if interval is None else _ceil_ms(_exact(interval))
+
+
+def _interval_next(mesh: MeshConfig, after: int, interval: int) -> int:
+    # Rounds every interval from each local midnight, the last one of a day cut short by
+    # the next midnight (so a day always starts a round at 00:00, DST days too).
+    zone = _zone(mesh)
+    day = _local_day(after, zone)
+    midnight, next_midnight = _midnight_ms(day, zone), _midnight_ms(day + dt.timedelta(days=1), zone)
+    candidate = midnight + -(-(after - midnight) // interval) * interval
+    return candidate if candidate < next_midnight else next_midnight
+
+
+def _interval_prev(mesh: MeshConfig, when: int, interval: int) -> int:
+    zone = _zone(mesh)
+    midnight = _midnight_ms(_local_day(when, zone), zone)
+    return midnight + (when - midnight) // interval * interval
+
+
+def _cron_next(mesh: MeshConfig, after: int) -> int | None:
+    zone = _zone(mesh)
+    now = dt.datetime.fromtimestamp(after / 1000, zone)
+    fires = [crontab_trigger(expr, zone).get_next_fire_time(None, now) for expr in mesh.schedule.cron]
+    return min((round(f.timestamp() * 1000) for f in fires if f is not None), default=None)
+
+
+# How far back to look for the start of the round a moment is in: an hour covers cron
+# lines that fire often; a leap-year cycle covers "once a year on Feb 29".
+_LOOKBACK_MS = tuple(d * 3_600_000 for d in (1, 24, 8 * 24, 32 * 24, 367 * 24, 1462 * 24))
+
+
+def _cron_prev(mesh: MeshConfig, when: int) -> int | None:
+    for back in _LOOKBACK_MS:
+        last, start = None, _cron_next(mesh, when - back)
+        while start is not None and start <= when:
+            last, start = start, _cron_next(mesh, start + 1)
+        if last is not None:
+            return last
+    return None
+
+
+def _next_start(mesh: MeshConfig, after: int) -> int | None:
+    """The first round start at or after `after` (ms); None if the cron never fires again."""
+    interval = _interval_ms(mesh)
+    return _interval_next(mesh, after, interval) if interval else _cron_next(mesh, after)
+
+
+def _prev_start(mesh: MeshConfig, when: int) -> int | None:
+    interval = _interval_ms(mesh)
+    return _interval_prev(mesh, when, interval) if interval else _cron_prev(mesh, when)
+
+
+def round_starts(mesh: MeshConfig, day: dt.date) -> list[float]:
+    """The round starts on `day` in the schedule's time zone (UTC epoch seconds)."""
+    zone = _zone(mesh)
+    lo, hi = _midnight_ms(day, zone), _midnight_ms(day + dt.timedelta(days=1), zone)
+    starts, start = [], _next_start(mesh, lo)
+    while start is not None and start < hi:
+        starts.append(_seconds(start))
+        start = _next_start(mesh, start + 1)
+    return starts
+
+
+_DAY_MS = 86_400_000
+
+
+def _round(mesh: MeshConfig, start: int, packing: Sequence[_Placed]) -> RoundPlan:
+    end = _next_start(mesh, start + 1)
+    # Five-field cron lines always fire again; should one not, give the round a day.
+    return _shifted(mesh, packing, start, end if end is not None else start + _DAY_MS)
+
+
+def round_at(mesh: MeshConfig, when: float, durations: Durations) -> RoundPlan | None:
+    """The round whose [start, end) holds `when`; None if the schedule never fired before."""
+    start = _prev_start(mesh, math.floor(when * 1000))
+    return None if start is None else _round(mesh, start, _packing(mesh, durations))
+
+
+def next_rounds(mesh: MeshConfig, after: float, durations: Durations) -> Iterator[RoundPlan]:
+    """The rounds starting at or after `after`, in order, for as long as the schedule fires."""
+    start = _next_start(mesh, math.ceil(after * 1000))
+    packing = _packing(mesh, durations) if start is not None else []
+    while start is not None:
+        yield _round(mesh, start, packing)
+        start = _next_start(mesh, start + 1)
+
+
+def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
+    """Every round starting on `day` (local), each with its end at the next round's start:
+    packed once, shifted to each round's start."""
+    starts = round_starts(mesh, day)
+    packing = _packing(mesh, durations) if starts else []
+    return [_round(mesh, _ms(start), packing) for start in starts]
+
+
+# ---------------------------------------------------------------- writing the durations file
+
+
+def _journal_site(mesh: MeshConfig, path: Path) -> str | None:
+    """The site whose exporter journals to `path` (sites.NAME.exporter.journal), if one does."""
+    here = path.resolve()
+    owners = [name for name in mesh.sites if exporter_of(mesh, name).journal.resolve() == here]
+    return owners[0] if len(owners) == 1 else None
+
+
+def write_durations(
+    mesh: MeshConfig, journals: Sequence[Path | tuple[str | None, Path]], keep: int = KEEP
+) -> dict[str, Any]:
+    """The durations file's content from exporters' journals: per mesh test the last `keep`
+    ok durations of scheduled runs (source "exporter"), oldest first.
+
+    A result's site is its own `site` field; for older results without one, the SITE of
+    a SITE=PATH journal, else the site whose exporter.journal is that path."""
+    from bigbinf.journal import Journal
+
+    tests = mesh_tests(mesh)
+    found: dict[TestKey, list[tuple[float, float]]] = {}
+    for item in journals:
+        given, path = item if isinstance(item, tuple) else (None, item)
+        if not path.is_file():
+            raise MeshError(str(path), [ConfigIssue("", "no such journal file")])
+        fallback = given or _journal_site(mesh, path)
+        for result in Journal(path).read():
+            if result.outcome != "ok" or result.source != "exporter":
+                continue
+            site = result.site or fallback
+            if not site:
+                raise MeshError(
+                    str(path),
+                    [ConfigIssue("", "its results do not say which site ran them; give --journal SITE=PATH")],
+                )
+            key = TestKey(site, result.remote, result.protocol, result.dataset, result.direction)
+            if key in tests:
+                found.setdefault(key, []).append((result.start_timestamp, result.duration_seconds))
+    entries = []
+    for key in tests:  # mesh order: the file is the same whoever writes it from the same journals
+        runs = sorted(found.get(key, []))[-keep:]
+        if runs:
+            last = dt.datetime.fromtimestamp(runs[-1][0], dt.UTC).isoformat(timespec="seconds")
+            entries.append(
+                {
+                    "src": key.src,
+                    "dst": key.dst,
+                    "protocol": key.protocol,
+                    "dataset": key.dataset,
+                    "direction": key.direction,
+                    "durations": [round(d, 3) for _, d in runs],
+                    "last_utc": last,
+                }
+            )
+    written = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return {"mesh": mesh.name, "written_utc": written, "keep": keep, "tests": entries}

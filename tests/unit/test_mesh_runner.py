@@ -1,0 +1,370 @@
+"""A mesh site's exporter: its slots (service/mesh_runner.py), the `site` label, the
+mesh metrics, reloading the mesh file, and the command line's mesh mode.
+
+The round runner, journal, state, collector and rendering are the real ones; plans are
+made here with bigbinf.mesh.plan's own types, a fraction of a second ahead, and the
+transfer is a stub (an injected callable) where a test needs its timing to be exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+
+from bigbinf import cli
+from bigbinf.config import Config
+from bigbinf.journal import Journal
+from bigbinf.measure.plan import TransferSpec
+from bigbinf.mesh import plan
+from bigbinf.result import PathBaseline, Result
+from bigbinf.service.collector import BigbinfCollector, ExporterState
+from bigbinf.service.exposition import build
+from bigbinf.service.mesh_runner import MeshRunner, overrun_seconds, round_id
+from bigbinf.service.rounds import RoundRunner, series_of
+from bigbinf.service.server import JOB_ID, Exporter
+
+from .test_collector import GOLDEN
+from .test_collector import _registry as golden_registry
+from .test_collector import _state as golden_state
+
+SITES = ("a", "b", "c")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_mesh(tmp: Path, **changes: object) -> Path:
+    """Three sites on this host, every ordered pair testing one small dataset with a
+    command that makes the file (verified by size), capture and probes off."""
+    raw: dict[str, object] = {
+        "name": "unit",
+        "sites": {
+            site: {
+                "address": "127.0.0.1",
+                "data_dir": str(tmp / "data"),
+                "probe": {"enabled": False},
+                "exporter": {"listen": f"127.0.0.1:{_free_port()}", "journal": str(tmp / f"{site}.jsonl")},
+            }
+            for site in SITES
+        },
+        "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
+        "protocols": {"make": {"command": ["truncate", "-s", "{size}", "{local_path}"]}},
+        "tests": [{"protocols": ["make"], "datasets": ["f1k"]}],
+        "schedule": {"interval": "1h"},
+        "transfer": {"workdir": str(tmp / "work"), "timeout": "30s"},
+        "capture": {"enabled": False},
+        **changes,
+    }
+    path = tmp / "mesh.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+class FakeMesh:
+    """A MeshSite whose rounds are the given plans (made relative to now by the test)."""
+
+    def __init__(self, view: cli.MeshSite, plans: list[plan.RoundPlan]) -> None:
+        self.site = view.site
+        self.config = view.config
+        self.schedule_interval = view.schedule_interval
+        self.plans = plans
+
+    def rounds(self, after: float) -> Iterator[plan.RoundPlan]:
+        return iter([p for p in self.plans if p.end > after])
+
+
+def _slot(src: str, dst: str, start: float, length: float, probe: bool = False) -> plan.Slot:
+    return plan.Slot(start, start + length, plan.TestKey(src, dst, "make", "f1k", "download"), 0, "budget", probe)
+
+
+def _plan(start: float, slots: list[plan.Slot], end: float | None = None) -> plan.RoundPlan:
+    return plan.RoundPlan(start, end if end is not None else start + 60, tuple(slots), "f1ngerpr1nt0")
+
+
+class StubTransfer:
+    """run_transfer's stand-in: an ok result after `seconds[remote]` (default 0), noting
+    when each call started and ended and whether two ever ran at once."""
+
+    def __init__(self, seconds: dict[str, float] | None = None) -> None:
+        self.seconds = seconds or {}
+        self.calls: list[tuple[str, float, float]] = []
+        self.running = 0
+        self.overlapped = False
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: TransferSpec, config: Config, rid: str, baseline: PathBaseline | None) -> Result:
+        with self._lock:
+            self.running += 1
+            self.overlapped |= self.running > 1
+        start = time.time()
+        time.sleep(self.seconds.get(spec.remote.name, 0.0))
+        end = time.time()
+        with self._lock:
+            self.running -= 1
+        self.calls.append((spec.remote.name, start, end))
+        return Result(
+            spec.protocol,
+            spec.remote.name,
+            spec.dataset,
+            spec.direction,
+            start,
+            "ok",
+            duration_seconds=end - start,
+            file_bytes=1024,
+            round_id=rid,
+        )
+
+
+def _runner(tmp: Path, site: str = "a", transfer: StubTransfer | None = None) -> tuple[MeshRunner, cli.MeshSite]:
+    view = cli.load_mesh_site(write_mesh(tmp), site)
+    state = ExporterState(site)
+    state.prime(series_of(view.config), view.schedule_interval)  # as the exporter does
+    rounds = RoundRunner(view.config, state)
+    return MeshRunner(rounds, view, transfer=transfer or StubTransfer()), view
+
+
+def _registry(state: ExporterState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    return registry
+
+
+def _series(site: str, remote: str) -> dict[str, str]:
+    return {"protocol": "make", "remote": remote, "dataset": "f1k", "direction": "download", "site": site}
+
+
+# ---------------------------------------------------------------- the slots
+
+
+def test_only_this_sites_slots_run_each_not_before_its_start(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, view = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.3
+    slots = [
+        _slot("a", "b", t, 0.4),
+        _slot("b", "c", t, 0.4),  # another site's: never run here
+        _slot("c", "a", t + 0.5, 0.4),  # a is its destination, not its source
+        _slot("a", "c", t + 0.6, 0.4),
+    ]
+    results = runner.run_round(_plan(t, slots))
+    assert results is not None
+    assert [r.remote for r in results] == ["b", "c"]
+    assert [c[0] for c in transfer.calls] == ["b", "c"]
+    assert transfer.calls[0][1] >= t and transfer.calls[1][1] >= t + 0.6  # waited for each start
+    journaled = list(Journal(view.config.journal.path).read())
+    assert [(r.site, r.slot_start_timestamp, r.slot_end_timestamp) for r in journaled] == [
+        ("a", t, t + 0.4),
+        ("a", t + 0.6, t + 1.0),
+    ]
+    assert [r.slot_overrun_seconds for r in journaled] == [0.0, 0.0]
+    assert {r.round_id for r in journaled} == {round_id(_plan(t, slots))}
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_last_slot_overrun_seconds", _series("a", "b")) == 0.0
+    assert get("bigbinf_mesh_slot_overruns_total", _series("a", "b")) == 0.0
+    assert get("bigbinf_rounds_total", {"site": "a"}) == 1.0
+    assert get("bigbinf_mesh_round_period_seconds", {"site": "a"}) == 60.0
+
+
+def test_an_overrun_is_journaled_and_counted_and_the_next_slot_waits_for_it(tmp_path: Path) -> None:
+    transfer = StubTransfer({"b": 0.8})
+    runner, view = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.3
+    slots = [_slot("a", "b", t, 0.3), _slot("a", "c", t + 0.4, 1.5)]
+    results = runner.run_round(_plan(t, slots))
+    assert results is not None and [r.remote for r in results] == ["b", "c"]
+    assert not transfer.overlapped
+    (_, _, first_end), (_, second_start, _) = transfer.calls
+    assert second_start >= first_end  # waited rather than overlapped (its start had passed)
+    first, second = Journal(view.config.journal.path).read()
+    assert first.slot_overrun_seconds is not None and 0.3 < first.slot_overrun_seconds < 1.0
+    assert first.slot_overrun_seconds == pytest.approx(first.start_timestamp + first.duration_seconds - (t + 0.3))
+    assert second.slot_overrun_seconds == 0.0
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slot_overruns_total", _series("a", "b")) == 1.0
+    assert get("bigbinf_mesh_last_slot_overrun_seconds", _series("a", "b")) == first.slot_overrun_seconds
+    assert get("bigbinf_mesh_slot_overruns_total", _series("a", "c")) == 0.0
+
+
+def test_overrun_counts_the_last_packet_after_the_command() -> None:
+    r = Result("make", "b", "f1k", "download", 100.0, "ok", duration_seconds=5.0, last_packet_timestamp=107.5)
+    assert overrun_seconds(r, 106.0) == 1.5
+    assert overrun_seconds(dataclasses.replace(r, last_packet_timestamp=None), 106.0) == 0.0
+
+
+def test_a_slot_that_ends_before_the_previous_transfer_does_is_missed(tmp_path: Path) -> None:
+    transfer = StubTransfer({"b": 1.0})
+    runner, view = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.3
+    results = runner.run_round(_plan(t, [_slot("a", "b", t, 0.2), _slot("a", "c", t + 0.3, 0.4)]))
+    assert results is not None and [r.remote for r in results] == ["b"]
+    assert [c[0] for c in transfer.calls] == ["b"]  # c's slot had ended: not run
+    assert [r.remote for r in Journal(view.config.journal.path).read()] == ["b"]
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 0.0
+
+
+def test_a_slot_waits_for_the_round_lock_only_until_its_end(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, _ = _runner(tmp_path, "a", transfer)
+    assert runner.runner.exclusive()  # a tuning sweep holds the lock
+    try:
+        t = time.time() + 0.1
+        assert runner.run_round(_plan(t, [_slot("a", "b", t, 0.5)])) == []
+    finally:
+        runner.runner.release()
+    assert transfer.calls == []
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 1.0
+
+
+def test_run_plans_rounds_and_stops_when_told(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, view = _runner(tmp_path, "b", transfer)
+    t = time.time() + 0.2
+    runner.mesh = FakeMesh(
+        view,
+        [
+            _plan(t, [_slot("b", "a", t, 0.2), _slot("a", "c", t, 0.2)], end=t + 0.5),
+            _plan(t + 0.5, [_slot("b", "c", t + 0.5, 0.2)], end=t + 60),
+        ],
+    )
+    runner.run(rounds=2)
+    assert [c[0] for c in transfer.calls] == ["a", "c"]
+    assert runner.runner.state.rounds_total == 2
+    # Waiting for a slot far ahead ends at once on stop.
+    runner.mesh = FakeMesh(view, [_plan(t + 3600, [_slot("b", "a", t + 3600, 1)])])
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    time.sleep(0.2)
+    runner.stop()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_sites_rounds_are_the_current_one_then_the_next(tmp_path: Path) -> None:
+    view = cli.load_mesh_site(write_mesh(tmp_path), "a")
+    now = time.time()
+    first, second = list(zip(range(2), view.rounds(now), strict=False))
+    assert first[1].start <= now < first[1].end == second[1].start
+    assert view.schedule_interval == 3600
+    assert {s.test.src for s in first[1].slots} == set(SITES)
+
+
+# ---------------------------------------------------------------- the site label
+
+
+def test_every_series_of_a_mesh_site_carries_its_site_label(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, _ = _runner(tmp_path, "a", transfer)
+    state = runner.runner.state
+    t = time.time() + 0.1
+    runner.run_round(_plan(t, [_slot("a", "b", t, 0.3)]))
+    registry = _registry(state)
+    samples = [s for family in registry.collect() for s in family.samples]
+    assert len(samples) > 20
+    assert all(s.labels.get("site") == "a" for s in samples), [s for s in samples if "site" not in s.labels]
+    names = {s.name for s in samples}
+    assert {"bigbinf_build_info", "bigbinf_config_last_reload_successful", "bigbinf_mesh_plan_info"} <= names
+    # The cached rendering: the same bytes as client_python's, in both formats.
+    rendered = build(state.snapshot())
+    assert b"".join(rendered.chunks("text")) == generate_latest(registry)
+    assert b"".join(rendered.chunks("openmetrics")) == openmetrics_latest(registry)
+    lines = [line for line in b"".join(rendered.chunks("text")).decode().splitlines() if not line.startswith("#")]
+    assert lines and all('site="a"' in line for line in lines)
+
+
+def test_a_single_site_exporters_exposition_is_unchanged() -> None:
+    text = generate_latest(golden_registry(golden_state())).decode()
+    assert text == GOLDEN.read_text()
+    assert b"".join(build(golden_state().snapshot()).chunks("text")).decode() == GOLDEN.read_text()
+    assert "site=" not in text and "bigbinf_mesh_" not in text
+
+
+# ---------------------------------------------------------------- the exporter in mesh mode
+
+
+def test_a_mesh_exporter_runs_slots_not_cron_rounds_and_reloads_only_a_valid_mesh(tmp_path: Path) -> None:
+    path = write_mesh(tmp_path)
+    view = cli.load_mesh_site(path, "a")
+    exporter = Exporter(None, view.listen, mesh_file=path, site="a", mesh_loader=cli.load_mesh_site)
+    try:
+        exporter.start()
+        assert exporter.scheduler.get_job(JOB_ID) is None
+        assert exporter.mesh_runner is not None and exporter.mesh_runner._thread is not None
+        assert exporter.mesh_runner._thread.is_alive()
+        get = exporter.registry.get_sample_value
+        assert get("bigbinf_config_last_reload_successful", {"site": "a"}) == 1.0
+        assert get("bigbinf_transfers_total", {**_series("a", "b"), "outcome": "ok"}) == 0.0
+        assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 0.0
+        assert get("bigbinf_schedule_interval_seconds", _series("a", "b")) == 3600.0
+        before = exporter.config
+
+        path.write_text(path.read_text().replace("interval: 1h", "interval: soon"))
+        assert exporter.reload() is False
+        assert get("bigbinf_config_last_reload_successful", {"site": "a"}) == 0.0
+        assert exporter.config is before
+
+        mesh = yaml.safe_load(path.read_text().replace("interval: soon", "interval: 2h"))
+        mesh["datasets"]["f2k"] = {"file": "f2k.bin", "size": "2KiB"}
+        mesh["tests"][0]["datasets"] = ["f1k", "f2k"]
+        path.write_text(yaml.safe_dump(mesh, sort_keys=False))
+        assert exporter.reload() is True
+        assert get("bigbinf_config_last_reload_successful", {"site": "a"}) == 1.0
+        assert set(exporter.config.datasets) == {"f1k", "f2k"}
+        assert exporter.mesh_runner.mesh.config is exporter.config
+        assert get("bigbinf_schedule_interval_seconds", {**_series("a", "b"), "dataset": "f2k"}) == 7200.0
+        text = b"".join(exporter.metrics.refresh().chunks("text")).decode()
+        assert all('site="a"' in line for line in text.splitlines() if not line.startswith("#"))
+    finally:
+        exporter.stop()
+
+
+def test_once_runs_a_sites_outgoing_tests_and_journals_its_site(tmp_path: Path) -> None:
+    path = write_mesh(tmp_path)
+    assert cli.main(["once", "--mesh.file", str(path), "--site", "b"]) == 0
+    results = list(Journal(tmp_path / "b.jsonl").read())
+    assert sorted(r.remote for r in results) == ["a", "c"]
+    assert all(r.site == "b" and r.outcome == "ok" and r.slot_overrun_seconds is None for r in results)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_config_check_of_a_mesh(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_mesh(tmp_path)
+    assert cli.main(["--config.check", "--mesh.file", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: mesh is valid (3 sites, 6 tests)\n"
+    assert cli.main(["--mesh.file", str(path), "--site", "c", "--config.check"]) == 0
+    assert "mesh is valid" in capsys.readouterr().out
+
+    assert cli.main(["--config.check", "--mesh.file", str(path), "--site", "nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert "--site nowhere: no such site" in err and "defined: a, b, c" in err
+
+    bad = write_mesh(tmp_path, tests=[{"protocols": ["make", "nope"], "datasets": ["f1k"]}])
+    assert cli.main(["--config.check", "--mesh.file", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "tests[0].protocols[1]: no protocol named 'nope'" in err
+
+
+def test_serving_a_mesh_needs_a_known_site(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_mesh(tmp_path)
+    assert cli.main(["--mesh.file", str(path)]) == 2
+    assert "give --site NAME, one of: a, b, c" in capsys.readouterr().err
+    assert cli.main(["--mesh.file", str(path), "--site", "d"]) == 2
+    assert "no such site" in capsys.readouterr().err
+    assert cli.main(["--mesh.file", str(path), "--config.file", "x.yaml"]) == 2
+    assert "not both" in capsys.readouterr().err
