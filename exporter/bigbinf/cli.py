@@ -14,19 +14,19 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
-from bigbinf.config import Config, ConfigError, ScheduleConfig, load_config
+from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues
 from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
-from bigbinf.mesh.config import MeshConfig, exporter_of, load_mesh, outgoing, site_config
-from bigbinf.mesh.plan import RoundPlan, load_durations, next_rounds, round_at
+from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
+from bigbinf.mesh.plan import Durations, RoundPlan, load_durations, longest_period_seconds, next_rounds, round_at
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
@@ -164,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "mesh_file") and hasattr(args, "config_file") and func is not mesh_cli.run:
         print("bigbinf-exporter: give --config.file or --mesh.file, not both", file=sys.stderr)
         return 2
+    if hasattr(args, "site") and not hasattr(args, "mesh_file") and func is not mesh_cli.run:
+        print("bigbinf-exporter: --site NAME goes with --mesh.file FILE (a mesh site's exporter)", file=sys.stderr)
+        return 2
     if hasattr(args, "mesh_file") and func not in mesh_commands and not args.config_check:
         print(f"bigbinf-exporter: {args.command} takes --config.file, not --mesh.file", file=sys.stderr)
         return 2
@@ -175,15 +178,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.config_check:
             return cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
         return func(args)
+    except MeshUsageError as exc:  # before ConfigError: it is one, but a usage error here
+        print(f"bigbinf-exporter: {exc.message}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
     except lab.LabError as exc:
         print(f"lab: {exc}", file=sys.stderr)
         return 1
-    except MeshUsageError as exc:
-        print(f"bigbinf-exporter: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -191,54 +194,64 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ---------------------------------------------------------------- a mesh site
 
 
-class MeshUsageError(Exception):
-    """--mesh.file without a usable --site: said with the sites to choose from (exit 2)."""
+class MeshUsageError(MeshError):
+    """--mesh.file without a usable --site: said with the sites to choose from.  A
+    MeshError (a ConfigError), so a reload that finds its site gone from the mesh file
+    fails as for any invalid file and keeps the configuration in force; the command
+    line exits 2 with it (main)."""
+
+    def __init__(self, source: str, message: str) -> None:
+        self.message = message
+        super().__init__(source, [ConfigIssue("", message)])
 
 
 @dataclass(frozen=True)
 class MeshSite:
-    """One site's view of a valid mesh file, as service/mesh_runner.py's MeshSite: made
-    here because bigbinf.mesh reaches the lab's layout, which the live path never imports."""
+    """One site's view of a valid mesh file and its durations file, loaded together (one
+    load: a reload swaps both or neither).  What service/mesh_runner.py's SiteView asks
+    for; made here because bigbinf.mesh reaches the lab's layout, which the live path
+    never imports."""
 
     mesh: MeshConfig
     site: str
     config: Config  # the site's exporter configuration: its outgoing tests
-    schedule_interval: float  # the longest time between two rounds' starts
+    schedule_interval: float  # the longest round (between two rounds' starts)
     listen: str  # where its exporter listens (sites.NAME.exporter.listen, or its default)
+    durations: Durations  # schedule.durations as read with the mesh file
 
     def rounds(self, after: float) -> Iterator[RoundPlan]:
-        """The round in progress at `after`, if any, then the later ones; the durations
-        file is read again for each call (`mesh durations` rewrites it between rounds)."""
-        durations = load_durations(self.mesh)
-        current = round_at(self.mesh, after, durations)
+        """The round in progress at `after`, if any, then the later ones, all from the
+        durations read with the mesh file (so every round a load plans is sized alike)."""
+        current = round_at(self.mesh, after, self.durations)
         if current is not None:
             yield current
-        for plan in next_rounds(self.mesh, after, durations):
+        for plan in next_rounds(self.mesh, after, self.durations):
             if current is None or plan.start > current.start:
                 yield plan
 
 
 def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
     if not site:
-        raise MeshUsageError(f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
+        raise MeshUsageError(source, f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
     if site not in mesh.sites:
-        raise MeshUsageError(f"--site {site}: no such site in {source}; defined: {', '.join(mesh.sites)}")
+        raise MeshUsageError(source, f"--site {site}: no such site in {source}; defined: {', '.join(mesh.sites)}")
     config = site_config(mesh, site, source)
-    load_durations(mesh)  # a durations file that cannot be read makes the mesh unusable here too
-    return MeshSite(mesh, site, config, _rounds_gap(mesh), exporter_of(mesh, site).listen)
+    durations = load_durations(mesh)  # MeshError if unreadable: the mesh is unusable here too
+    return MeshSite(mesh, site, config, _rounds_gap(mesh), exporter_of(mesh, site).listen, durations)
 
 
 def load_mesh_site(path: str | Path, site: str | None) -> MeshSite:
-    """The exporter's mesh loader (service.mesh_runner.MeshLoader): ConfigError if the
-    mesh file is invalid, MeshUsageError if the site is missing or unknown."""
+    """The exporter's mesh loader (service.mesh_runner.MeshLoader): a MeshError (a
+    ConfigError) if the mesh or durations file is invalid or the site is not in it."""
     return mesh_site_of(load_mesh(path), site, str(path))
 
 
 def _rounds_gap(mesh: MeshConfig) -> float:
-    """The longest gap between two round starts: an interval schedule's rounds start every
-    interval from local midnight (the day's last one cut short), cron ones as cron fires."""
-    if mesh.schedule.interval is not None:
-        return mesh.schedule.interval
+    """The longest round: an interval schedule's (mesh.plan.longest_period_seconds), or
+    the longest gap between two cron starts."""
+    longest = longest_period_seconds(mesh)
+    if longest is not None:
+        return longest
     return longest_gap_seconds(ScheduleConfig(cron=mesh.schedule.cron, timezone=mesh.schedule.timezone))
 
 
@@ -315,43 +328,40 @@ def cmd_lab(args: argparse.Namespace) -> int:
             "the exporter itself runs unprivileged (docs/deployment.md)"
         )
     if hasattr(args, "mesh_file"):
-        return _lab_mesh(args)
-    config = load_config(args.config_file)
-    try:
         if args.action == "serve":
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            signal.signal(signal.SIGINT, lambda *_: stop.set())
-            lab.serve(config, stop)
-            return 0
-        if args.action == "up":
-            messages = lab.up(config)
-        elif args.action == "down":
-            messages = lab.down(config)
-        else:
-            ok, lines = lab.status(config)
-            print("\n".join(lines))
-            return 0 if ok else 1
-    except RuntimeError as exc:
-        raise lab.LabError(str(exc)) from None
-    print("\n".join(messages))
-    return 0
-
-
-def _lab_mesh(args: argparse.Namespace) -> int:
-    """lab up|down|status --mesh.file M: every site of a lab mesh at once."""
+            raise lab.LabError(
+                "lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's"
+            )
+        mesh = load_mesh(args.mesh_file)
+        return _lab_action(
+            args.action, lambda: lab_mesh.up(mesh), lambda: lab_mesh.down(mesh), lambda: lab_mesh.status(mesh)
+        )
+    config = load_config(args.config_file)
     if args.action == "serve":
-        raise lab.LabError("lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's")
-    mesh = load_mesh(args.mesh_file)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        try:
+            lab.serve(config, stop)
+        except RuntimeError as exc:
+            raise lab.LabError(str(exc)) from None
+        return 0
+    return _lab_action(args.action, lambda: lab.up(config), lambda: lab.down(config), lambda: lab.status(config))
+
+
+def _lab_action(
+    action: str,
+    up: Callable[[], list[str]],
+    down: Callable[[], list[str]],
+    status: Callable[[], tuple[bool, list[str]]],
+) -> int:
+    """lab up|down|status of a single lab or of a lab mesh: their messages, or the status lines."""
     try:
-        if args.action == "up":
-            messages = lab_mesh.up(mesh)
-        elif args.action == "down":
-            messages = lab_mesh.down(mesh)
-        else:
-            ok, lines = lab_mesh.status(mesh)
+        if action == "status":
+            ok, lines = status()
             print("\n".join(lines))
             return 0 if ok else 1
+        messages = up() if action == "up" else down()
     except RuntimeError as exc:
         raise lab.LabError(str(exc)) from None
     print("\n".join(messages))
@@ -443,9 +453,14 @@ def format_paths(paths: Sequence[PathBaseline]) -> str:
 
 def cmd_once(args: argparse.Namespace) -> int:
     if hasattr(args, "mesh_file"):
-        # A mesh site's outgoing tests once, now, one after another (no slots): for debugging.
+        # A mesh site's outgoing tests once, now, one after another, outside the slot plan.
         view = load_mesh_site(args.mesh_file, getattr(args, "site", None))
         config, source = view.config, args.mesh_file
+        print(
+            f"once: warning: runs {view.site}'s tests now, outside the mesh's slot plan: they may overlap other "
+            "sites' tests (for trying a site; the results are journaled but never size slots)",
+            file=sys.stderr,
+        )
     else:
         config, source = load_config(args.config_file), args.config_file
     check_secret_files(config, source)
@@ -489,7 +504,9 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     if hasattr(args, "mesh_file"):
-        view = load_mesh_site(args.mesh_file, getattr(args, "site", None))  # a clear error before anything starts
+        # Loaded once: the listen address and the configuration come from the same load
+        # (a clear error before anything starts).
+        view = load_mesh_site(args.mesh_file, getattr(args, "site", None))
         exporter = Exporter(
             None,
             args.listen or view.listen,
@@ -499,6 +516,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             mesh_file=args.mesh_file,
             site=view.site,
             mesh_loader=load_mesh_site,
+            mesh=view,
         )
     else:
         exporter = Exporter(

@@ -287,7 +287,7 @@ SWEEP = (SWEEP_BEST, SWEEP_GAIN)
 # runs for a mesh site (--mesh.file, --site): not in ALL, which is what a single-site
 # exporter publishes (its exposition stays as it was); ALL_WITH_MESH is every metric.
 SITE_LABEL = "site"  # on every series of a mesh exporter: the site it runs for
-PLAN_CACHED = " Cached from the mesh plan when the round was planned; not computed at scrape time."
+PLAN_CACHED = " Cached from the mesh plan when the round started; not computed at scrape time."
 SLOT_OVERRUNS_TOTAL = Spec(
     PREFIX + "mesh_slot_overruns_total",
     "counter",
@@ -305,15 +305,18 @@ LAST_SLOT_OVERRUN = Spec(
 SLOTS_MISSED_TOTAL = Spec(
     PREFIX + "mesh_slots_missed_total",
     "counter",
-    "Slots of the series not run: the previous transfer of this site (or a tuning sweep) still ran when the "
-    "slot ended. Updated when the slot ends, never at scrape time.",
+    "Slots of the series in the mesh plan that this site's exporter did not run: a late start with less than "
+    "the test's typical length (slot / headroom) left of the slot, the round lock held by a tuning sweep or by a "
+    "once or sweep process on the same journal, a slot starting at or after the next round's start (the round "
+    "does not fit), a test no longer configured, or an error (the log says which). Updated when the slot is "
+    "passed over, never at scrape time.",
     SERIES_LABELS,
 )
 ROUND_PLANNED = Spec(
     PREFIX + "mesh_round_planned_seconds",
     "gauge",
-    "Time the slots of the current mesh round need, guard gaps included (planned end minus start); above "
-    "bigbinf_mesh_round_period_seconds the round does not fit before the next one." + PLAN_CACHED,
+    "Time the slots of the current mesh round need (the end of its last slot minus the round's start); the "
+    "round fits when this plus the guard is at most bigbinf_mesh_round_period_seconds." + PLAN_CACHED,
 )
 ROUND_PERIOD = Spec(
     PREFIX + "mesh_round_period_seconds",
@@ -323,8 +326,9 @@ ROUND_PERIOD = Spec(
 PLAN_INFO = Spec(
     PREFIX + "mesh_plan_info",
     "gauge",
-    "Always 1; fingerprint identifies the slot plan of the current round, computed from the mesh file, the "
-    "durations and the date: every site of the mesh should show the same one." + PLAN_CACHED,
+    "Always 1; fingerprint is a short hash of the current round's slot plan (the schedule, the guard, and every "
+    "slot's test, length and offset from the round's start; not the date), one value per mesh and durations "
+    "file: every site of the mesh should show the same one." + PLAN_CACHED,
     ("fingerprint",),
 )
 MESH = (SLOT_OVERRUNS_TOTAL, LAST_SLOT_OVERRUN, SLOTS_MISSED_TOTAL, ROUND_PLANNED, ROUND_PERIOD, PLAN_INFO)

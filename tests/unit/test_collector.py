@@ -216,9 +216,21 @@ def test_restore_keeps_newest_and_last_success() -> None:
     assert reg.get_sample_value("bigbinf_last_success_timestamp_seconds", LABELS) == 200.0
 
 
+def _mesh_state() -> ExporterState:
+    """A mesh site's exporter's state: every family, the mesh ones included."""
+    from bigbinf.service.collector import MeshRound
+
+    state = ExporterState("alpha")
+    state.record_config(True, when=1_763_000_000.0)
+    state.prime([SeriesKey("scp", "beta", "f64m", "download")], schedule_interval=3600.0)
+    state.record(_result(1_763_000_100.0, remote="beta"))
+    state.record_mesh_round(MeshRound(120.0, 3600.0, "0123456789ab"))
+    return state
+
+
 def test_every_metric_has_help_and_base_unit_names() -> None:
-    text = generate_latest(_registry(_state())).decode()
-    for spec in M.ALL:
+    text = generate_latest(_registry(_state())).decode() + generate_latest(_registry(_mesh_state())).decode()
+    for spec in M.ALL_WITH_MESH:
         assert f"# HELP {spec.name} " in text, spec.name
         assert not any(bad in spec.name for bad in ("_ms", "_kb", "_mb", "_bits", "_percent")), spec.name
         if spec.name.startswith(M.PREFIX + "last_transfer_"):

@@ -132,8 +132,16 @@ def test_the_fingerprint_changes_with_what_matters() -> None:
     durations = some_durations(mesh)
     plan = plan_round(mesh, T0, T0 + 86400, durations)
     assert plan_round(mesh, T0, T0 + 86400, durations).fingerprint == plan.fingerprint
-    assert plan_round(mesh, T0 + 1, T0 + 86400, durations).fingerprint != plan.fingerprint
+    # Not the round's start or end: every round of one mesh and durations file has the same
+    # one, so sites agree between rounds too and the series does not change every round.
+    assert plan_round(mesh, T0 + 1, T0 + 86400, durations).fingerprint == plan.fingerprint
+    assert plan_round(mesh, T0 + 3600, T0 + 7200, durations).fingerprint == plan.fingerprint
     assert plan_round(mesh, T0, T0 + 86400, Durations()).fingerprint != plan.fingerprint
+    raw = raw_mesh(12, guard="3s", repetitions=2)
+    base = plan_round(mesh_of(raw), T0, T0 + 3600, Durations()).fingerprint
+    for schedule in ({"guard": "4s"}, {"headroom": 2}, {"interval": "2h"}, {"timezone": "Europe/Berlin"}):
+        changed = mesh_of({**raw, "schedule": {**raw["schedule"], **schedule}})
+        assert plan_round(changed, T0, T0 + 3600, Durations()).fingerprint != base, schedule
     assert len(plan.fingerprint) == 12 and int(plan.fingerprint, 16) >= 0
 
 
@@ -282,7 +290,7 @@ def test_a_day_is_packed_once_and_shifted(monkeypatch: pytest.MonkeyPatch) -> No
     for plan in day[:3] + day[-2:]:
         alone = plan_round(mesh, plan.start, plan.end, durations)
         assert (alone.fingerprint, alone.slots) == (plan.fingerprint, plan.slots)
-    assert len({p.fingerprint for p in day}) == 24  # the start is in the fingerprint
+    assert len({p.fingerprint for p in day}) == 1  # the start is not in the fingerprint
 
 
 # ---------------------------------------------------------------- rounds
@@ -299,16 +307,75 @@ def test_cron_round_starts_in_a_time_zone() -> None:
     assert [p.end for p in plans] == [round_starts(mesh, DAY)[1], round_starts(mesh, DAY + dt.timedelta(days=1))[0]]
 
 
-def test_interval_rounds_start_at_each_local_midnight_across_dst() -> None:
-    mesh = mesh_of(raw_mesh(2, interval="7h", timezone="Europe/Berlin"))
-    berlin = zoneinfo.ZoneInfo("Europe/Berlin")
-    local = [dt.datetime.fromtimestamp(t, berlin).strftime("%H:%M") for t in round_starts(mesh, DAY)]
-    assert local == ["00:00", "07:00", "14:00", "21:00"]
-    plans = plan_day(mesh, DAY, Durations())
-    assert plans[-1].end - plans[-1].start == 3 * 3600  # the last round ends at the next midnight
-    # 2026-03-29 has 23 hours: 7 h steps of elapsed time from midnight, the clock jumps at 02:00.
-    spring = [dt.datetime.fromtimestamp(t, berlin).strftime("%H:%M") for t in round_starts(mesh, dt.date(2026, 3, 29))]
-    assert spring == ["00:00", "08:00", "15:00", "22:00"]
+BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
+SPRING, AUTUMN = dt.date(2026, 3, 29), dt.date(2026, 10, 25)  # 23 and 25 hours in Berlin
+
+
+def local_rounds(mesh: MeshConfig, day: dt.date) -> list[tuple[str, float]]:
+    """Each round's local start (with its UTC offset) and length in hours."""
+    return [
+        (dt.datetime.fromtimestamp(p.start, BERLIN).strftime("%H:%M%z"), (p.end - p.start) / 3600)
+        for p in plan_day(mesh, day, Durations())
+    ]
+
+
+def test_interval_rounds_start_at_local_wall_clock_times_across_dst() -> None:
+    six = mesh_of(raw_mesh(2, interval="6h", timezone="Europe/Berlin"))
+    # The clock jumps 02:00 -> 03:00: the first round is an hour short, the rest on the hour.
+    assert local_rounds(six, SPRING) == [("00:00+0100", 5), ("06:00+0200", 6), ("12:00+0200", 6), ("18:00+0200", 6)]
+    # 03:00 -> 02:00: the first round is an hour long; the others still start at 06, 12, 18.
+    assert local_rounds(six, AUTUMN) == [("00:00+0200", 7), ("06:00+0100", 6), ("12:00+0100", 6), ("18:00+0100", 6)]
+    seven = mesh_of(raw_mesh(2, interval="7h", timezone="Europe/Berlin"))
+    # 21:00-24:00 would be a 3 h round: shorter than the interval, merged into the one before.
+    assert local_rounds(seven, DAY) == [("00:00+0100", 7), ("07:00+0100", 7), ("14:00+0100", 10)]
+    assert local_rounds(seven, SPRING) == [("00:00+0100", 6), ("07:00+0200", 7), ("14:00+0200", 10)]
+    assert local_rounds(seven, AUTUMN) == [("00:00+0200", 8), ("07:00+0100", 7), ("14:00+0100", 10)]
+    # Every day's rounds end at the next day's first: no gap, no overlap.
+    for mesh in (six, seven):
+        for day in (SPRING - dt.timedelta(days=1), SPRING, AUTUMN, DAY):
+            plans = plan_day(mesh, day, Durations()) + plan_day(mesh, day + dt.timedelta(days=1), Durations())
+            assert all(a.end == b.start for a, b in itertools.pairwise(plans))
+    # An hourly schedule: 02:00 does not exist in spring (no round); in autumn it is shown
+    # twice, and starts one round, the first time, which lasts two hours.
+    hourly = mesh_of(raw_mesh(2, interval="1h", timezone="Europe/Berlin"))
+    spring = local_rounds(hourly, SPRING)
+    assert len(spring) == 23 and spring[1:3] == [("01:00+0100", 1), ("03:00+0200", 1)]
+    autumn = local_rounds(hourly, AUTUMN)
+    assert len(autumn) == 24 and autumn[2:4] == [("02:00+0200", 2), ("03:00+0100", 1)]
+    # round_at and next_rounds agree with the day's plan, inside the repeated hour too.
+    repeated = plan_day(hourly, AUTUMN, Durations())[2]
+    inside = round_at(hourly, repeated.start + 5400, Durations())  # 02:30 the second time
+    assert inside is not None and (inside.start, inside.end) == (repeated.start, repeated.end)
+    assert next(next_rounds(hourly, repeated.start + 1, Durations())).start == repeated.end
+
+
+def test_cron_rounds_on_dst_days_skip_a_missing_time_and_start_once_at_a_repeated_one() -> None:
+    mesh = mesh_of({**raw_mesh(2), "schedule": {"cron": ["30 2 * * *", "0 */6 * * *"], "timezone": "Europe/Berlin"}})
+    # 02:30 does not exist on the spring day: no round then (not 03:30, nor 01:30 UTC).
+    assert local_rounds(mesh, SPRING) == [
+        ("00:00+0100", 5),
+        ("06:00+0200", 6),
+        ("12:00+0200", 6),
+        ("18:00+0200", 6),
+    ]
+    # 02:30 is shown twice on the autumn day: one round, at the first.
+    assert local_rounds(mesh, AUTUMN) == [
+        ("00:00+0200", 2.5),
+        ("02:30+0200", 4.5),
+        ("06:00+0100", 6),
+        ("12:00+0100", 6),
+        ("18:00+0100", 6),
+    ]
+    second = dt.datetime(2026, 10, 25, 2, 45, tzinfo=BERLIN, fold=1).timestamp()  # 02:45, the second time
+    plan = round_at(mesh, second, Durations())
+    assert plan is not None and dt.datetime.fromtimestamp(plan.start, BERLIN).strftime("%H:%M%z") == "02:30+0200"
+
+
+def test_a_late_slot_may_start_while_its_typical_length_is_left() -> None:
+    raw = raw_mesh(2, headroom=1.6, guard="1s")
+    raw["tests"][0]["budget"] = "40s"
+    plan = plan_round(mesh_of(raw), T0, T0 + 3600, Durations())
+    assert [(s.length, s.typical) for s in plan.slots] == [(40.0, 25.0), (40.0, 25.0)]
 
 
 def test_round_at_and_next_rounds() -> None:
@@ -327,7 +394,10 @@ def test_round_at_and_next_rounds() -> None:
 
 
 def result(site: str, remote: str, start: float, duration: float, **kw: Any) -> Result:
+    """A result as a mesh exporter's slot journals it (slot fields set)."""
     outcome = kw.pop("outcome", "ok")
+    kw.setdefault("slot_start_timestamp", start)
+    kw.setdefault("slot_end_timestamp", start + 60)
     return Result("http", remote, "f8m", "download", start, outcome, duration_seconds=duration, site=site, **kw)
 
 
@@ -341,6 +411,7 @@ def test_durations_from_journals_round_trip(tmp_path: Path) -> None:
     a.append(result("s00", "s01", T0 + 200, 99.0, outcome="failed"))  # not ok: left out
     a.append(result("s00", "s01", T0 + 300, 88.0, source="sweep"))  # not scheduled: left out
     a.append(result("s00", "s09", T0 + 300, 5.0))  # not a mesh test: left out
+    a.append(result("s00", "s01", T0 + 400, 77.0, slot_start_timestamp=None))  # `once`, outside any slot: left out
     b.append(result("", "s00", T0, 7.25))  # no site in the result: SITE= says s01
     c.append(result("", "s00", T0, 3.5))  # no site: its path is s02's exporter.journal
     data = write_durations(mesh, [tmp_path / "a.jsonl", ("s01", tmp_path / "b.jsonl"), tmp_path / "s02.jsonl"])

@@ -9,10 +9,11 @@ transfer is a stub (an injected callable) where a test needs its timing to be ex
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +22,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from bigbinf import cli
-from bigbinf.config import Config
+from bigbinf.config import Config, ConfigError, ConfigIssue
 from bigbinf.journal import Journal
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.mesh import plan
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import build
-from bigbinf.service.mesh_runner import MeshRunner, overrun_seconds, round_id
+from bigbinf.service.mesh_runner import MeshRunner, Transfer, overrun_seconds, round_id
 from bigbinf.service.rounds import RoundRunner, series_of
 from bigbinf.service.server import JOB_ID, Exporter
 
@@ -79,18 +80,24 @@ class FakeMesh:
         self.site = view.site
         self.config = view.config
         self.schedule_interval = view.schedule_interval
+        self.listen = view.listen
         self.plans = plans
 
     def rounds(self, after: float) -> Iterator[plan.RoundPlan]:
         return iter([p for p in self.plans if p.end > after])
 
 
-def _slot(src: str, dst: str, start: float, length: float, probe: bool = False) -> plan.Slot:
-    return plan.Slot(start, start + length, plan.TestKey(src, dst, "make", "f1k", "download"), 0, "budget", probe)
+def _slot(
+    src: str, dst: str, start: float, length: float, probe: bool = False, typical: float = 0.0, repetition: int = 0
+) -> plan.Slot:
+    key = plan.TestKey(src, dst, "make", "f1k", "download")
+    return plan.Slot(start, start + length, key, repetition, "budget", probe, typical)
 
 
-def _plan(start: float, slots: list[plan.Slot], end: float | None = None) -> plan.RoundPlan:
-    return plan.RoundPlan(start, end if end is not None else start + 60, tuple(slots), "f1ngerpr1nt0")
+def _plan(
+    start: float, slots: list[plan.Slot], end: float | None = None, fingerprint: str = "f1ngerpr1nt0"
+) -> plan.RoundPlan:
+    return plan.RoundPlan(start, end if end is not None else start + 60, tuple(slots), fingerprint)
 
 
 class StubTransfer:
@@ -127,7 +134,7 @@ class StubTransfer:
         )
 
 
-def _runner(tmp: Path, site: str = "a", transfer: StubTransfer | None = None) -> tuple[MeshRunner, cli.MeshSite]:
+def _runner(tmp: Path, site: str = "a", transfer: Transfer | None = None) -> tuple[MeshRunner, cli.MeshSite]:
     view = cli.load_mesh_site(write_mesh(tmp), site)
     state = ExporterState(site)
     state.prime(series_of(view.config), view.schedule_interval)  # as the exporter does
@@ -332,9 +339,12 @@ def test_a_mesh_exporter_runs_slots_not_cron_rounds_and_reloads_only_a_valid_mes
         exporter.stop()
 
 
-def test_once_runs_a_sites_outgoing_tests_and_journals_its_site(tmp_path: Path) -> None:
+def test_once_runs_a_sites_outgoing_tests_and_journals_its_site(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_mesh(tmp_path)
     assert cli.main(["once", "--mesh.file", str(path), "--site", "b"]) == 0
+    assert "outside the mesh's slot plan: they may overlap other sites' tests" in capsys.readouterr().err
     results = list(Journal(tmp_path / "b.jsonl").read())
     assert sorted(r.remote for r in results) == ["a", "c"]
     assert all(r.site == "b" and r.outcome == "ok" and r.slot_overrun_seconds is None for r in results)
@@ -368,3 +378,223 @@ def test_serving_a_mesh_needs_a_known_site(tmp_path: Path, capsys: pytest.Captur
     assert "no such site" in capsys.readouterr().err
     assert cli.main(["--mesh.file", str(path), "--config.file", "x.yaml"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- review fixes: rounds, reloads, late slots
+
+
+def _in_thread(runner: MeshRunner, rounds: int) -> threading.Thread:
+    thread = threading.Thread(target=runner.run, kwargs={"rounds": rounds}, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_reload_mid_round_keeps_the_rounds_plan_and_applies_from_the_next_round(tmp_path: Path) -> None:
+    transfer = StubTransfer({"b": 0.5})
+    runner, view = _runner(tmp_path, "a", transfer)
+    t = time.time() + 1.0
+    runner.mesh = FakeMesh(
+        view, [_plan(t, [_slot("a", "b", t, 1.0), _slot("a", "c", t + 2.0, 1.5)], end=t + 5.0, fingerprint="old")]
+    )
+    thread = _in_thread(runner, rounds=2)
+    _wait_for(lambda: len(transfer.calls) == 1)  # b's slot has run
+    # The reload: the same round planned otherwise (b's slot later, c's too), and the next round.
+    runner.mesh = FakeMesh(
+        view,
+        [
+            _plan(t, [_slot("a", "b", t + 1.5, 1.0), _slot("a", "c", t + 3.5, 1.0)], end=t + 5.0, fingerprint="new"),
+            _plan(t + 5.0, [_slot("a", "b", t + 5.0, 1.0)], end=t + 65.0, fingerprint="new"),
+        ],
+    )
+    thread.join(60)
+    assert not thread.is_alive()
+    # b once in the first round (not again in its reloaded place), c at its old start, then
+    # the next round from the new plan.
+    assert [c[0] for c in transfer.calls] == ["b", "c", "b"]
+    assert t + 2.0 <= transfer.calls[1][1] < t + 3.5
+    assert transfer.calls[2][1] >= t + 5.0
+    assert runner.runner.state.slots_missed == dict.fromkeys(runner.runner.state.slots_missed, 0)
+    # A round handled is not run again, whatever its plan says.
+    assert runner.run_round(runner.mesh.plans[1]) == []
+    assert len(transfer.calls) == 3
+
+
+def test_a_late_slot_starts_only_while_its_typical_length_is_left(tmp_path: Path) -> None:
+    transfer = StubTransfer({"b": 2.0})
+    runner, _ = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.5
+    slots = [
+        _slot("a", "b", t, 0.5),
+        # b's transfer ends ~t + 2: 1 s of this slot is left, its typical transfer needs 2 s.
+        _slot("a", "c", t + 0.6, 2.4, typical=2.0),
+        # Late too, but 4 s of it left at ~t + 2: enough for its typical 2 s.
+        _slot("a", "c", t + 1.0, 5.0, typical=2.0, repetition=1),
+    ]
+    results = runner.run_round(_plan(t, slots))
+    assert results is not None and [(r.remote, r.slot_start_timestamp) for r in results] == [("b", t), ("c", t + 1.0)]
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
+
+
+def test_slots_that_start_at_or_after_the_next_round_are_not_run_but_counted(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, _ = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.5
+    # A round that does not fit: c's slot starts when the next round has begun.
+    results = runner.run_round(_plan(t, [_slot("a", "b", t, 0.5), _slot("a", "c", t + 1.0, 0.5)], end=t + 1.0))
+    assert results is not None and [r.remote for r in results] == ["b"]
+    assert [c[0] for c in transfer.calls] == ["b"]
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
+
+
+def test_an_error_in_a_slot_is_logged_counted_and_the_slots_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub = StubTransfer()
+
+    def failing(spec: TransferSpec, config: Config, rid: str, baseline: PathBaseline | None) -> Result:
+        if spec.remote.name == "b":
+            raise RuntimeError("a bug")
+        return stub(spec, config, rid, baseline)
+
+    runner, view = _runner(tmp_path, "a", failing)
+    t = time.time() + 0.5
+    runner.mesh = FakeMesh(
+        view,
+        [
+            _plan(t, [_slot("a", "b", t, 0.5), _slot("a", "c", t + 0.5, 0.5)], end=t + 1.5),
+            _plan(t + 1.5, [_slot("a", "b", t + 1.5, 0.5)], end=t + 61.5),
+        ],
+    )
+    with caplog.at_level(logging.ERROR):
+        runner.run(rounds=2)  # both rounds are entered: the error did not end the runner
+    assert [c[0] for c in stub.calls] == ["c"]
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 2.0
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) == 2 and all(r.exc_info for r in failures)  # a bug: with its traceback
+    assert runner.runner.exclusive(timeout=0)  # the round lock was released each time
+    runner.runner.release()
+
+
+def test_the_plan_published_is_the_round_in_progress(tmp_path: Path) -> None:
+    transfer = StubTransfer()
+    runner, view = _runner(tmp_path, "a", transfer)
+    t = time.time() + 0.5
+    runner.mesh = FakeMesh(
+        view,
+        [
+            _plan(t, [_slot("a", "b", t, 0.5)], end=t + 3.0, fingerprint="first"),
+            _plan(t + 3.0, [_slot("a", "b", t + 3.0, 0.5)], end=t + 63.0, fingerprint="second"),
+        ],
+    )
+    thread = _in_thread(runner, rounds=2)
+
+    def fingerprint() -> str | None:
+        state = runner.runner.state
+        return state.mesh_round.fingerprint if state.mesh_round else None
+
+    _wait_for(lambda: len(transfer.calls) == 1)
+    time.sleep(0.5)  # a's slots of the first round are done; its round goes on until t + 3
+    assert time.time() < t + 3.0 and fingerprint() == "first"
+    thread.join(60)
+    assert fingerprint() == "second" and transfer.calls[1][1] >= t + 3.0
+
+
+def test_a_plan_that_cannot_be_made_is_logged_without_a_traceback_and_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, view = _runner(tmp_path, "a")
+    runner.runner.state.record_config(True)
+    broken = ConfigError("durations.json", [ConfigIssue("tests[0].durations", "no")])
+
+    class Broken(FakeMesh):
+        def rounds(self, after: float) -> Iterator[plan.RoundPlan]:
+            raise broken
+
+    runner.mesh = Broken(view, [])
+    runner.IDLE_SECONDS = 60.0
+    thread = threading.Thread(target=runner.run, daemon=True)
+    with caplog.at_level(logging.ERROR):
+        thread.start()
+        get = _registry(runner.runner.state).get_sample_value
+        _wait_for(lambda: get("bigbinf_config_last_reload_successful", {"site": "a"}) == 0.0)
+    (record,) = [r for r in caplog.records if "cannot plan" in r.getMessage()]
+    assert "durations.json: tests[0].durations: no" in record.getMessage() and record.exc_info is None
+    t = time.time() + 0.5
+    runner.mesh = FakeMesh(view, [_plan(t, [_slot("a", "b", t, 0.5)])])  # a reload: planned again at once
+    _wait_for(lambda: get("bigbinf_config_last_reload_successful", {"site": "a"}) == 1.0)
+    runner.stop()
+    thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_the_durations_are_read_once_with_the_mesh_and_a_bad_one_fails_the_reload(tmp_path: Path) -> None:
+    durations = tmp_path / "durations.json"
+    durations.write_text('{"tests": []}\n')
+    path = write_mesh(tmp_path, schedule={"interval": "1h", "durations": str(durations)})
+    view = cli.load_mesh_site(path, "a")
+    durations.unlink()  # read with the mesh file: planning no longer reads it
+    assert next(iter(view.rounds(time.time()))).slots
+    exporter = Exporter(None, view.listen, mesh_file=path, site="a", mesh_loader=cli.load_mesh_site, mesh=view)
+    try:
+        before = exporter.mesh_runner.mesh if exporter.mesh_runner else None
+        assert exporter.reload() is False  # the durations file is gone: mesh and durations both kept
+        assert exporter.registry.get_sample_value("bigbinf_config_last_reload_successful", {"site": "a"}) == 0.0
+        assert exporter.mesh_runner is not None and exporter.mesh_runner.mesh is before
+    finally:
+        exporter.runner.stopping.set()  # never started: nothing else to stop
+
+
+def test_a_reload_that_drops_the_site_fails_and_keeps_the_configuration(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_mesh(tmp_path)
+    exporter = Exporter(None, "127.0.0.1:0", mesh_file=path, site="a", mesh_loader=cli.load_mesh_site)
+    try:
+        before = exporter.config
+        mesh = yaml.safe_load(path.read_text())
+        del mesh["sites"]["a"]
+        path.write_text(yaml.safe_dump(mesh, sort_keys=False))
+        with caplog.at_level(logging.ERROR):
+            assert exporter.reload() is False
+        assert exporter.registry.get_sample_value("bigbinf_config_last_reload_successful", {"site": "a"}) == 0.0
+        assert exporter.config is before
+        assert any("--site a: no such site" in r.getMessage() for r in caplog.records)
+    finally:
+        exporter.runner.stopping.set()  # never started: nothing else to stop
+
+
+def test_a_changed_listen_address_on_reload_needs_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_mesh(tmp_path)
+    exporter = Exporter(None, "127.0.0.1:0", mesh_file=path, site="a", mesh_loader=cli.load_mesh_site)
+    try:
+        mesh = yaml.safe_load(path.read_text())
+        mesh["sites"]["a"]["exporter"]["listen"] = f"127.0.0.1:{_free_port()}"
+        path.write_text(yaml.safe_dump(mesh, sort_keys=False))
+        with caplog.at_level(logging.WARNING):
+            assert exporter.reload() is True
+        assert any("needs a restart" in r.getMessage() for r in caplog.records)
+    finally:
+        exporter.runner.stopping.set()  # never started: nothing else to stop
+
+
+def test_site_without_a_mesh_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--site", "a", "--config.check"]) == 2
+    assert "--site NAME goes with --mesh.file" in capsys.readouterr().err
+    assert cli.main(["once", "--site", "a"]) == 2
+
+
+def test_no_metric_has_a_site_label_of_its_own() -> None:
+    from bigbinf import metrics as M
+
+    # The mesh exporter adds site to every sample: a metric's own site label would clash.
+    assert [spec.name for spec in M.ALL_WITH_MESH if M.SITE_LABEL in spec.labels] == []

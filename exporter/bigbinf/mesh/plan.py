@@ -7,9 +7,15 @@ That rests on three things:
 
 * determinism: the order comes from mesh-file order only (never set or hash order), and
   every length is an integer number of milliseconds computed with exact fractions, so
-  every machine gets identical numbers (RoundPlan.fingerprint: equal iff plans equal);
+  every machine gets identical numbers (RoundPlan.fingerprint: equal iff two sites plan
+  alike; it leaves the round's start out, so it changes only with the files);
 * the durations file: slots are sized from it, never from an exporter's own journal,
-  which differs from site to site (and so would the plans);
+  which differs from site to site (and so would the plans); an exporter reads it once
+  with the mesh file, so all the rounds of one load are sized alike;
+* round starts on the local wall clock of schedule.timezone (interval: local midnight +
+  k x interval, a short last round merged into the one before; cron: the lines' times),
+  each converted to UTC on its own, a time the clock skips starting no round and one it
+  shows twice starting one, the first time;
 * synchronised clocks (NTP): a slot starts on each exporter's own clock; the guard gap
   after every slot absorbs their offset and the connections' teardown (docs/mesh.md).
 
@@ -23,6 +29,7 @@ are free (a site is free again a guard gap after its previous slot ends).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -78,6 +85,10 @@ class Slot:
     repetition: int  # 0-based, schedule.repetitions per round
     source: str  # how the length was found: "budget" | "measured" | "estimated" | "default"
     probe: bool  # the first slot of (src, dst) in this round: the runner probes the path in it
+    # The slot's length / schedule.headroom (whole ms, rounded up): its test's typical
+    # length.  A slot whose start is late (the site's previous transfer overran) starts
+    # only while at least this much of it is left (service/mesh_runner.py); 0: while any is.
+    typical: float = 0.0
 
     @property
     def length(self) -> float:
@@ -92,7 +103,10 @@ class RoundPlan:
     start: float  # this round's start
     end: float  # the next round's start: the round must be over by then
     slots: tuple[Slot, ...]  # in start order
-    fingerprint: str  # equal at every site iff the plans are equal
+    # Equal at every site iff they plan alike: the schedule, the guard and every slot's
+    # test, length and offset from the round's start; not the start itself, so it stays
+    # the same from round to round (a day's rounds are one packing, shifted).
+    fingerprint: str
     guard: float = 0.0  # schedule.guard: after the last slot too, before the next round's first
 
     @property
@@ -373,9 +387,15 @@ def _pack(
     return placed
 
 
-def _fingerprint(start: int, end: int, guard: int, placed: Sequence[_Placed]) -> str:
-    digest = hashlib.sha256(f"{start} {end} {guard}\n".encode())
-    for p in placed:
+def _fingerprint(mesh: MeshConfig, packing: Sequence[_Placed]) -> str:
+    """Over what makes two sites plan alike: when rounds start (cron lines or interval,
+    and the time zone), the guard, the headroom, and every slot of the packing (offsets
+    from the round's start, test, repetition, source, probe).  The round's start and
+    end are left out: every round of one mesh and durations file has the same one."""
+    schedule = mesh.schedule
+    when = f"interval {_interval_ms(mesh)}" if schedule.interval is not None else "cron " + "|".join(schedule.cron)
+    digest = hashlib.sha256(f"{when} {schedule.timezone} {guard_ms(mesh)} {_exact(schedule.headroom)}\n".encode())
+    for p in packing:
         t = p.test
         test = f"{t.src} {t.dst} {t.protocol} {t.dataset} {t.direction}"
         digest.update(f"{p.start} {p.end} {test} {p.repetition} {p.source} {p.probe}\n".encode())
@@ -398,14 +418,22 @@ def _packing(mesh: MeshConfig, durations: Durations) -> list[_Placed]:
 
 def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms: int) -> RoundPlan:
     """The round [start_ms, end_ms) of a packing: every slot moved by start_ms (integer ms,
-    so exactly as packing from start_ms would place it; the fingerprint has the start)."""
+    so exactly as packing from start_ms would place it)."""
     guard = guard_ms(mesh)
-    placed = [
-        _Placed(p.start + start_ms, p.end + start_ms, p.seq, p.test, p.repetition, p.source, p.probe) for p in packing
-    ]
-    slots = tuple(Slot(_seconds(p.start), _seconds(p.end), p.test, p.repetition, p.source, p.probe) for p in placed)
-    fingerprint = _fingerprint(start_ms, end_ms, guard, placed)
-    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, fingerprint, _seconds(guard))
+    headroom = _exact(mesh.schedule.headroom)
+    slots = tuple(
+        Slot(
+            _seconds(p.start + start_ms),
+            _seconds(p.end + start_ms),
+            p.test,
+            p.repetition,
+            p.source,
+            p.probe,
+            _seconds(_ceil_ms(Fraction(p.end - p.start, 1000) / headroom)),
+        )
+        for p in packing
+    )
+    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, _fingerprint(mesh, packing), _seconds(guard))
 
 
 def plan_round(mesh: MeshConfig, start: float, end: float, durations: Durations) -> RoundPlan:
@@ -428,6 +456,8 @@ def site_busy_seconds(mesh: MeshConfig, plan: RoundPlan) -> dict[str, float]:
 
 # ---------------------------------------------------------------- rounds
 
+_DAY_MS = 86_400_000
+
 
 def _zone(mesh: MeshConfig) -> zoneinfo.ZoneInfo:
     return zoneinfo.ZoneInfo(mesh.schedule.timezone)
@@ -446,27 +476,76 @@ def _interval_ms(mesh: MeshConfig) -> int | None:
     return None if interval is None else _ceil_ms(_exact(interval))
 
 
+def _instant(wall: dt.datetime, zone: zoneinfo.ZoneInfo) -> int | None:
+    """A local wall-clock time (naive) as UTC epoch ms: None if the clock skips it (a DST
+    gap), the first of the two if it shows it twice (fold 0: the earlier)."""
+    aware = wall.replace(tzinfo=zone, fold=0)
+    ms = round(aware.timestamp() * 1000)
+    back = dt.datetime.fromtimestamp(ms / 1000, zone).replace(tzinfo=None)
+    return ms if back == wall else None
+
+
+def _wall(ms: int, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    """What the local clock shows at `ms` (naive)."""
+    return dt.datetime.fromtimestamp(ms / 1000, zone).replace(tzinfo=None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _interval_day(timezone: str, interval: int, day: dt.date) -> tuple[int, ...]:
+    """A day's interval round starts (UTC epoch ms): its first instant (local midnight),
+    then local midnight + k x interval on the local clock, each converted to UTC on its
+    own (a time the clock skips is no start; one it shows twice starts once, the first
+    time).  A last round shorter than the interval is no round of its own: the one
+    before it runs on to the next midnight."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    starts = [_midnight_ms(day, zone)]
+    midnight = dt.datetime.combine(day, dt.time(0))
+    offset = interval
+    while _DAY_MS - offset >= interval:
+        ms = _instant(midnight + dt.timedelta(milliseconds=offset), zone)
+        if ms is not None and ms > starts[-1]:
+            starts.append(ms)
+        offset += interval
+    return tuple(starts)
+
+
 def _interval_next(mesh: MeshConfig, after: int, interval: int) -> int:
-    # Rounds every interval from each local midnight, the last one of a day cut short by
-    # the next midnight (so a day always starts a round at 00:00, DST days too).
-    zone = _zone(mesh)
-    day = _local_day(after, zone)
-    midnight, next_midnight = _midnight_ms(day, zone), _midnight_ms(day + dt.timedelta(days=1), zone)
-    candidate = midnight + -(-(after - midnight) // interval) * interval
-    return candidate if candidate < next_midnight else next_midnight
+    day = _local_day(after, _zone(mesh))
+    for d in range(-1, 3):
+        for start in _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d)):
+            if start >= after:
+                return start
+    raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
 def _interval_prev(mesh: MeshConfig, when: int, interval: int) -> int:
-    zone = _zone(mesh)
-    midnight = _midnight_ms(_local_day(when, zone), zone)
-    return midnight + (when - midnight) // interval * interval
+    day = _local_day(when, _zone(mesh))
+    for d in range(1, -3, -1):
+        for start in reversed(_interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))):
+            if start <= when:
+                return start
+    raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
 def _cron_next(mesh: MeshConfig, after: int) -> int | None:
+    """The first cron start at or after `after` (ms).  The lines are matched against the
+    local wall clock (APScheduler's own zone handling fires inside a DST gap and repeats
+    a time the clock shows twice), each match converted to UTC as interval starts are."""
     zone = _zone(mesh)
-    now = dt.datetime.fromtimestamp(after / 1000, zone)
-    fires = [crontab_trigger(expr, zone).get_next_fire_time(None, now) for expr in mesh.schedule.cron]
-    return min((round(f.timestamp() * 1000) for f in fires if f is not None), default=None)
+    triggers = [crontab_trigger(expr, dt.UTC) for expr in mesh.schedule.cron]
+    wall = _wall(after, zone)
+    for _ in range(100):  # a few steps past a DST change at most
+        naive_now = wall.replace(tzinfo=dt.UTC)
+        fires = [t.get_next_fire_time(None, naive_now) for t in triggers]
+        found = [f.replace(tzinfo=None) for f in fires if f is not None]
+        if not found:
+            return None
+        wall = min(found)
+        ms = _instant(wall, zone)
+        if ms is not None and ms >= after:
+            return ms
+        wall += dt.timedelta(milliseconds=1)  # skipped (a DST gap), or its first showing was earlier
+    return None  # pragma: no cover
 
 
 # How far back to look for the start of the round a moment is in: an hour covers cron
@@ -506,7 +585,23 @@ def round_starts(mesh: MeshConfig, day: dt.date) -> list[float]:
     return starts
 
 
-_DAY_MS = 86_400_000
+def longest_period_seconds(mesh: MeshConfig) -> float | None:
+    """An interval schedule's longest round (what "stale" means for a series): the day's
+    last round on the local clock (the interval, or more where a short tail is merged
+    into it), plus the zone's largest change of UTC offset in a year (a DST day's round
+    can be that much longer).  None for cron schedules (service.schedule measures those)."""
+    interval = _interval_ms(mesh)
+    if interval is None:
+        return None
+    last = _DAY_MS if interval >= _DAY_MS else _DAY_MS - (_DAY_MS - interval) // interval * interval
+    zone = _zone(mesh)
+    year = dt.date.today().year
+    offsets = [
+        dt.datetime(year, 1, 1, 12, tzinfo=zone).__add__(dt.timedelta(days=d)).utcoffset() or dt.timedelta(0)
+        for d in range(0, 366, 7)
+    ]
+    shift = max(offsets) - min(offsets)
+    return _seconds(max(interval, last) + round(shift.total_seconds() * 1000))
 
 
 def _round(mesh: MeshConfig, start: int, packing: Sequence[_Placed]) -> RoundPlan:
@@ -552,7 +647,8 @@ def write_durations(
     mesh: MeshConfig, journals: Sequence[Path | tuple[str | None, Path]], keep: int = KEEP
 ) -> dict[str, Any]:
     """The durations file's content from exporters' journals: per mesh test the last `keep`
-    ok durations of scheduled runs (source "exporter"), oldest first.
+    ok durations of runs in a slot of the plan (source "exporter", slot_start_timestamp
+    set: never a `once` run, which may have overlapped other tests), oldest first.
 
     A result's site is its own `site` field; for older results without one, the SITE of
     a SITE=PATH journal, else the site whose exporter.journal is that path."""
@@ -566,8 +662,8 @@ def write_durations(
             raise MeshError(str(path), [ConfigIssue("", "no such journal file")])
         fallback = given or _journal_site(mesh, path)
         for result in Journal(path).read():
-            if result.outcome != "ok" or result.source != "exporter":
-                continue
+            if result.outcome != "ok" or result.source != "exporter" or result.slot_start_timestamp is None:
+                continue  # failed, a sweep's or an import's, or run outside the slots (`once`)
             site = result.site or fallback
             if not site:
                 raise MeshError(

@@ -149,6 +149,10 @@ class ExporterState:
         self.slot_last_overrun: dict[SeriesKey, float] = {}
         self.slots_missed: dict[SeriesKey, int] = {}
         self.mesh_round: MeshRound | None = None
+        # A mesh site: False while no round can be planned from the loaded mesh (shown as
+        # bigbinf_config_last_reload_successful 0, with the load's own result).
+        self._load_ok = False
+        self._plan_ok = True
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call `callback` (without the lock held) after every change of the state."""
@@ -271,13 +275,23 @@ class ExporterState:
         with self._changing():
             self.slots_missed[key] = self.slots_missed.get(key, 0) + 1
 
+    def record_mesh_plan(self, ok: bool) -> None:
+        """Whether the loaded mesh could plan the next round: bigbinf_config_last_reload_successful
+        is 1 only while the last load succeeded and its rounds can be planned."""
+        if ok == self._plan_ok:
+            return
+        with self._changing():
+            self._plan_ok = ok
+            self.config_ok = self._load_ok and ok
+
     def record_mesh_round(self, mesh_round: MeshRound) -> None:
         with self._changing():
             self.mesh_round = mesh_round
 
     def record_config(self, ok: bool, when: float | None = None) -> None:
         with self._changing():
-            self.config_ok = ok
+            self._load_ok = ok
+            self.config_ok = ok and self._plan_ok
             if ok:
                 self.config_ok_timestamp = when if when is not None else time.time()
 

@@ -1,42 +1,46 @@
 """A mesh site's exporter: its outgoing tests, each in its own slot of the mesh's plan.
 
-Every site's exporter computes the same slot plan from the mesh file, the durations and
-the date (bigbinf.mesh.plan), so two tests that share a site never run at once without
-the sites talking to each other.  In mesh mode this replaces the cron rounds: one thread
-that, round after round, waits for each of this site's slots by the wall clock and runs
-its test under the round lock (so a tuning sweep, or a `once` or `sweep` command on the
-same journal, is excluded as from a round), journaled then published as a round's
-results are.
+Every site's exporter computes the same slot plan from the mesh file, the durations file
+and the round's start (bigbinf.mesh.plan), so two tests that share a site never run at
+once without the sites talking to each other.  In mesh mode this replaces the cron
+rounds: one thread that enters each round at its start, publishes its plan, and waits
+for each of this site's slots by the wall clock to run its test under the round lock (so
+a tuning sweep, or a `once` or `sweep` command on the same journal, is excluded as from
+a round), journaled then published as a round's results are.
+
+A round keeps the plan it started with: a reload (a new mesh or durations file) applies
+from the next round's start, so every site switches at the same moment.  Each of this
+site's slots of a round is handled once: run, or counted in bigbinf_mesh_slots_missed_total
+with its reason logged (late start, lock held, round does not fit, not configured, error).
 
 A transfer whose traffic goes on past its slot's end is recorded as an overrun (the
 result's slot_overrun_seconds, then the overrun metrics).  The site's next test waits
-for it rather than overlap it: the slots run one after another in this one thread, so a
-late transfer delays the next, and a slot that has ended by the time it could start is
-not run at all but counted as missed.
+for it rather than overlap it: the slots run one after another in this one thread.  A
+late slot starts only while its typical length (the slot's length / schedule.headroom)
+is left of it, so a late start never pushes a test into another site's slot; a slot
+that starts at or after the next round's start (a round that does not fit) never runs.
 
-The mesh is handed in from outside (`MeshSite`, made by cli.py from the mesh file), as
-the lab is to the round runner: bigbinf.mesh reaches the lab's layout, which the live
-path never imports.
+The mesh is handed in from outside (`SiteView`, cli.py's MeshSite made from the mesh
+file), as the lab is to the round runner: bigbinf.mesh reaches the lab's layout, which
+the live path never imports.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from bigbinf.config import Config
+from bigbinf.config import Config, ConfigError
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import MeshRound
-from bigbinf.service.rounds import RoundRunner
+from bigbinf.service.rounds import RoundRunner, run_id
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,12 @@ class PlannedSlot(Protocol):
     def test(self) -> SlotTest: ...
     @property
     def probe(self) -> bool: ...
+    @property
+    def repetition(self) -> int: ...
+    @property
+    def typical(self) -> float:
+        """The latest start that still runs the slot is its end minus this (0: its end)."""
+        ...
 
 
 class PlannedRound(Protocol):
@@ -88,8 +98,9 @@ class PlannedRound(Protocol):
     def overflow_seconds(self) -> float: ...
 
 
-class MeshSite(Protocol):
-    """One site's view of a valid mesh file."""
+class SiteView(Protocol):
+    """One site's view of a valid mesh file and its durations file, loaded together
+    (cli.py's MeshSite)."""
 
     @property
     def site(self) -> str: ...
@@ -101,18 +112,31 @@ class MeshSite(Protocol):
 
     @property
     def schedule_interval(self) -> float:
-        """The longest time between two rounds' starts (what "stale" means for a series)."""
+        """The longest round (the longest time between two rounds' starts): what "stale" means for a series."""
+        ...
+
+    @property
+    def listen(self) -> str:
+        """Where the site's exporter listens (read at start only: a change needs a restart)."""
         ...
 
     def rounds(self, after: float) -> Iterator[PlannedRound]:
         """The round in progress at `after` (UTC epoch seconds), if any, then the later
-        ones; the durations the slots are sized from are read again on every call."""
+        ones, planned from the durations loaded with the mesh file."""
         ...
 
 
-# Loads a mesh file for a site; raises ConfigError (bigbinf.mesh.config.MeshError) if invalid.
-MeshLoader = Callable[[Path, str], MeshSite]
+# Loads a mesh file for a site; raises ConfigError (bigbinf.mesh.config.MeshError) if the
+# mesh or durations file is invalid or the site is not in it.
+MeshLoader = Callable[[Path, str], SiteView]
 Transfer = Callable[[TransferSpec, Config, str, PathBaseline | None], Result]
+
+# Why a slot of this site was not run (logged; all count in bigbinf_mesh_slots_missed_total).
+LATE = "late start"
+LOCKED = "lock held"
+NO_FIT = "round does not fit"
+ERROR = "error"
+GONE = "not configured"
 
 
 def series_key(slot: PlannedSlot) -> SeriesKey:
@@ -124,8 +148,7 @@ def round_id(plan: PlannedRound) -> str:
     """rounds.py's format (start time, 6 hex digits); the digits come from the plan's
     fingerprint rather than at random, so every site that agrees on the plan journals
     the round under the same id and the sites' journals can be joined on it."""
-    start = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(plan.start))
-    return f"{start}-{hashlib.sha256(plan.fingerprint.encode()).hexdigest()[:6]}"
+    return run_id(plan.start, plan.fingerprint)
 
 
 def overrun_seconds(result: Result, slot_end: float) -> float:
@@ -141,32 +164,40 @@ def _utc(when: float) -> str:
 
 
 class MeshRunner:
-    """Runs this site's slots of each round of the mesh plan, one after another."""
+    """Runs this site's slots of each round of the mesh plan, one after another.
 
-    # When the plan has no slot for this site (or could not be made): look again after this.
+    A round is run with the plan it started with: a reloaded mesh or durations file
+    (`mesh = ...`) applies from the next round's start, so a reload never moves, repeats
+    or drops a slot of the round in progress.  Each of this site's slots is handled once
+    per round (run, or counted missed with its reason), whatever goes wrong in it."""
+
+    # When no round can be planned (the schedule never fires again, or planning failed):
+    # look again after this, or at a reload.
     IDLE_SECONDS = 60.0
-    # Rounds looked through for one with a slot of this site before idling.
-    LOOKAHEAD_ROUNDS = 10
 
-    def __init__(self, runner: RoundRunner, mesh: MeshSite, transfer: Transfer = run_transfer) -> None:
+    def __init__(self, runner: RoundRunner, mesh: SiteView, transfer: Transfer = run_transfer) -> None:
         self.runner = runner
         self._mesh = mesh
         self.transfer = transfer
         self._replan = threading.Event()
         self._thread: threading.Thread | None = None
-        # Slots that start before this are not run: past when the exporter started, or handled.
-        self.after = time.time()
+        # Slots that started before the exporter did are not run, nor counted as missed.
+        self.started = time.time()
         self.next_slot_start: float | None = None  # for the landing page
+        self.current: PlannedRound | None = None  # the round in progress, as it was planned at its start
         self._specs: tuple[Config, list[TransferSpec]] | None = None
         self._overflow_logged: set[str] = set()
+        # (test, repetition) of this site's slots handled (run or counted missed), per round start.
+        self._handled: dict[float, set[tuple[SlotTest, int]]] = {}
 
     @property
-    def mesh(self) -> MeshSite:
+    def mesh(self) -> SiteView:
         return self._mesh
 
     @mesh.setter
-    def mesh(self, mesh: MeshSite) -> None:
-        """A reloaded mesh: the plan is made again before the next slot (a slot in progress runs on)."""
+    def mesh(self, mesh: SiteView) -> None:
+        """A reloaded mesh: it plans the rounds from the next round's start on (the round
+        in progress keeps its plan)."""
         self._mesh = mesh
         self._replan.set()
 
@@ -187,106 +218,153 @@ class MeshRunner:
     def _run_forever(self) -> None:
         try:
             self.run()
-        except Exception:  # a bug must not end the slots silently
+        except Exception:  # run() catches per round and per slot: this is a last resort
             log.exception("mesh slots stopped")
 
     def run(self, rounds: int | None = None) -> None:
-        """Plan and run rounds until stopped, or until `rounds` rounds have run (tests)."""
+        """Enter each round at its start and run this site's slots of it, until stopped or
+        until `rounds` rounds have been entered (tests)."""
         done = 0
+        boundary = self.started  # the next round to enter is the one in progress at this time
         while not self.stopping.is_set() and (rounds is None or done < rounds):
             self._replan.clear()
+            mesh = self.mesh
             try:
-                plan = self._next_plan()
-            except Exception:  # a planner bug or an unreadable durations file: retried, not fatal
-                log.exception("mesh: cannot plan the next round; trying again in %.0f s", self.IDLE_SECONDS)
-                plan = None
+                plan = next(iter(mesh.rounds(boundary)), None)
+            except Exception as exc:
+                self._plan_failed(exc)
+                self._replan.wait(self.IDLE_SECONDS)
+                boundary = max(boundary, time.time())  # rounds that could not be planned: counted as errors
+                continue
+            self.runner.state.record_mesh_plan(True)
             if plan is None:
+                log.warning("mesh: the schedule starts no further round; looking again in %.0f s", self.IDLE_SECONDS)
                 self.next_slot_start = None
                 self._replan.wait(self.IDLE_SECONDS)
                 continue
-            if self.run_round(plan) is not None:
-                done += 1
+            if plan.start > time.time():
+                # Planned again at its start, from the mesh then in force (a reload meanwhile applies to it).
+                self.next_slot_start = min((s.start for s in plan.slots if s.test.src == mesh.site), default=None)
+                self._wait_until(plan.start, replan=True)
+                continue
+            try:
+                self.run_round(plan, entry=max(plan.start, boundary))
+            except Exception:  # run_round handles each slot's errors: a bug between slots
+                log.exception("mesh round at %s", _utc(plan.start))
+            boundary = max(boundary, plan.end)
+            done += 1
 
-    def _next_plan(self) -> PlannedRound | None:
-        site = self.mesh.site
-        for i, plan in enumerate(self.mesh.rounds(self.after)):
-            if any(s.test.src == site and s.start >= self.after for s in plan.slots):
-                return plan
-            if i + 1 >= self.LOOKAHEAD_ROUNDS:
-                break
-        log.warning("mesh: no slot for site %s in the next %d rounds", site, self.LOOKAHEAD_ROUNDS)
-        return None
+    def _plan_failed(self, exc: Exception) -> None:
+        if isinstance(exc, ConfigError):  # the user's data: said as such, no traceback
+            log.error("mesh: cannot plan the next round (trying again in %.0f s):\n%s", self.IDLE_SECONDS, exc.render())
+        else:  # a bug
+            log.exception("mesh: cannot plan the next round; trying again in %.0f s", self.IDLE_SECONDS)
+        self.runner.state.record_mesh_plan(False)  # bigbinf_config_last_reload_successful 0 until it can
 
-    def run_round(self, plan: PlannedRound) -> list[Result] | None:
-        """This site's slots of `plan` not yet handled; their results, or None if a stop
-        or a reload came first (a reload's plan is made again, from the next slot)."""
-        state = self.runner.state
-        state.record_mesh_round(MeshRound(plan.planned_end - plan.start, plan.end - plan.start, plan.fingerprint))
+    def _enter(self, plan: PlannedRound) -> None:
+        """A round starts: it is the current round, its plan published (every site switches
+        at the same moment, so they agree on the fingerprint between rounds too)."""
+        self.current = plan
+        self.runner.state.record_mesh_round(
+            MeshRound(plan.planned_end - plan.start, plan.end - plan.start, plan.fingerprint)
+        )
         if not plan.fits and plan.fingerprint not in self._overflow_logged:
             self._overflow_logged.add(plan.fingerprint)
             log.warning(
                 "mesh round at %s needs %.0f s, %.0f s more than the %.0f s until the next round: "
-                "its last slots run into it (mesh plan shows the slots)",
+                "slots that start at or after the next round's start are not run, and count as missed "
+                "(mesh plan shows the slots)",
                 _utc(plan.start),
                 plan.planned_end - plan.start,
                 plan.overflow_seconds,
                 plan.end - plan.start,
             )
+
+    def run_round(self, plan: PlannedRound, entry: float | None = None) -> list[Result] | None:
+        """The round `plan` from its start: published, then this site's slots of it not yet
+        handled, each run or counted missed; their results, or None if stopped.  Slots
+        that start before `entry` (default: the round's start, or the exporter's if
+        later) are not this exporter's to run, nor counted."""
+        self._enter(plan)
+        entry = max(plan.start, self.started) if entry is None else entry
+        for old in [start for start in self._handled if start < plan.start]:
+            del self._handled[old]
+        handled = self._handled.setdefault(plan.start, set())
         rid = round_id(plan)
-        site = self.mesh.site
-        slots = sorted((s for s in plan.slots if s.test.src == site and s.start >= self.after), key=lambda s: s.start)
+        site = self.mesh.site  # the same in every load (the loader refuses another site)
+        slots = sorted((s for s in plan.slots if s.test.src == site), key=lambda s: (s.start, s.repetition))
         results: list[Result] = []
         began: float | None = None
         for slot in slots:
+            done = (slot.test, slot.repetition)
+            if done in handled:
+                continue
+            if slot.start < entry:
+                handled.add(done)
+                continue
+            if slot.start >= plan.end:
+                handled.add(done)
+                self._missed(slot, NO_FIT, f"it starts at or after the next round's start ({_utc(plan.end)})")
+                continue
             self.next_slot_start = slot.start
             if not self._wait_until(slot.start):
                 return None
             began = time.monotonic() if began is None else began
-            result = self.run_slot(slot, rid)
+            try:
+                result = self.run_slot(slot, rid)
+            except Exception as exc:  # a bug in a transfer, its planning or its publishing: this slot only
+                log.exception("slot %s-%s of %s: failed", _utc(slot.start), _utc(slot.end), _label(slot))
+                self._missed(slot, ERROR, f"{type(exc).__name__}: {exc}", logged=True)
+                result = None
+            handled.add(done)
             if self.stopping.is_set():
                 return None
-            self.after = math.nextafter(slot.start, math.inf)  # handled: never run again after a replan
             if result is not None:
                 results.append(result)
+        self.next_slot_start = None
         if began is not None:
-            state.record_round(time.monotonic() - began, time.time())
+            self.runner.state.record_round(time.monotonic() - began, time.time())
         return results
 
-    def _wait_until(self, when: float) -> bool:
+    def _wait_until(self, when: float, replan: bool = False) -> bool:
         """Until `when` by the wall clock (the plan is in UTC epoch seconds: every site's
-        clock agrees, monotonic clocks do not); False on a stop or a reload."""
-        while not (self.stopping.is_set() or self._replan.is_set()):
+        clock agrees, monotonic clocks do not); False on a stop (or, with `replan`, a reload)."""
+        while not (self.stopping.is_set() or (replan and self._replan.is_set())):
             remaining = when - time.time()
             if remaining <= 0:
                 return True
-            self.stopping.wait(min(remaining, 0.5))  # short steps: a reload is seen within 0.5 s
+            (self._replan if replan else self.stopping).wait(min(remaining, 0.5))
         return False
 
     def run_slot(self, slot: PlannedSlot, rid: str) -> Result | None:
-        """One slot's test: journaled and published with its slot; None if not run (missed,
-        stopped, or no longer in the configuration)."""
+        """One slot's test: journaled and published with its slot; None if not run (counted
+        missed, or stopped).  A slot whose start is late (this site's previous transfer
+        overran) starts only while at least its typical length is left of it, so a late
+        start never pushes a test into another site's slot."""
         runner, key = self.runner, series_key(slot)
-        # The round lock: a tuning sweep or a command on this journal may hold it; waited
-        # for, but only until the slot ends.
-        remaining = slot.end - time.time()
-        if remaining <= 0 or not runner.exclusive(timeout=remaining):
+        latest = slot.end - slot.typical  # the latest start that leaves the test its typical length
+        if _too_late(slot):
+            self._missed(slot, LATE, self._late(slot))
+            return None
+        # The round lock: a tuning sweep, or a `once` or `sweep` command on this journal, may
+        # hold it; waited for, but only until the latest start.
+        if not runner.exclusive(timeout=max(0.0, latest - time.time())):
             if not self.stopping.is_set():
-                self._missed(slot, key)
+                self._missed(
+                    slot,
+                    LOCKED,
+                    "the round lock was held (a tuning sweep, or a `once` or `sweep` command "
+                    "on this journal) until too little of the slot was left",
+                )
             return None
         try:
-            if time.time() >= slot.end:
-                self._missed(slot, key)
+            if _too_late(slot):
+                self._missed(slot, LATE, self._late(slot))
                 return None
             config = runner.config
             spec = self._spec(config, key)
             if spec is None:
-                log.warning(
-                    "slot %s-%s: %s/%s/%s/%s is not in this site's configuration (the mesh file changed "
-                    "without a reload?): not run",
-                    _utc(slot.start),
-                    _utc(slot.end),
-                    *(key.protocol, key.remote, key.dataset, key.direction),
-                )
+                self._missed(slot, GONE, "its test is not in this site's configuration (changed by a reload?)")
                 return None
             # The slot that opens the path's tests in the round probes it first (its time is
             # in the slot); the others are judged against that probe.
@@ -320,6 +398,14 @@ class MeshRunner:
         finally:
             runner.release()
 
+    @staticmethod
+    def _late(slot: PlannedSlot) -> str:
+        left = max(0.0, slot.end - time.time())
+        return (
+            f"only {left:.1f} s of it left, less than its test's typical {slot.typical:.1f} s "
+            "(this site's previous transfer overran)"
+        )
+
     def _spec(self, config: Config, key: SeriesKey) -> TransferSpec | None:
         """The configured transfer of a slot's test, from the current configuration (planned
         once per configuration: a reload swaps it)."""
@@ -335,12 +421,20 @@ class MeshRunner:
                 return spec
         return None
 
-    def _missed(self, slot: PlannedSlot, key: SeriesKey) -> None:
-        log.warning(
-            "slot %s-%s of %s/%s/%s/%s ended before the previous transfer of this site (or a tuning sweep) "
-            "did: not run",
-            _utc(slot.start),
-            _utc(slot.end),
-            *(key.protocol, key.remote, key.dataset, key.direction),
-        )
-        self.runner.state.record_slot_missed(key)
+    def _missed(self, slot: PlannedSlot, reason: str, why: str, logged: bool = False) -> None:
+        if not logged:
+            log.warning(
+                "slot %s-%s of %s: not run (%s): %s", _utc(slot.start), _utc(slot.end), _label(slot), reason, why
+            )
+        self.runner.state.record_slot_missed(series_key(slot))
+
+
+def _too_late(slot: PlannedSlot) -> bool:
+    """Whether the slot may no longer start: it has ended, or less than its typical length is left."""
+    now = time.time()
+    return now >= slot.end or now > slot.end - slot.typical
+
+
+def _label(slot: PlannedSlot) -> str:
+    t = slot.test
+    return f"{t.protocol}/{t.dst}/{t.dataset}/{t.direction}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 
 # The lab a config's `lab: true` remotes stand for, worked out again for each config.
 LabFor = Callable[[Config], LabSite | None]
+
+
+def run_id(when: float | None = None, tag: str = "") -> str:
+    """The id a round (or sweep) journals its results under: its UTC start and 6 hex
+    digits, from `tag` where runs elsewhere must get the same id (a mesh round: the
+    plan's fingerprint), else random."""
+    digits = hashlib.sha256(tag.encode()).hexdigest()[:6] if tag else uuid.uuid4().hex[:6]
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(when))}-{digits}"
 
 
 def no_lab(config: Config) -> LabSite | None:
@@ -128,7 +137,7 @@ class RoundRunner:
         results: list[Result] = []
         for _repetition in range(config.schedule.rounds):
             start = time.monotonic()
-            round_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+            round_id = run_id()
             paths = self.probe_paths(specs)
             for spec in specs:
                 if self.stopping.is_set():

@@ -18,7 +18,8 @@ at once.
 
 For a mesh site (`mesh_file` and `site`) the configuration is the site's view of the
 mesh file, and service/mesh_runner.py runs the site's tests in the mesh plan's slots
-instead of the cron rounds; a reload reads the mesh file again.  Every series then
+instead of the cron rounds; a reload reads the mesh file (and its durations file) again,
+and its plan applies from the next round's start.  Every series then
 carries the `site` label (service/collector.py, service/exposition.py).
 """
 
@@ -50,7 +51,7 @@ from bigbinf.measure.process import kill_all_active
 from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
-from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, MeshSite
+from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
 from bigbinf.service.webconfig import WebConfig, load_web_config, peer_sans
@@ -75,10 +76,12 @@ class Exporter:
         mesh_file: str | Path | None = None,
         site: str | None = None,
         mesh_loader: MeshLoader | None = None,
+        mesh: SiteView | None = None,
     ) -> None:
         """A single-site exporter from `config_path`, or, with `mesh_file`, the exporter of
         mesh site `site`: `mesh_loader` (cli.py's, which may import bigbinf.mesh) reads
-        the mesh file as that site's view of it."""
+        the mesh file as that site's view of it (`mesh`: already read, e.g. for the
+        listen address, so the exporter starts from that same load)."""
         self.mesh_file = Path(mesh_file) if mesh_file is not None else None
         self.site = site
         self.mesh_loader = mesh_loader
@@ -99,7 +102,7 @@ class Exporter:
         self.registry.register(BigbinfCollector(self.state))
         self.metrics = MetricsCache(self.state, self.registry)
         # A bad config (or mesh file) at start is fatal (--config.check says why).
-        mesh = self._load_mesh()
+        mesh = mesh if mesh is not None and self.mesh_file is not None else self._load_mesh()
         config = mesh.config if mesh is not None else load_config(self.config_path)
         check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
         self.state.record_config(True)
@@ -128,7 +131,7 @@ class Exporter:
     def config(self) -> Config:
         return self.runner.config
 
-    def _load_mesh(self) -> MeshSite | None:
+    def _load_mesh(self) -> SiteView | None:
         """The site's view of the mesh file (None for a single-site exporter); ConfigError if invalid."""
         if self.mesh_file is None:
             return None
@@ -136,7 +139,7 @@ class Exporter:
         return self.mesh_loader(self.mesh_file, self.site)
 
     @staticmethod
-    def _stale_after(config: Config, mesh: MeshSite | None) -> float:
+    def _stale_after(config: Config, mesh: SiteView | None) -> float:
         # A mesh site's tests run once per mesh round, not on its config's (default) schedule.
         return mesh.schedule_interval if mesh is not None else longest_gap_seconds(config.schedule)
 
@@ -210,7 +213,14 @@ class Exporter:
             self.state.set_payload_histograms(config.metrics.payload_histograms)
             self.state.prime(series_of(config, self.runner.lab), self._stale_after(config, mesh))
             if self.mesh_runner is not None and mesh is not None:
-                self.mesh_runner.mesh = mesh  # planned again before the next slot
+                if mesh.listen != self.mesh_runner.mesh.listen:
+                    log.warning(
+                        "sites.%s.exporter.listen changed to %s: needs a restart (still listening on %s)",
+                        mesh.site,
+                        mesh.listen,
+                        self.listen,
+                    )
+                self.mesh_runner.mesh = mesh  # its plan applies from the next round's start
             else:
                 self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.forget_sweeps(config.sweeps)

@@ -29,7 +29,6 @@ import itertools
 import logging
 import statistics
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from bigbinf.measure.transfer import run_transfer
 from bigbinf.protocols import REGISTRY, module_for
 from bigbinf.result import Result
 from bigbinf.service.collector import ExporterState, SweepBest
-from bigbinf.service.rounds import RoundRunner
+from bigbinf.service.rounds import RoundRunner, run_id
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +188,7 @@ def bests(results: Iterable[Result], config: Config | None = None) -> list[Sweep
         if r.source == SOURCE and r.sweep:
             by_run[(r.sweep_name, r.sweep)].append(r)
     out = []
-    for (name, run_id), runs in by_run.items():
+    for (name, sweep_run), runs in by_run.items():
         base = _baseline_label(runs, config, name)
         for dataset in sorted({r.dataset for r in runs}):
             means = _means([r for r in runs if r.dataset == dataset])
@@ -198,7 +197,7 @@ def bests(results: Iterable[Result], config: Config | None = None) -> list[Sweep
             label, best = max(means.items(), key=lambda item: (item[1], item[0]))
             gain = best / means[base] if base in means and means[base] > 0 else None
             ended = max(r.start_timestamp for r in runs if r.dataset == dataset)
-            out.append(SweepBest(name, run_id, dataset, label, best, gain, ended))
+            out.append(SweepBest(name, sweep_run, dataset, label, best, gain, ended))
     return out
 
 
@@ -291,7 +290,7 @@ class SweepRunner:
         lab = self.runner.lab(config)
         order = run_order(len(grid), sweep.datasets, sweep.repetitions)
         specs = {(i, d): spec_for(config, name, s, d, lab) for i, s in enumerate(grid) for d in sweep.datasets}
-        sweep_id = f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+        sweep_id = f"{name}-{run_id()}"
         self._say(
             f"sweep {name} ({sweep_id}): {len(grid)} settings x {len(sweep.datasets)} datasets x "
             f"{sweep.repetitions} repetitions = {len(order)} runs; baseline {base.label}"
