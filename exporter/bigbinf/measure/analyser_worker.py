@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,11 @@ _SLOWEST_BYTES_PER_SECOND = 5e6
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()  # guards _pool: the rounds thread analyses, stop() shuts down
+# Shutdown and a new worker's start never interleave: a worker spawned while shutdown
+# stops the resource tracker would hold the tracker's pipe open, and the tracker (which
+# exits on that pipe's end) would never exit.  Taken before _lock, never inside it.
+_lifecycle = threading.Lock()
+TRACKER_EXIT_SECONDS = 5.0
 _pool: ProcessPoolExecutor | None = None
 _fallback_logged = False
 _missing_logged = False
@@ -106,10 +111,10 @@ def analyse_in_worker(
         return analyse_pcap(path, client_address, remote_address, mtu=mtu, strict=strict, engine="python")
     name = os.fspath(path)
     for attempt in (1, 2):
-        pool = _running_pool()
         failure: BaseException
+        pool = _running_pool()
         try:
-            future = pool.submit(_analyse, name, client_address, remote_address, mtu, strict)
+            future: Future[Analysis] = _submit(pool, _analyse, name, client_address, remote_address, mtu, strict)
         except (RuntimeError, OSError) as e:
             # A dead pool (BrokenProcessPool), one shut down meanwhile (RuntimeError), a
             # worker that could not be started (OSError).
@@ -138,18 +143,20 @@ def analyse_in_worker(
 
 def worker_pid() -> int:
     """The worker's process id, starting it if none runs (for tests and diagnostics)."""
-    return _running_pool().submit(os.getpid).result()
+    pid: Future[int] = _submit(_running_pool(), os.getpid)
+    return pid.result()
 
 
 def shutdown() -> None:
     """Stop the worker (an analysis in progress gets SHUTDOWN_GRACE_SECONDS, then is
     abandoned: the exporter is stopping) and multiprocessing's resource tracker; the
     next analysis starts a new worker.  The exporter's stop calls this, and atexit does."""
-    with _lock:
-        pool = _pool
-    if pool is not None:
-        _discard(pool, grace_seconds=SHUTDOWN_GRACE_SECONDS)
-    _stop_resource_tracker()
+    with _lifecycle:
+        with _lock:
+            pool = _pool
+        if pool is not None:
+            _discard(pool, grace_seconds=SHUTDOWN_GRACE_SECONDS)
+        _stop_resource_tracker()
 
 
 atexit.register(shutdown)
@@ -164,6 +171,13 @@ def _fast_path_installed() -> bool:
         _log.warning("the compiled pcap analyser is not available (numba is not installed); using the pure-Python one")
         _missing_logged = True
     return False
+
+
+def _submit(pool: ProcessPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """`fn(*args)` submitted to `pool`'s worker, never while shutdown() runs (the executor
+    spawns its worker on the first submit); a pool shut down meanwhile raises RuntimeError."""
+    with _lifecycle:
+        return pool.submit(fn, *args)
 
 
 def _running_pool() -> ProcessPoolExecutor:
@@ -216,15 +230,35 @@ def _discard(pool: ProcessPoolExecutor, grace_seconds: float | None = None) -> N
         manager.join(5)
 
 
-def _stop_resource_tracker() -> None:
-    # spawn starts multiprocessing's resource tracker, a helper process that otherwise
-    # lives until this one exits; with no worker left it has nothing to track.
+def _stop_resource_tracker(timeout: float = TRACKER_EXIT_SECONDS) -> None:
+    """Stop multiprocessing's resource tracker, a helper process that spawn starts and that
+    otherwise lives until this one exits (with no worker left it has nothing to track).
+    It exits when every holder of its pipe has closed it; should anything still hold it
+    (a process spawned meanwhile), it is killed after `timeout` rather than waited for
+    forever, as multiprocessing's own stop would."""
     from multiprocessing import resource_tracker
 
-    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
-    if stop is not None:
-        with contextlib.suppress(Exception):
-            stop()
+    tracker = resource_tracker._resource_tracker
+    lock = getattr(tracker, "_lock", None)
+    if lock is None or not hasattr(tracker, "_fd") or not hasattr(tracker, "_pid"):
+        return  # another Python's tracker: left to exit with this process
+    with lock:
+        fd, pid = tracker._fd, tracker._pid
+        if fd is None or pid is None:
+            return
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        tracker._fd = None
+        tracker._pid = None
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    _log.warning("multiprocessing's resource tracker (pid %d) did not exit: killed", pid)
+                    os.kill(pid, signal.SIGKILL)  # it ignores SIGTERM and SIGINT
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
 
 
 # ------------------------------------------------------------------- in the worker
