@@ -81,6 +81,11 @@ def test_an_overrun_slot_is_recorded_and_the_next_waits_for_it(tmp_path: Path) -
     exporter: Exporter | None = None
     try:
         labmesh.up(mesh)
+        # Rounds start every INTERVAL s from UTC midnight.  An exporter started once this
+        # round's slots have all begun joins at the next round, whole: started earlier it
+        # would leave out the slots already begun and run the later ones of this round.
+        while not 10 <= time.time() % INTERVAL <= INTERVAL - 10:
+            time.sleep(0.5)
         exporter = Exporter(None, listen, mesh_file=mesh_path, site="alpha", mesh_loader=cli.load_mesh_site)
         exporter.start()
         deadline = time.monotonic() + INTERVAL + 90
