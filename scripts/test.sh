@@ -8,4 +8,11 @@ echo "test: ruff check, ruff format --check, mypy"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -ra "$@"
+# Independent tests in parallel (pytest-xdist): a module goes whole to one worker, so a
+# module's shared lab is built once; labs have unique names, servers free ports.  Most
+# of the lab and e2e tiers wait on shaped links and on Prometheus, so more workers than
+# cores pay (docs/benchmarks.md, "The test suite").  BIGBINF_TEST_WORKERS=0 runs serially.
+workers=${BIGBINF_TEST_WORKERS:-4}
+parallel=()
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+exec .venv/bin/python -m pytest -ra "${parallel[@]}" "$@"

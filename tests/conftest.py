@@ -33,7 +33,33 @@ def _needs_root_and_tools() -> str | None:
     return f"missing tools: {', '.join(missing)} (run scripts/setup.sh)" if missing else None
 
 
+# The modules that take longest (seconds of wall clock, mostly waiting on shaped links and
+# on Prometheus' evaluation), longest first.  Under pytest-xdist (`-n N --dist loadfile`,
+# scripts/test.sh) each module goes whole to a worker in collection order, so these are
+# collected first: started last, one of them would be the run's tail on its own.  Only an
+# order: a module missing here runs as well, after them.
+SLOWEST_FIRST = (
+    "tests/e2e/test_mesh_prometheus.py",
+    "tests/e2e/test_dashboards.py",
+    "tests/lab/test_protocols.py",
+    "tests/lab/test_sweeps.py",
+    "tests/lab/test_mesh_proof.py",
+    "tests/lab/test_why_slow.py",
+    "tests/e2e/test_rules.py",
+    "tests/lab/test_tuning.py",
+    "tests/lab/test_mesh_exporter.py",
+    "tests/lab/test_transfer.py",
+    "tests/e2e/test_web.py",
+)
+
+
+def _slowest_first(item: pytest.Item) -> int:
+    path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
+    return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_slowest_first)  # stable: every other module keeps its order
     reason = _needs_root_and_tools()
     if reason and not os.environ.get("CI"):
         for item in items:

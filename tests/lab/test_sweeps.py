@@ -139,7 +139,10 @@ def test_streams_fill_a_window_bound_path(streams_lab: Config) -> None:
     # One stream is bound by the capped window (the sender's tcp_info, measure/limits.py);
     # the gain flattens once the streams' windows together exceed the BDP, never above
     # the shaped rate.
-    assert all(r.limited_by == "receive_window" for r in runs if r.sweep_setting["parallel"] == 1)
+    # The cap binds both buffers; the receiver's reached it (skmem rb), and that cap, not
+    # the host's larger sysctl, is the ceiling the verdict judges by.
+    single = [(r.limited_by, r.limited_evidence) for r in runs if r.sweep_setting["parallel"] == 1]
+    assert all(limit == "receive_window" and "tcp_buffer_max cap 262.14 kB" in why for limit, why in single), single
     assert mean[16] < 1.25 * mean[8]
     assert max(mean.values()) < 1.02 * LINK_BYTES_PER_SECOND
     # The verdict: the recommendation is in the measured top group (scipy's own Welch test).
@@ -232,5 +235,10 @@ def test_concurrency_beats_one_on_many_small_files(small_files_lab: Config, tmp_
     print({c: round(m / MB, 2) for c, m in mean.items()}, file=sys.stderr)
     assert mean[4] > 1.5 * mean[1]
     (d,) = sweep_report.verdict(runs).datasets
-    assert d.best == "concurrency=4" and d.recommended == "concurrency=4"
-    assert sps.ttest_ind(speeds[4], speeds[1], equal_var=False).pvalue == pytest.approx(d.welch_p_best_vs_baseline)
+    assert d.best == "concurrency=4"
+    p = sps.ttest_ind(speeds[4], speeds[1], equal_var=False).pvalue
+    assert p == pytest.approx(d.welch_p_best_vs_baseline)
+    # The recommendation is the top group's cheapest setting: -cc 4 once scipy's Welch test
+    # sets it apart from -cc 1, else -cc 1 (three runs on a busy machine may not: seen
+    # 3.5, 3.5, 2.1 against 1.8, 1.6, 1.2 MB/s).
+    assert d.recommended == ("concurrency=4" if p < 0.05 else "concurrency=1"), p

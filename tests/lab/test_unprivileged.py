@@ -12,6 +12,7 @@ import json
 import os
 import pwd
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -52,38 +53,74 @@ def service_user() -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", name], capture_output=True, timeout=60)
 
 
-def _blocking_dir(path: Path) -> Path | None:
-    """The first directory above `path` that others cannot enter (here: /root, where a
-    pyenv interpreter lives); None when the service user can reach it."""
-    for parent in reversed(path.parents):
-        if not os.stat(parent).st_mode & 0o001:
-            return parent
-    return None
+def _closed_dirs(path: Path) -> list[Path]:
+    """The directories above `path` (outermost first) that others cannot enter: /root,
+    where a pyenv interpreter lives, or the 0700 directory a clone was made in (mktemp -d,
+    a home directory)."""
+    return [parent for parent in reversed(path.parents) if not os.stat(parent).st_mode & 0o001]
 
 
-def _mount_script(interpreter: Path, scratch: Path) -> str:
-    """sh that makes the interpreter reachable for the service user in this private mount
-    namespace (a tmpfs over the closed directory, with only the interpreter's tree bound
-    back), then execs the rest.  Nothing changes outside the namespace."""
-    closed = _blocking_dir(interpreter)
-    if closed is None:
-        return 'exec "$@"'
-    child = closed / interpreter.relative_to(closed).parts[0]
-    keep = scratch / "bind"
-    return (
-        f"set -e; mkdir -p {keep}; mount --bind {child} {keep}; "
-        f"mount -t tmpfs -o mode=0755 tmpfs {closed}; mkdir -p {child}; mount --bind {keep} {child}; "
-        'exec "$@"'
+def _mount_script(needed: list[Path], scratch: Path) -> str:
+    """sh that makes every path in `needed` reachable for the service user in this private
+    mount namespace, then execs the rest: each closed directory above one of them gets a
+    tmpfs (mode 0755) over it with only the needed entries bound back, outermost first (a
+    closed directory inside a closed directory is bound back, then opened the same way).
+    The originals are bound aside first, so every bind reads the real tree.  Nothing
+    changes outside the namespace, and no file is copied."""
+    children: dict[Path, set[Path]] = {}
+    for path in needed:
+        for closed in _closed_dirs(path):
+            children.setdefault(closed, set()).add(closed / path.relative_to(closed).parts[0])
+    steps = ["set -e"]
+    kept: dict[Path, Path] = {}
+    for closed in sorted(children, key=lambda d: len(d.parts)):
+        for child in sorted(children[closed]):
+            keep = kept.setdefault(child, scratch / f"keep{len(kept)}")
+            steps.append(f"mkdir -p {shlex.quote(str(keep))}")
+            steps.append(f"mount --bind {shlex.quote(str(child))} {shlex.quote(str(keep))}")
+    for closed in sorted(children, key=lambda d: len(d.parts)):
+        steps.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(str(closed))}")
+        for child in sorted(children[closed]):
+            quoted = shlex.quote(str(child))
+            steps.append(f"mkdir -p {quoted}")
+            steps.append(f"mount --bind {shlex.quote(str(kept[child]))} {quoted}")
+    return "; ".join([*steps, 'exec "$@"'])
+
+
+def _curl_recorder(directory: Path, owner: pwd.struct_passwd) -> Path:
+    """A directory for the front of the service user's PATH holding `curl`: it writes its
+    argv and environment into `directory` (one file pair per process), then execs the real
+    curl.  A short-lived curl cannot be missed, however busy the machine is, where
+    sampling /proc can miss it."""
+    real = shutil.which("curl")
+    assert real, "curl is not installed"
+    bindir = directory / "bin"
+    bindir.mkdir(parents=True)
+    wrapper = bindir / "curl"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"cat /proc/$$/environ > {shlex.quote(str(directory))}/curl.$$.environ\n"
+        f"printf '%s\\0' \"$@\" > {shlex.quote(str(directory))}/curl.$$.argv\n"
+        f'exec {shlex.quote(real)} "$@"\n'
     )
+    wrapper.chmod(0o755)
+    os.chown(directory, owner.pw_uid, owner.pw_gid)
+    directory.chmod(0o700)
+    return bindir
+
+
+def _recorded(directory: Path, kind: str) -> dict[str, bytes]:
+    return {p.name.split(".")[1]: p.read_bytes() for p in directory.glob(f"curl.*.{kind}")}
 
 
 class ProcWatch:
-    """Every argv and environment of the service user's processes while it runs."""
+    """The argv of the service user's processes, sampled every 5 ms while it runs: enough
+    for the long-lived ones (the exporter, its capture); the short-lived curl is recorded
+    by its wrapper instead (_curl_recorder)."""
 
     def __init__(self, uid: int) -> None:
         self.uid = uid
         self.argvs: dict[int, bytes] = {}
-        self.environs: dict[int, bytes] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -102,7 +139,6 @@ class ProcWatch:
                     if os.stat(f"/proc/{pid}").st_uid != self.uid:
                         continue
                     self.argvs[pid] = self.argvs.get(pid, b"") + b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
-                    self.environs.setdefault(pid, Path(f"/proc/{pid}/environ").read_bytes())
                 except OSError:
                     continue
 
@@ -129,10 +165,13 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
     user = service_user
     state = Path(f"/var/tmp/{user.pw_name}-state")  # the StateDirectory's stand-in
     scratch = Path(f"/var/tmp/{user.pw_name}-scratch")
+    record = Path(f"/var/tmp/{user.pw_name}-record")  # what the user's curl processes ran with
     proc: subprocess.Popen[bytes] | None = None
     try:
         state.mkdir(mode=0o700)
         scratch.mkdir(mode=0o700)
+        record.mkdir(mode=0o700)
+        recorder = _curl_recorder(record, user)
         # The site's secrets as an operator installs them: owned by the service user.
         key, known_hosts, ssh_config, sums = (state / n for n in ("id_ed25519", "known_hosts", "ssh_config", "SUMS"))
         shutil.copy(layout.client_key, key)
@@ -179,11 +218,13 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
 
         port = free_port()
         caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in unit_capabilities())
-        interpreter = Path(sys.executable).resolve()
+        # What the user runs: the interpreter (under /root with pyenv) and this checkout
+        # (its .venv and the source it installs in editable mode), wherever they live.
+        reachable = [Path(sys.executable).resolve(), ROOT]
         argv = [
             "ip", "netns", "exec", layout.client_ns,
             "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", _mount_script(interpreter, scratch), "sh",
+            "sh", "-c", _mount_script(reachable, scratch), "sh",
             "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
             f"--inh-caps=-all,{caps}", f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}",
             "--no-new-privs", "--",
@@ -191,7 +232,7 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
             "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "debug",
         ]  # fmt: skip
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+            "PATH": f"{recorder}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
             "HOME": str(state),
             "LANG": "C.UTF-8",
             "BIGBINF_TEST_FTP_PASSWORD": password,
@@ -266,11 +307,13 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
         assert wire == after["down"] - before["down"]
 
         # The password reached the FTP transfer (curl's environment; its netrc is written from it)...
-        curls = [pid for pid, argv_ in watch.argvs.items() if argv_.startswith(b"\0curl\0")]
-        assert curls, "the watch never saw the FTP transfer's curl"
-        assert any(password.encode() in watch.environs[pid] for pid in curls)
-        # ... and nowhere else: argv, the log (debug level: what the journal would get under
-        # systemd), the journal, /metrics (labels and values), or any file left behind.
+        curl_argvs, curl_environs = _recorded(record, "argv"), _recorded(record, "environ")
+        assert any(b"ftp://" in argv_ for argv_ in curl_argvs.values()), "no FTP transfer's curl ran"
+        assert any(password.encode() in environ for environ in curl_environs.values())
+        # ... and nowhere else: argv (every curl's, and every process the watch sampled), the
+        # log (debug level: what the journal would get under systemd), the journal, /metrics
+        # (labels and values), or any file left behind.
+        assert all(password.encode() not in argv_ for argv_ in curl_argvs.values())
         assert all(password.encode() not in argv_ for argv_ in watch.argvs.values())
         assert password not in log.read_text()
         assert password not in (state / "journal.jsonl").read_text()
@@ -294,3 +337,4 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
                     os.kill(pid, signal.SIGKILL)
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(record, ignore_errors=True)

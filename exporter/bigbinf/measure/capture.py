@@ -389,20 +389,29 @@ def wait_linger(seconds: float) -> None:
 # ACK of the peer's FIN awaited.  TIME-WAIT is done (our last ACK has been sent);
 # CLOSE-WAIT belongs to a process that is still running (not the transfer's command).
 _CLOSING_STATES = ("fin-wait-1", "fin-wait-2", "closing", "last-ack")
+# Of those, the ones where our FIN is not yet acknowledged: it was lost (or its ACK was),
+# and the kernel will retransmit it after an RTO (200 ms at least, doubled after each
+# loss).  That retransmission belongs to the transfer: the capture must hold it and the
+# sender's count must include it (seen: a lost FIN on a 1%-loss link left the transfer's
+# count one short of nstat's).  These are waited for up to FIN_RETRANSMIT_SECONDS;
+# FIN-WAIT-2 (a peer that keeps its half open) only up to the linger.
+_UNACKED_FIN_STATES = frozenset({"FIN-WAIT-1", "CLOSING", "LAST-ACK"})
+FIN_RETRANSMIT_SECONDS = 3.0
 _CLOSED_POLL_SECONDS = 0.005
 
 
 def wait_closed(netns: str | None, peer: str, max_seconds: float) -> float:
     """After a TCP transfer's command: wait until no TCP connection to `peer` is still
     closing (the last FIN/ACK exchange has crossed the link, so the capture holds it),
-    at most `max_seconds` (capture.linger).  Replaces a fixed linger: in the lab the
-    exchange takes well under a millisecond, on a long path a few round trips, and a
-    fixed wait was either too short for the one or wasted on the other.  A connection
-    that stays half-closed (a peer that never sends its FIN) costs the whole linger, as
-    before.  If `ss` cannot be run, the linger is waited in full.  Returns the seconds
-    waited."""
+    at most `max_seconds` (capture.linger), or FIN_RETRANSMIT_SECONDS while a FIN of ours
+    is unacknowledged.  Replaces a fixed linger: in the lab the exchange takes well under
+    a millisecond, on a long path a few round trips, and a fixed wait was either too short
+    for the one or wasted on the other.  A connection that stays half-closed (a peer that
+    never sends its FIN) costs the whole linger, as before.  If `ss` cannot be run, the
+    linger is waited in full.  Returns the seconds waited."""
     start = time.monotonic()
     deadline = start + max_seconds
+    fin_deadline = start + max(max_seconds, FIN_RETRANSMIT_SECONDS)
     # ss reads "2001:db8::1" as host:port; a prefix length says it is an address.
     target = f"{peer}/128" if ":" in peer else peer
     states = [word for state in _CLOSING_STATES for word in ("state", state)]
@@ -415,9 +424,12 @@ def wait_closed(netns: str | None, peer: str, max_seconds: float) -> float:
         if done is None or done.returncode != 0:  # no answer from the kernel: the linger in full
             time.sleep(max(0.0, deadline - time.monotonic()))
             break
-        if not done.stdout.strip():
+        # With more than one state asked for, ss prints each socket's state first.
+        closing = {line.split()[0] for line in done.stdout.decode("ascii", "replace").splitlines() if line.strip()}
+        if not closing:
             break
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= (fin_deadline if closing & _UNACKED_FIN_STATES else deadline):
             break
         time.sleep(_CLOSED_POLL_SECONDS)
     return time.monotonic() - start

@@ -70,8 +70,9 @@ def judge_limit(r: Result, baseline: PathBaseline | None) -> Limit | None:
     rwnd = sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
     sndbuf = sender.get("sndbuf_limited_seconds", 0.0) / busy if busy > 0 else 0.0
     receiver_side, sender_side = ("local", "remote") if r.direction == "download" else ("remote", "local")
-    rcv_ceiling = _at_ceiling(receiver.get("rcvbuf_max_bytes"), baseline, receiver_side, "tcp_rmem", bdp)
-    snd_ceiling = _at_ceiling(sender.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", bdp)
+    cap = r.tcp_buffer_max_bytes
+    rcv_ceiling = _at_ceiling(receiver.get("rcvbuf_max_bytes"), baseline, receiver_side, "tcp_rmem", bdp, cap)
+    snd_ceiling = _at_ceiling(sender.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", bdp, cap)
     window = f"the sender was limited by the receive window {rwnd:.0%} of its {busy:.1f} s busy time" if busy else ""
     behind = receiver.get("rcv_queue_ratio_avg")
     if rwnd >= LIMITED_SHARE and behind is not None and behind >= RECEIVER_BEHIND:
@@ -117,15 +118,22 @@ def judge_limit(r: Result, baseline: PathBaseline | None) -> Limit | None:
     return Limit("application", f"no network limit was active: {detail}")
 
 
-def _at_ceiling(buffer: float | None, baseline: PathBaseline | None, side: str, kind: str, bdp: float | None) -> str:
-    """Evidence that a buffer grew to its host's autotuning maximum and that maximum is
-    below the BDP ("" if not): autotuning wanted more and was refused.  A buffer below
-    its maximum was big enough for what the transfer asked, however small."""
-    ceiling = baseline.buffers.get(side, {}).get(kind) if baseline else None
+def _at_ceiling(
+    buffer: float | None, baseline: PathBaseline | None, side: str, kind: str, bdp: float | None, cap: int | None
+) -> str:
+    """Evidence that a buffer grew to the maximum autotuning had for this transfer and that
+    maximum is below the BDP ("" if not): autotuning wanted more and was refused.  The
+    maximum is the host's sysctl, or the transfer's own `tcp_buffer_max` cap where that is
+    lower (a sweep's setting: the host's sysctl is not what the transfer had).  A buffer
+    below its maximum was big enough for what the transfer asked, however small."""
+    host = baseline.buffers.get(side, {}).get(kind) if baseline else None
+    ceiling, named = host, f"{kind} maximum"
+    if cap is not None and (host is None or cap < host):
+        ceiling, named = cap, "tcp_buffer_max cap"
     if buffer is None or ceiling is None or bdp is None or ceiling >= bdp or buffer < CEILING_SHARE * ceiling:
         return ""
     return (
-        f"buffer grew to {human_bytes(buffer)}, its {kind} maximum {human_bytes(ceiling)}, "
+        f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, "
         f"below the BDP {human_bytes(bdp)}"
     )
 
