@@ -32,7 +32,7 @@ RUN /opt/bigbinf/venv/bin/pip install --no-cache-dir --no-deps .
 # with a read-only root) the worker copies this one to a temporary directory, and
 # without any writable place numba compiles in memory: slower to start, never wrong.
 ENV NUMBA_CACHE_DIR=/opt/bigbinf/numba-cache NUMBA_CPU_NAME=generic
-RUN /opt/bigbinf/venv/bin/python -m bigbinf.measure.analyser_worker --warm-up \
+RUN /opt/bigbinf/venv/bin/python -m bigbinf.measure.wire.analyser_worker --warm-up \
  && chmod -R a+rX /opt/bigbinf/numba-cache
 COPY schedules ./schedules
 

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bigbinf.measure.analyse import analyse_pcap, iter_packets
+from bigbinf.measure.wire.analyse import analyse_pcap, iter_packets
 
 CLIENT, REMOTE = "198.18.0.1", "198.18.0.2"
 MSS = 1448
@@ -145,7 +145,7 @@ def time_scapy(pcap: Path, limit: int) -> tuple[float, int]:
 def child(engine: str, pcap: Path, client: str, remote: str, repeat: int) -> None:
     """In a fresh interpreter: time the first call and the best of `repeat`; print JSON."""
     start = time.perf_counter()
-    from bigbinf.measure.analyse import analyse_pcap as analyse
+    from bigbinf.measure.wire.analyse import analyse_pcap as analyse
 
     first_analysis = analyse(pcap, client, remote, engine=engine)
     first = time.perf_counter() - start

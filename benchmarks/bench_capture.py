@@ -50,8 +50,9 @@ import yaml
 from bigbinf import lab
 from bigbinf.config import Config, parse_config
 from bigbinf.lab import LabLayout
-from bigbinf.measure import capture, transfer
+from bigbinf.measure import transfer
 from bigbinf.measure.plan import TransferSpec, plan_round
+from bigbinf.measure.wire import capture
 
 MiB = 1 << 20
 # The defaults before issue 12: tcpdump with a 4 MiB ring, at the transfer's own priority.

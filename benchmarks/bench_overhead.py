@@ -36,8 +36,10 @@ import yaml
 from bigbinf import journal, lab
 from bigbinf.config import parse_config
 from bigbinf.lab import LabLayout
-from bigbinf.measure import capture, tcpstate, transfer
+from bigbinf.measure import transfer
 from bigbinf.measure.plan import plan_round
+from bigbinf.measure.tcp import state as tcpstate
+from bigbinf.measure.wire import capture
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
 

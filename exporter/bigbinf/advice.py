@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.measure.baseline import buffer_values
-from bigbinf.measure.limits import human_bytes, human_rate
+from bigbinf.measure.path.baseline import buffer_values
 from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
-from bigbinf.measure.process import in_netns
-from bigbinf.measure.tcpstate import TcpStateError, read_tcp_settings
+from bigbinf.measure.tcp.limits import human_bytes, human_rate
+from bigbinf.measure.tcp.state import TcpStateError, read_tcp_settings
+from bigbinf.process import in_netns
 from bigbinf.result import PathBaseline, Result
 
 TARGET_FACTOR = 2
@@ -112,7 +112,7 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
 def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:
     """The newest `per_series` judged transfers of each series to `remote`.  Transfers run
     under a protocol's tcp_buffer_max are left out: their buffers were capped on purpose
-    (measure/tuning.py), so a buffer verdict there says nothing about the hosts' sysctls."""
+    (measure/tcp/tuning.py), so a buffer verdict there says nothing about the hosts' sysctls."""
     by_series: dict[tuple[str, str, str], list[Result]] = {}
     for r in results:
         if r.remote == remote and r.limited_by and r.tcp_buffer_max_bytes is None:

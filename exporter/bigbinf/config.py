@@ -277,7 +277,7 @@ class LabConfig(_Strict):
 
 
 class ProbeConfig(_Strict):
-    """How the path to a remote is probed once per round (measure/probe.py)."""
+    """How the path to a remote is probed once per round (measure/path/probe.py)."""
 
     enabled: bool = True
     method: Literal["icmp", "tcp"] = "icmp"  # tcp: connect time, where ICMP is filtered
@@ -312,7 +312,7 @@ class RemoteConfig(_Strict):
     stats_interval: PositiveDuration = 1.0  # between two listings of the remote's sockets
     # argv that runs a command as root on the remote (e.g. [ssh, -i, KEY, root@{host}]):
     # bigbinf appends `ip route ...` / `sysctl ...` to set a protocol's congestion or
-    # tcp_buffer_max there for one transfer and to restore it (measure/tuning.py).
+    # tcp_buffer_max there for one transfer and to restore it (measure/tcp/tuning.py).
     tcp_command: list[TemplateElement] | None = None
 
 
@@ -339,7 +339,7 @@ class ProtocolConfig(_Strict):
     directions: list[Direction] = ["download"]
     timeout: PositiveDuration | None = None
     # The sender's TCP congestion control for this protocol's transfers, set outside the
-    # tool (a per-route congctl) and read back from the sockets' tcp_info (measure/tuning.py).
+    # tool (a per-route congctl) and read back from the sockets' tcp_info (measure/tcp/tuning.py).
     congestion: Annotated[str, AfterValidator(_check_congestion)] | None = None
     # The sender's tcp_wmem and the receiver's tcp_rmem maximum for each transfer (bytes).
     tcp_buffer_max: Annotated[Size, Field(ge=4096)] | None = None
@@ -372,10 +372,10 @@ class TransferConfig(_Strict):
 class CaptureConfig(_Strict):
     enabled: bool = True
     snaplen: Annotated[int, Field(ge=64, le=128)] = 128  # headers (+ <= ~60 payload bytes)
-    # What reads the packets: pcapdump (measure/pcapdump.py: libpcap, buffered, a 10 ms
-    # block timeout; the cheapest for the transfer) or tcpdump; measure/capture.py says why.
+    # What reads the packets: pcapdump (measure/wire/pcapdump.py: libpcap, buffered, a 10 ms
+    # block timeout; the cheapest for the transfer) or tcpdump; measure/wire/capture.py says why.
     tool: Literal["pcapdump", "tcpdump"] = "pcapdump"
-    # The kernel ring (-B): headroom, measure/capture.py says why.  At most 1 GiB: libpcap
+    # The kernel ring (-B): headroom, measure/wire/capture.py says why.  At most 1 GiB: libpcap
     # takes it as a C int (2 GiB and more would wrap to nonsense).
     buffer: Annotated[Size, Field(ge=64 * 1024, le=1 << 30)] = 32 * 1024 * 1024
     linger: Duration = 0.3  # at most this long after the command for the last ACK/FIN (TCP: until closed)
@@ -418,7 +418,7 @@ class SweepConfig(_Strict):
     # Module option -> the values to try, e.g. {parallel: [1, 2, 4, 8], concurrency: [1, 4]}.
     options: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
     # The sender's congestion control and the buffer cap to try (protocol options of
-    # measure/tuning.py); empty: the protocol's own.
+    # measure/tcp/tuning.py); empty: the protocol's own.
     congestion: list[Annotated[str, AfterValidator(_check_congestion)]] = []
     tcp_buffer_max: list[Annotated[Size, Field(ge=4096)]] = []
     repetitions: Annotated[int, Field(ge=2, le=100)] = 3
@@ -679,7 +679,7 @@ def _tuning_issues(
     raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]
 ) -> list[ConfigIssue]:
     """`congestion` and `tcp_buffer_max` are set where bigbinf can set them and read them
-    back (measure/tuning.py): the sender's algorithm, both ends' buffers.  A lab remote
+    back (measure/tcp/tuning.py): the sender's algorithm, both ends' buffers.  A lab remote
     can always; a site needs tcp_command (set) and stats_command (read back) for its
     end, and for the buffers a netns for ours (never this host's own sysctls)."""
     issues: list[ConfigIssue] = []

@@ -21,7 +21,7 @@ DIRECTIONS = ("download", "upload")
 # "up" is client -> remote, whatever the transfer direction.
 WAYS = ("down", "up")
 
-# What can limit a transfer, as judged by measure/limits.py.
+# What can limit a transfer, as judged by measure/tcp/limits.py.
 LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application")
 
 # Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
@@ -127,7 +127,7 @@ class Result(_Journaled):
     remote_address: str = ""
     pcap_path: str = ""  # set only when captures are kept
     packets_path: str = ""  # per-packet list (JSON lines) of an imported 2015 .dump
-    # TCP state of the transfer's sockets from each end's kernel (measure/tcpstate.py's
+    # TCP state of the transfer's sockets from each end's kernel (measure/tcp/state.py's
     # summary values, base units); tcp_remote stays empty when the remote cannot be
     # asked, and tcp_remote_note says why.
     tcp_local: dict[str, float] = field(default_factory=dict)

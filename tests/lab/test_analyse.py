@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.measure import analyser_worker
-from bigbinf.measure.analyse import _fast_tally, _retransmissions, analyse_pcap
-from bigbinf.measure.analyser_worker import analyse_in_worker
-from bigbinf.measure.pcap import mapped
+from bigbinf.measure.wire import analyser_worker
+from bigbinf.measure.wire.analyse import _fast_tally, _retransmissions, analyse_pcap
+from bigbinf.measure.wire.analyser_worker import analyse_in_worker
+from bigbinf.measure.wire.pcap import mapped
 
 # The same hosts, port and tshark comparison as the crafted captures of the unit tests.
 from tests.unit.test_analyse import CLIENT, REMOTE, RPORT, TSHARK, tshark_retransmissions

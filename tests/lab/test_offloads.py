@@ -40,10 +40,10 @@ import pytest
 from bigbinf import lab
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
-from bigbinf.measure.analyse import Analysis, analyse_pcap
-from bigbinf.measure.capture import Capture
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.wire.analyse import Analysis, analyse_pcap
+from bigbinf.measure.wire.capture import Capture
 from tests.support.wire_truth import (
     ETHERNET_MTU_FRAME,
     TSHARK,

@@ -24,7 +24,7 @@ from scapy.all import ICMP, IP, ICMPerror, rdpcap
 
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
-from bigbinf.measure.probe import MTU_TRIES, ProbeSettings, probe_path
+from bigbinf.measure.path.probe import MTU_TRIES, ProbeSettings, probe_path
 
 pytestmark = pytest.mark.lab
 ONE_WAY_SECONDS = 0.020

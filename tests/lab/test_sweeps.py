@@ -9,7 +9,7 @@ docs/benchmarks.md, "Tuning sweeps".
   at 256 KiB (BDP 1 MB): one stream is window-bound, so throughput rises with -p until
   the link is full;
 - congestion: 1% loss each way: cubic against bbr, each run's algorithm read back from
-  the sender's tcp_info (measure/tuning.py), with the retransmission rates;
+  the sender's tcp_info (measure/tcp/tuning.py), with the retransmission rates;
 - small files: 64 files of 128 KiB over 40 ms RTT: -cc 4 beats -cc 1 (the per-file
   round trips overlap), as the poster found.
 """
@@ -136,7 +136,7 @@ def test_streams_fill_a_window_bound_path(streams_lab: Config) -> None:
     assert mean[2] > 1.3 * mean[1]
     assert mean[8] > 1.5 * mean[1]
     assert mean[4] > 1.5 * mean[1]
-    # One stream is bound by the capped window (the sender's tcp_info, measure/limits.py);
+    # One stream is bound by the capped window (the sender's tcp_info, measure/tcp/limits.py);
     # the gain flattens once the streams' windows together exceed the BDP, never above
     # the shaped rate.
     # The cap binds both buffers; the receiver's reached it (skmem rb), and that cap, not
@@ -186,7 +186,7 @@ def test_cubic_and_bbr_on_a_lossy_link(lossy_lab: Config) -> None:
     runs, _state = _sweep(lossy_lab, "cc")
     for r in runs:
         _verified(r, lossy_lab)
-        # The sender's kernel confirms the algorithm asked for (measure/tuning.py's read-back).
+        # The sender's kernel confirms the algorithm asked for (measure/tcp/tuning.py's read-back).
         assert r.congestion_requested == r.sweep_setting["congestion"]
         assert r.congestion_control == r.sweep_setting["congestion"]
         # 1% loss each way: the sender retransmitted, and its kernel said how often.

@@ -21,9 +21,9 @@ from bigbinf import lab
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.measure.plan import TransferSpec, plan_round
-from bigbinf.measure.process import in_netns
-from bigbinf.measure.tcpstate import TcpSummary, TcpWatch, read_tcp_settings
+from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, read_tcp_settings
 from bigbinf.measure.transfer import placeholder_values
+from bigbinf.process import in_netns
 from bigbinf.protocols.base import render
 
 from ..conftest import nstat_retrans

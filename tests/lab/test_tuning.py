@@ -22,8 +22,8 @@ from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.measure import transfer
 from bigbinf.measure.plan import TransferSpec, plan_round
+from bigbinf.measure.tcp.tuning import ROUTE_PROTO, Side, TuningError, set_congestion
 from bigbinf.measure.transfer import run_transfer
-from bigbinf.measure.tuning import ROUTE_PROTO, Side, TuningError, set_congestion
 from bigbinf.result import Result
 
 from ..conftest import nstat_retrans

@@ -22,7 +22,7 @@ from bigbinf.advice import advise
 from bigbinf.config import Config, parse_config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.lab import LabLayout
-from bigbinf.measure.baseline import measure_path
+from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import PathBaseline, Result

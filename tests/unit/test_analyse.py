@@ -1,4 +1,4 @@
-"""bigbinf.measure.analyse (and pcap.py) on pcaps and pcapngs crafted with scapy (or
+"""bigbinf.measure.wire.analyse (and pcap.py) on pcaps and pcapngs crafted with scapy (or
 block by block), checked three ways: numbers derived by hand in each test, scapy's own
 parse of the same file (frame and payload bytes as captured), and tshark's
 `tcp.analysis.retransmission` (per way and frame by frame; skipped without tshark).  A
@@ -34,9 +34,9 @@ from scapy.packet import Packet as ScapyPacket
 from scapy.packet import Raw, bind_layers
 from scapy.utils import PcapNgWriter, PcapReader, PcapWriter
 
-import bigbinf.measure.analyse as analyse_module
-import bigbinf.measure.pcap as pcap_module
-from bigbinf.measure.analyse import (
+import bigbinf.measure.wire.analyse as analyse_module
+import bigbinf.measure.wire.pcap as pcap_module
+from bigbinf.measure.wire.analyse import (
     ENGINE_VARIABLE,
     Analysis,
     FlowStats,
@@ -1438,12 +1438,12 @@ def test_the_engine_is_chosen_by_argument_then_environment(
 def test_without_the_compiled_module_the_python_path_answers(
     crafted: dict[str, Crafted], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import bigbinf.measure
+    import bigbinf.measure.wire
 
     path = crafted["random"].path
     expected = analyse_pcap(path, CLIENT, REMOTE, engine="python")
     # As on an install where numba is missing: importing fastscan fails.
-    monkeypatch.delattr(bigbinf.measure, "fastscan", raising=False)
-    monkeypatch.setitem(sys.modules, "bigbinf.measure.fastscan", None)
+    monkeypatch.delattr(bigbinf.measure.wire, "fastscan", raising=False)
+    monkeypatch.setitem(sys.modules, "bigbinf.measure.wire.fastscan", None)
     assert not fast_path_applies(path, CLIENT, REMOTE)
     assert analyse_pcap(path, CLIENT, REMOTE, engine="auto") == expected

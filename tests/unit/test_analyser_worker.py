@@ -1,4 +1,4 @@
-"""bigbinf.measure.analyser_worker: the fast analysis in one worker process, through the
+"""bigbinf.measure.wire.analyser_worker: the fast analysis in one worker process, through the
 real pool (spawned worker, numba in it).  The truth each test holds the worker to is
 the in-process pure-Python engine (itself checked against scapy and tshark in
 test_analyse.py), the byte offsets of the crafted files, and /proc."""
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from bigbinf.measure import analyser_worker
-from bigbinf.measure.analyse import ENGINE_VARIABLE, PcapError, TruncatedCapture, analyse_pcap
-from bigbinf.measure.analyser_worker import analyse_in_worker, worker_pid
+from bigbinf.measure.wire import analyser_worker
+from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, PcapError, TruncatedCapture, analyse_pcap
+from bigbinf.measure.wire.analyser_worker import analyse_in_worker, worker_pid
 from tests.unit.test_analyse import CLIENT, FRAME, REMOTE, SCENARIOS, T0, classic_pcap, write
 
 
@@ -221,8 +221,8 @@ def test_without_numba_the_python_engine_runs_in_process(
 RSS_PROBE = """
 import json, sys, time
 from bigbinf.measure import transfer  # the live path's imports, as in the exporter
-from bigbinf.measure.analyse import analyse_pcap
-from bigbinf.measure.analyser_worker import analyse_in_worker, shutdown
+from bigbinf.measure.wire.analyse import analyse_pcap
+from bigbinf.measure.wire.analyser_worker import analyse_in_worker, shutdown
 
 def rss_kib():
     for line in open("/proc/self/status"):
@@ -291,7 +291,7 @@ def test_the_image_build_warm_up_compiles_the_fast_path(tmp_path: Path) -> None:
     # What the Dockerfile runs, into an empty cache directory: numba writes the
     # compiled functions there, and a second process finds them (no compilation).
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_CPU_NAME": "generic"}
-    command = [sys.executable, "-m", "bigbinf.measure.analyser_worker", "--warm-up"]
+    command = [sys.executable, "-m", "bigbinf.measure.wire.analyser_worker", "--warm-up"]
     out = subprocess.run(command, capture_output=True, text=True, check=True, env=env, timeout=300).stdout
     assert "pcap analyser compiled: 120 records analysed" in out  # 40 flows x 3 segments
     cached = {p.name.split("-")[0] for p in (tmp_path / "cache").rglob("*.nbi")}

@@ -4,6 +4,7 @@ path (measure/, service/) never reaches the lab or the study, not even indirectl
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ def _in(module: str, packages: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
+@functools.cache  # parsed once: every parametrised test below reads the same package
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the bigbinf modules it imports (anywhere in the file, also inside
     functions).  `from bigbinf.lab import network` names the submodule when there is
@@ -133,3 +135,47 @@ def test_no_import_by_name() -> None:
                 if name in ("__import__", "importlib.import_module", "import_module"):
                     offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {name}")
     assert offenders == []
+
+
+def room_of(module: str) -> str:
+    """The room a module is in: bigbinf.measure.wire.pcap -> bigbinf.measure (the rooms of
+    the package, measure/'s own rooms counted with it); a top-level module is its own."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        rooms.setdefault(room_of(module), set()).update(room_of(m) for m in imports)
+    return {room: imports - {room} for room, imports in rooms.items()}
+
+
+def test_protocols_run_below_the_transfer() -> None:
+    """A transfer (measure/) runs a protocol; a protocol never reaches back into measure/."""
+    graph = import_graph()
+    offenders = sorted(
+        f"{module} -> {m}"
+        for module, imports in graph.items()
+        if _in(module, ("bigbinf.protocols",))
+        for m in imports
+        if _in(m, ("bigbinf.measure", "bigbinf.service"))
+    )
+    assert offenders == []
+
+
+def test_measure_has_rooms_and_they_do_not_import_upward() -> None:
+    """measure/'s rooms (wire, tcp, path) are below the transfer that drives them: none
+    imports transfer.py, and the wire never reaches the TCP judgement or the path."""
+    graph = import_graph()
+    rooms = {m.split(".")[2] for m in graph if m.startswith("bigbinf.measure.") and m.count(".") >= 3}
+    assert {"wire", "tcp", "path"} <= rooms
+    upward = sorted(
+        f"{module} -> {m}"
+        for module, imports in graph.items()
+        if _in(module, ("bigbinf.measure.wire", "bigbinf.measure.tcp", "bigbinf.measure.path"))
+        for m in imports
+        if m == "bigbinf.measure.transfer"
+        or (_in(module, ("bigbinf.measure.wire",)) and _in(m, ("bigbinf.measure.tcp", "bigbinf.measure.path")))
+    )
+    assert upward == []

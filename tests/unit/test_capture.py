@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.measure.capture import SNAPLEN_DEFAULT, Capture, CaptureStats, capture_argv
+from bigbinf.measure.wire.capture import SNAPLEN_DEFAULT, Capture, CaptureStats, capture_argv
 
 
 def test_argv_of_each_tool_keeps_the_host_pair_filter() -> None:
     helper = capture_argv("c0", Path("/x.pcap"), "198.18.0.1", "198.18.0.2", SNAPLEN_DEFAULT, 32 << 20)
-    # The default: pcapdump.py with a 10 ms block timeout (measure/capture.py says why).
+    # The default: pcapdump.py with a 10 ms block timeout (measure/wire/capture.py says why).
     assert helper[2].endswith("pcapdump.py") and helper[helper.index("-T") + 1] == "10"
     assert helper[helper.index("-B") + 1] == "32768"  # KiB
     assert helper[helper.index("-s") + 1] == "128"

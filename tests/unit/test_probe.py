@@ -21,8 +21,8 @@ import uuid
 import pytest
 from scapy.all import ICMP, IP, ICMPerror, IPerror, Raw
 
-from bigbinf.measure import probe
-from bigbinf.measure.probe import (
+from bigbinf.measure.path import probe
+from bigbinf.measure.path.probe import (
     MIN_MTU,
     MTU_TRIES,
     Icmp,

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("scipy")
 pytest.importorskip("matplotlib")
 
-import bigbinf.measure.pcap
+import bigbinf.measure.wire.pcap
 from bigbinf.journal import Journal
 from bigbinf.result import Result
 from bigbinf.study import common, report, stats, tables
@@ -488,7 +488,7 @@ def test_figures_without_data_are_still_written(tmp_path: Path) -> None:
 
 
 def test_fig5_reads_kept_captures_through_analyse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Stands in for bigbinf.measure.pcap.iter_packets (same interface), so this test does not
+    # Stands in for bigbinf.measure.wire.pcap.iter_packets (same interface), so this test does not
     # depend on a capture parser; the real one is tested with its module.
     pcap = tmp_path / "t.pcap"
     pcap.write_bytes(b"not parsed by the fake")
@@ -504,7 +504,7 @@ def test_fig5_reads_kept_captures_through_analyse(tmp_path: Path, monkeypatch: p
                 payload_bytes=1448 if k % 2 else 0,
             )
 
-    monkeypatch.setattr(bigbinf.measure.pcap, "iter_packets", iter_packets)
+    monkeypatch.setattr(bigbinf.measure.wire.pcap, "iter_packets", iter_packets)
     results = [
         ok(p, at(1, 3), 1.0, MIB, pcap_path=str(pcap), client_address="198.18.0.1", remote_address="198.18.0.2")
         for p in ("http", "scp", "rsync")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.measure.tcpstate import (
+from bigbinf.measure.tcp.state import (
     SYSCTL_KEYS,
     VALUE_KEYS,
     SocketInfo,

@@ -1,5 +1,5 @@
 """A protocol's congestion and tcp_buffer_max: the config's checks, the route and sysctl
-words, and the check against what the kernel's tcp_info says (measure/tuning.py).  The
+words, and the check against what the kernel's tcp_info says (measure/tcp/tuning.py).  The
 lab proof is tests/lab/test_tuning.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from bigbinf.config import ConfigError, congestion_unavailable, parse_config
-from bigbinf.measure.tcpstate import TcpSummary
-from bigbinf.measure.tuning import (
+from bigbinf.measure.tcp.state import TcpSummary
+from bigbinf.measure.tcp.tuning import (
     ROUTE_PROTO,
     Side,
     TuningError,

@@ -30,7 +30,7 @@ from bigbinf.lab.layout import LabError, LabLayout
 from bigbinf.lab.servers import SERVERS, write_file
 from bigbinf.measure import datasets as dataset_files
 from bigbinf.measure.plan import Remote
-from bigbinf.measure.process import check_run, in_netns, netns_exists
+from bigbinf.process import check_run, in_netns, netns_exists
 
 MARKER = ".bigbinf-lab"  # down removes the state dir only if up created it
 

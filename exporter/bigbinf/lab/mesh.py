@@ -37,8 +37,8 @@ from bigbinf.lab import servers as labservers
 from bigbinf.lab.layout import LabError
 from bigbinf.lab.mesh_layout import MeshLabLayout, MeshSiteLayout
 from bigbinf.lab.servers import SERVERS, write_file
-from bigbinf.measure.process import check_run, in_netns, netns_exists
 from bigbinf.mesh.config import MeshConfig, lab_layout, test_pairs
+from bigbinf.process import check_run, in_netns, netns_exists
 
 # Every server but UDT's local GridFTP end: a mesh site's own gridftp server is that end
 # (both would listen on port 2811 at the same address).

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bigbinf.config import LinkConfig
 from bigbinf.lab.layout import LabError, LabLayout
-from bigbinf.measure.process import check_run, in_netns, netns_exists
+from bigbinf.process import check_run, in_netns, netns_exists
 
 
 def ip(*args: str, what: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigbinf.lab.layout import LabLayout
-from bigbinf.measure.process import in_netns
+from bigbinf.process import in_netns
 
 
 class ServerError(RuntimeError):

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bigbinf.config import Config, DatasetConfig, DatasetKind, ProtocolConfig, RemoteConfig, rate_bytes_per_second
-from bigbinf.measure.probe import ProbeSettings
-from bigbinf.measure.process import in_netns
+from bigbinf.measure.path.probe import ProbeSettings
+from bigbinf.process import in_netns
 from bigbinf.protocols import REGISTRY, Expectation, Profile, module_for
 from bigbinf.protocols.base import DATA_FLOW_BYTES, render
 
@@ -41,7 +41,7 @@ class Remote:
     stats_command: tuple[str, ...] = ()
     stats_interval: float = 1.0
     # argv (rendered) that runs a command as root on the remote, to set a transfer's
-    # congestion control or buffer cap there (measure/tuning.py): () = it cannot be set.
+    # congestion control or buffer cap there (measure/tcp/tuning.py): () = it cannot be set.
     tcp_command: tuple[str, ...] = ()
 
     def tcp_argv(self, argv: list[str]) -> list[str]:
@@ -93,7 +93,7 @@ class TransferSpec:
     # modes: the local GridFTP server); run_transfer skips it when one is missing.
     requires: tuple[str, ...] = ()
     # The protocol's congestion and tcp_buffer_max: applied to the transfer's hosts
-    # around the command and read back from their sockets (measure/tuning.py).
+    # around the command and read back from their sockets (measure/tcp/tuning.py).
     congestion: str = ""
     tcp_buffer_max: int | None = None
 

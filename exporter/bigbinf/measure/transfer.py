@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,14 +25,15 @@ from typing import Any
 
 from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
-from bigbinf.measure.analyse import Analysis, PcapError
-from bigbinf.measure.analyser_worker import analyse_in_worker
-from bigbinf.measure.capture import Capture, CaptureError, wait_closed, wait_linger
-from bigbinf.measure.limits import human_bytes, judge_limit
+from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
-from bigbinf.measure.process import in_netns, netns_exists, run_with_timeout
-from bigbinf.measure.tcpstate import TcpSummary, TcpWatch
-from bigbinf.measure.tuning import Side, Tuned, TuningError, check
+from bigbinf.measure.tcp.limits import human_bytes, judge_limit
+from bigbinf.measure.tcp.state import TcpSummary, TcpWatch
+from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
+from bigbinf.measure.wire.analyse import Analysis, PcapError
+from bigbinf.measure.wire.analyser_worker import analyse_in_worker
+from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
+from bigbinf.process import in_netns, netns_exists, run_with_timeout
 from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
 from bigbinf.result import PathBaseline, Result
 
@@ -63,7 +62,7 @@ class Subject:
     remote_address: str  # as configured; the resolved IP once prepared
     expected: str  # what the capture must show, e.g. "TCP, >= 4 data flows"
     client_address: str = ""  # this host's address towards the remote, once prepared
-    congestion_requested: str = ""  # the protocol's congestion (measure/tuning.py)
+    congestion_requested: str = ""  # the protocol's congestion (measure/tcp/tuning.py)
     tcp_buffer_max: int | None = None  # the protocol's tcp_buffer_max
 
     @classmethod
@@ -291,7 +290,7 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
 def tuning(spec: TransferSpec, subject: Subject) -> Tuned:
     """The protocol's congestion and tcp_buffer_max as settings of the transfer's two
     ends: the sender gets the congestion control and the send buffer cap, the receiver
-    the receive buffer cap (measure/tuning.py).  This host is set in the transfer's
+    the receive buffer cap (measure/tcp/tuning.py).  This host is set in the transfer's
     namespace, the remote through its tcp_command (the lab's: its namespace)."""
     remote = spec.remote
     here = Side(
@@ -563,40 +562,6 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
 
 
 # ---------------------------------------------------------------- helpers of the steps
-
-
-def resolve(address: str) -> str:
-    """An IP for the remote (configs may name hosts): routes and capture filters need one."""
-    try:
-        return str(socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)[0][4][0])
-    except socket.gaierror as exc:
-        raise CaptureError(f"cannot resolve {address}: {exc.strerror}") from None
-
-
-def route_to(remote_address: str, netns: str | None) -> tuple[str, int | None]:
-    """(local source address, MTU) of the route the kernel uses to reach the remote:
-    `ip route get` (its `mtu` where the route or a learnt path MTU has one), else the
-    MTU of the interface it leaves by; None if neither says."""
-    argv = in_netns(netns, ["ip", "-o", "route", "get", remote_address])
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    match = re.search(r"\bsrc (\S+)", proc.stdout)
-    if proc.returncode != 0 or not match:
-        raise CaptureError(
-            f"no route to {remote_address}"
-            + (f" in namespace {netns}" if netns else "")
-            + f": {proc.stderr.strip() or proc.stdout.strip()}"
-        )
-    mtu = re.search(r"\bmtu (?:lock )?(\d+)", proc.stdout)
-    if mtu:
-        return match.group(1), int(mtu.group(1))
-    dev = re.search(r"\bdev (\S+)", proc.stdout)
-    if not dev:
-        return match.group(1), None
-    link = subprocess.run(
-        in_netns(netns, ["ip", "-o", "link", "show", "dev", dev.group(1)]), capture_output=True, text=True, timeout=10
-    )
-    mtu = re.search(r"\bmtu (\d+)", link.stdout)
-    return match.group(1), int(mtu.group(1)) if mtu else None
 
 
 # A capture's size: every frame is at most a 16-byte pcap record header + snaplen bytes.

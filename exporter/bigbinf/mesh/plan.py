@@ -301,7 +301,7 @@ def _transfer_ms(mesh: MeshConfig, test: TestKey, budget: float | None, duration
 
 def probe_ms(mesh: MeshConfig, test: TestKey) -> int:
     """The path probe's time (dst's probe settings, as the runner uses them; 0 if disabled):
-    the train (measure/probe.py's expected_seconds, a little generously) and the MTU search."""
+    the train (measure/path/probe.py's expected_seconds, a little generously) and the MTU search."""
     probe = mesh.sites[test.dst].probe
     if not probe.enabled:
         return 0

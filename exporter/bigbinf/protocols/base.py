@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
 
-from bigbinf.measure.process import Completed
+from bigbinf.process import Completed
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

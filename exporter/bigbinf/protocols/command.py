@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bigbinf.measure.process import in_netns, run_with_timeout
+from bigbinf.process import in_netns, run_with_timeout
 from bigbinf.protocols.base import NoOptions, Profile, RunContext, RunOutcome
 
 

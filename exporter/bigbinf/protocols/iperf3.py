@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from bigbinf.measure.process import in_netns, run_with_timeout
+from bigbinf.process import in_netns, run_with_timeout
 from bigbinf.protocols.base import Commands, Expectation, Profile, RunContext, RunOutcome, needs, option
 
 

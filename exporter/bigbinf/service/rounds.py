@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.measure.baseline import measure_path
+from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import PathBaseline, Result, SeriesKey

@@ -46,8 +46,8 @@ from bigbinf import DOCS_URL, __version__
 from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.credentials import check_secret_files
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.measure import analyser_worker
-from bigbinf.measure.process import kill_all_active
+from bigbinf.measure.wire import analyser_worker
+from bigbinf.process import kill_all_active
 from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache

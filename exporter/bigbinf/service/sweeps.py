@@ -2,7 +2,7 @@
 
 A sweep (config `sweeps.NAME`) is the product of its dimensions: each module option it
 lists (GridFTP parallel/concurrency/pipelining, iperf3 streams), the sender's congestion
-control and the TCP buffer cap (the protocol options measure/tuning.py applies and reads
+control and the TCP buffer cap (the protocol options measure/tcp/tuning.py applies and reads
 back).  Every setting runs on every dataset, `repetitions` times; the runs are
 interleaved, round-robin over the settings with the order rotated each repetition, so
 that a slow hour spreads over all settings instead of favouring one.

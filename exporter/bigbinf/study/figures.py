@@ -12,7 +12,7 @@ time, not frame bytes and wall clock), so they are their own series, labelled
 "(2015 import)", never pooled with new results (common.measured_by).
 
 Figure 5 needs per-packet data.  It comes from a kept capture (Result.pcap_path, read
-with bigbinf.measure.pcap.iter_packets) or from the packets sidecar of an imported 2015
+with bigbinf.measure.wire.pcap.iter_packets) or from the packets sidecar of an imported 2015
 dump (Result.packets_path, see bigbinf/study/importer.py).
 
 matplotlib is the optional extra `report`: this module imports it at the top, so the
@@ -35,7 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator
 
-from bigbinf.measure import pcap
+from bigbinf.measure.wire import pcap
 from bigbinf.result import Result
 from bigbinf.study.common import IMPORT_NOTE, IMPORTED, Progress, format_p, group_order, measured_by, series_label
 from bigbinf.study.importer import read_packets

@@ -21,7 +21,7 @@ transfer and the old triple written back after.  Only in a namespace of the tran
 own (the lab's, a remote's `netns`) or on a remote through its `tcp_command`: never this
 host's own root namespace (config.py refuses it).
 
-What the kernel did is read back from the sockets' tcp_info (measure/tcpstate.py): the
+What the kernel did is read back from the sockets' tcp_info (measure/tcp/state.py): the
 congestion control of every data socket of the sender, the send buffer (skmem tb) of the
 sender and the receive buffer (skmem rb) of the receiver.  `check` says what disagrees.
 """
@@ -37,7 +37,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.measure.tcpstate import TcpSummary
+from bigbinf.measure.tcp.state import TcpSummary
 
 log = logging.getLogger(__name__)
 

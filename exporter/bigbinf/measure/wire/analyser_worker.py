@@ -61,8 +61,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from bigbinf.measure.analyse import Analysis, Engine, _engine, analyse_pcap
-from bigbinf.measure.pcap import PathLike, PcapError, mapped
+from bigbinf.measure.wire.analyse import Analysis, Engine, _engine, analyse_pcap
+from bigbinf.measure.wire.pcap import PathLike, PcapError, mapped
 
 __all__ = ["AnalysisTimeout", "analyse_in_worker", "shutdown", "warm_up", "worker_pid"]
 
@@ -381,10 +381,10 @@ def _tiny_capture(path: Path, flows: int) -> None:
 def warm_up() -> Analysis:
     """Compile the fast path (or load it from numba's cache) by analysing a tiny crafted
     capture; fails if the fast path did not run.  The image build runs this
-    (``python -m bigbinf.measure.analyser_worker --warm-up``) so that numba's cache
+    (``python -m bigbinf.measure.wire.analyser_worker --warm-up``) so that numba's cache
     holds the machine code before the first worker starts."""
-    from bigbinf.measure import analyse as analyse_module
-    from bigbinf.measure import fastscan
+    from bigbinf.measure.wire import analyse as analyse_module
+    from bigbinf.measure.wire import fastscan
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory, "warm-up.pcap")
@@ -400,7 +400,7 @@ def warm_up() -> Analysis:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bigbinf.measure.analyser_worker")
+    parser = argparse.ArgumentParser(prog="python -m bigbinf.measure.wire.analyser_worker")
     parser.add_argument("--warm-up", action="store_true", help="compile the fast path into numba's cache")
     args = parser.parse_args(argv)
     if not args.warm_up:

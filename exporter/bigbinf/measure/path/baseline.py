@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from bigbinf.measure.capture import CaptureError
+from bigbinf.measure.path.probe import probe_path
+from bigbinf.measure.path.route import resolve
 from bigbinf.measure.plan import Remote
-from bigbinf.measure.probe import probe_path
-from bigbinf.measure.process import in_netns
-from bigbinf.measure.tcpstate import HostTcpSettings, TcpStateError, read_tcp_settings
-from bigbinf.measure.transfer import resolve
+from bigbinf.measure.tcp.state import HostTcpSettings, TcpStateError, read_tcp_settings
+from bigbinf.measure.wire.capture import CaptureError
+from bigbinf.process import in_netns
 from bigbinf.result import PathBaseline
 
 SIDES = ("local", "remote")

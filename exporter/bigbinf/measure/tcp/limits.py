@@ -132,10 +132,7 @@ def _at_ceiling(
         ceiling, named = cap, "tcp_buffer_max cap"
     if buffer is None or ceiling is None or bdp is None or ceiling >= bdp or buffer < CEILING_SHARE * ceiling:
         return ""
-    return (
-        f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, "
-        f"below the BDP {human_bytes(bdp)}"
-    )
+    return f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, below the BDP {human_bytes(bdp)}"
 
 
 def _achieved_rate(r: Result) -> float:

@@ -73,7 +73,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from bigbinf.measure.pcap import (
+from bigbinf.measure.wire.pcap import (
     _BYTE_ORDER_MAGICS,
     _EPB,
     _MAGICS,
@@ -517,7 +517,7 @@ def _fast_tally(
     try:
         import numpy as np
 
-        from bigbinf.measure import fastscan
+        from bigbinf.measure.wire import fastscan
     except ImportError as e:  # an install without numba: still correct, only slower
         global _fast_unavailable_logged
         if not _fast_unavailable_logged:
@@ -682,7 +682,7 @@ def _scan_or_bail(scan: Any, *args: Any) -> tuple[int, int]:
     pinned range did not foresee), the analysis still comes out: by the Python path."""
     from numba.core.errors import NumbaError
 
-    from bigbinf.measure import fastscan
+    from bigbinf.measure.wire import fastscan
 
     try:
         return cast(tuple[int, int], scan(*args))

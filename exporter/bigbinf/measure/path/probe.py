@@ -17,7 +17,7 @@ up in a transfer's wire counts.
 
 From another network namespace the probe runs as
 
-    python -m bigbinf.measure.probe [--method icmp|tcp] [--port P] [--count N]
+    python -m bigbinf.measure.path.probe [--method icmp|tcp] [--port P] [--count N]
         [--interval SECONDS] [--timeout SECONDS] [--mtu|--no-mtu] ADDRESS
 
 inside `ip netns exec NETNS`, which prints the ProbeOutcome as one JSON object.
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bigbinf.measure.process import in_netns, run_with_timeout
+from bigbinf.process import in_netns, run_with_timeout
 
 ProbeMethod = Literal["icmp", "tcp"]
 
@@ -81,7 +81,7 @@ class ProbeOutcome:
         return 1.0 if self.sent == 0 else 1.0 - self.answered / self.sent
 
 
-_MODULE = "bigbinf.measure.probe"
+_MODULE = "bigbinf.measure.path.probe"
 _METHODS = ("icmp", "tcp")
 
 ICMP_ECHO_REPLY = 0

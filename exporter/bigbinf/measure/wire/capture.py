@@ -59,7 +59,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigbinf.measure.process import in_netns, kill_group, track, untrack
+from bigbinf.process import in_netns, kill_group, track, untrack
 
 TCPDUMP = shutil.which("tcpdump") or "/usr/bin/tcpdump"
 PCAPDUMP = Path(__file__).with_name("pcapdump.py")

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.measure.process import STDERR_TAIL_BYTES, kill_group, track, untrack
+from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
 
@@ -239,7 +239,7 @@ class TcpSummary:
     retransmits: int  # sum of retransmits_total over those sockets
     congestion_control: str  # of the data socket that moved the most bytes
     # Every congestion control the data sockets used (sorted; those whose name was read):
-    # a requested algorithm must be the only one here (measure/tuning.py).
+    # a requested algorithm must be the only one here (measure/tcp/tuning.py).
     congestion_controls: tuple[str, ...] = ()
     values: dict[str, float] = field(default_factory=dict)  # journaled: see VALUE_KEYS
 
@@ -671,6 +671,12 @@ class TcpWatch:
             return ""
         self._watcher = None
         exited_early = proc.poll()
+        if exited_early is None and not _is_remote(self.prefix):
+            # The last close events may still sit in ss's netlink queue (a busy machine
+            # may not have scheduled ss since the socket closed): let it read them first.
+            dropped = _wait_drained(proc.pid, _DRAIN_SECONDS)
+            if dropped:
+                self.problems.append(f"close events: the kernel dropped {dropped} (ss fell behind)")
         kill_group(proc, grace=0.5)
         untrack(proc)
         for reader in self._readers:
@@ -697,25 +703,62 @@ def _wait_subscribed(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            inodes = set()
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):  # closed since the listing
-                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if link.startswith("socket:["):
-                        inodes.add(link[len("socket:[") : -1])
-            with open(f"/proc/{pid}/net/netlink") as table:
-                header, *rows = table.read().splitlines()
-                if "Inode" not in header.split():
-                    return False  # a kernel whose table cannot tell: the fixed wait instead
-                for line in rows:
-                    fields = line.split()
-                    if len(fields) >= 10 and fields[1] == "4" and int(fields[3], 16) and fields[9] in inodes:
-                        return True
+            if _netlink_diag_sockets(pid):
+                return True
         except (OSError, ValueError):
             return False
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.002)
+
+
+_DRAIN_SECONDS = 2.0  # at most this long for ss to read and print what is queued for it
+
+
+def _netlink_diag_sockets(pid: int) -> list[list[str]]:
+    """The /proc/PID/net/netlink rows of process `pid`'s sock_diag sockets that are bound
+    to a multicast group (ss -E's event socket): sk Eth Pid Groups Rmem Wmem Dump Locks
+    Drops Inode.  OSError when the process is gone; ValueError when the table cannot tell
+    (a kernel without the Inode column)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:[") : -1])
+    with open(f"/proc/{pid}/net/netlink") as table:
+        header, *rows = table.read().splitlines()
+    if "Inode" not in header.split():
+        raise ValueError("/proc/net/netlink has no Inode column")
+    return [
+        fields
+        for fields in (line.split() for line in rows)
+        if len(fields) >= 10 and fields[1] == "4" and int(fields[3], 16) and fields[9] in inodes
+    ]
+
+
+def _wait_drained(pid: int, timeout: float) -> int:
+    """Wait until ss -E (process `pid`, on this host) has read every event queued on its
+    netlink socket and is asleep waiting for the next (so it has printed them): its
+    socket's receive queue empty and the process sleeping, twice in a row.  Returns how
+    many events the kernel dropped on that socket (its queue overflowed), 0 if none or if
+    /proc cannot tell; returns at `timeout` whatever happened."""
+    deadline = time.monotonic() + timeout
+    settled = 0
+    while time.monotonic() < deadline and settled < 2:
+        try:
+            rows = _netlink_diag_sockets(pid)
+            with open(f"/proc/{pid}/stat") as stat:
+                state = stat.read().rpartition(")")[2].split()[0]
+        except (OSError, ValueError, IndexError):
+            return 0
+        if not rows:
+            return 0
+        settled = settled + 1 if state == "S" and all(int(r[4]) == 0 for r in rows) else 0
+        time.sleep(0.002)
+    with contextlib.suppress(OSError, ValueError):
+        return sum(int(r[8]) for r in _netlink_diag_sockets(pid))
+    return 0
 
 
 def _drain(pipe: io.BufferedReader, sink: list[bytes], first: threading.Event | None) -> None:
