@@ -184,7 +184,12 @@ def _path_advice(remote: Remote, baseline: PathBaseline | None, recent: list[Res
         )
     lines.append("   recent transfers:" if recent else "   no judged transfers yet")
     for r in recent:
-        lines.append(f"     {r.protocol}/{r.dataset}/{r.direction} {r.start_utc}: {r.limited_by}: {r.limited_evidence}")
+        where = f" ({r.limited_side})" if r.limited_side else ""
+        lines.append(
+            f"     {r.protocol}/{r.dataset}/{r.direction} {r.start_utc}: {r.limited_by}{where}: {r.limited_evidence}"
+        )
+        if r.limited_next_step:
+            lines.append(f"       next: {r.limited_next_step}")
     buffers, notes = _live_buffers(remote, b)
     lines += [f"   note: {n}" for n in notes]
     for side in sorted(buffers):

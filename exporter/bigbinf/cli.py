@@ -29,6 +29,7 @@ from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, o
 from bigbinf.mesh.plan import Durations, RoundPlan, load_durations, longest_period_seconds, next_rounds, round_at
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
+from bigbinf.service.restore import restore
 from bigbinf.service.rounds import RoundRunner
 from bigbinf.service.schedule import longest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
@@ -421,8 +422,12 @@ def format_table(results: Sequence[Result]) -> str:
         if r.error:
             lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: {r.outcome}: {r.error}")
     for r in results:
-        if r.limited_by:
-            lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: limited by {r.limited_evidence}")
+        if r.limited_evidence:
+            where = f" ({r.limited_side})" if r.limited_side else ""
+            said = f"limited by {r.limited_by}{where}: " if r.limited_by else "not judged: "
+            lines.append(f"{r.protocol}/{r.remote}/{r.dataset}/{r.direction}: {said}{r.limited_evidence}")
+            if r.limited_next_step:
+                lines.append(f"    next: {r.limited_next_step}")
     return "\n".join(lines)
 
 
@@ -465,6 +470,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         config, source = load_config(args.config_file), args.config_file
     check_secret_files(config, source)
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
+    restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
     ran = runner.run_round()
     if ran is None:
@@ -480,6 +486,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     check_secret_files(config, args.config_file)
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
+    restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     try:
         run = SweepRunner(runner, progress=sys.stderr).run(args.sweep, wait=0)
     except SweepError as exc:

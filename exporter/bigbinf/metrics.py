@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bigbinf.result import LIMITS, OUTCOMES, PathBaseline, Result
+from bigbinf.result import LIMIT_SIDES, LIMITS, OUTCOMES, PathBaseline, Result
 
 PREFIX = "bigbinf_"
 SERIES_LABELS = ("protocol", "remote", "dataset", "direction")
@@ -90,9 +90,15 @@ LAST_RESULT: tuple[Spec, ...] = (
     _last("rtt_seconds", "Mean round-trip time reported by the tool for the last transfer (iperf3); absent otherwise."),
     _last(
         "limited_by",
-        "1 for what limited the last transfer (receive_window, send_buffer, congestion, link_capacity, "
-        "application), 0 for the others; absent when the transfer had no TCP state to judge (failed, UDP).",
+        f"1 for what limited the last transfer ({', '.join(LIMITS)}), 0 for the others; absent when it was "
+        "not judged (failed, UDP, or no limit could be named from what the kernels showed).",
         ("reason",),
+    ),
+    _last(
+        "limited_side",
+        f"1 for where the last transfer's limit was ({', '.join(LIMIT_SIDES)}: this host, the remote host, the "
+        "path between them), 0 for the others; absent when it was not judged.",
+        ("side",),
     ),
     _last(
         "tcp_limited_seconds",
@@ -402,6 +408,9 @@ def last_result_samples(r: Result) -> Iterator[tuple[str, Extra, float]]:
     if r.limited_by:
         for reason in LIMITS:
             yield p + "limited_by", (("reason", reason),), 1.0 if r.limited_by == reason else 0.0
+        if r.limited_side:
+            for side in LIMIT_SIDES:
+                yield p + "limited_side", (("side", side),), 1.0 if r.limited_side == side else 0.0
     sender = r.sender_tcp
     for limit, key in (
         ("busy", "busy_seconds"),

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 IP = "ip"
@@ -23,6 +23,30 @@ _active: set[subprocess.Popen[bytes]] = set()
 _active_lock = threading.Lock()
 KILL_GRACE_SECONDS = 2.0
 STDERR_TAIL_BYTES = 2000
+
+
+# Who wants to hear of a transfer command's session as it starts (measure/programs.py
+# samples its processes' CPU and I/O waits): per thread, because the command runs in the
+# thread that measures it, and other threads (a reload, the capture) start their own.
+_observers = threading.local()
+
+
+@contextlib.contextmanager
+def observe_sessions(callback: Callable[[int], None]) -> Iterator[None]:
+    """For the `with` block, `callback(session id)` for every command run_with_timeout
+    starts in this thread (each runs in a session of its own, led by its pid)."""
+    previous = getattr(_observers, "callback", None)
+    _observers.callback = callback
+    try:
+        yield
+    finally:
+        _observers.callback = previous
+
+
+def _started(pid: int) -> None:
+    callback = getattr(_observers, "callback", None)
+    if callback is not None:
+        callback(pid)
 
 
 def netns_exists(name: str) -> bool:
@@ -109,6 +133,7 @@ def run_with_timeout(
     )
     track(proc)
     try:
+        _started(proc.pid)
         out, err = proc.communicate(timeout=timeout)
         return Completed(
             proc.returncode,

@@ -22,7 +22,10 @@ DIRECTIONS = ("download", "upload")
 WAYS = ("down", "up")
 
 # What can limit a transfer, as judged by measure/tcp/limits.py.
-LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application")
+# What limited a transfer (measure/tcp/limits.py); new reasons go at the end (dashboards
+# number them by their place here).
+LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu", "disk")
+LIMIT_SIDES = ("local", "remote", "path")
 
 # Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
 # the MSS of a 1500-byte MTU with TCP timestamps, 1460 without; 8948/8960 the same for
@@ -143,6 +146,11 @@ class Result(_Journaled):
     # What limited the transfer (LIMITS), and the numbers that say so; "" = not judged.
     limited_by: str = ""
     limited_evidence: str = ""
+    limited_side: str = ""  # where the limit is (LIMIT_SIDES): this host, the remote host, the path
+    limited_next_step: str = ""  # what to do about it (measure/tcp/limits.py's next_step)
+    # The transfer's programs (measure/programs.py), per "SIDE NAME": seconds seen,
+    # cpu_seconds, run_queue_seconds, cpu_share, runnable_share, io_wait_share, samples.
+    programs: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
     # (one per `sweep` command or scheduled start), the setting's values by dimension

@@ -59,7 +59,9 @@ def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Pat
     assert row.split()[0] == str(1024 * 1024) and "ok" in row.split()
     [result] = Journal(config.journal.path).read()
     assert result.outcome == "ok" and row.split()[-1] == result.limited_by != ""
-    assert f"scp/lab/f1m/download: limited by {result.limited_evidence}" in proc.stdout
+    said = f"scp/lab/f1m/download: limited by {result.limited_by} ({result.limited_side}): {result.limited_evidence}"
+    assert said in proc.stdout
+    assert f"    next: {result.limited_next_step}" in proc.stdout and result.limited_next_step
 
     raw["schedule"] = {"transfers": [{"protocol": "false", "remote": "lab", "dataset": "f1m"}]}
     bad = _write(raw, tmp_path / "bad.yaml")

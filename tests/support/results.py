@@ -47,6 +47,7 @@ def make_results(base: float) -> list[Result]:
             congestion_control="cubic",  # what the remote's (the sender's) kernel used
             limited_by="receive_window",
             limited_evidence="the sender was limited by the receive window 67% of its 2.2 s busy time",
+            limited_side="remote",
         ),
         scp(
             1,

@@ -105,6 +105,7 @@ def _state() -> ExporterState:
             },
             limited_by="receive_window",
             limited_evidence="the sender was limited by the receive window 80% of its 2.5 s busy time",
+            limited_side="remote",  # an upload: the receiver is the remote
             # What the sender's kernel used (tcp_info), here as the protocol asked.
             congestion_control="cubic",
             congestion_requested="cubic",
@@ -190,6 +191,8 @@ def test_samples() -> None:
     http_up = {**upload, "protocol": "http"}
     assert get("bigbinf_last_transfer_limited_by", {**http_up, "reason": "receive_window"}) == 1
     assert get("bigbinf_last_transfer_limited_by", {**http_up, "reason": "link_capacity"}) == 0
+    assert get("bigbinf_last_transfer_limited_side", {**http_up, "side": "remote"}) == 1
+    assert get("bigbinf_last_transfer_limited_side", {**http_up, "side": "local"}) == 0
     assert get("bigbinf_last_transfer_tcp_limited_seconds", {**http_up, "limit": "rwnd"}) == 2.0
     assert get("bigbinf_last_transfer_tcp_delivery_rate_bytes_per_second", http_up) == 24_000_000.0
     assert get("bigbinf_last_transfer_limited_by", {**LABELS, "reason": "receive_window"}) is None  # not judged

@@ -48,6 +48,10 @@ def download(**kw: object) -> Result:
     return Result(**values)
 
 
+def upload(**kw: object) -> Result:
+    return download(direction="upload", **kw)
+
+
 def sender(**kw: float) -> dict[str, float]:
     return {
         "busy_seconds": 19.0,
@@ -70,7 +74,10 @@ def test_a_full_link_is_link_capacity_even_with_drops() -> None:
 
 def test_just_below_the_link_share_is_not_link_capacity() -> None:
     r = download(duration_seconds=3.5, tcp_remote=sender())  # 19.2 MB/s: 77%
-    assert judge_limit(r, PATH).reason == "application"  # type: ignore[union-attr]
+    limit = judge_limit(r, PATH)
+    # Nothing else to blame either: no verdict rather than a guess (never "application"
+    # without evidence that the sender was idle).
+    assert limit is not None and limit.reason == "" and limit.evidence.startswith("no limit found")
     # The capture's payload rate over the packet span counts, not start-up.
     wire = download(
         duration_seconds=3.5,
@@ -82,7 +89,19 @@ def test_just_below_the_link_share_is_not_link_capacity() -> None:
     assert judge_limit(wire, PATH).reason == "link_capacity"  # type: ignore[union-attr]
     # A bursty sender's per-ACK delivery rate does not make a full link.
     bursty = download(tcp_remote=sender(delivery_rate_median_bytes_per_second=200e6))
-    assert judge_limit(bursty, PATH).reason == "application"  # type: ignore[union-attr]
+    assert judge_limit(bursty, PATH).reason == ""  # type: ignore[union-attr]
+    # The steady rate (past slow start) counts, not the whole transfer's average; and both
+    # as wire rates (the capture's bytes on the wire per payload byte: headers count).
+    steady = download(
+        duration_seconds=3.5,
+        tcp_remote=sender(),
+        tcp_local={"steady_rate_bytes_per_second": 23.5e6, "data_start_seconds": 0.2, "data_end_seconds": 3.4},
+        wire_bytes_down=int(64 * MiB * 1.045),
+        payload_bytes_down=64 * MiB,
+    )
+    limit = judge_limit(steady, PATH)
+    assert limit is not None and limit.reason == "link_capacity" and limit.side == "path"
+    assert "steady rate 23.50 MB/s" in limit.evidence and "on the wire: 98% of the path's" in limit.evidence
 
 
 def test_window_limited_sender_with_a_reading_receiver_is_receive_window() -> None:
@@ -112,8 +131,11 @@ def test_send_buffer_by_its_clock_or_its_ceiling() -> None:
     assert limit is not None and limit.reason == "send_buffer"
     assert "79% of its 19.0 s" in limit.evidence and "tcp_wmem maximum 131.07 kB" in limit.evidence
     paced = download(tcp_remote=sender(sndbuf_limited_seconds=2.0, sndbuf_max_bytes=131072.0))
-    assert judge_limit(paced, CAPPED).reason == "send_buffer"  # type: ignore[union-attr]
-    assert judge_limit(paced, PATH).reason == "application"  # type: ignore[union-attr]  # no ceiling known
+    limit = judge_limit(paced, CAPPED)
+    assert limit is not None and limit.reason == "send_buffer" and limit.side == "remote"
+    # Said by the ceiling alone: the clock's 11% is not quoted as evidence for it.
+    assert "limited by its send buffer" not in limit.evidence
+    assert judge_limit(paced, PATH).reason == ""  # type: ignore[union-attr]  # no ceiling known
 
 
 def test_the_larger_clock_decides_between_the_two_buffers() -> None:
@@ -128,6 +150,10 @@ def test_without_the_sender_a_receiver_buffer_at_a_ceiling_below_bdp_is_receive_
     # Small, but below its maximum: autotuning had room, the transfer did not ask for more.
     idle = download(tcp_local={"rcvbuf_max_bytes": 200000.0}, tcp_remote=sender(busy_seconds=2.0))
     assert judge_limit(idle, CAPPED).reason == "application"  # type: ignore[union-attr]
+    # A cap through tcp_buffer_max (a sweep's) is the ceiling, below the host's larger sysctl.
+    swept = download(tcp_local={"rcvbuf_max_bytes": 131072.0}, tcp_buffer_max_bytes=131072)
+    limit = judge_limit(swept, CAPPED)
+    assert limit is not None and limit.reason == "receive_window" and "tcp_buffer_max cap 131.07 kB" in limit.evidence
 
 
 def test_retransmits_make_congestion_from_the_best_count() -> None:
@@ -139,14 +165,118 @@ def test_retransmits_make_congestion_from_the_best_count() -> None:
     limit = judge_limit(wire_only, PATH)
     assert limit is not None and limit.reason == "congestion" and "lower bound" in limit.evidence
     below = download(tcp_remote=sender(), retransmits_sender=40)  # 0.09%: below the share
-    assert judge_limit(below, PATH).reason == "application"  # type: ignore[union-attr]
+    assert judge_limit(below, PATH).reason == ""  # type: ignore[union-attr]
+    # With loss, a buffer at its ceiling is not the limit: cwnd stayed below the window
+    # (the clock says 1%), and more buffer would buy nothing.
+    lossy = download(
+        tcp_remote=sender(rwnd_limited_seconds=0.2), tcp_local={"rcvbuf_max_bytes": 262144.0}, retransmits_sender=230
+    )
+    limit = judge_limit(lossy, CAPPED)
+    assert limit is not None and limit.reason == "congestion" and limit.side == "path"
 
 
 def test_an_idle_sender_is_application() -> None:
     r = download(tcp_remote=sender(busy_seconds=2.0, app_limited_ratio=0.8))
     limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "remote")
+    assert "data in flight 10% of the 20.0 s data phase" in limit.evidence and "80%" in limit.evidence
+    # A fine-grained throttle keeps data in flight, but never a backlog of unsent data.
+    fine = download(tcp_remote=sender(sender_backlog_ratio=0.1))
+    limit = judge_limit(fine, PATH)
+    assert limit is not None and limit.reason == "application" and "unsent data in 10% of its samples" in limit.evidence
+
+
+def test_an_idle_sender_outranks_its_loss_in_slow_start() -> None:
+    # nginx's limit_rate: the sender idle 2.8 s of 8.3 s, and 6% lost in slow start: the
+    # throttle is the limit, not the network.
+    r = download(
+        duration_seconds=8.3, file_bytes=16 * MiB, tcp_remote=sender(busy_seconds=2.8), retransmits_sender=2800
+    )
+    limit = judge_limit(r, PATH)
     assert limit is not None and limit.reason == "application"
-    assert "data in flight 2.0 s of the 20.0 s transfer" in limit.evidence and "80%" in limit.evidence
+
+
+def test_a_program_on_a_core_or_queued_for_one_is_cpu_with_its_side() -> None:
+    ssh = {"seconds": 19.0, "cpu_share": 0.55, "runnable_share": 0.97, "io_wait_share": 0.0, "samples": 40.0}
+    r = download(
+        tcp_remote=sender(busy_seconds=6.0), programs={"local ssh": ssh, "remote sshd": {**ssh, "runnable_share": 0.4}}
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("cpu", "local")
+    assert (
+        "ssh (this host) was on a core or queued for one 97% of its 19.0 s: it used 55% of a core and waited 42%"
+        in limit.evidence
+    )
+    # A program that lived for a moment (a login helper) does not count.
+    brief = download(tcp_remote=sender(busy_seconds=6.0), programs={"local ssh": {**ssh, "seconds": 1.0}})
+    assert judge_limit(brief, PATH).reason == "application"  # type: ignore[union-attr]
+
+
+def test_a_program_waiting_on_storage_is_disk() -> None:
+    scp = {"seconds": 19.0, "cpu_share": 0.01, "runnable_share": 0.02, "io_wait_share": 0.6, "samples": 50.0}
+    r = upload(tcp_local=sender(busy_seconds=4.0), programs={"local scp": scp})
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("disk", "local")
+    assert "scp (this host) waited on storage in 60% of 50 samples" in limit.evidence
+
+
+def test_a_short_transfer_is_startup_with_the_size_that_would_reach_steady_state() -> None:
+    # 32 MiB whose steady rate was the link's, but 0.6 s of its 2 s went to set-up and slow start.
+    r = download(
+        duration_seconds=2.0,
+        file_bytes=32 * MiB,
+        tcp_remote=sender(busy_seconds=1.8),
+        tcp_local={"steady_rate_bytes_per_second": 23.9e6, "data_start_seconds": 0.35, "data_end_seconds": 1.98},
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("startup", "path")
+    lost = 2.0 - 32 * MiB / 23.9e6
+    assert f"cost {lost:.2f} s of the 2.00 s transfer" in limit.evidence
+    assert "connection set-up 0.35 s before the first data" in limit.evidence
+    assert f"files of at least {9 * 23.9e6 * lost / 1e6:.2f} MB" in limit.evidence
+    # 1 MiB over a 40 ms path: over in a few round trips; the path's rate stands in.
+    short = download(duration_seconds=0.45, file_bytes=MiB, tcp_remote=sender(busy_seconds=0.4))
+    limit = judge_limit(short, PATH)
+    assert limit is not None and limit.reason == "startup" and "before a steady rate could show" in limit.evidence
+    # With loss, a slow ramp is the loss's doing.
+    lossy = download(
+        duration_seconds=2.0,
+        file_bytes=32 * MiB,
+        tcp_remote=sender(busy_seconds=1.9),
+        retransmits_sender=300,
+        tcp_local={"steady_rate_bytes_per_second": 23.9e6, "data_start_seconds": 0.35, "data_end_seconds": 1.98},
+    )
+    assert judge_limit(lossy, PATH).reason in ("congestion", "link_capacity")  # type: ignore[union-attr]
+
+
+def test_parallel_streams_are_judged_per_stream() -> None:
+    r = download(
+        tcp_remote=sender(
+            busy_seconds=76.0,
+            rwnd_limited_seconds=30.0,
+            streams=4.0,
+            stream_busy_max_seconds=19.0,
+            stream_rwnd_share_min=0.38,
+            stream_rwnd_share_max=0.41,
+        )
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "receive_window"
+    assert "each of the sender's 4 streams was limited by the receive window 38%-41% of its busy time" in limit.evidence
+    # Busy time summed over the streams never reads as more than the transfer.
+    idle = download(tcp_remote=sender(busy_seconds=30.0, streams=4.0, stream_busy_max_seconds=7.5))
+    limit = judge_limit(idle, PATH)
+    assert limit is not None and "data in flight 38% of the 20.0 s data phase (its busiest stream)" in limit.evidence
+
+
+def test_iperf3_is_never_judged_against_its_own_estimate() -> None:
+    measured = PathBaseline(
+        "lab", 0.0, rtt_min_seconds=0.04, bandwidth_bytes_per_second=3.4e6, bandwidth_source="iperf3"
+    )
+    r = download(protocol="iperf3", tcp_remote=sender(), retransmits_sender=4800)  # 10.4% lost
+    limit = judge_limit(r, measured)
+    assert limit is not None and limit.reason == "congestion"
+    assert "known only from iperf3 itself" in limit.evidence and "10.43%" in limit.evidence
 
 
 @pytest.mark.parametrize(
@@ -238,7 +368,8 @@ def test_a_download_whose_sender_cannot_be_asked_is_not_guessed() -> None:
     # Our buffer had room, no loss on the wire, the link not full: the remote's limits
     # cannot be ruled out, so no verdict rather than "application".
     r = download(tcp_local={"rcvbuf_max_bytes": 6e6, "rcv_queue_ratio_avg": 0.01})
-    assert judge_limit(r, PATH) is None
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "" and "the sender's TCP state is unknown" in limit.evidence
 
 
 def test_an_iperf3_estimate_lets_the_buffer_rules_speak_first() -> None:

@@ -16,6 +16,7 @@ import pytest
 from bigbinf.measure.tcp.state import (
     SYSCTL_KEYS,
     VALUE_KEYS,
+    Listing,
     SocketInfo,
     TcpStateError,
     TcpWatch,
@@ -299,6 +300,12 @@ def test_summary_of_two_parallel_streams() -> None:
         "sndbuf_max_bytes": 200_000,
         "app_limited_ratio": 2 / 5,  # B's two samples of five sender samples
         "mss_bytes": 1448,
+        # Each stream on its own: A busy 2 s (a quarter of it limited by the window), B 1 s.
+        "streams": 2,
+        "stream_busy_min_seconds": 1.0,
+        "stream_busy_max_seconds": 2.0,
+        "stream_rwnd_share_min": 0.0,
+        "stream_rwnd_share_max": 0.25,
     }
 
 
@@ -596,3 +603,28 @@ def test_an_ipv6_peer_is_given_to_ss_as_an_address_not_host_and_port() -> None:
     assert watch.list_argv[-2:] == ["dst", "2001:db8::1/128"]
     done = subprocess.run(["ss", "-tinmH", "dst", "::1/128"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr  # the form this ss accepts
+
+
+def test_progress_from_timed_listings_gives_the_steady_rate_past_slow_start() -> None:
+    # 8 MB: slow start for the first 0.4 s (1 MB), then 10 MB/s; data from 0.3 s (ssh's
+    # login before it), the last growth at 1.1 s.  The steady rate is the slope of the half
+    # of the data that moved last, not the whole transfer's average.
+    at_bytes = [(0.1, 2_000), (0.2, 6_000), (0.3, 200_000), (0.4, 1_000_000), (0.6, 3_000_000),
+                (0.8, 5_000_000), (1.0, 7_000_000), (1.1, 8_000_000), (1.3, 8_000_000)]  # fmt: skip
+    listings = [Listing(at, [_s(A, bytes_acked=acked)]) for at, acked in at_bytes]
+    values = summarise([], listings, []).values
+    assert values["data_start_seconds"] == 0.3  # the first listing past DATA_FLOW_BYTES
+    assert values["data_end_seconds"] == 1.1  # the last one in which bytes moved
+    # Half of 8 MB first reached at 0.8 s (5 MB): (8 - 5) MB over 0.3 s.
+    assert values["steady_rate_bytes_per_second"] == pytest.approx(10e6)
+    # Untimed listings (plain lists) give no progress values at all.
+    assert "steady_rate_bytes_per_second" not in summarise([], [x.sockets for x in listings], []).values
+
+
+def test_no_progress_when_most_bytes_moved_on_sockets_no_listing_saw() -> None:
+    # One connection per file, each closed between two listings: the listings saw 1 MB of
+    # the 10 MB, so their series is not the transfer's progress.
+    seen = [Listing(0.5, [_s(A, bytes_acked=MiB)])]
+    files = [_s(f"10.0.0.2:{5000 + i}", bytes_acked=MiB) for i in range(9)]
+    values = summarise([], seen, [_s(A, bytes_acked=MiB), *files]).values
+    assert "steady_rate_bytes_per_second" not in values and "data_start_seconds" not in values

@@ -27,13 +27,15 @@ from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
+from bigbinf.measure.programs import ProgramWatch
+from bigbinf.measure.programs import summary as program_summary
 from bigbinf.measure.tcp.limits import human_bytes, judge_limit
-from bigbinf.measure.tcp.state import TcpSummary, TcpWatch
+from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
 from bigbinf.measure.wire.analyse import Analysis, PcapError
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker
 from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
-from bigbinf.process import in_netns, netns_exists, run_with_timeout
+from bigbinf.process import in_netns, netns_exists, observe_sessions, run_with_timeout
 from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
 from bigbinf.result import PathBaseline, Result
 
@@ -131,6 +133,7 @@ class Ran:
     tcp_local: TcpSummary | None = None  # this host's sockets to the remote (TCP transfers)
     tcp_remote: TcpSummary | None = None  # the remote's sockets to us, where it can be asked
     tcp_remote_note: str = ""  # why tcp_remote is absent
+    programs: dict[str, dict[str, float]] = field(default_factory=dict)  # measure/programs.py's summary
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,15 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
     except Exception:  # a bug in judging never costs the measurement
         log.exception("%s: judging what limited it failed", spec.label)
         return result
-    return dataclasses.replace(result, limited_by=limit.reason, limited_evidence=limit.evidence) if limit else result
+    if limit is None:
+        return result
+    return dataclasses.replace(
+        result,
+        limited_by=limit.reason,
+        limited_evidence=limit.evidence,
+        limited_side=limit.side if limit.reason else "",
+        limited_next_step=limit.next_step,
+    )
 
 
 def tuning(spec: TransferSpec, subject: Subject) -> Tuned:
@@ -396,9 +407,20 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         local_interval = min(local_interval, CONFIRM_INTERVAL_SECONDS)
     if confirm and spec.direction == "download" and spec.remote.local_fs:
         remote_interval = min(remote_interval, CONFIRM_INTERVAL_SECONDS)
+    # The programs' CPU and storage waits: the command's own processes here, and the
+    # remote's socket owners where its processes are on this host too (a namespace: the
+    # lab); ss -p names them (measure/programs.py).
+    local_programs = ProgramWatch(config.transfer.tcp_interval)
+    remote_programs = ProgramWatch(remote_interval)
+    remote_prefix = spec.remote.stats_argv([])
     local_watch = TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, local_interval) if tcp else None
     remote_watch = (
-        TcpWatch(spec.remote.stats_argv([]), subject.client_address, remote_interval)
+        TcpWatch(
+            remote_prefix,
+            subject.client_address,
+            remote_interval,
+            on_owners=remote_programs.add_pids if on_this_host(remote_prefix) else None,
+        )
         if tcp and spec.remote.stats_command
         else None
     )
@@ -412,8 +434,15 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                 capture.start()
             except CaptureError as exc:
                 raise _CaptureStartError(str(exc)) from None
+        watching.enter_context(local_programs)
+        watching.enter_context(remote_programs)
         try:
-            outcome: RunOutcome = spec.profile.runner(prepared.context)
+            started = time.monotonic()
+            for watch in (local_watch, remote_watch):
+                if watch:
+                    watch.origin = started  # progress times count from the command's start
+            with observe_sessions(local_programs.add_session):
+                outcome: RunOutcome = spec.profile.runner(prepared.context)
             if tcp:
                 wait_closed(spec.remote.netns, subject.remote_address, cap_cfg.linger)
             else:
@@ -456,6 +485,10 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         tcp_local=tcp_local,
         tcp_remote=tcp_remote,
         tcp_remote_note=remote_note,
+        programs={
+            **program_summary(local_programs.lives(), "local"),
+            **program_summary(remote_programs.lives(), "remote"),
+        },
     )
 
 
@@ -534,6 +567,7 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         tcp_local=dict(ran.tcp_local.values) if ran.tcp_local else {},
         tcp_remote=dict(ran.tcp_remote.values) if ran.tcp_remote else {},
         tcp_remote_note=ran.tcp_remote_note,
+        programs=ran.programs,
         congestion_control=_sender_congestion_control(prepared, ran),
     )
     if wire is None:  # no capture, or none that could be read: the wire fields keep their defaults

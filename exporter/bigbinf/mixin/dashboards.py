@@ -182,6 +182,9 @@ VERDICT_COLOURS = {
     "congestion": "red",
     "link_capacity": "green",
     "application": "blue",
+    "startup": "light-green",
+    "cpu": "purple",
+    "disk": "brown",
 }
 VERDICT_MAPPINGS: list[ValueMapping] = [
     ValueMap(
@@ -1183,8 +1186,11 @@ def path() -> Dashboard:
             .description(
                 "What limited each series' last transfer, over time (bigbinf_last_transfer_limited_by == 1): "
                 "receive_window or send_buffer (a host's buffers: see below), congestion (loss on the path), "
-                "link_capacity (the path was full: nothing to tune), application (the program or its disk).  "
-                "Gaps: no verdict (failed or UDP transfers)."
+                "link_capacity (the path was full: nothing to tune), startup (set-up and slow start took much "
+                "of a short transfer), cpu (a program short of CPU), disk (a program waiting on storage), "
+                "application (a program that sent or read no faster: a throttle).  bigbinf_last_transfer_"
+                "limited_side says on which host, and the journal and `once` say the evidence and the next step "
+                "(docs/metrics.md, Why was it slow?).  Gaps: no verdict (failed or UDP transfers, nothing named)."
             )
             .with_target(query(verdict_code(), LEGEND_SERIES))
             .mappings(VERDICT_MAPPINGS)

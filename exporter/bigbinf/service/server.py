@@ -52,6 +52,7 @@ from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
+from bigbinf.service.restore import restore
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
 from bigbinf.service.webconfig import WebConfig, load_web_config, peer_sans
@@ -108,19 +109,9 @@ class Exporter:
         self.state.record_config(True)
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
-        # Only series this configuration measures: imported 2015 dumps and series removed
-        # from the config would otherwise come back as unbounded, stale label values.
-        configured = set(series_of(config, lab))
-        restored = self.state.restore(
-            r for r in self.runner.journal.read() if r.source == "exporter" and r.key in configured
-        )
-        log.info("restored %d results from %s", restored, config.journal.path)
-        remotes = set(config.remotes)
-        self.state.restore_paths(b for b in self.runner.baselines.read() if b.remote in remotes)
-        # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
-        sweeps.restore(self.state, self.runner.journal.read(), config)
+        restore(self.state, self.runner, config, lab)
         self.sweeper = sweeps.SweepRunner(self.runner)
-        self.state.prime(configured, self._stale_after(config, mesh))
+        self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
         # A mesh site's slots replace the cron rounds.
         self.mesh_runner = MeshRunner(self.runner, mesh) if mesh is not None else None

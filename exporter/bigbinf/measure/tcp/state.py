@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from bigbinf.measure.programs import adaptive_interval
 from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
@@ -74,7 +75,13 @@ class SocketInfo:
     sndbuf_bytes: int | None = None  # skmem tb
     rcv_queue_bytes: int | None = None  # skmem r: received, not yet read by the application
     app_limited: bool = False
+    # Bytes the application wrote that TCP has not sent yet (ss prints notsent only when
+    # there are any): a sender with a backlog had more to send than the network took.
+    notsent_bytes: int = 0
     state: str = ""  # ESTAB, FIN-WAIT-1...; UNCONN in a close event; "" when ss printed no state column
+    # The processes holding the socket (`ss -p`: name, pid), where the listing asked and
+    # the kernel let ss see them.
+    owners: tuple[tuple[str, int], ...] = ()
     # False for a socket line without an info line (a TIME-WAIT socket has no tcp_info):
     # such a line must not replace what an earlier listing knew.
     has_info: bool = True
@@ -128,9 +135,11 @@ def parse_ss(text: str) -> list[SocketInfo]:
     tokens: list[str] = []
     has_info = False
 
+    owners: tuple[tuple[str, int], ...] = ()
+
     def flush() -> None:
         if head is not None:
-            sockets.append(_socket(*head, tokens, has_info))
+            sockets.append(dataclasses.replace(_socket(*head, tokens, has_info), owners=owners))
 
     for raw in text.splitlines():
         line = raw.rstrip("\r")  # through a pty lines end in \r\n
@@ -147,9 +156,24 @@ def parse_ss(text: str) -> list[SocketInfo]:
         flush()
         (state, local, peer), tokens = parsed
         head = (state, local, peer)
+        owners = _owners(line)
+        tokens = [t for t in tokens if not t.startswith("users:")]
         has_info = bool(tokens)  # `ss -O` prints the info on the socket's own line
     flush()
     return sockets
+
+
+_USERS = re.compile(r"users:\(\((.*)\)\)")
+_USER = re.compile(r'"((?:[^"\\]|\\.)*)",pid=(\d+)')
+
+
+def _owners(line: str) -> tuple[tuple[str, int], ...]:
+    """(name, pid) of each process `ss -p` printed as holding the socket:
+    users:(("sshd",pid=812,fd=4),("sshd",pid=811,fd=4))."""
+    match = _USERS.search(line)
+    if not match:
+        return ()
+    return tuple(dict.fromkeys((name, int(pid)) for name, pid in _USER.findall(match.group(1))))
 
 
 def _socket_line(fields: list[str]) -> tuple[tuple[str, str, str], list[str]] | None:
@@ -207,6 +231,8 @@ def _field(key: str, value: str, values: dict[str, object]) -> None:
                 values[target] = mem[name]
     elif key in ("cwnd", "ssthresh", "mss", "rcv_space", "bytes_acked", "bytes_received", "segs_out"):
         values[key] = int(value)
+    elif key == "notsent":
+        values["notsent_bytes"] = int(value)
     elif key == "rtt":  # rtt:avg/var in ms
         values["rtt_seconds"] = float(value.split("/")[0]) / 1000
     elif key == "minrtt":
@@ -267,8 +293,35 @@ VALUE_KEYS = (
     "sndbuf_max_bytes",  # skmem tb, max over the listings
     "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
     "app_limited_ratio",  # share of the senders' listed samples flagged app_limited
+    # Share of the senders' samples while sending (bytes acknowledged since the previous
+    # listing) with a backlog (notsent > 0): near 1 the network took less than the program
+    # wrote; near 0 the program wrote less than the network would take.
+    "sender_backlog_ratio",
     "mss_bytes",  # of the data socket that moved the most
+    # Parallel streams: the senders, and the extremes of their own busy time and of their
+    # busy time's share limited by the receive window (each stream judged on its own).
+    "streams",
+    "stream_busy_min_seconds",
+    "stream_busy_max_seconds",
+    "stream_rwnd_share_min",
+    "stream_rwnd_share_max",
+    # The transfer's progress over time (timed listings only; the data sockets' bytes
+    # moved, summed): when data started and last moved, in seconds after the watch's
+    # origin (the command's start), and the steady rate: bytes per second over the half
+    # of the data that moved last (past slow start and any ramp-up).
+    "data_start_seconds",
+    "data_end_seconds",
+    "steady_rate_bytes_per_second",
 )
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One `ss` listing: when it was taken (seconds after the watch's origin; None when
+    not known) and the sockets it showed."""
+
+    at: float | None
+    sockets: list[SocketInfo]
 
 
 # What ss prints in a listing but not in a close event (no skmem, no congestion control
@@ -285,14 +338,18 @@ def _merge(closed: SocketInfo, last: SocketInfo | None) -> SocketInfo:
 
 
 def summarise(
-    baseline: Sequence[SocketInfo], listings: Sequence[Sequence[SocketInfo]], closed: Sequence[SocketInfo]
+    baseline: Sequence[SocketInfo],
+    listings: Sequence[Listing | Sequence[SocketInfo]],
+    closed: Sequence[SocketInfo],
 ) -> TcpSummary:
     """The summary of one side: `baseline` the listing taken as the watch started (its
-    sockets are excluded), `listings` those taken since, in order, `closed` the close
-    events.  Values are over the data sockets (see VALUE_KEYS and the module docstring)."""
+    sockets are excluded), `listings` those taken since, in order (timed, or plain lists
+    of sockets), `closed` the close events.  Values are over the data sockets (see
+    VALUE_KEYS and the module docstring)."""
+    timed = [x if isinstance(x, Listing) else Listing(None, list(x)) for x in listings]
     before = {s.key for s in baseline}
-    samples = [[s for s in listing if s.key not in before and s.has_info] for listing in listings]
-    seen = {s.key for listing in listings for s in listing} | {s.key for s in closed}
+    samples = [[s for s in listing.sockets if s.key not in before and s.has_info] for listing in timed]
+    seen = {s.key for listing in timed for s in listing.sockets} | {s.key for s in closed}
     seen -= before
     last: dict[tuple[str, str], SocketInfo] = {}
     for listing in samples:
@@ -314,6 +371,13 @@ def summarise(
     values = _values(samples, [events[k] for k in data if k in events], {k: final[k] for k in data})
     if top is not None and top.mss is not None and data:
         values["mss_bytes"] = float(top.mss)
+    if all(listing.at is not None for listing in timed):
+        values.update(
+            _progress(
+                [(listing.at or 0.0, sockets) for listing, sockets in zip(timed, samples, strict=True)],
+                {k: final[k] for k in data},
+            )
+        )
     return TcpSummary(
         sockets=len(seen),
         samples=len(listings),
@@ -355,6 +419,7 @@ def _values(
     # the end, on a receiver's side, and during a login's handshakes (scp: the first
     # second or so) the rate says nothing about the path.
     rates: list[float] = []
+    backlog: list[float] = []
     queue_ratios: list[float] = []
     previous: dict[tuple[str, str], SocketInfo] = {}
     for listing in data_samples:
@@ -362,6 +427,7 @@ def _values(
         if any(growth >= DATA_FLOW_BYTES for growth in grown.values()):
             sending = [s for s in listing if grown.get(s.key, 0) > 0]
             rates.append(sum(s.delivery_rate_bytes_per_second or 0.0 for s in sending))
+            backlog.extend(float(s.notsent_bytes > 0) for s in sending)
         # The receive queue's fill while data arrives: near 1, the application does not
         # read as fast as the network delivers.
         for s in listing:
@@ -370,12 +436,21 @@ def _values(
                 queue_ratios.append(s.rcv_queue_bytes / s.rcvbuf_bytes)
         previous.update((s.key, s) for s in listing)
     _put(values, "delivery_rate_median_bytes_per_second", statistics.median, rates)
+    _put(values, "sender_backlog_ratio", statistics.fmean, backlog)
     _put(values, "delivery_rate_max_bytes_per_second", max, rates)
     _put(values, "rcv_queue_ratio_avg", statistics.fmean, queue_ratios)
     flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
     _put(values, "app_limited_ratio", statistics.fmean, flags)
 
     last = final.values()
+    streams = [final[k] for k in senders]
+    if streams:
+        values["streams"] = float(len(streams))
+        values["stream_busy_min_seconds"] = min(s.busy_seconds for s in streams)
+        values["stream_busy_max_seconds"] = max(s.busy_seconds for s in streams)
+        shares = [s.rwnd_limited_seconds / s.busy_seconds for s in streams if s.busy_seconds > 0]
+        _put(values, "stream_rwnd_share_min", min, shares)
+        _put(values, "stream_rwnd_share_max", max, shares)
     values["busy_seconds"] = sum(s.busy_seconds for s in last)
     values["rwnd_limited_seconds"] = sum(s.rwnd_limited_seconds for s in last)
     values["sndbuf_limited_seconds"] = sum(s.sndbuf_limited_seconds for s in last)
@@ -385,6 +460,46 @@ def _values(
     values["bytes_received"] = float(sum(s.bytes_received for s in last))
     return values
 
+
+def _progress(
+    listings: list[tuple[float, list[SocketInfo]]], final: dict[tuple[str, str], SocketInfo]
+) -> dict[str, float]:
+    """data_start/end_seconds and steady_rate_bytes_per_second (VALUE_KEYS) from the timed
+    listings: at each, the bytes the data sockets had moved (a socket not listed keeps what
+    it had).  Nothing when most of the bytes moved on sockets no listing saw (one short
+    connection per file): the series would not be the transfer's."""
+    total = sum(s.moved_bytes for s in final.values())
+    moved: dict[tuple[str, str], int] = {}
+    series: list[tuple[float, int]] = []
+    for at, sockets in listings:
+        for s in sockets:
+            if s.key in final:
+                moved[s.key] = max(moved.get(s.key, 0), s.moved_bytes)
+        series.append((at, sum(moved.values())))
+    if not series or total <= 0 or series[-1][1] < PROGRESS_SEEN_SHARE * total:
+        return {}
+    grew = [(at, b) for (at, b), (_, before) in zip(series, [(0.0, 0), *series], strict=False) if b > before]
+    started = [at for at, b in series if b >= DATA_FLOW_BYTES]
+    if not grew or not started:
+        return {}
+    end, last = grew[-1]
+    values = {"data_start_seconds": started[0], "data_end_seconds": end}
+    # The least-squares slope of the listings from the one where half the data had moved
+    # to the last one in which data moved: each listing's time is when its ss started, a
+    # few ms off on a busy machine, and the fit evens that out where two points would not.
+    steady = [(at, b) for at, b in series if at <= end and b >= last / 2]
+    if len(steady) >= 2:
+        mean_t = sum(at for at, _ in steady) / len(steady)
+        mean_b = sum(b for _, b in steady) / len(steady)
+        spread = sum((at - mean_t) ** 2 for at, _ in steady)
+        if spread > 0:
+            slope = sum((at - mean_t) * (b - mean_b) for at, b in steady) / spread
+            if slope > 0:
+                values["steady_rate_bytes_per_second"] = slope
+    return values
+
+
+PROGRESS_SEEN_SHARE = 0.8  # of the data's bytes, moved on sockets the listings saw
 
 _NOTHING = SocketInfo("", "")
 
@@ -421,6 +536,12 @@ def _is_remote(prefix: Sequence[str]) -> bool:
     """Whether `prefix` runs its command on another host (an ssh command, also inside
     `ip netns exec`, or any other program we cannot tell to be local)."""
     return _through_ssh(prefix) or (bool(prefix) and os.path.basename(prefix[0]) not in _LOCAL_PREFIXES)
+
+
+def on_this_host(prefix: Sequence[str]) -> bool:
+    """Whether `prefix` runs its command on this host (here, or in a namespace of it), so
+    the pids it reports are this host's."""
+    return not _is_remote(prefix)
 
 
 def _through_ssh(prefix: Sequence[str]) -> bool:
@@ -506,7 +627,13 @@ class TcpWatch:
     Call stop() once the transfer's sockets have closed (a short linger after the
     transfer): a socket still open then is summarised from its last listing."""
 
-    def __init__(self, prefix: Sequence[str], peer: str, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        prefix: Sequence[str],
+        peer: str,
+        interval: float = 0.5,
+        on_owners: Callable[[set[int]], None] | None = None,
+    ) -> None:
         if not interval > 0:
             raise ValueError(f"TcpWatch interval must be positive, not {interval!r}")
         self.prefix = list(prefix)
@@ -522,6 +649,15 @@ class TcpWatch:
         # (not "[..]": over ssh the remote shell would take brackets for a glob).
         target = f"{peer}/128" if ":" in peer else peer
         self.list_argv = [*self.prefix, *own, "ss", "-tinmH", "dst", target]
+        # With -p: the processes holding each socket (their CPU and I/O waits say whether
+        # a program limited the transfer, measure/programs.py).  ss then reads every
+        # process's descriptors, so only listings that meet a socket of unknown owner ask.
+        self.owners_argv = [*self.prefix, *own, "ss", "-tinmpH", "dst", target]
+        self.on_owners = on_owners
+        # Where a listing costs milliseconds (here, in a namespace), the pace adapts: every
+        # 5% of the time so far (measure/programs.py), so a short transfer's slow start and
+        # steady rate are both seen; through ssh each listing is a session: `interval`.
+        self.adaptive = not _is_remote(self.prefix)
         events = ["ss", "-tinmEH", "dst", target]
         # ss writes events through stdio: into a pipe they sit in a block buffer that is
         # lost when ss is stopped, so a line-buffered ss (stdbuf) is what makes them
@@ -535,13 +671,19 @@ class TcpWatch:
         self.problems: list[str] = []  # failures that still left a summary (e.g. no close events)
         self.summary: TcpSummary | None = None
         self._baseline: list[SocketInfo] | None = None
-        self._listings: list[list[SocketInfo]] = []
+        self._listings: list[Listing] = []
+        self._owned: set[tuple[str, str]] = set()  # sockets whose owners a listing has shown
+        self._started_at = 0.0  # monotonic: listing times are seconds since the watch started
+        # The moment the summary's times count from (time.monotonic()): the transfer sets
+        # it to its command's start; by default the watch's own start.
+        self.origin: float | None = None
         self._own: set[tuple[str, str]] = set()  # peer endpoints of our own ssh sessions
         self._last_failure = ""
         self._watcher: subprocess.Popen[bytes] | None = None
         self._chunks: list[bytes] = []
         self._err_chunks: list[bytes] = []
         self._first_output = threading.Event()
+        self._ask_owners = False  # the first listing is the baseline: its sockets are not the transfer's
         self._readers: list[threading.Thread] = []
         self._sampler: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -562,8 +704,9 @@ class TcpWatch:
         if self._started:
             return
         self._started = True
+        self._started_at = time.monotonic()
         try:
-            self._baseline = self._list(self.start_timeout)
+            self._baseline = self._list(self.start_timeout).sockets
         except TcpStateError as exc:
             self.error = str(exc)
             return
@@ -602,23 +745,39 @@ class TcpWatch:
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
-    def _list(self, timeout: float) -> list[SocketInfo]:
-        own, text = _split_own(_run(self.list_argv, timeout, "stats command"))
+    def _list(self, timeout: float) -> Listing:
+        with self._lock:
+            ask_owners = self._ask_owners
+        at = time.monotonic() - self._started_at
+        argv = self.owners_argv if ask_owners else self.list_argv
+        own, text = _split_own(_run(argv, timeout, "stats command"))
         if own and self._ssh:
             with self._lock:
                 self._own.add(own)
-        return parse_ss(text)
+        sockets = parse_ss(text)
+        if ask_owners:
+            pids = {pid for s in sockets for _, pid in s.owners}
+            with self._lock:
+                self._owned.update(s.key for s in sockets)
+            if pids and self.on_owners is not None:
+                self.on_owners(pids)
+        with self._lock:
+            # The next listing asks again if this one shows a socket whose owners no
+            # listing has asked for (the transfer's, once it connects).
+            before = {b.key for b in self._baseline or ()}
+            self._ask_owners = any(s.key not in self._owned and s.key not in before for s in sockets)
+        return Listing(at, sockets)
 
     def _sample(self) -> None:
         """List every `interval` seconds, one listing at a time (a slow one is followed by
         the next at once), and once more when asked to stop."""
-        due = time.monotonic() + self.interval
+        due = time.monotonic() + self._pace()
         timed_out = False
         while True:
             stopping = self._stopping.wait(max(0.0, due - time.monotonic()))
             if stopping and timed_out:
                 return  # the remote stopped answering: a last listing would only wait as long again
-            due = max(due + self.interval, time.monotonic())
+            due = max(due + self._pace(), time.monotonic())
             try:
                 listing = self._list(self.timeout)
             except TcpStateError as exc:
@@ -631,6 +790,11 @@ class TcpWatch:
                     self._listings.append(listing)
             if stopping:
                 return
+
+    def _pace(self) -> float:
+        if not self.adaptive:
+            return self.interval
+        return adaptive_interval(self.interval, time.monotonic() - self._started_at)
 
     def stop(self) -> TcpSummary | None:
         """Stop; the summary, or None when nothing could be read (then `error` says why)."""
@@ -657,7 +821,15 @@ class TcpWatch:
             self.error = last_failure or "no listing of the sockets could be taken"
             return None
         try:
-            listings = [[s for s in listing if _endpoint(s.peer) not in mine] for listing in listings]
+            # Times after the origin (the command's start, where the caller set it).
+            shift = (self.origin - self._started_at) if self.origin is not None else 0.0
+            listings = [
+                Listing(
+                    None if listing.at is None else listing.at - shift,
+                    [s for s in listing.sockets if _endpoint(s.peer) not in mine],
+                )
+                for listing in listings
+            ]
             closed = [s for s in closed if _endpoint(s.peer) not in mine]
             self.summary = summarise(self._baseline, listings, closed)
         except Exception as exc:  # a surprise in ss's output must not fail the transfer

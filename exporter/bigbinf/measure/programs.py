@@ -1,0 +1,188 @@
+"""The transfer's programs: how much of a core each used, how long it waited for one, and
+how often it waited for storage, from /proc while the transfer runs.
+
+What a CPU-bound transfer looks like from outside: its sending or receiving program (ssh's
+cipher, the case that motivated HPN-scp) is always runnable: on a core, or queued for one
+behind another process.  /proc/PID/schedstat says both: the nanoseconds it ran and the
+nanoseconds it waited in a run queue, so "on a core or waiting for one for 97% of its life"
+holds whether it had a core to itself (it used ~100% of one) or shared one (it used 50%
+and waited 47%).  A program waiting for its disk sleeps uninterruptibly (state D) in the
+kernel's I/O wait: the share of samples in D says how much of its life went there.
+
+Which programs: on this host, every process of the transfer command's session (the
+command runs in a session of its own, process.py; `observe` hears of each one as it
+starts), and any process given by pid (the remote's socket owners when the remote is a
+namespace on this host, as in the lab: measure/tcp/state.py reads them from `ss -p`).
+Sampled at the same adaptive pace as the TCP listings; a process that lived between two
+samples is not seen (it did no bulk work).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class ProgramLife:
+    """What the samples saw of one process."""
+
+    name: str  # /proc/PID/comm, at most 15 characters
+    first_seen: float  # monotonic
+    last_seen: float
+    cpu_first: float  # seconds on a core at the first sample
+    cpu_last: float
+    wait_first: float  # seconds queued for a core (schedstat) at the first sample
+    wait_last: float
+    samples: int = 0
+    io_waits: int = 0  # samples in state D
+    start_ticks: int = 0  # /proc/PID/stat starttime: a reused pid is another process
+
+    @property
+    def seconds(self) -> float:
+        return self.last_seen - self.first_seen
+
+    def values(self) -> dict[str, float]:
+        """The journaled summary (base units): over the time the samples saw it."""
+        span = self.seconds
+        return {
+            "seconds": span,
+            "cpu_seconds": self.cpu_last - self.cpu_first,
+            "run_queue_seconds": self.wait_last - self.wait_first,
+            "cpu_share": (self.cpu_last - self.cpu_first) / span if span > 0 else 0.0,
+            "runnable_share": (self.cpu_last - self.cpu_first + self.wait_last - self.wait_first) / span
+            if span > 0
+            else 0.0,
+            "io_wait_share": self.io_waits / self.samples if self.samples else 0.0,
+            "samples": float(self.samples),
+        }
+
+
+def read_stat(pid: int) -> tuple[str, int, str, int] | None:
+    """(comm, session id, state, start ticks) of a process on this host, or None if it
+    is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: it ends at the last ')'.
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    try:
+        return head.partition("(")[2], int(fields[3]), fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def read_schedstat(pid: int) -> tuple[float, float] | None:
+    """(seconds on a core, seconds queued for one) of a process, or None."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class ProgramWatch:
+    """Samples the processes of the sessions it is told of (`add_session`) and the pids
+    it is given (`add_pids`), every `interval()` seconds, until stop()."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._sessions: set[int] = set()
+        self._pids: set[int] = set()
+        self._lives: dict[tuple[int, int], ProgramLife] = {}  # (pid, start ticks)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+
+    def add_session(self, sid: int) -> None:
+        with self._lock:
+            self._sessions.add(sid)
+        self.sample()  # at once: a short command may be done before the next tick
+
+    def add_pids(self, pids: Iterable[int]) -> None:
+        with self._lock:
+            self._pids.update(pids)
+
+    def __enter__(self) -> ProgramWatch:
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="program-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stopping.wait(adaptive_interval(self.interval, time.monotonic() - self._started)):
+            self.sample()
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            sessions, pids = set(self._sessions), set(self._pids)
+        if not sessions and not pids:
+            return
+        candidates = set(pids)
+        if sessions:
+            candidates.update(int(p) for p in os.listdir("/proc") if p.isdigit())
+        for pid in candidates:
+            stat = read_stat(pid)
+            if stat is None:
+                continue
+            comm, session, state, start_ticks = stat
+            if pid not in pids and session not in sessions:
+                continue
+            clocks = read_schedstat(pid)
+            if clocks is None:
+                continue
+            cpu, waited = clocks
+            with self._lock:
+                life = self._lives.get((pid, start_ticks))
+                if life is None:
+                    life = self._lives[(pid, start_ticks)] = ProgramLife(
+                        comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks
+                    )
+                # The name as it is now: `ip netns exec` and taskset exec the program they run.
+                life.name, life.last_seen, life.cpu_last, life.wait_last = comm, now, cpu, waited
+                life.samples += 1
+                life.io_waits += state == "D"
+
+    def lives(self) -> list[ProgramLife]:
+        with self._lock:
+            return list(self._lives.values())
+
+
+def summary(lives: Iterable[ProgramLife], side: str) -> dict[str, dict[str, float]]:
+    """The journaled programs of one side: per program name (`SIDE NAME`), the process of
+    that name that was runnable the largest share of its life (the one a verdict names),
+    seen for at least two samples (one sample says nothing about a share)."""
+    best: dict[str, dict[str, float]] = {}
+    for life in lives:
+        if life.samples < 2 or life.seconds <= 0:
+            continue
+        values = life.values()
+        key = f"{side} {life.name}"
+        if key not in best or values["runnable_share"] > best[key]["runnable_share"]:
+            best[key] = values
+    return best
+
+
+def adaptive_interval(longest: float, elapsed: float) -> float:
+    """Sample every 5% of the time elapsed so far, at least every 50 ms and at most every
+    `longest` seconds: about 20 samples of a short transfer (enough to see its slow start
+    and its steady rate), the configured pace for a long one."""
+    return min(longest, max(0.05, elapsed / 20))
