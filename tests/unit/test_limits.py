@@ -354,10 +354,19 @@ def test_advise_from_the_journals_prints_the_lines_and_the_network_verdict(tmp_p
             bandwidth_source="configured",
         )
     )
-    Journal(journal).append(download(remote="site", limited_by="link_capacity", limited_evidence="rate 96%"))
+    Journal(journal).append(
+        download(
+            remote="site",
+            limited_by="link_capacity",
+            limited_side="path",
+            limited_evidence="rate 96%",
+            limited_next_step="the path is full: nothing on either host makes this faster",
+        )
+    )
     assert main(["--config.file", str(config), "advise"]) == 0
     out = capsys.readouterr().out
     assert "bandwidth 10000000.00 MB/s" in out and "http/f64m/download" in out
+    assert ": link_capacity (path): rate 96%\n       next: the path is full: nothing on either host" in out
     line = re.search(r'sysctl -w net\.ipv4\.tcp_rmem="\d+ \d+ (\d+)"\s+# local', out)
     assert line and int(line.group(1)) >= 2 * 1e13 * 0.1  # 2 x BDP
     assert "the remote's buffers cannot be read: give remotes.site.stats_command" in out
@@ -390,3 +399,26 @@ def test_a_zero_bandwidth_is_refused_and_unprobed_paths_say_so(tmp_path) -> None
         parse_config(text, "site.yaml")
     assert "remotes.site.bandwidth: '0bit': a path's bandwidth must be more than 0" in err.value.render()
     assert format_paths([PathBaseline("site", 0.0)]) == "path site: not probed"
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (download(tcp_remote=sender(busy_seconds=6.0), programs={"local ssh": {"seconds": 19.0, "cpu_share": 0.6,
+          "runnable_share": 0.98, "io_wait_share": 0.0, "samples": 30.0}}), "HPN-scp"),
+        (download(tcp_remote=sender(busy_seconds=6.0), programs={"local gzip": {"seconds": 19.0, "cpu_share": 0.9,
+          "runnable_share": 0.95, "io_wait_share": 0.0, "samples": 30.0}}), "gzip used all the CPU it could get"),
+        (download(tcp_remote=sender(rwnd_limited_seconds=17.0), tcp_local={"rcvbuf_max_bytes": 262144.0}),
+         "raise net.ipv4.tcp_rmem's maximum on this host to at least 2 x BDP = 2.00 MB"),
+        (download(tcp_local={"rcvbuf_max_bytes": 131072.0}, tcp_buffer_max_bytes=131072),
+         "raise or drop the protocol's tcp_buffer_max (131.07 kB"),
+        (download(tcp_remote=sender(), retransmits_sender=460),
+         "the network: talk to the path's operator (460 retransmitted"),
+        (download(tcp_remote=sender(busy_seconds=2.0)), "the sending program sent at"),
+        (download(duration_seconds=0.45, file_bytes=MiB, tcp_remote=sender(busy_seconds=0.4)),
+         "larger files (at least"),
+    ],
+)  # fmt: skip
+def test_each_verdict_names_a_concrete_next_step(result: Result, expected: str) -> None:
+    limit = judge_limit(result, CAPPED)
+    assert limit is not None and expected in limit.next_step, limit
