@@ -11,7 +11,7 @@ Every cause is induced by what really causes it, never by editing a result:
 - a policer: tbf with a queue of a few packets, so the excess is dropped, not queued;
 - a shaped link: tbf at its rate with a normal queue;
 - startup: a file that ends before a connection leaves slow start;
-- a CPU-bound program: the transfer's ssh pinned (taskset) to the core a busy loop spins on;
+- a CPU-bound program: the transfer's programs in a cpu cgroup with a quota of 20% of a core;
 - throttles: nginx's limit_rate (the remote's program) or curl --limit-rate (ours);
 - a slow disk: the upload's source on a loop device read through a blkio throttle;
 - parallel streams each window-bound: GridFTP -p 4 with the receiver's buffer capped;
@@ -47,10 +47,7 @@ from bigbinf.result import LIMITS, Result
 from .exporter import ROOT
 
 CURL = ["{binary}", "-sS", "--fail"]
-SSH_OPTS = ["-F", "{ssh_config}", "-i", "{key}", "-o", "BatchMode=yes", "-o", "Compression=no", "-o", "LogLevel=ERROR"]
 THROTTLE_PORT = 8080  # the throttled nginx beside the lab's own
-CPU = "1"  # the core the CPU-bound cases pin ssh and the busy loop to
-STARVED = ["nice", "-n", "10", "taskset", "-c", CPU]
 
 # The labs the causes run in: one link each (built once per test module), and what the
 # lab remote's config adds (a configured bandwidth, where no tbf gives the lab's own).
@@ -94,16 +91,6 @@ PROTOCOLS: dict[str, Any] = {
         "directions": ["download", "upload"],
         "command": [*CURL, "--limit-rate", "2M", "-o", "{local_path}", "http://{host}/{remote_name}"],
         "upload_command": [*CURL, "--limit-rate", "2M", "-T", "{local_path}", "http://{host}/{remote_name}"],
-    },
-    # scp whose ssh runs on core CPU at a low priority (nice 10: a tenth of the core beside
-    # a busy loop), starved of CPU at this end whatever the rest of the machine does.
-    "scp-starved": {
-        "module": "scp",
-        "directions": ["download", "upload"],
-        "command": [*STARVED, "{binary}", "-B", *SSH_OPTS, "-P", "{port}", "{user}@{host}:{remote_path}",
-                    "{local_path}"],
-        "upload_command": [*STARVED, "{binary}", "-B", *SSH_OPTS, "-P", "{port}", "{local_path}",
-                           "{user}@{host}:{remote_path}"],
     },
 }  # fmt: skip
 SERVERS = ["nginx", "sshd", "iperf3", "gridftp"]
@@ -211,22 +198,38 @@ def policed(config: Config, which: str = "local") -> Iterator[None]:
         subprocess.run([*nft, "delete", "table", "inet", table], check=False)
 
 
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+CPU_SHARE = 0.2  # of one core, for the CPU-bound causes' transfer
+
+
 @contextlib.contextmanager
-def busy_core(config: Config) -> Iterator[None]:
-    """A busy loop pinned to core CPU beside the starved ssh, and the remote's sshd (its
-    sessions inherit it) at a high priority: however busy the rest of the machine is,
-    this end's program is the one short of CPU."""
-    remote_ns = LabLayout(config.lab).remote_ns
-    in_ns = set(subprocess.run(["ip", "netns", "pids", remote_ns], capture_output=True, text=True).stdout.split())
-    sshd = [pid for pid in in_ns if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"]
-    subprocess.run(["renice", "-n", "-10", "-p", *sshd], check=True, capture_output=True)
-    proc = subprocess.Popen(["taskset", "-c", CPU, "sh", "-c", "while :; do :; done"], start_new_session=True)
-    try:
+def cpu_capped(config: Config) -> Iterator[None]:
+    """This thread (and so the transfer command it starts: run_cause runs it here) in a
+    cpu cgroup with a CFS quota of CPU_SHARE of a core: the transfer's own programs are
+    short of CPU, as in a container with a CPU limit, whatever else the machine does (a
+    nice value would not do: every session is its own autogroup, and the busy loop's
+    session would get no more than ours)."""
+    with _in_cgroup(CPU_CGROUP, "cpu") as cgroup:
+        (cgroup / "cpu.cfs_period_us").write_text("100000")
+        (cgroup / "cpu.cfs_quota_us").write_text(str(int(100000 * CPU_SHARE)))
         yield
+
+
+@contextlib.contextmanager
+def _in_cgroup(root: Path, kind: str) -> Iterator[Path]:
+    """A cgroup of its own under `root` (a cgroup v1 hierarchy) with this thread in it for
+    the block; afterwards every task that started in it meanwhile (the analyser's worker
+    process) goes back to the root and the cgroup is removed."""
+    cgroup = root / f"bbt-{kind}-{os.getpid()}-{threading.get_native_id()}"
+    cgroup.mkdir()
+    try:
+        (cgroup / "tasks").write_text(str(threading.get_native_id()))
+        yield cgroup
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        subprocess.run(["renice", "-n", "0", "-p", *sshd], check=False, capture_output=True)
+        for tid in (cgroup / "tasks").read_text().split():
+            with contextlib.suppress(OSError):  # exited meanwhile
+                (root / "tasks").write_text(tid)
+        cgroup.rmdir()
 
 
 @contextlib.contextmanager
@@ -285,7 +288,6 @@ def slow_disk(config: Config, dataset: str = "f16m") -> Iterator[None]:
     sources = config.transfer.workdir / "sources"
     sources.mkdir(parents=True, exist_ok=True)
     image = config.transfer.workdir / "slow-disk.img"
-    cgroup = BLKIO / f"bbt-slow-{os.getpid()}"
     with contextlib.ExitStack() as undo:
         with open(image, "wb") as f:
             f.truncate(ds.size + 64 * 1024 * 1024)
@@ -302,22 +304,9 @@ def slow_disk(config: Config, dataset: str = "f16m") -> Iterator[None]:
             os.fsync(f.fileno())
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         major, minor = (int(n) for n in Path(f"/sys/class/block/{Path(device).name}/dev").read_text().split(":"))
-        cgroup.mkdir()
-        undo.callback(_remove_cgroup, cgroup)
+        cgroup = undo.enter_context(_in_cgroup(BLKIO, "blkio"))
         (cgroup / "blkio.throttle.read_bps_device").write_text(f"{major}:{minor} {SLOW_DISK_BYTES_PER_SECOND}")
-        tid = threading.get_native_id()
-        (cgroup / "tasks").write_text(str(tid))
-        undo.callback((BLKIO / "tasks").write_text, str(tid))
         yield
-
-
-def _remove_cgroup(cgroup: Path) -> None:
-    """Move whatever started in the cgroup meanwhile (the analyser's worker process) back
-    to the root, then remove it."""
-    for tid in (cgroup / "tasks").read_text().split():
-        with contextlib.suppress(OSError):  # exited meanwhile
-            (BLKIO / "tasks").write_text(tid)
-    cgroup.rmdir()
 
 
 # ---------------------------------------------------------------- the causes
@@ -356,11 +345,6 @@ CAUSES = [
     Cause("a policer", "policed", "http", "f16m", "download", "link_capacity", "path", policed),
     Cause("a policer", "policed", "iperf3", "f16m", "upload", "link_capacity", "path",
           lambda config: policed(config, "remote")),
-    # The demo's 32 MiB transfers on its plain link (issue 23 found 17 of 18 called
-    # application): the link is the limit.
-    Cause("the demo's plain link", "demo", "iperf3", "f32m", "download", "link_capacity", "path"),
-    Cause("the demo's plain link", "demo", "http", "f32m", "download", "link_capacity", "path"),
-    Cause("the demo's plain link", "demo", "iperf3", "f32m", "upload", "link_capacity", "path"),
     # Programs (tests/lab/test_verdicts_programs.py).
     Cause("a short file", "wan", "http", "f1m", "download", "startup", "path"),
     Cause("a short file", "wan", "scp", "f1m", "upload", "startup", "path"),
@@ -374,8 +358,8 @@ CAUSES = [
           lambda config: slow_disk(config, "f8m")),
     Cause("a slow disk (the sender's reads)", "wan", "http", "f8m", "upload", "disk", "local",
           lambda config: slow_disk(config, "f8m")),
-    Cause("a CPU-bound scp (sender)", "open", "scp-starved", "f32m", "upload", "cpu", "local", busy_core),
-    Cause("a CPU-bound receiver", "open", "scp-starved", "f32m", "download", "cpu", "local", busy_core),
+    Cause("a CPU-bound scp (sender)", "open", "scp", "f16m", "upload", "cpu", "local", cpu_capped),
+    Cause("a CPU-bound receiver", "open", "scp", "f16m", "download", "cpu", "local", cpu_capped),
 ]  # fmt: skip
 assert all(c.expected in LIMITS for c in CAUSES)
 

@@ -355,7 +355,7 @@ def _program_limit(
         said = (
             f"{name} ({_host(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
             f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "
-            f"{v['runnable_share'] - v['cpu_share']:.0%} for one"
+            f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
         )
         return Limit("cpu", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
     waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides)
