@@ -69,7 +69,7 @@ LABS: dict[str, dict[str, Any]] = {
 }
 POLICER_BYTES_PER_SECOND = 50_000_000 // 8
 DATASETS = {
-    name: {"file": f"{name}.bin", "size": f"{name[1:-1]}MiB"} for name in ("f1m", "f4m", "f8m", "f16m", "f32m", "f64m")
+    name: {"file": f"{name}.bin", "size": f"{name[1:-1]}MiB"} for name in ("f1m", "f2m", "f4m", "f8m", "f16m", "f32m")
 }
 PROTOCOLS: dict[str, Any] = {
     "http": {"directions": ["download", "upload"]},
@@ -315,28 +315,28 @@ RMEM, WMEM = "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"
 
 CAUSES = [
     # Buffers: 256 KiB against a 1 MB BDP, at one end or the other (tests/lab/test_verdicts_buffers.py).
-    Cause("receiver buffer cap (local)", "wan", "http", "f16m", "download", "receive_window", "local",
+    Cause("receiver buffer cap (local)", "wan", "http", "f8m", "download", "receive_window", "local",
           capped("local", RMEM)),
     Cause("receiver buffer cap (local)", "wan", "scp", "f16m", "download", "receive_window", "local",
           capped("local", RMEM)),
-    Cause("receiver buffer cap (remote)", "wan", "http", "f16m", "upload", "receive_window", "remote",
+    Cause("receiver buffer cap (remote)", "wan", "http", "f8m", "upload", "receive_window", "remote",
           capped("remote", RMEM)),
-    Cause("receiver buffer cap (remote)", "wan", "iperf3", "f16m", "upload", "receive_window", "remote",
+    Cause("receiver buffer cap (remote)", "wan", "iperf3", "f8m", "upload", "receive_window", "remote",
           capped("remote", RMEM)),
-    Cause("sender buffer cap (local)", "wan", "http", "f16m", "upload", "send_buffer", "local",
+    Cause("sender buffer cap (local)", "wan", "http", "f8m", "upload", "send_buffer", "local",
           capped("local", WMEM)),
-    Cause("sender buffer cap (local)", "wan", "iperf3", "f16m", "upload", "send_buffer", "local",
+    Cause("sender buffer cap (local)", "wan", "iperf3", "f8m", "upload", "send_buffer", "local",
           capped("local", WMEM)),
-    Cause("sender buffer cap (remote)", "wan", "http", "f16m", "download", "send_buffer", "remote",
+    Cause("sender buffer cap (remote)", "wan", "http", "f8m", "download", "send_buffer", "remote",
           capped("remote", WMEM)),
     Cause("sender buffer cap (remote)", "wan", "scp", "f16m", "download", "send_buffer", "remote",
           capped("remote", WMEM)),
     Cause("parallel streams each window-bound", "wan", "gridftp-p4", "f16m", "download", "receive_window", "local",
           capped("local", RMEM, 128 * 1024)),
     # The path (tests/lab/test_verdicts_paths.py).
-    Cause("loss on the data path", "lossy", "http-cubic", "f4m", "download", "congestion", "path"),
-    Cause("loss on the data path", "lossy", "iperf3-cubic", "f4m", "upload", "congestion", "path"),
-    Cause("buffer cap plus loss", "lossy", "http-cubic", "f4m", "download", "congestion", "path",
+    Cause("loss on the data path", "lossy", "http-cubic", "f2m", "download", "congestion", "path"),
+    Cause("loss on the data path", "lossy", "iperf3-cubic", "f2m", "upload", "congestion", "path"),
+    Cause("buffer cap plus loss", "lossy", "http-cubic", "f2m", "download", "congestion", "path",
           capped("local", RMEM)),
     Cause("loss on the ACK path only", "shaped", "http", "f32m", "download", "link_capacity", "path", ack_loss),
     Cause("loss on the ACK path only", "shaped", "iperf3", "f32m", "download", "link_capacity", "path", ack_loss),
@@ -354,12 +354,12 @@ CAUSES = [
           "local"),
     Cause("a local throttle (curl --limit-rate)", "wan", "http-local-throttle", "f8m", "upload", "application",
           "local"),
-    Cause("a slow disk (the sender's reads)", "wan", "scp", "f8m", "upload", "disk", "local",
-          lambda config: slow_disk(config, "f8m")),
-    Cause("a slow disk (the sender's reads)", "wan", "http", "f8m", "upload", "disk", "local",
-          lambda config: slow_disk(config, "f8m")),
-    Cause("a CPU-bound scp (sender)", "open", "scp", "f16m", "upload", "cpu", "local", cpu_capped),
-    Cause("a CPU-bound receiver", "open", "scp", "f16m", "download", "cpu", "local", cpu_capped),
+    Cause("a slow disk (the sender's reads)", "wan", "scp", "f4m", "upload", "disk", "local",
+          lambda config: slow_disk(config, "f4m")),
+    Cause("a slow disk (the sender's reads)", "wan", "http", "f4m", "upload", "disk", "local",
+          lambda config: slow_disk(config, "f4m")),
+    Cause("a CPU-bound scp (sender)", "open", "scp", "f8m", "upload", "cpu", "local", cpu_capped),
+    Cause("a CPU-bound receiver", "open", "scp", "f8m", "download", "cpu", "local", cpu_capped),
 ]  # fmt: skip
 assert all(c.expected in LIMITS for c in CAUSES)
 
