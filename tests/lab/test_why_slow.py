@@ -252,7 +252,11 @@ def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path:
     assert result.retransmits_sender_source == "kernel"
     assert result.retransmits_sender == nstat_retrans(remote_ns) - before
     assert result.tcp_remote["bytes_acked"] >= 16 * MiB
-    assert result.limited_by  # judged by the kernel counters even without a BDP
+    assert result.limited_evidence  # judged by the kernel counters even without a BDP
+    # The remote's sshd, its CPU clocks read by the stats command's own listings (ss -p
+    # named it; its shell read /proc after ss): sampled through the transfer.
+    sshd = result.programs.get("remote sshd")
+    assert sshd is not None and sshd["samples"] >= 2 and sshd["cpu_seconds"] > 0, result.programs
 
 
 def test_a_failing_stats_command_leaves_the_remote_side_absent_and_says_so_once(

@@ -61,16 +61,10 @@ class ProgramLife:
         }
 
 
-def read_stat(pid: int) -> tuple[str, int, str, int] | None:
-    """(comm, session id, state, start ticks) of a process on this host, or None if it
-    is gone or cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
+def parse_stat(text: str) -> tuple[str, int, str, int] | None:
+    """(comm, session id, state, start ticks) of a /proc/PID/stat line, or None."""
     # comm may hold spaces and parentheses: it ends at the last ')'.
-    head, _, rest = stat.rpartition(")")
+    head, _, rest = text.rpartition(")")
     fields = rest.split()
     try:
         return head.partition("(")[2], int(fields[3]), fields[0], int(fields[19])
@@ -78,14 +72,53 @@ def read_stat(pid: int) -> tuple[str, int, str, int] | None:
         return None
 
 
+def parse_schedstat(text: str) -> tuple[float, float] | None:
+    """(seconds on a core, seconds queued for one) of a /proc/PID/schedstat line, or None."""
+    fields = text.split()
+    try:
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (IndexError, ValueError):
+        return None
+
+
+def read_stat(pid: int) -> tuple[str, int, str, int] | None:
+    """parse_stat of a process on this host; None if it is gone or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return parse_stat(f.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
 def read_schedstat(pid: int) -> tuple[float, float] | None:
-    """(seconds on a core, seconds queued for one) of a process, or None."""
+    """parse_schedstat of a process on this host, or None."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
-            fields = f.read().split()
-        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
-    except (OSError, IndexError, ValueError):
+            return parse_schedstat(f.read().decode("ascii", "replace"))
+    except OSError:
         return None
+
+
+def record(
+    lives: dict[tuple[int, int], ProgramLife],
+    pid: int,
+    stat: tuple[str, int, str, int],
+    clocks: tuple[float, float],
+    now: float,
+) -> None:
+    """One sample of a process into `lives` (keyed by pid and start time: a reused pid is
+    another process)."""
+    comm, _session, state, start_ticks = stat
+    cpu, waited = clocks
+    life = lives.get((pid, start_ticks))
+    if life is None:
+        life = lives[(pid, start_ticks)] = ProgramLife(
+            comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks
+        )
+    # The name as it is now: `ip netns exec` and taskset exec the program they run.
+    life.name, life.last_seen, life.cpu_last, life.wait_last = comm, now, cpu, waited
+    life.samples += 1
+    life.io_waits += state == "D"
 
 
 class ProgramWatch:
@@ -141,25 +174,13 @@ class ProgramWatch:
             candidates.update(int(p) for p in os.listdir("/proc") if p.isdigit())
         for pid in candidates:
             stat = read_stat(pid)
-            if stat is None:
-                continue
-            comm, session, state, start_ticks = stat
-            if pid not in pids and session not in sessions:
+            if stat is None or (pid not in pids and stat[1] not in sessions):
                 continue
             clocks = read_schedstat(pid)
             if clocks is None:
                 continue
-            cpu, waited = clocks
             with self._lock:
-                life = self._lives.get((pid, start_ticks))
-                if life is None:
-                    life = self._lives[(pid, start_ticks)] = ProgramLife(
-                        comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks
-                    )
-                # The name as it is now: `ip netns exec` and taskset exec the program they run.
-                life.name, life.last_seen, life.cpu_last, life.wait_last = comm, now, cpu, waited
-                life.samples += 1
-                life.io_waits += state == "D"
+                record(self._lives, pid, stat, clocks, now)
 
     def lives(self) -> list[ProgramLife]:
         with self._lock:

@@ -408,8 +408,8 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     if confirm and spec.direction == "download" and spec.remote.local_fs:
         remote_interval = min(remote_interval, CONFIRM_INTERVAL_SECONDS)
     # The programs' CPU and storage waits: the command's own processes here, and the
-    # remote's socket owners where its processes are on this host too (a namespace: the
-    # lab); ss -p names them (measure/programs.py).
+    # remote's socket owners (ss -p names them): read here where its processes are on this
+    # host too (a namespace: the lab), else by its stats command's listings (ssh).
     local_programs = ProgramWatch(config.transfer.tcp_interval)
     remote_programs = ProgramWatch(remote_interval)
     remote_prefix = spec.remote.stats_argv([])
@@ -487,7 +487,10 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         tcp_remote_note=remote_note,
         programs={
             **program_summary(local_programs.lives(), "local"),
-            **program_summary(remote_programs.lives(), "remote"),
+            # The remote's: sampled here (a namespace of this host) or by its listings (ssh).
+            **program_summary(
+                [*remote_programs.lives(), *(remote_watch.program_lives() if remote_watch else [])], "remote"
+            ),
         },
     )
 

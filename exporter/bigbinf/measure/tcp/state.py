@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.measure.programs import adaptive_interval
+from bigbinf.measure.programs import ProgramLife, adaptive_interval, parse_schedstat, parse_stat, record
 from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
@@ -522,6 +522,7 @@ def _put(
 
 # ---------------------------------------------------------------- running ss
 
+_PROGRAMS_MARK = "@bigbinf-programs@"  # between ss's listing and the processes' clocks (through ssh)
 _START_SECONDS = 0.2  # ss subscribes to socket-destroy events within milliseconds
 _READY_SECONDS = 5.0  # at most this long for a remote watcher to log in before sampling starts
 # Seen within milliseconds here; past this, something is off and the fixed wait is used.
@@ -684,6 +685,10 @@ class TcpWatch:
         self._err_chunks: list[bytes] = []
         self._first_output = threading.Event()
         self._ask_owners = False  # the first listing is the baseline: its sockets are not the transfer's
+        # Through ssh, the remote's socket owners are sampled by the listings themselves
+        # (measure/programs.py's clocks, read by the remote's shell after ss).
+        self._program_pids: set[int] = set()
+        self._programs: dict[tuple[int, int], ProgramLife] = {}
         self._readers: list[threading.Thread] = []
         self._sampler: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -748,18 +753,33 @@ class TcpWatch:
     def _list(self, timeout: float) -> Listing:
         with self._lock:
             ask_owners = self._ask_owners
-        at = time.monotonic() - self._started_at
+            program_pids = sorted(self._program_pids)
+        now = time.monotonic()
+        at = now - self._started_at
         argv = self.owners_argv if ask_owners else self.list_argv
+        if program_pids:
+            # Plain words the remote's shell runs after ss: a marker, then each process's
+            # stat and schedstat prefixed with their file names (grep -H), whatever exits.
+            files = [f"/proc/{pid}/{name}" for pid in program_pids for name in ("stat", "schedstat")]
+            argv = [*argv, ";", "echo", _PROGRAMS_MARK, ";", "grep", "-sH", "-e", ".", *files, ";", "true"]
         own, text = _split_own(_run(argv, timeout, "stats command"))
+        text, _, clocks = text.partition(_PROGRAMS_MARK + "\n")
+        if clocks:
+            self._record_programs(clocks, now)
         if own and self._ssh:
             with self._lock:
                 self._own.add(own)
         sockets = parse_ss(text)
         if ask_owners:
-            pids = {pid for s in sockets for _, pid in s.owners}
             with self._lock:
+                mine = set(self._own)
                 self._owned.update(s.key for s in sockets)
-            if pids and self.on_owners is not None:
+            # The transfer's sockets' owners: not our own stats sessions' (through ssh).
+            pids = {pid for s in sockets if _endpoint(s.peer) not in mine for _, pid in s.owners}
+            if pids and self._ssh:
+                with self._lock:
+                    self._program_pids.update(pids)
+            elif pids and self.on_owners is not None:
                 self.on_owners(pids)
         with self._lock:
             # The next listing asks again if this one shows a socket whose owners no
@@ -790,6 +810,27 @@ class TcpWatch:
                     self._listings.append(listing)
             if stopping:
                 return
+
+    def _record_programs(self, text: str, now: float) -> None:
+        """The remote processes' stat and schedstat lines (`/proc/PID/stat:...`) of one
+        listing, as samples of their lives."""
+        read: dict[int, dict[str, str]] = {}
+        for line in text.splitlines():
+            name, sep, content = line.partition(":")
+            parts = name.split("/")
+            if sep and len(parts) == 4 and parts[1] == "proc" and parts[2].isdigit():
+                read.setdefault(int(parts[2]), {})[parts[3]] = content
+        for pid, files in read.items():
+            stat = parse_stat(files.get("stat", ""))
+            clocks = parse_schedstat(files.get("schedstat", ""))
+            if stat is not None and clocks is not None:
+                with self._lock:
+                    record(self._programs, pid, stat, clocks, now)
+
+    def program_lives(self) -> list[ProgramLife]:
+        """The remote's socket owners as the listings through ssh sampled them."""
+        with self._lock:
+            return list(self._programs.values())
 
     def _pace(self) -> float:
         if not self.adaptive:
