@@ -422,3 +422,23 @@ def test_a_zero_bandwidth_is_refused_and_unprobed_paths_say_so(tmp_path) -> None
 def test_each_verdict_names_a_concrete_next_step(result: Result, expected: str) -> None:
     limit = judge_limit(result, CAPPED)
     assert limit is not None and expected in limit.next_step, limit
+
+
+def test_storage_waits_count_only_where_tcp_shows_they_mattered() -> None:
+    # curl writing a lossy download was in I/O wait in 40% of the samples, but the sender
+    # always had data to send and lost 1%: the network held it back, not curl's disk.
+    curl = {"seconds": 19.0, "cpu_share": 0.01, "runnable_share": 0.05, "io_wait_share": 0.4, "samples": 20.0}
+    r = download(tcp_remote=sender(sender_backlog_ratio=1.0), retransmits_sender=460, programs={"local curl": curl})
+    assert judge_limit(r, PATH).reason == "congestion"  # type: ignore[union-attr]
+
+
+def test_a_short_transfer_whose_ssh_was_busy_logging_in_is_startup() -> None:
+    # 1 MiB over scp: ssh's key exchange kept it on a core (a busy machine), but the file
+    # was over in a few round trips: the set-up is the limit.
+    ssh = {"seconds": 1.9, "cpu_share": 0.3, "runnable_share": 0.95, "io_wait_share": 0.0, "samples": 20.0}
+    r = upload(
+        duration_seconds=1.94, file_bytes=MiB, tcp_local=sender(busy_seconds=0.3, segs_out=760),
+        tcp_remote={"data_start_seconds": 1.65, "data_end_seconds": 1.9}, programs={"local ssh": ssh},
+    )  # fmt: skip
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "startup" and "connection set-up 1.65 s" in limit.evidence

@@ -41,7 +41,10 @@ LINK_SHARE = 0.9  # "within 10% of the shaped rate"
 LIMITED_SHARE = 0.3  # of the sender's busy time
 LOSS_SHARE = 0.001  # retransmitted segments per segment sent: 0.1%
 CEILING_SHARE = 0.9  # a buffer this close to its sysctl maximum has reached it
-RECEIVER_BEHIND = 0.5  # mean fill of the receiver's queue above which its application is behind
+# Mean fill of the receiver's queue above which its application is behind: one that reads
+# as fast as data arrives keeps it near 0 (0.001-0.006 seen with a capped buffer), curl
+# --limit-rate 0.3-0.7.
+RECEIVER_BEHIND = 0.2
 CPU_SHARE = 0.9  # of a program's life on a core or queued for one: it could not go faster
 CPU_EXPLAINS = 0.5  # ... and this much explains a sender with nothing to send
 BACKLOG_SHARE = 0.5  # a sender with unsent data in fewer of its samples had nothing to send
@@ -264,8 +267,10 @@ def _steady_limit(i: Inputs) -> Limit:
     if link and i.bandwidth_note != "iperf3":
         return link
     # A program on a core or queued for one nearly all its life could not have gone
-    # faster, whatever TCP shows; one waiting on storage likewise.
-    program = _program_limit(i, CPU_SHARE, "", rate_words)
+    # faster, whatever TCP shows.  (Waiting on storage counts only where TCP shows that it
+    # mattered, below: a writer in the kernel's I/O wait now and then is not the limit of
+    # a transfer the network holds back.)
+    program = _program_limit(i, CPU_SHARE, "", rate_words, disk=False)
     if program:
         return program
     sender = i.sender
@@ -344,7 +349,12 @@ def _sender_idle(sender: Mapping[str, float], i: Inputs, streams: int) -> str:
 
 
 def _program_limit(
-    i: Inputs, threshold: float, why: str, rate_words: str, sides: tuple[str, ...] = ("local", "remote")
+    i: Inputs,
+    threshold: float,
+    why: str,
+    rate_words: str,
+    sides: tuple[str, ...] = ("local", "remote"),
+    disk: bool = True,
 ) -> Limit | None:
     """cpu or disk naming the transfer's program (on `sides`) that was on a core or
     queued for one for `threshold` of its life, or waited on storage in DISK_SHARE of its
@@ -358,7 +368,7 @@ def _program_limit(
             f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
         )
         return Limit("cpu", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
-    waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides)
+    waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides) if disk else None
     if waiting:
         name, side, v = waiting
         said = (
@@ -403,8 +413,10 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
     lost = i.duration - i.file_bytes / steady
     if lost < STARTUP_SHARE * i.duration:
         return None
-    if steady_limit.reason in ("cpu", "disk"):
-        return None  # a program's own pace: the steady rate is not the network's
+    if steady_limit.reason in ("cpu", "disk") and measured:
+        # A program's own pace: the steady rate is not the network's.  (Over in a few
+        # round trips, what kept a program busy was its set-up: ssh's key exchange.)
+        return None
     if steady_limit.reason and steady_limit.reason != "link_capacity":
         # The steady phase's own limit cost file/steady - file/bandwidth; unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
