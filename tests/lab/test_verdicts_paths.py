@@ -10,12 +10,11 @@ import pytest
 from bigbinf.config import Config
 
 from ..support import verdicts
-from ..support.verdicts import Cause, Outcome
+from ..support.verdicts import Cause
 
 pytestmark = pytest.mark.lab
 LABS = ("lossy", "shaped", "policed")
 CAUSES = [c for c in verdicts.CAUSES if c.lab in LABS]
-OUTCOMES: list[Outcome] = []
 # The demo's 32 MiB transfers on its own plain link (schedules/demo.yaml), where issue 23
 # found 17 of 18 called application: the link (or, on a machine too busy for the lab's
 # delay line to keep up, the loss that causes) is the limit, never the program.
@@ -23,29 +22,16 @@ DEMO = [
     Cause("the demo's plain link", "demo", protocol, "f32m", direction, "link_capacity", "path")
     for protocol, direction in (("iperf3", "download"), ("http", "download"), ("iperf3", "upload"), ("http", "upload"))
 ]
-
-
-@pytest.fixture(scope="module")
-def labs(make_module_lab) -> dict[str, Config]:
-    return {name: verdicts.matrix_lab(make_module_lab, name, [*CAUSES, *DEMO]) for name in (*LABS, "demo")}
-
-
-@pytest.mark.parametrize("cause", CAUSES, ids=lambda c: f"{c.name}-{c.protocol}-{c.direction}")
-def test_the_verdict_names_the_cause(labs: dict[str, Config], cause: Cause) -> None:
-    verdicts.check_cause(labs[cause.lab], cause, OUTCOMES)
-
-
-def test_at_least_95_percent_of_the_runs_are_right() -> None:
-    right, runs = verdicts.hit_rate(OUTCOMES)
-    assert runs, "no cause ran"
-    assert right >= 0.95 * runs, f"{right} of {runs}"
+matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right = verdicts.module_tests(
+    CAUSES, (*LABS, "demo"), also=tuple(DEMO)
+)
 
 
 @pytest.mark.parametrize("cause", DEMO, ids=lambda c: f"{c.protocol}-{c.direction}")
-def test_the_demos_transfers_are_never_called_application(labs: dict[str, Config], cause: Cause) -> None:
+def test_the_demos_transfers_are_never_called_application(matrix_labs: dict[str, Config], cause: Cause) -> None:
     said = []
     for _ in range(verdicts.RUNS):
-        r = verdicts.run_cause(labs["demo"], cause)
+        r = verdicts.run_cause(matrix_labs["demo"], cause)
         assert r.outcome == "ok", r.error
         said.append((r.limited_by, r.limited_evidence))
         print(f"demo {cause.protocol} {cause.direction}: {r.limited_by}: {r.limited_evidence}")

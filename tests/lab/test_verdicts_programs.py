@@ -7,28 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from bigbinf.config import Config
-
 from ..support import verdicts
-from ..support.verdicts import Cause, Outcome
 
 pytestmark = pytest.mark.lab
 LABS = ("wan", "open")
 CAUSES = [c for c in verdicts.CAUSES if c.lab in LABS and "buffer cap (" not in c.name and "streams" not in c.name]
-OUTCOMES: list[Outcome] = []
-
-
-@pytest.fixture(scope="module")
-def labs(make_module_lab) -> dict[str, Config]:
-    return {name: verdicts.matrix_lab(make_module_lab, name, CAUSES) for name in LABS}
-
-
-@pytest.mark.parametrize("cause", CAUSES, ids=lambda c: f"{c.name}-{c.protocol}-{c.direction}")
-def test_the_verdict_names_the_cause(labs: dict[str, Config], cause: Cause) -> None:
-    verdicts.check_cause(labs[cause.lab], cause, OUTCOMES)
-
-
-def test_at_least_95_percent_of_the_runs_are_right() -> None:
-    right, runs = verdicts.hit_rate(OUTCOMES)
-    assert runs, "no cause ran"
-    assert right >= 0.95 * runs, f"{right} of {runs}"
+matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right = verdicts.module_tests(
+    CAUSES, LABS
+)

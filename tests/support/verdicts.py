@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from bigbinf import lab
@@ -449,3 +450,32 @@ def check_cause(config: Config, cause: Cause, outcomes: list[Outcome]) -> None:
 
 def hit_rate(outcomes: list[Outcome]) -> tuple[int, int]:
     return sum(o.right(r) for o in outcomes for r in o.results), sum(len(o.results) for o in outcomes)
+
+
+def module_tests(causes: list[Cause], labs: tuple[str, ...], also: tuple[Cause, ...] = ()) -> tuple[Any, Any, Any]:
+    """A test module's share of the matrix: (the labs fixture, the per-cause test, the
+    module's hit-rate test), to be bound to names in the module (pytest collects them
+    there).  The labs are built once per module (with the datasets of `also` too: the
+    module's other tests run there); the hit rate is over the module's runs."""
+    outcomes: list[Outcome] = []
+
+    @pytest.fixture(scope="module")
+    def matrix_labs(make_module_lab: Callable[..., Config]) -> dict[str, Config]:
+        return {name: matrix_lab(make_module_lab, name, [*causes, *also]) for name in labs}
+
+    @pytest.mark.parametrize("cause", causes, ids=lambda c: f"{c.name}-{c.protocol}-{c.direction}")
+    def test_the_verdict_names_the_cause(matrix_labs: dict[str, Config], cause: Cause) -> None:
+        check_cause(matrix_labs[cause.lab], cause, outcomes)
+
+    def test_at_least_95_percent_of_the_runs_are_right() -> None:
+        right, runs = hit_rate(outcomes)
+        assert runs, "no cause ran"
+        wrong = [
+            (o.cause.name, o.cause.protocol, o.cause.direction, r.limited_by, r.limited_side, r.limited_evidence)
+            for o in outcomes
+            for r in o.results
+            if not o.right(r)
+        ]
+        assert right >= 0.95 * runs, f"{right} of {runs}; wrong: {wrong}"
+
+    return matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right
