@@ -24,6 +24,7 @@ APT_PACKAGES=(
   xrootd-server xrootd-client
   prometheus prometheus-node-exporter prometheus-alertmanager  # the monitoring stack (+promtool, amtool)
   openssl util-linux passwd               # the tests: a CA for the web config's TLS; setpriv, unshare; useradd
+  nftables e2fsprogs mount                # the verdict matrix: a policer, a loop-mounted slow disk
   systemd                                 # systemd-analyze verify of packaging/ (nothing is started)
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bigbinf.result import Result
+from bigbinf.result import LIMIT_SIDES, LIMITS, Result
 
 HOUR = 3600.0
 LAST = "bigbinf_last_transfer_"
@@ -148,9 +148,12 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         samples[(LAST + "retransmits_sender", (("source", "iperf3"),))] = r.reported["retransmits"]
     if r.reported:
         samples[(LAST + "reported_throughput_bytes_per_second", ())] = r.reported["bytes"] / r.reported["seconds"]
-    if r.limited_by:  # the verdict, one of five; the sender's clocks and rates beside it
-        for reason in ("receive_window", "send_buffer", "congestion", "link_capacity", "application"):
+    if r.limited_by:  # the verdict, one of LIMITS, and whose side; the sender's clocks and rates beside it
+        for reason in LIMITS:
             samples[(LAST + "limited_by", (("reason", reason),))] = 1.0 if r.limited_by == reason else 0.0
+        if r.limited_side:
+            for side in LIMIT_SIDES:
+                samples[(LAST + "limited_side", (("side", side),))] = 1.0 if r.limited_side == side else 0.0
     sender = r.tcp_remote if r.direction == "download" else r.tcp_local
     for limit, key in (
         ("busy", "busy_seconds"),
