@@ -132,9 +132,13 @@ class Analysis:
     captured_wire_bytes: dict[str, int]  # sum of orig_len of the records as captured
     captured_packets: dict[str, int]  # records as captured
     superframes: dict[str, int]  # captured frames that stood for several wire frames
-    records: int  # every packet record in the file, between the hosts or not
+    records: int  # every packet record in the file, between the hosts or not, damaged or not
     undecoded: dict[str, int]  # kind -> packets between the hosts inside encapsulations not opened
     truncated_at: int | None  # byte offset of the record the end of the file cut (strict=False)
+    # Records skipped as damaged (pcap._skip_damaged: an impossible length or timestamp
+    # in a record whose framing holds): the counts miss what they carried.
+    damaged_records: int = 0
+    damaged_at: int | None = None  # byte offset of the first of them
 
 
 # TCP flag bits.
@@ -368,7 +372,7 @@ def _retransmissions(
                 conversation = conversations[key] = _TcpConversation()
             if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
                 # Every earlier record was either yielded or counted as "other".
-                found.append((yielded + totals.other_packets, down))
+                found.append((yielded + totals.other_packets + totals.damaged, down))
     return found
 
 
@@ -603,6 +607,8 @@ def _fast_tally(
     totals.other_packets = int(g[fastscan.G_OTHER])
     truncated_at = int(g[fastscan.G_TRUNCATED_AT])
     totals.truncated_at = None if truncated_at < 0 else truncated_at
+    totals.damaged = int(g[fastscan.G_DAMAGED])
+    totals.damaged_at = int(g[fastscan.G_DAMAGED_AT]) if totals.damaged else None
     flow_lists: dict[int, list[Any]] = {}
     for row in flows[: int(g[fastscan.G_FLOWS])].tolist():
         flow_lists[row[fastscan.F_KEY]] = [
@@ -708,6 +714,16 @@ def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
 
     wire_bytes, packets = per_way(_WIRE), per_way(_PACKETS)
     split_wire, split_packets, superframes = tally.split_wire, tally.split_packets, tally.superframes
+    records = packets["down"] - split_packets[0] + packets["up"] - split_packets[1] + totals.other_packets
+    records += totals.damaged
+    if not records and totals.truncated_at is None:
+        # Zero counts would read as a transfer that sent nothing; a capture tool that ran
+        # records at least the transfer's first packet (or someone else's).
+        raise PcapError(
+            f"{name}: the capture holds no packets, only its file header: nothing was captured between its "
+            "start and its stop (the wrong interface, or a filter no packet matched); capture the transfer "
+            "again on the interface towards the remote"
+        )
     first_ts = tally.first_ts
     return Analysis(
         wire_bytes=wire_bytes,
@@ -723,9 +739,11 @@ def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
         captured_wire_bytes={"down": wire_bytes["down"] - split_wire[0], "up": wire_bytes["up"] - split_wire[1]},
         captured_packets={"down": packets["down"] - split_packets[0], "up": packets["up"] - split_packets[1]},
         superframes={"down": superframes[0], "up": superframes[1]},
-        records=packets["down"] - split_packets[0] + packets["up"] - split_packets[1] + totals.other_packets,
+        records=records,
         undecoded=dict(totals.undecoded),
         truncated_at=totals.truncated_at,
+        damaged_records=totals.damaged,
+        damaged_at=totals.damaged_at,
     )
 
 
