@@ -1192,6 +1192,7 @@ def test_a_damaged_record_that_loses_the_framing_is_an_error_naming_its_offset(
 ) -> None:
     good = (T0, 0, 64, FRAME)
     path = tmp_path / "damaged.pcap"
+    options = dict(options)  # the parameter's own dict is shared by both engines' runs
     cut = options.pop("cut", 0)
     content = classic_pcap([good, record, good], **options)
     path.write_bytes(content[: len(content) - 80 - cut] if cut else content)

@@ -419,8 +419,11 @@ def analyse_pcap(
     mtu: the link MTU towards the remote, for the segment size of TCP super-frames on
     connections whose SYN was not captured (1500 if None).  strict: a file that ends
     inside a record (the capture was cut short) raises TruncatedCapture; with
-    strict=False the counts up to there are returned with truncated_tail set.  Every
-    other problem with the file or the arguments is a PcapError naming the fix.
+    strict=False the counts up to there are returned with truncated_tail set.  A damaged
+    record whose framing holds is skipped and counted (damaged_records, damaged_at:
+    pcap._skip_damaged says why), either way.  Every other problem with the file or the
+    arguments is a PcapError naming the fix: among them a path that is no regular file
+    (a FIFO), an empty file, and one with no packet record at all.
     engine: "auto" (the compiled fast path where it applies) or "python"; None reads
     the BIGBINF_ANALYSER environment variable (default auto).  Both give the same Analysis."""
     name = os.fspath(path)
