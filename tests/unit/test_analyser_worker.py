@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bigbinf.measure.wire import analyser_worker
-from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, PcapError, TruncatedCapture, analyse_pcap
+from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, EmptyCapture, PcapError, TruncatedCapture, analyse_pcap
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker, worker_pid
 from tests.support import hung_worker
 from tests.unit.test_analyse import CLIENT, FRAME, REMOTE, SCENARIOS, T0, classic_pcap, write
@@ -127,6 +127,10 @@ def test_errors_come_back_with_the_same_class_message_and_offset(
                 with open(fifo, "wb"):
                     pass
     assert isinstance(error, PcapError) and "not a regular file but a FIFO (named pipe)" in str(error)
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    _, there = both(empty)
+    assert isinstance(there, EmptyCapture)
     _, there = both(tmp_path / "nowhere.pcap")
     assert "cannot read the capture" in str(there)
     _, there = both(captures["basic"][0], mtu=20)

@@ -84,6 +84,7 @@ from bigbinf.measure.wire.pcap import (
     BOGUS_HEADER,
     NO_ANALYSIS,
     TRANSPORT_NAMES,
+    EmptyCapture,
     Packet,
     PathLike,
     PcapError,
@@ -100,8 +101,18 @@ from bigbinf.measure.wire.pcap import (
 )
 from bigbinf.result import PAYLOAD_BUCKETS
 
-# Packet, PcapError and iter_packets are re-exported: callers that analyse also read.
-__all__ = ["Analysis", "Engine", "FlowStats", "Packet", "PcapError", "TruncatedCapture", "analyse_pcap", "iter_packets"]
+# Packet, PcapError (EmptyCapture, TruncatedCapture) and iter_packets are re-exported: callers that analyse also read.
+__all__ = [
+    "Analysis",
+    "EmptyCapture",
+    "Engine",
+    "FlowStats",
+    "Packet",
+    "PcapError",
+    "TruncatedCapture",
+    "analyse_pcap",
+    "iter_packets",
+]
 
 
 @dataclass(frozen=True)
@@ -722,7 +733,7 @@ def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
     if not records and totals.truncated_at is None:
         # Zero counts would read as a transfer that sent nothing; a capture tool that ran
         # records at least the transfer's first packet (or someone else's).
-        raise PcapError(
+        raise EmptyCapture(
             f"{name}: the capture holds no packets, only its file header: nothing was captured between its "
             "start and its stop (the wrong interface, or a filter no packet matched); capture the transfer "
             "again on the interface towards the remote"

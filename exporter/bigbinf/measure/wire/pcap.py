@@ -51,11 +51,16 @@ from typing import NoReturn, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["Packet", "PcapError", "TruncatedCapture", "iter_packets"]
+__all__ = ["EmptyCapture", "Packet", "PcapError", "TruncatedCapture", "iter_packets"]
 
 
 class PcapError(Exception):
     """The file cannot be analysed; the message names the file, the problem and the fix."""
+
+
+class EmptyCapture(PcapError):
+    """The file holds no packet record: empty (0 bytes), or only its file header (and, for
+    pcapng, other blocks).  Zero counts would read as a transfer that moved nothing."""
 
 
 class TruncatedCapture(PcapError):
@@ -233,7 +238,7 @@ def _records(name: str, buf: bytes | mmap.mmap, totals: ScanTotals) -> Iterator[
     size = len(buf)
     totals.file_size = size
     if size == 0:
-        raise PcapError(
+        raise EmptyCapture(
             f"{name}: the file is empty (0 bytes), not even a pcap file header: the capture never "
             "started writing (stopped before it started, or no room for it); capture the transfer again"
         )
