@@ -1,6 +1,6 @@
 """What capturing costs a transfer: the same transfers with and without tcpdump, interleaved.
 
-    sudo .venv/bin/python benchmarks/bench_capture.py [--runs 5] [--part all|levers|final]
+    sudo .venv/bin/python benchmarks/bench_capture.py [--runs 5] [--part all|levers|final|buffer]
         [--links all|unshaped|200mbit|offloads]
 
 The default (both parts, 5 runs) takes ~5 minutes.
@@ -17,7 +17,11 @@ transfer through `run_transfer`, the exporter's own path.  Two parts:
 * final: HTTP and scp, 256 MiB unshaped, 64 MiB at 200 Mbit/s (tbf), and 256 MiB
   unshaped with TSO/GSO/GRO on at both ends as on real hosts: no capture, the previous
   defaults (tcpdump, 4 MiB), the shipped defaults (pcapdump.py, 32 MiB) and tcpdump
-  with the shipped ring (32 MiB, --immediate-mode), taking turns.
+  with the shipped ring (32 MiB, --immediate-mode), taking turns;
+* buffer (not in "all"): the kernel drops per capture ring size (capture.buffer) at a
+  path's rate, with both CPUs held busy (a busy loop pinned to each core beside the
+  transfer, as on a loaded host): what capture.buffer's lower bound is made of
+  (config.capture_buffer_needed).  pcapdump, HTTP downloads, sizes taking turns.
 
 Every captured run is checked: tcpdump's kernel drops, the packets it left unread in its
 ring, and the capture's wire bytes and packets each way against the client veth's kernel
@@ -341,10 +345,63 @@ def final(runs: int, bench: Instrumented, links: list[str]) -> None:
                 print(f"{line} {checks(captured)}", flush=True)
 
 
+BUFFER_LINKS = {"200mbit": "64MiB", "1gbit": "128MiB", "none": "256MiB"}  # rate: download size
+BUFFER_SIZES = (64 * 1024, 256 * 1024, 1 * MiB, 4 * MiB, 32 * MiB)
+
+
+@contextmanager
+def busy_cpus() -> Iterator[None]:
+    """A busy loop pinned to each CPU for the length of the block."""
+    loops = [
+        subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+        for cpu in sorted(os.sched_getaffinity(0))
+    ]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def buffer_part(runs: int) -> None:
+    """Drops per capture.buffer size and link rate, CPUs busy: the ring must hold what
+    arrives while the reader waits for a CPU."""
+    print(f"\nBuffer: kernel drops per capture.buffer, CPUs busy, {runs} runs each, interleaved")
+    print(f"{'link':<10} {'ring':>8} {'runs with drops':>16} {'drops (max)':>12} {'frames (median)':>16}")
+    for rate, size in BUFFER_LINKS.items():
+        with private_lab(size, rate) as (config, _shm):
+            spec = next(s for s in plan_round(config, lab.site(config)) if s.protocol == "http")
+            assert config.lab is not None
+            layout = LabLayout(config.lab)
+            out: dict[int, list[tuple[int, int]]] = {b: [] for b in BUFFER_SIZES}
+            with busy_cpus():
+                for r in range(runs):
+                    for i in range(len(BUFFER_SIZES)):
+                        ring = BUFFER_SIZES[(i + r) % len(BUFFER_SIZES)]
+                        # model_copy: below the configured lower bound on purpose.
+                        cfg = config.model_copy(
+                            update={"capture": config.capture.model_copy(update={"buffer": ring, "directory": None})}
+                        )
+                        before = veth_counters(layout)
+                        result = transfer.run_transfer(spec, cfg, "bench")
+                        after = veth_counters(layout)
+                        frames = sum(after[k] - before[k] for k in ("packets_down", "packets_up"))
+                        out[ring].append((result.capture_dropped, frames))
+            for ring in BUFFER_SIZES:
+                drops = [d for d, _ in out[ring]]
+                frames = statistics.median(f for _, f in out[ring])
+                with_drops = sum(1 for d in drops if d)
+                print(
+                    f"{rate:<10} {ring // 1024:>6}Ki {with_drops:>10}/{len(drops):<5} {max(drops):>12} {frames:>16.0f}",
+                    flush=True,
+                )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--part", choices=["all", "levers", "final"], default="all")
+    parser.add_argument("--part", choices=["all", "levers", "final", "buffer"], default="all")
     parser.add_argument("--links", choices=["all", *LINKS], default="all", help="the final part's links")
     args = parser.parse_args()
     bench = Instrumented()
@@ -357,6 +414,8 @@ def main() -> int:
         levers(args.runs, bench)
     if args.part in ("all", "final"):
         final(args.runs, bench, list(LINKS) if args.links == "all" else [args.links])
+    if args.part == "buffer":
+        buffer_part(args.runs)
     print(f"\n({time.monotonic() - start:.0f} s)")
     return 0
 

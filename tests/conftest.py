@@ -43,6 +43,7 @@ SLOWEST_FIRST = (
     "tests/e2e/test_mesh_prometheus.py",
     "tests/e2e/test_dashboards.py",
     "tests/lab/test_protocols.py",
+    "tests/lab/test_ipv6.py",
     "tests/lab/test_sweeps.py",
     "tests/lab/test_mesh_proof.py",
     "tests/lab/test_why_slow.py",

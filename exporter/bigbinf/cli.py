@@ -378,16 +378,32 @@ TABLE_COLUMNS = (
     "Ratio (%)",
     "Time (s)",
     "Speed (bytes/s)",
-    "Retrans",
+    # Two truths that differ by design (docs/protocols.md, "Retransmits"): the sender's
+    # kernel counts every segment it resent; the capture sees only those that reached
+    # it, and calls what a reordering path delays "out of order", not "retransmitted".
+    "Retrans (sender kernel)",
+    "Retrans (wire)",
     "Verified",
     "Outcome",
     "Limited by",
 )
 
 
+_LEFT_ALIGNED = frozenset(("Protocol", "Outcome", "Limited by"))
+
+
 def _wire_cell(r: Result, value: object) -> str:
     """ "-" where the capture could not be read whole: not measured is not 0."""
     return str(value) if r.wire_measured else "-"
+
+
+def _sender_retransmits_cell(r: Result) -> str:
+    """The sender's own count ("-" where the sender could not be asked: a download from a
+    remote without a stats_command), with where it came from when not the kernel's sockets."""
+    if r.retransmits_sender is None:
+        return "-"
+    source = r.retransmits_sender_source
+    return str(r.retransmits_sender) + (f" ({source})" if source and source != "kernel" else "")
 
 
 def format_table(results: Sequence[Result]) -> str:
@@ -404,6 +420,7 @@ def format_table(results: Sequence[Result]) -> str:
                 _wire_cell(r, f"{r.byte_ratio * 100:.1f}"),
                 f"{r.duration_seconds:.2f}",
                 f"{r.throughput_bytes_per_second:.1f}",
+                _sender_retransmits_cell(r),
                 _wire_cell(r, r.retransmits_wire),
                 "yes" if r.verified else "no",
                 r.outcome,
@@ -413,7 +430,7 @@ def format_table(results: Sequence[Result]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
     lines = [
         "  ".join(
-            cell.rjust(w) if i not in (1, 10, 11) else cell.ljust(w)
+            cell.rjust(w) if TABLE_COLUMNS[i] not in _LEFT_ALIGNED else cell.ljust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in rows

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from bigbinf.protocols import REGISTRY, module_for
 from bigbinf.protocols.base import PLACEHOLDERS, TemplateError, check_template_element, placeholders_in
+from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import DIRECTIONS
 
 # ---------------------------------------------------------------- value types
@@ -369,15 +370,45 @@ class TransferConfig(_Strict):
     keep_files: bool = False
 
 
+# capture.buffer, the kernel ring the capture reads from: the frames that arrive while its
+# reader waits for a CPU wait there, and when it is full the kernel drops them (the
+# transfer's wire numbers are then absent: measure/transfer.py).  Measured with both CPUs
+# busy (benchmarks/bench_capture.py --part buffer, docs/benchmarks.md): a 256 KiB ring
+# dropped at 200 Mbit/s and at 1 Gbit/s in every run, 1 MiB never did.  The floor is four
+# times that; above ~1.6 Gbit/s the ring must hold CAPTURE_READER_WAIT_SECONDS of the path's
+# frames: a path of R bit/s carries R / 8000 a second (1500-byte frames, and an ACK for
+# every second one), each ~200 bytes of ring at snap length 128 (a 32 MiB ring held ~170,000).
+CAPTURE_BUFFER_MIN = 4 * 1024 * 1024
+CAPTURE_READER_WAIT_SECONDS = 0.1
+_RING_BYTES_PER_FRAME = 200
+
+
+def capture_buffer_needed(rate_bits_per_second: float) -> int:
+    """The ring a path of this rate needs for its frames of CAPTURE_READER_WAIT_SECONDS."""
+    frames = rate_bits_per_second / 8000 * CAPTURE_READER_WAIT_SECONDS
+    return max(CAPTURE_BUFFER_MIN, int(frames * _RING_BYTES_PER_FRAME))
+
+
+def _check_capture_buffer(value: int) -> int:
+    if value < CAPTURE_BUFFER_MIN:
+        raise ValueError(
+            f"{value} bytes is below {CAPTURE_BUFFER_MIN // (1 << 20)}MiB: a smaller ring drops packets whenever "
+            "the capture waits for a CPU (256KiB did at 200 Mbit/s with the CPUs busy), and a capture with drops "
+            "has no wire numbers; leave it out (32MiB) or give at least 4MiB"
+        )
+    return value
+
+
 class CaptureConfig(_Strict):
     enabled: bool = True
     snaplen: Annotated[int, Field(ge=64, le=128)] = 128  # headers (+ <= ~60 payload bytes)
     # What reads the packets: pcapdump (measure/wire/pcapdump.py: libpcap, buffered, a 10 ms
     # block timeout; the cheapest for the transfer) or tcpdump; measure/wire/capture.py says why.
     tool: Literal["pcapdump", "tcpdump"] = "pcapdump"
-    # The kernel ring (-B): headroom, measure/wire/capture.py says why.  At most 1 GiB: libpcap
-    # takes it as a C int (2 GiB and more would wrap to nonsense).
-    buffer: Annotated[Size, Field(ge=64 * 1024, le=1 << 30)] = 32 * 1024 * 1024
+    # The kernel ring (-B): headroom, measure/wire/capture.py says why.  At least
+    # CAPTURE_BUFFER_MIN (and what the configured rates need: capture_buffer_needed); at
+    # most 1 GiB: libpcap takes it as a C int (2 GiB and more would wrap to nonsense).
+    buffer: Annotated[Size, Field(le=1 << 30), AfterValidator(_check_capture_buffer)] = 32 * 1024 * 1024
     linger: Duration = 0.3  # at most this long after the command for the last ACK/FIN (TCP: until closed)
     keep: bool = False  # keep the pcap (under the journal's directory)
     start_timeout: PositiveDuration = 10.0
@@ -606,6 +637,8 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
                     issues += _cleanup_issues(name, profile, remotes, datasets)
     issues += _key_issues(raw, remotes, protocols)
     issues += _tuning_issues(raw, remotes, protocols)
+    issues += _ipv4_only_issues(raw, remotes, protocols)
+    issues += _capture_buffer_issues(raw, remotes)
     issues += _sweep_issues(raw, remotes, datasets, protocols)
     schedule = mapping(raw, "schedule")
     for name in _upload_remotes(raw, remotes) if uploads else ():
@@ -675,6 +708,86 @@ def _stats_command_issues(name: str, remote: Mapping[str, Any], key: str = "stat
     return issues
 
 
+def _scheduled(
+    raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]
+) -> set[tuple[Any, Any, Any]]:
+    """(protocol, remote, direction) of every transfer the schedule runs: its transfers
+    list, else every protocol x remote x direction."""
+    selected = mapping(raw, "schedule").get("transfers")
+    if isinstance(selected, list):
+        return {
+            (t.get("protocol"), t.get("remote"), t.get("direction", "download"))
+            for t in selected
+            if isinstance(t, dict)
+        }
+    return {
+        (p, r, d)
+        for p, proto in protocols.items()
+        if isinstance(proto, dict)
+        for r in remotes
+        for d in (proto["directions"] if isinstance(proto.get("directions"), list) else ["download"])
+    }
+
+
+def _capture_buffer_issues(raw: Mapping[str, Any], remotes: Mapping[str, Any]) -> list[ConfigIssue]:
+    """capture.buffer against the fastest configured path: a remote's bandwidth, or the
+    lab link's rate for a lab remote (capture_buffer_needed)."""
+    rates: dict[str, str] = {}
+    for name, remote in remotes.items():
+        if isinstance(remote, dict) and isinstance(remote.get("bandwidth"), str):
+            rates[f"remotes.{name}.bandwidth"] = remote["bandwidth"]
+        elif isinstance(remote, dict) and remote.get("lab"):
+            link = mapping(mapping(raw, "lab"), "link")
+            if isinstance(link.get("rate"), str):
+                rates["lab.link.rate"] = link["rate"]
+    try:
+        buffer = parse_size(mapping(raw, "capture").get("buffer", 32 * 1024 * 1024))
+        needs = {where: (rate, capture_buffer_needed(rate_bytes_per_second(rate) * 8)) for where, rate in rates.items()}
+    except ValueError:
+        return []  # a malformed size or rate: reported by the schema check
+    if not needs or buffer < CAPTURE_BUFFER_MIN:  # below the floor: the schema check says so
+        return []
+    where, (rate, needed) = max(needs.items(), key=lambda item: item[1][1])
+    if buffer >= needed:
+        return []
+    mib = -(-needed // (1 << 20))
+    return [
+        ConfigIssue(
+            "capture.buffer",
+            f"{buffer} bytes holds less than {CAPTURE_READER_WAIT_SECONDS:g} s of the frames of a {rate} path "
+            f"({where}): the kernel drops packets whenever the capture waits that long for a CPU, and a capture "
+            f"with drops has no wire numbers; set capture.buffer to at least {mib}MiB",
+        )
+    ]
+
+
+def _ipv4_only_issues(
+    raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]
+) -> list[ConfigIssue]:
+    """A protocol whose tool reaches remotes over IPv4 only (Profile.ipv4_only: bbftp,
+    GridFTP's UDT mode) scheduled against a remote given as an IPv6 literal.  (A name
+    that resolves to IPv6 is refused when its transfer starts.)"""
+    issues = []
+    for protocol, remote in sorted({(p, r) for p, r, _ in _scheduled(raw, remotes, protocols)}, key=str):
+        proto, site = protocols.get(protocol), remotes.get(remote)
+        if not isinstance(proto, dict) or not isinstance(site, dict) or not is_ipv6(str(site.get("address", ""))):
+            continue
+        profile = REGISTRY.get(module_for(protocol, proto.get("module")))
+        options = mapping(proto, "options")
+        if profile is None or profile.check_options(options):
+            continue  # reported where the module or its options are checked
+        why = profile.ipv4_only(profile.option_values(options))
+        if why:
+            issues.append(
+                ConfigIssue(
+                    f"remotes.{remote}.address",
+                    f"{site['address']} is IPv6, and protocol {protocol} reaches a remote over IPv4 only ({why}); "
+                    f"give an IPv4 address, or leave {protocol} out of this remote's transfers (schedule.transfers)",
+                )
+            )
+    return issues
+
+
 def _tuning_issues(
     raw: Mapping[str, Any], remotes: Mapping[str, Any], protocols: Mapping[str, Any]
 ) -> list[ConfigIssue]:
@@ -683,23 +796,7 @@ def _tuning_issues(
     can always; a site needs tcp_command (set) and stats_command (read back) for its
     end, and for the buffers a netns for ours (never this host's own sysctls)."""
     issues: list[ConfigIssue] = []
-    schedule = mapping(raw, "schedule")
-    selected = schedule.get("transfers")
-    triples: set[tuple[Any, Any, Any]]
-    if isinstance(selected, list):
-        triples = {
-            (t.get("protocol"), t.get("remote"), t.get("direction", "download"))
-            for t in selected
-            if isinstance(t, dict)
-        }
-    else:
-        triples = {
-            (p, r, d)
-            for p, proto in protocols.items()
-            if isinstance(proto, dict)
-            for r in remotes
-            for d in (proto["directions"] if isinstance(proto.get("directions"), list) else ["download"])
-        }
+    triples = _scheduled(raw, remotes, protocols)
     needs: dict[tuple[Any, str], list[str]] = {}  # (remote, key) -> why
     for name, proto in protocols.items():
         if not isinstance(proto, dict):
@@ -970,6 +1067,10 @@ def _sweep_issues(
             **({"congestion": congestion} if congestion else {}),
             **({"tcp_buffer_max": buffers} if buffers else {}),
         }
+        grid = {f"options.{k}": v for k, v in options.items() if isinstance(v, list)}
+        issues += _repeated_grid_values(
+            where, {"datasets": ds_list, **grid, "congestion": congestion, "tcp_buffer_max": buffers}
+        )
         settings = 1
         for values in dimensions.values():
             settings *= max(len(values), 1)
@@ -1002,6 +1103,32 @@ def _sweep_issues(
                         "a setting the sweep runs",
                     )
                 )
+    return issues
+
+
+def _repeated_grid_values(where: str, lists: Mapping[str, list[Any]]) -> list[ConfigIssue]:
+    """A value listed twice in a sweep's datasets or grid: its runs would be one setting
+    run twice as often, pooled into one row of the verdict.  Sizes compare as bytes
+    (256KiB and 262144 are one buffer cap)."""
+    issues = []
+    for key, values in lists.items():
+        first: dict[tuple[str, str], int] = {}
+        for j, value in enumerate(values):
+            same = value
+            if key == "tcp_buffer_max":
+                with contextlib.suppress(ValueError):
+                    same = parse_size(value)
+            seen = (type(same).__name__, repr(same))
+            if seen in first:
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.{key}[{j}]",
+                        f"{value!r} is listed twice (also [{first[seen]}]): its runs would be pooled into one "
+                        "row; list each value once",
+                    )
+                )
+            else:
+                first[seen] = j
     return issues
 
 

@@ -119,7 +119,8 @@ LAST_RESULT: tuple[Spec, ...] = (
     _last(
         "capture_dropped_packets",
         "Packets the capture lost in the last transfer (dropped by the kernel, or left unread in its ring at "
-        "stop); non-zero means the wire numbers are low.",
+        "stop); non-zero means the transfer failed with its wire numbers absent (a capture that missed packets "
+        "counts none).",
     ),
 )
 LAST_SUCCESS = Spec(

@@ -8,6 +8,7 @@ tmpfs's own free space, the files left in the directories.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -157,3 +158,30 @@ def test_an_upload_source_that_cannot_be_written_leaves_no_partial_file(make_lab
     assert result.outcome == "failed"
     assert result.error.startswith("not enough disk space:") and "transfer.workdir" in result.error, result.error
     assert not (disk / "work" / "sources" / "f1m.bin.partial").exists()
+
+
+@pytest.mark.parametrize("direction", ["download", "upload"])
+def test_iperf3_needs_no_room_for_a_file_it_never_writes(make_lab, small_disk, direction: str) -> None:
+    # Memory to memory: no received copy, no upload source.  A transfer.workdir far
+    # smaller than the dataset is no reason to refuse it (it was: "not enough disk space
+    # ... for the received copy" / "the upload source"); only the capture needs room.
+    config = make_lab(
+        link={"rate": "1gbit"},
+        datasets={"f64m": {"file": "f64m.bin", "size": "64MiB"}},
+        protocols={"iperf3": {"directions": [direction]}},
+        servers=["iperf3"],
+    )
+    disk = small_disk(4 * MiB)
+    config = _with(config, "transfer", workdir=disk / "work")
+    config = _with(config, "capture", directory=Path("/var/tmp") / f"bbt-cap-{uuid.uuid4().hex[:8]}")
+    before = veth_counters(config)
+    try:
+        result = run_transfer(_only_spec(config), config, "test")
+    finally:
+        shutil.rmtree(config.capture.directory, ignore_errors=True)
+    after = veth_counters(config)
+    assert result.outcome == "ok", result.error
+    moved = after["down"] - before["down"] if direction == "download" else after["up"] - before["up"]
+    assert moved > 64 * MiB  # the 64 MiB crossed the wire (the kernel's count) ...
+    assert result.reported["bytes_sent"] >= 64 * MiB  # ... as iperf3 says it sent them
+    assert not (disk / "work" / "sources").exists()  # and no upload source was written

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from bigbinf import lab as lab_module
+from bigbinf.cli import format_table
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.lab import servers as labservers
@@ -458,6 +459,12 @@ def test_upload_sender_retransmits_equal_kernel_counter(make_lab) -> None:
     assert result.retransmits_sender_source == "kernel"
     assert result.retransmits_sender > 0
     assert result.retransmits_sender == after - before
+    # `once` shows both counts, each under its name: the sender kernel's (nstat's) and the wire's.
+    lines = [line for line in format_table([result]).splitlines() if "  " in line]
+    header, row = (re.split(r"\s{2,}", line.strip()) for line in lines[:2])
+    shown = dict(zip(header, row, strict=True))
+    assert shown["Retrans (sender kernel)"] == str(after - before)
+    assert shown["Retrans (wire)"] == str(result.retransmits_wire)
 
 
 def test_iperf3_download_reports_the_remote_senders_retransmits(make_lab) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 
 from ..conftest import LAB_ROOT
-from ..support.exporter import ROOT
+from ..support.exporter import start_lab_serve
 
 pytestmark = pytest.mark.lab
 
@@ -63,30 +61,9 @@ def test_lab_serve_runs_the_servers_in_place(make_lab, tmp_path: Path) -> None:
         "journal": {"path": str(tmp_path / "j.jsonl")},
     }
     client = parse_config(yaml.safe_dump(client_raw), "client.yaml")
-    proc = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            net_layout.remote_ns,
-            sys.executable,
-            "-m",
-            "bigbinf",
-            "--config.file",
-            str(serve_file),
-            "lab",
-            "serve",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    proc = None
     try:
-        deadline = time.monotonic() + 60
-        while not (state / "ready").exists():
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "lab serve did not become ready"
-            time.sleep(0.2)
+        proc = start_lab_serve(net_layout.remote_ns, serve_file, state, timeout=60)
         results = [run_transfer(spec, client, "test") for spec in plan_round(client, lab.site(client))]
         assert sorted((r.protocol, r.outcome, r.verified) for r in results) == [
             ("ftp", "ok", True),
@@ -100,7 +77,7 @@ def test_lab_serve_runs_the_servers_in_place(make_lab, tmp_path: Path) -> None:
         left = subprocess.run(["ip", "netns", "pids", net_layout.remote_ns], capture_output=True, text=True)
         assert left.stdout.split() == []
     finally:
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
         lab.teardown(LabLayout(parse_config(serve_file.read_text(), "serve.yaml").lab))

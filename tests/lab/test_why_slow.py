@@ -274,3 +274,50 @@ def test_a_failing_stats_command_leaves_the_remote_side_absent_and_says_so_once(
     assert baseline.buffers.keys() == {"local"} and "exited 255" in baseline.remote_note
     said = [r for r in caplog.records if "stats_command" in r.getMessage() and "TCP state is absent" in r.getMessage()]
     assert len(said) == 1
+
+
+def test_a_transfer_that_never_connected_says_so_and_warns_of_no_nat(
+    wan: Config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Refused at the remote (nothing listens on port 9): the remote has no socket to us
+    # because there never was a connection, not because of NAT.
+    config = _plain_remote_config(wan, tmp_path, "root")
+    raw = config.model_dump(mode="json", exclude_unset=True)
+    raw["protocols"]["refused"] = {"command": ["curl", "-sS", "--fail", "-o", "{local_path}", "http://{url_host}:9/x"]}
+    config = parse_config(yaml.safe_dump(raw), "refused.yaml")
+    spec = _spec(config, "refused", "f16m", "download")
+    with caplog.at_level(logging.WARNING):
+        result = run_transfer(spec, config, "why-slow")
+    assert result.outcome == "failed" and result.error.startswith("curl exited 7"), result.error
+    # The truth: the capture saw the SYN refused, and no byte of payload either way.
+    assert result.wire_measured and result.packets_up >= 1
+    assert result.payload_bytes_down == result.payload_bytes_up == 0
+    assert result.tcp_remote == {}
+    assert result.tcp_remote_note == "no connection to remote site was made: it had no TCP state to show"
+    assert not [r for r in caplog.records if "NAT" in r.getMessage()]
+
+
+def test_a_remote_listing_no_socket_to_us_after_a_transfer_is_named_nat_once(
+    wan: Config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stats command that lists a host where the transfer's server is not (here: the
+    # client's own namespace, which has no socket to the client's address), as NAT or a
+    # server at another address would make it: the transfer connected, the remote saw none.
+    config = _plain_remote_config(wan, tmp_path, "root")
+    raw = config.model_dump(mode="json", exclude_unset=True)
+    raw["remotes"]["elsewhere"] = {
+        **raw["remotes"].pop("site"),
+        "stats_command": ["ip", "netns", "exec", LabLayout(wan.lab).client_ns],
+    }
+    config = parse_config(yaml.safe_dump(raw), "elsewhere.yaml")
+    spec = _spec(config, "scp", "f16m", "download")
+    with caplog.at_level(logging.WARNING):
+        results = [run_transfer(spec, config, "why-slow") for _ in range(2)]
+    note = (
+        f"remotes.elsewhere.stats_command: the remote showed no TCP socket to {wan.lab.client_address} (NAT, or the "
+        "server runs at another address); the remote's TCP state is absent"
+    )
+    for result in results:
+        assert result.outcome == "ok" and result.payload_bytes_down >= 16 * MiB
+        assert result.tcp_remote_note == note
+    assert [r.getMessage() for r in caplog.records if "NAT" in r.getMessage()] == [note]  # said once

@@ -88,3 +88,24 @@ class ExporterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def start_lab_serve(ns: str, serve_file: Path, state_dir: Path, timeout: float = 90.0) -> subprocess.Popen[bytes]:
+    """`lab serve` (the remote side's servers in place) inside namespace `ns`, once it
+    has written `<state_dir>/ready`; the caller stops it (SIGTERM) when done."""
+    import time
+
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "bigbinf", "--config.file", str(serve_file), "lab", "serve"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + timeout
+    while not (state_dir / "ready").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            output = proc.communicate()[0].decode(errors="replace")
+            raise AssertionError(f"lab serve did not become ready in {ns}: {output}")
+        time.sleep(0.2)
+    return proc

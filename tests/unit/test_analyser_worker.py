@@ -14,14 +14,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bigbinf.measure.wire import analyser_worker
-from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, PcapError, TruncatedCapture, analyse_pcap
+from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, EmptyCapture, PcapError, TruncatedCapture, analyse_pcap
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker, worker_pid
+from tests.support import hung_worker
 from tests.unit.test_analyse import CLIENT, FRAME, REMOTE, SCENARIOS, T0, classic_pcap, write
 
 
@@ -91,8 +93,10 @@ def test_errors_come_back_with_the_same_class_message_and_offset(
     cut.write_bytes(whole[:-10])  # inside the last record: a 54-byte ACK
     last_record = len(whole) - (16 + 54)
     good = (T0, 0, 64, FRAME)
-    damaged = tmp_path / "damaged.pcap"
-    damaged.write_bytes(classic_pcap([good, (T0, 0, 200, FRAME * 3), good], snaplen=128))
+    damaged = tmp_path / "damaged.pcap"  # beyond the snap length and past the end: framing lost
+    damaged.write_bytes(classic_pcap([good, (T0, 0, 200, FRAME * 3)], snaplen=128)[:-10])
+    skipped = tmp_path / "skipped.pcap"  # beyond the snap length, framing intact: skipped, counted
+    skipped.write_bytes(classic_pcap([good, (T0, 0, 200, FRAME * 3), good], snaplen=128))
 
     def both(path: Path, **options: Any) -> tuple[PcapError, PcapError]:
         with pytest.raises(PcapError) as here:
@@ -109,6 +113,24 @@ def test_errors_come_back_with_the_same_class_message_and_offset(
     assert f"{cut}: the record at byte {last_record} runs past the end of the file" in str(there)
     _, there = both(damaged)
     assert f"{damaged}: damaged record at byte {24 + 16 + 64}: captured length 192 exceeds" in str(there)
+    skipped_here = analyse_pcap(skipped, CLIENT, REMOTE, engine="python")
+    assert analyse_in_worker(skipped, CLIENT, REMOTE) == skipped_here
+    assert (skipped_here.damaged_records, skipped_here.damaged_at) == (1, 24 + 16 + 64)
+    fifo = tmp_path / "capture.fifo"
+    os.mkfifo(fifo)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # a hang would fail the test, not stall it
+        future = pool.submit(analyse_in_worker, fifo, CLIENT, REMOTE)
+        try:
+            error = future.exception(timeout=30)
+        finally:
+            if not future.done():
+                with open(fifo, "wb"):
+                    pass
+    assert isinstance(error, PcapError) and "not a regular file but a FIFO (named pipe)" in str(error)
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    _, there = both(empty)
+    assert isinstance(there, EmptyCapture)
     _, there = both(tmp_path / "nowhere.pcap")
     assert "cannot read the capture" in str(there)
     _, there = both(captures["basic"][0], mtu=20)
@@ -139,18 +161,18 @@ def test_a_killed_worker_is_replaced_and_the_analysis_still_comes_out(
 def test_a_hung_worker_is_stopped_and_the_next_analysis_gets_a_new_one(
     captures: dict[str, tuple[Path, str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A FIFO nobody writes to: opening it blocks, as a read from a stuck file system does.
-    stuck = tmp_path / "stuck.pcap"
-    os.mkfifo(stuck)
-    pid = worker_pid()
-    # The short allowance only for the stuck file: the next analysis starts a new worker
-    # (numba loaded again), which on a busy machine can itself take seconds.
-    with monkeypatch.context() as short:
-        short.setattr(analyser_worker, "_START_ALLOWANCE_SECONDS", 2.0)
-        with pytest.raises(analyser_worker.AnalysisTimeout, match=r"did not finish within 2 s .* and was stopped"):
-            analyse_in_worker(stuck, CLIENT, REMOTE)
-    assert not Path(f"/proc/{pid}").exists()  # killed and reaped, not left blocked
+    # A worker whose analysis blocks, as a read from a stuck file system does.
     path, client, remote = captures["basic"]
+    analyser_worker.shutdown()
+    with monkeypatch.context() as stuck:
+        stuck.setattr(analyser_worker, "_INITIALIZER", (hung_worker.start, ()))
+        # The short allowance only for the stuck worker: the next analysis starts a new
+        # one (numba loaded again), which on a busy machine can itself take seconds.
+        pid = worker_pid()  # the stuck worker (only its analyses block)
+        stuck.setattr(analyser_worker, "_START_ALLOWANCE_SECONDS", 2.0)
+        with pytest.raises(analyser_worker.AnalysisTimeout, match=r"did not finish within 2 s .* and was stopped"):
+            analyse_in_worker(path, client, remote)
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped, not left blocked
     assert analyse_in_worker(path, client, remote) == analyse_pcap(path, client, remote, engine="python")
     assert worker_pid() != pid
 

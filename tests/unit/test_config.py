@@ -23,8 +23,8 @@ protocols:
 lab: {name: t1}
 """
 KNOWN_PLACEHOLDERS = (
-    "{host}, {client}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, {remote_dir}, "
-    "{file}, {local_path}, {local_dir}, {size}, {binary}"
+    "{host}, {url_host}, {client}, {url_client}, {port}, {user}, {key}, {ssh_config}, {remote_path}, {remote_name}, "
+    "{remote_dir}, {file}, {local_path}, {local_dir}, {size}, {binary}"
 )
 PROTOCOL_KEYS = (
     "module, binary, options, command, upload_command, cleanup_command, directions, timeout, congestion, tcp_buffer_max"
@@ -404,3 +404,61 @@ schedule:
     with pytest.raises(ConfigError) as caught:
         parse_config(unlisted, SRC)
     assert [i.path for i in caught.value.issues] == ["remotes.a.upload_dir", "remotes.b.upload_dir"]
+
+
+def test_an_ipv6_remote_for_an_ipv4_only_protocol_is_refused() -> None:
+    # bbftp's client and GridFTP's UDT data channel open IPv4 sockets only.
+    text = """
+remotes:
+  site: {address: "2001:db8::2", data_dir: /d, key: /k}
+  v4: {address: "192.0.2.1", data_dir: /d, key: /k}
+datasets: {f: {file: f.bin, size: 1MiB}}
+protocols:
+  bbftp: {}
+  udt: {module: gridftp, options: {udt: true}}
+  gridftp: {}
+  iperf3: {}
+"""
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "t.yaml")
+    lines = error.value.lines()
+    assert [line.split(": ", 2)[1] for line in lines] == ["remotes.site.address", "remotes.site.address"]
+    assert lines[0].startswith(
+        "t.yaml: remotes.site.address: 2001:db8::2 is IPv6, and protocol bbftp reaches a remote over IPv4 only ("
+    )
+    assert lines[1].startswith(
+        "t.yaml: remotes.site.address: 2001:db8::2 is IPv6, and protocol udt reaches a remote over IPv4 only (UDT mode"
+    )
+    assert lines[0].endswith("give an IPv4 address, or leave bbftp out of this remote's transfers (schedule.transfers)")
+    # Left out of that remote's transfers: accepted.
+    parse_config(
+        text
+        + "schedule: {transfers: [{protocol: bbftp, remote: v4, dataset: f},"
+        + " {protocol: gridftp, remote: site, dataset: f}]}\n",
+        "t.yaml",
+    )
+
+
+def test_a_capture_buffer_that_would_drop_packets_is_refused() -> None:
+    # 64 KiB was accepted, and a real capture at it dropped 3,018 packets (published as ok).
+    base = "remotes: {site: {address: 192.0.2.1, data_dir: /d, key: /k, bandwidth: BW}}\n"
+    base += "datasets: {f: {file: f.bin, size: 1MiB}}\nprotocols: {http: {}}\n"
+    with pytest.raises(ConfigError) as error:
+        parse_config(base.replace("BW", "1gbit") + "capture: {buffer: 65536}\n", "t.yaml")
+    assert error.value.lines() == [
+        "t.yaml: capture.buffer: 65536 bytes is below 4MiB: a smaller ring drops packets whenever the capture waits "
+        "for a CPU (256KiB did at 200 Mbit/s with the CPUs busy), and a capture with drops has no wire numbers; "
+        "leave it out (32MiB) or give at least 4MiB"
+    ]
+    # A path faster than the ring can hold 0.1 s of: 40 Gbit/s is ~500,000 frames a second.
+    with pytest.raises(ConfigError) as error:
+        parse_config(base.replace("BW", "40gbit"), "t.yaml")  # the default 32 MiB
+    assert error.value.lines() == [
+        "t.yaml: capture.buffer: 33554432 bytes holds less than 0.1 s of the frames of a 40gbit path "
+        "(remotes.site.bandwidth): the kernel drops packets whenever the capture waits that long for a CPU, and a "
+        "capture with drops has no wire numbers; set capture.buffer to at least 96MiB"
+    ]
+    assert (
+        parse_config(base.replace("BW", "40gbit") + "capture: {buffer: 96MiB}\n", "t.yaml").capture.buffer == 96 << 20
+    )
+    assert parse_config(base.replace("BW", "10gbit"), "t.yaml").capture.buffer == 32 << 20  # 24 MiB is enough

@@ -204,7 +204,7 @@ def test_gridftp_third_party_modes_copy_through_this_hosts_server(tmp_path: Path
     )
     pp, udt = (_spec(config, p, "f1m", "download") for p in ("pp", "udt"))
     assert pp.template[0] == "{binary}" and "-pp" in pp.template and pp.binary == "globus-url-copy"
-    assert pp.template[-1] == "ftp://{client}:2811{local_path}"  # this host's server writes it
+    assert pp.template[-1] == "ftp://{url_client}:2811{local_path}"  # this host's server writes it
     assert udt.template[:3] == (sys.executable, "-m", "bigbinf.protocols.gridftp_udt")
 
 
@@ -252,3 +252,74 @@ def test_one_short_or_missing_file_in_a_set_fails_verification_naming_it(tmp_pat
     (copy / "part-0007.bin").unlink()
     check = datasets.verify_copy(copy, MANY, sums)
     assert (check.ok, check.detail) == (False, "19 files arrived, expected 20")
+
+
+# ---------------------------------------------------------------- IPv6 remotes
+
+V6, V6_CLIENT = "2001:db8::2", "2001:db8::1"
+
+
+def _ipv6_values() -> dict[str, str]:
+    from bigbinf.protocols.base import PLACEHOLDERS
+    from bigbinf.protocols.hosts import url_host
+
+    values = {name: f"<{name}>" for name in PLACEHOLDERS}
+    values.update(host=V6, url_host=url_host(V6), client=V6_CLIENT, url_client=url_host(V6_CLIENT))
+    return values
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in __import__("bigbinf.protocols").protocols.REGISTRY if m != "command")
+)
+def test_every_template_brackets_an_ipv6_address_only_where_its_tool_needs_it(module: str) -> None:
+    # Where the address is all of an argument (ssh's [user@]host, iperf3's, bbftp's
+    # host), it goes bare; inside a URL or a host:path operand, in brackets (RFC 3986; scp, sftp and
+    # rsync read "2001" as the host otherwise).  Every default command and cleanup, with
+    # every option that changes the templates.
+    from bigbinf.protocols import REGISTRY
+    from bigbinf.protocols.base import render
+
+    profile = REGISTRY[module]
+    variants = [profile.option_values({})]
+    if module == "gridftp":
+        variants += [profile.option_values({"pipelining": True}), profile.option_values({"udt": True})]
+    templates = [t for options in variants for t in profile.commands(options).values()]
+    templates += list(profile.cleanup.values())
+    assert templates
+    for template in templates:
+        for element in render(template, _ipv6_values()):
+            for address in (V6, V6_CLIENT):
+                # All of the argument, or ssh's user@host (nothing after it): bare.
+                if address in element and element != address and not element.endswith("@" + address):
+                    assert f"[{address}]" in element, (module, element)
+                    assert element.replace(f"[{address}]", "").count(address) == 0, (module, element)
+
+
+def test_url_host_brackets_ipv6_literals_only() -> None:
+    from bigbinf.protocols.hosts import is_ipv6, url_host, url_hostport
+
+    assert url_host("2001:db8::2") == "[2001:db8::2]"
+    assert url_host("fe80::1%eth0") == "[fe80::1%eth0]"
+    assert url_host("192.0.2.1") == "192.0.2.1"
+    assert url_host("dtn.example.org") == "dtn.example.org"
+    assert url_host("[2001:db8::2]") == "[2001:db8::2]"  # already bracketed: as it is
+    assert url_hostport("2001:db8::2", 2811) == "[2001:db8::2]:2811"
+    assert (is_ipv6("::1"), is_ipv6("127.0.0.1"), is_ipv6("localhost")) == (True, False, False)
+
+
+def test_gridftp_adds_ipv6_for_an_ipv6_remote_only() -> None:
+    from bigbinf.protocols.gridftp import with_ipv6
+
+    argv = ["/usr/bin/globus-url-copy", "-p", "1", "ftp://[2001:db8::2]:2811/f", "file:///tmp/f"]
+    assert with_ipv6(argv, V6) == [argv[0], "-ipv6", *argv[1:]]
+    assert with_ipv6(argv, "192.0.2.1") == argv  # IPv4 transfers run as they always have
+    assert with_ipv6([*argv[:1], "-ipv6", *argv[1:]], V6).count("-ipv6") == 1
+    assert with_ipv6(["/opt/my-wrapper", "ftp://[2001:db8::2]/f"], V6) == ["/opt/my-wrapper", "ftp://[2001:db8::2]/f"]
+
+
+def test_the_udt_driver_reads_bracketed_addresses() -> None:
+    from bigbinf.protocols.gridftp_udt import split_hostport
+
+    assert split_hostport("[2001:db8::2]:2811") == ("2001:db8::2", 2811)
+    assert split_hostport("192.0.2.1:2812") == ("192.0.2.1", 2812)
+    assert split_hostport("dtn.example.org:2811") == ("dtn.example.org", 2811)

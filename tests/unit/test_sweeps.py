@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import math
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -489,3 +491,55 @@ def test_backfill_leaves_sweep_runs_out_of_the_series_history(tmp_path: Path) ->
         journal.append(r)
     results, _unreadable = backfill._read(journal.path, None, None, io.StringIO())
     assert results == [scheduled]
+
+
+def test_a_value_listed_twice_in_the_grid_is_refused() -> None:
+    # Each would run the same setting twice as often and be pooled into one row.
+    text = BASE + (
+        "  s: {protocol: iperf3, remote: lab, datasets: [big, big], options: {streams: [1, 2, 1]},"
+        " congestion: [cubic, cubic], tcp_buffer_max: [256KiB, 262144]}\n"
+    )
+    twice = "is listed twice (also [0]): its runs would be pooled into one row; list each value once"
+    lines = _issues(text)
+    assert f"{SRC}: sweeps.s.datasets[1]: 'big' {twice}" in lines
+    assert f"{SRC}: sweeps.s.options.streams[2]: 1 {twice}" in lines
+    assert f"{SRC}: sweeps.s.congestion[1]: 'cubic' {twice}" in lines
+    assert f"{SRC}: sweeps.s.tcp_buffer_max[1]: 262144 {twice}" in lines  # 256KiB, as bytes
+    assert len([line for line in lines if "listed twice" in line]) == 4
+    # Each value once: accepted.
+    once = "datasets: [big], options: {streams: [1, 2]}, congestion: [cubic, bbr]"
+    _ok(BASE + f"  s: {{protocol: iperf3, remote: lab, {once}}}\n")
+
+
+# Hides the optional extra `report` from the CLI as an install without it: an import of
+# scipy or matplotlib then fails, and find_spec finds neither.
+WITHOUT_EXTRAS = (
+    "import sys; sys.modules.update(scipy=None, matplotlib=None); "
+    "from bigbinf.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.parametrize("figures", [True, False])
+def test_sweep_report_without_scipy_says_which_extra_to_install(tmp_path: Path, figures: bool) -> None:
+    journal = Journal(tmp_path / "j.jsonl")
+    for r in _runs():
+        journal.append(r)
+    out = tmp_path / "out"
+    argv = ["sweep-report", "--journal", str(journal.path), "--sweep", "streams", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS, *argv, *([] if figures else ["--no-figures"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    wanted = "scipy and matplotlib" if figures else "scipy"
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"bigbinf-exporter sweep-report: error: sweep-report needs {wanted}: pip install 'bigbinf[report]'\n",
+    )
+    assert not out.exists()  # said before any work
+    # `report`, the same way (its own words).
+    report = ["report", "--journal", str(journal.path), "--out", str(out)]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *report], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.endswith("report needs scipy and matplotlib: pip install 'bigbinf[report]'\n")

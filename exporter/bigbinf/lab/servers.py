@@ -19,6 +19,7 @@ from pathlib import Path
 
 from bigbinf.lab.layout import LabLayout
 from bigbinf.process import in_netns
+from bigbinf.protocols.hosts import is_ipv6, url_host
 
 
 class ServerError(RuntimeError):
@@ -104,12 +105,18 @@ def _vsftpd_configure(layout: LabLayout) -> None:
     empty = layout.run_dir / "vsftpd-empty"
     empty.mkdir(parents=True, exist_ok=True)
     empty.chmod(0o555)
+    address = layout.config.remote_address
+    # vsftpd listens on one family: IPv4 (listen, listen_address) or IPv6 (listen_ipv6,
+    # listen_address6); pasv_address is what PASV replies name, IPv4 only (IPv6 clients
+    # use EPSV, which names no address).
+    if is_ipv6(address):
+        family = ["listen=NO", "listen_ipv6=YES", f"listen_address6={address}"]
+    else:
+        family = ["listen=YES", "listen_ipv6=NO", f"listen_address={address}", f"pasv_address={address}"]
     write_file(
         layout.config_file("vsftpd.conf"),
         _lines(
-            "listen=YES",
-            "listen_ipv6=NO",
-            f"listen_address={layout.config.remote_address}",
+            *family,
             "listen_port=21",
             "background=NO",
             "seccomp_sandbox=NO",
@@ -127,7 +134,6 @@ def _vsftpd_configure(layout: LabLayout) -> None:
             "local_enable=NO",
             f"secure_chroot_dir={empty}",
             "pasv_enable=YES",
-            f"pasv_address={layout.config.remote_address}",
             "pasv_min_port=30000",
             "pasv_max_port=30100",
             "xferlog_enable=YES",
@@ -201,7 +207,7 @@ def _nginx_configure(layout: LabLayout) -> None:
             "    sendfile on;",
             "    tcp_nopush on;",
             "    types { application/octet-stream bin; }",
-            f"    server {{ listen {layout.config.remote_address}:80; root {layout.serve_root};",
+            f"    server {{ listen {url_host(layout.config.remote_address)}:80; root {layout.serve_root};",
             "        location /upload/ { dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } }",
             "}",
         ),

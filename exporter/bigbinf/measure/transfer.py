@@ -32,11 +32,12 @@ from bigbinf.measure.programs import summary as program_summary
 from bigbinf.measure.tcp.limits import human_bytes, judge_limit
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
-from bigbinf.measure.wire.analyse import Analysis, PcapError
+from bigbinf.measure.wire.analyse import Analysis, EmptyCapture, PcapError
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker
 from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
 from bigbinf.process import in_netns, netns_exists, observe_sessions, run_with_timeout
 from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
+from bigbinf.protocols.hosts import is_ipv6, url_host
 from bigbinf.result import PathBaseline, Result
 
 log = logging.getLogger(__name__)
@@ -124,16 +125,20 @@ class Ran:
 
     outcome: RunOutcome
     captured: bool  # a capture ran (capture.enabled)
-    capture_dropped: int  # packets the kernel dropped before tcpdump read them (its ring was full)
-    capture_unread: int  # packets left in the ring when tcpdump had to be stopped before it read them
-    capture_error: str  # tcpdump failed to stop cleanly: the wire numbers are suspect
-    capture_packets: int | None  # what tcpdump says it wrote ("N packets captured"); None if it did not say
+    capture_dropped: int  # packets the kernel dropped before the capture tool read them (its ring was full)
+    capture_unread: int  # packets left in the ring when the tool had to be stopped before it read them
+    capture_error: str  # the tool failed to stop cleanly: the wire numbers are suspect
+    capture_packets: int | None  # what the tool says it wrote ("N packets captured"); None if it did not say
     sender_retransmits: int | None
     sender_retransmits_source: str  # "kernel" (the sender's sockets), "iperf3", or ""
     tcp_local: TcpSummary | None = None  # this host's sockets to the remote (TCP transfers)
     tcp_remote: TcpSummary | None = None  # the remote's sockets to us, where it can be asked
     tcp_remote_note: str = ""  # why tcp_remote is absent
     programs: dict[str, dict[str, float]] = field(default_factory=dict)  # measure/programs.py's summary
+    capture_tool: str = "pcapdump"  # capture.tool: what the messages about the capture name
+    # The remote was asked and listed no socket to us: why is known once the capture is
+    # (_remote_note): NAT or a server elsewhere, or no connection was made at all.
+    remote_listed_none: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ class _PrepareError(Exception):
 
 
 class _CaptureStartError(Exception):
-    """tcpdump did not start: the command is not run."""
+    """The capture did not start: the command is not run."""
 
 
 # ---------------------------------------------------------------- the transfer
@@ -223,7 +228,9 @@ def run_transfer(
     unready = _unready(spec)
     if unready:  # before anything is uploaded, so there is nothing to clean up either
         return subject.result("failed", unready)
-    upload_name = f"{spec.dataset_config.file}.{uuid.uuid4().hex[:12]}" if spec.direction == "upload" else ""
+    # A file an upload leaves on the remote (none for a memory-to-memory test: iperf3).
+    writes_remote_file = spec.direction == "upload" and spec.profile.produces_file
+    upload_name = f"{spec.dataset_config.file}.{uuid.uuid4().hex[:12]}" if writes_remote_file else ""
     workdir: Path | None = None
     cleanup_problem = ""
     result: Result | None = None
@@ -271,6 +278,7 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
         except TuningError as exc:  # nothing has run: what was applied is undone already
             return _with_restore_errors(prepared.subject.result("failed", f"tuning: {exc}"), tuned)
         wire, analysis_error = analyse(prepared, ran)
+        ran = _remote_note(spec, prepared, ran, wire)
         pcap_path = (
             _keep_pcap(prepared.pcap, config, spec, ran.outcome.start_timestamp)
             if ran.captured and config.capture.keep and prepared.pcap.exists()
@@ -342,8 +350,15 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
         shortfall = space_shortfall(spec, config, workdir, pcap.parent)
         if shortfall:
             raise _PrepareError(shortfall)
-        source = upload_source(spec, config) if spec.direction == "upload" else None
+        source = upload_source(spec, config) if spec.direction == "upload" and spec.profile.produces_file else None
         remote_ip = resolve(spec.remote.address)
+        ipv4_only = spec.profile.ipv4_only(spec.options)
+        if ipv4_only and is_ipv6(remote_ip):
+            raise _PrepareError(
+                f"{spec.protocol} reaches a remote over IPv4 only ({ipv4_only}), and remote {spec.remote.name} is "
+                f"{remote_ip}: give remotes.{spec.remote.name}.address an IPv4 address, or measure it with another "
+                "protocol"
+            )
         client, mtu = route_to(remote_ip, spec.remote.netns)
     except (CaptureError, OSError, subprocess.SubprocessError) as exc:
         raise _PrepareError(str(exc)) from None
@@ -458,13 +473,12 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     if local_watch and tcp_local is None:
         _say_once(spec, f"this host's TCP state could not be read: {local_watch.error}")
     remote_note = ""
-    if remote_watch and tcp_remote is not None and not tcp_remote.sockets:
-        # Asked, but the remote saw no socket to our address: NAT, or a server elsewhere.
+    # Asked, but the remote listed no socket to our address: NAT or a server elsewhere, or
+    # no connection at all; the capture tells which (_remote_note, after the analysis).
+    remote_listed_none = bool(remote_watch and tcp_remote is not None and not tcp_remote.sockets)
+    if remote_listed_none:
         tcp_remote = None
-        remote_watch.error = (
-            f"the remote showed no TCP socket to {subject.client_address} (NAT, or the server runs at another address)"
-        )
-    if tcp and tcp_remote is None:
+    elif tcp and tcp_remote is None:
         remote_note = (
             _remote_stats_failed(spec, remote_watch.error)
             if remote_watch
@@ -492,29 +506,84 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                 [*remote_programs.lives(), *(remote_watch.program_lives() if remote_watch else [])], "remote"
             ),
         },
+        capture_tool=cap_cfg.tool,
+        remote_listed_none=remote_listed_none,
     )
+
+
+def _remote_note(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None) -> Ran:
+    """Why the remote's TCP state is absent when the remote listed no socket to us.  A
+    transfer that never connected (no payload crossed either way on the wire; without a
+    capture, no socket here either) had none to list: said, not warned about.  One that
+    did connect went to an address the remote does not know as ours (NAT) or to a server
+    elsewhere: that is a fact of the site, warned about once."""
+    if not ran.remote_listed_none:
+        return ran
+    if wire is not None:
+        connected = wire.payload_bytes_down + wire.payload_bytes_up > 0
+    else:
+        connected = ran.tcp_local is None or ran.tcp_local.sockets > 0
+    if not connected:
+        note = f"no connection to remote {spec.remote.name} was made: it had no TCP state to show"
+    else:
+        note = _remote_stats_failed(
+            spec,
+            f"the remote showed no TCP socket to {prepared.subject.client_address} "
+            "(NAT, or the server runs at another address)",
+        )
+    return dataclasses.replace(ran, tcp_remote_note=note)
 
 
 def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     """The wire numbers of the capture, or why there are none ("" when there was no capture)."""
     if not ran.captured:
         return None, ""
-    pcap, subject = prepared.pcap, prepared.subject
+    pcap, subject, tool = prepared.pcap, prepared.subject, ran.capture_tool
+    if ran.capture_dropped or ran.capture_unread:
+        # Packets the capture never saw: counts from it would be low by an unknown part (and
+        # the retransmissions by another), so they are absent, as those of a capture cut short.
+        lost = []
+        if ran.capture_dropped:
+            lost.append(
+                f"the kernel dropped {ran.capture_dropped} packets before {tool} read them (its buffer was full)"
+            )
+        if ran.capture_unread:
+            lost.append(f"{tool} was stopped with {ran.capture_unread} packets unread")
+        return None, (
+            f"capture: {' and '.join(lost)}; the wire numbers are absent: raise capture.buffer, or give the "
+            f"capture more CPU (docs/runbook.md)"
+        )
     try:
         # strict: a file that ends inside a record (cut short) is an error, not partial counts
         # in the analyser's worker process: numba and LLVM stay out of the exporter's RSS
         analysis = analyse_in_worker(pcap, subject.client_address, subject.remote_address, mtu=prepared.mtu)
+    except EmptyCapture as exc:
+        # No record in the file: cut short if the tool says it wrote some (a disk that
+        # filled before even the header was flushed), else nothing passed its filter.
+        return None, _cut_short(ran, pcap, 0) if ran.capture_packets else f"analysis: {exc}"
     except PcapError as exc:
         return None, f"analysis: {exc}"
     if ran.capture_packets is not None and analysis.records < ran.capture_packets:
-        # tcpdump counts what it handed to the file, and exits 0 even when the disk took
+        # The tool counts what it handed to the file, and exits 0 even when the disk took
         # only part of it: without this check a cut capture would pass for a complete one.
+        return None, _cut_short(ran, pcap, analysis.records)
+    if analysis.damaged_records:
+        # Records the analyser skipped (pcap._skip_damaged): what they carried is missing.
         return None, (
-            f"capture: tcpdump captured {ran.capture_packets} packets but {pcap} holds {analysis.records}: the "
-            f"capture was cut short (a full disk?); the wire numbers are absent: free space in {pcap.parent} "
-            "or set capture.directory"
+            f"analysis: {pcap} holds {analysis.damaged_records} damaged record"
+            f"{'s' if analysis.damaged_records != 1 else ''} (the first at byte {analysis.damaged_at}); the "
+            "wire numbers are absent: the capture file was corrupted after it was written (the disk, or "
+            "another writer)"
         )
     return Wire.of(analysis), ""
+
+
+def _cut_short(ran: Ran, pcap: Path, records: int) -> str:
+    return (
+        f"capture: {ran.capture_tool} captured {ran.capture_packets} packets but {pcap} holds {records}: the "
+        f"capture was cut short (a full disk?); the wire numbers are absent: free space in {pcap.parent} "
+        "or set capture.directory"
+    )
 
 
 def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, analysis_error: str) -> Verdict:
@@ -527,10 +596,6 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
             f"{count} packet{'s' if count != 1 else ''} between the hosts not decoded ({kind})"
             for kind, count in sorted(wire.undecoded.items())
         ]
-    if ran.capture_dropped:
-        notes.append(f"tcpdump dropped {ran.capture_dropped} packets: wire numbers are low")
-    if ran.capture_unread:
-        notes.append(f"tcpdump stopped with {ran.capture_unread} packets unread: wire numbers are low")
     if outcome.timed_out:
         return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout", *notes), False)
     if outcome.returncode != 0:
@@ -618,6 +683,7 @@ def capture_bytes_needed(file_bytes: int, files: int, snaplen: int) -> int:
 def space_shortfall(spec: TransferSpec, config: Config, workdir: Path, capture_dir: Path) -> str:
     """Why the disks cannot hold what this transfer writes ("" if they can): the received
     copy (downloads) or a missing upload source in transfer.workdir, and the capture.
+    A memory-to-memory test (iperf3) writes neither copy nor source: only its capture.
     Checked before anything runs, so a full disk fails the transfer with the reason
     instead of cutting the capture or the copy short."""
     ds = spec.dataset_config
@@ -627,7 +693,9 @@ def space_shortfall(spec: TransferSpec, config: Config, workdir: Path, capture_d
     def need(path: Path, amount: int, what: str, key: str) -> None:
         needs.setdefault(path.stat().st_dev, []).append((path, amount, what, key))
 
-    if spec.direction == "download":
+    if not spec.profile.produces_file:
+        pass
+    elif spec.direction == "download":
         need(workdir, size, f"the received copy ({human_bytes(size)})", "transfer.workdir")
     elif not _source_present(config.transfer.workdir / "sources", ds):
         need(config.transfer.workdir, size, f"the upload source ({human_bytes(size)})", "transfer.workdir")
@@ -671,10 +739,10 @@ def placeholder_values(
     spec: TransferSpec, workdir: Path, local_source: Path | None = None, upload_name: str = "", client: str = ""
 ) -> dict[str, str]:
     remote, ds = spec.remote, spec.dataset_config
-    if spec.direction == "download":
+    if spec.direction == "download" or local_source is None:  # or memory to memory: no file either end
         remote_path, local_path = remote.data_dir / ds.file, workdir / ds.file
     else:
-        assert remote.upload_dir is not None and local_source is not None  # guaranteed by validation
+        assert remote.upload_dir is not None  # guaranteed by validation
         remote_path, local_path = remote.upload_dir / upload_name, local_source
     try:
         remote_name = str(remote_path.relative_to(remote.serve_root))
@@ -682,7 +750,9 @@ def placeholder_values(
         remote_name = str(remote_path).lstrip("/")
     return {
         "host": remote.address,
+        "url_host": url_host(remote.address),
         "client": client,
+        "url_client": url_host(client),
         "port": str(remote.port),
         "user": remote.user,
         "key": str(remote.key or ""),

@@ -43,6 +43,7 @@ import yaml
 
 from bigbinf.mesh import UsageError  # what `mesh` reports as a usage error (exit 2), no traceback
 from bigbinf.mesh.config import MeshConfig, exporter_of
+from bigbinf.protocols.hosts import url_host
 
 COMMAND = "bigbinf-exporter mesh prometheus"
 # Where each Prometheus listens unless told otherwise (the Prometheus default); the
@@ -84,7 +85,7 @@ def reachable(listen: str, host: str, loopback_too: bool = False) -> str:
     host, to whom the exporter's loopback is its own)."""
     bind, _, port = listen.rpartition(":")
     if bind in WILDCARD_HOSTS or (loopback_too and is_loopback(bind)):
-        return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"  # IPv6
+        return f"{url_host(host)}:{port}"
     return listen
 
 

@@ -1011,7 +1011,8 @@ def transfer_detail() -> Dashboard:
             stat.Panel()
             .title("Capture drops, last transfer")
             .description(
-                "Packets the kernel dropped before tcpdump read them; non-zero means the wire numbers are low."
+                "Packets the capture lost (the kernel dropped them before the capture tool read them, or the tool "
+                "was stopped before it read them); non-zero means the transfer failed with its wire numbers absent."
             )
             .with_target(
                 query(f"{settings.last_transfer('capture_dropped_packets')}{sel()}", LEGEND_SERIES, instant=True)

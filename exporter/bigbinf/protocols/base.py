@@ -21,14 +21,17 @@ if TYPE_CHECKING:
 
 # Every placeholder a command template may use, and what it becomes.
 PLACEHOLDERS: Mapping[str, str] = {
-    "host": "the remote's address",
+    "host": "the remote's address, as it is (for what takes an address alone: ssh's and iperf3's host argument)",
+    "url_host": "the remote's address as a URL or a [user@]host:path operand takes it: an IPv6 literal in "
+    "brackets (ftp://{url_host}/..., {user}@{url_host}:{remote_path}); a name or IPv4 address as {host}",
     "client": "this host's address towards the remote (the source address the kernel picks)",
+    "url_client": "this host's address as a URL takes it: an IPv6 literal in brackets, else as {client}",
     "port": "the remote's port (ssh by default)",
     "user": "the remote's login user",
     "key": "path of the private key for the remote",
     "ssh_config": "path of an ssh_config file for the remote (/dev/null if none: ssh then reads no config file)",
     "remote_path": "absolute path on the remote: the dataset (download) or the upload's destination",
-    "remote_name": "the same path relative to the remote's serve_root, for URLs (ftp://{host}/{remote_name})",
+    "remote_name": "the same path relative to the remote's serve_root, for URLs (ftp://{url_host}/{remote_name})",
     "remote_dir": "the directory holding {remote_path}: the remote's data_dir (download) or upload_dir (upload)",
     "file": "the dataset's file (or directory) name",
     "local_path": "path on this host: the download's destination, or the upload's source",
@@ -151,6 +154,10 @@ def _any_tcp(options: object) -> Expectation:
     return Expectation()
 
 
+def _any_ip_version(options: object) -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class Profile(Generic[OptionsT]):
     name: str
@@ -179,6 +186,10 @@ class Profile(Generic[OptionsT]):
     # remote site, so that scheduled uploads do not fill its disk.  A kind missing here
     # needs the protocol's cleanup_command in the config (checked at load).
     cleanup: Mapping[str, list[str]] = field(default_factory=dict)
+    # Why the tool reaches a remote over IPv4 only, with these options ("" if IPv6 works
+    # too): a transfer to an IPv6 address fails before it runs, saying this (and
+    # --config.check refuses an IPv6 address given for such a pairing).
+    ipv4_only: Callable[[OptionsT], str] = _any_ip_version
 
     @property
     def option_fields(self) -> dict[str, tuple[type, Any, str]]:

@@ -57,4 +57,8 @@ PROFILE = Profile(
     # sshd starts bbftpd per transfer: the lab needs both (lab/servers.py).
     lab_servers=needs("sshd", "bbftpd"),
     cleanup={"file": [*BASE, "-e", "rm {remote_path}", "{host}"]},
+    ipv4_only=lambda options: (
+        "its client connects to the bbftpd that ssh started with an IPv4 socket (AF_INET, "
+        "bbftpc/connecttoserver.c connectviassh)"
+    ),
 )

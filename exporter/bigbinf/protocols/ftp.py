@@ -16,7 +16,7 @@ NETRC = ".netrc"
 
 
 def commands(options: NoOptions) -> Commands:
-    url = "ftp://{host}/{remote_name}"
+    url = "ftp://{url_host}/{remote_name}"
     curl = ["{binary}", "-sS", "--fail", "--netrc-optional", "--netrc-file", "{local_dir}/" + NETRC]
     lftp = ["lftp", "-e"]
     return {
@@ -25,12 +25,12 @@ def commands(options: NoOptions) -> Commands:
         ("download", "tree"): [
             *lftp,
             "set cmd:fail-exit yes; mirror --parallel=1 /{remote_name} {local_path}; quit",
-            "ftp://{host}",
+            "ftp://{url_host}",
         ],
         ("upload", "tree"): [
             *lftp,
             "set cmd:fail-exit yes; mirror -R --parallel=1 {local_path} /{remote_name}; quit",
-            "ftp://{host}",
+            "ftp://{url_host}",
         ],
     }
 
@@ -49,9 +49,9 @@ CLEANUP = {
         "/dev/null",
         "-Q",
         "DELE /{remote_name}",
-        "ftp://{host}/",
+        "ftp://{url_host}/",
     ],
-    "tree": ["lftp", "-e", "set cmd:fail-exit yes; rm -r /{remote_name}; quit", "ftp://{host}"],
+    "tree": ["lftp", "-e", "set cmd:fail-exit yes; rm -r /{remote_name}; quit", "ftp://{url_host}"],
 }
 
 

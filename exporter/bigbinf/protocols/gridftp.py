@@ -18,11 +18,14 @@ host (`local_port`), like UDT mode.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from bigbinf.protocols import command
 from bigbinf.protocols.base import Commands, Expectation, Profile, RunContext, RunOutcome, option
+from bigbinf.protocols.hosts import is_ipv6
 
 PORT = 2811
 SERVER = "globus-gridftp-server"  # the local end of third-party modes
@@ -47,11 +50,11 @@ def commands(options: GridftpOptions) -> Commands:
     if options.udt:
         return udt_commands(options)
     base = ["{binary}", "-p", str(options.parallel), "-cc", str(options.concurrency)]
-    remote = f"ftp://{{host}}:{PORT}{{remote_path}}"
+    remote = f"ftp://{{url_host}}:{PORT}{{remote_path}}"
     if options.pipelining:
         base.append("-pp")
         # This host's GridFTP server reads or writes {local_path} itself.
-        local = f"ftp://{{client}}:{options.local_port}{{local_path}}"
+        local = f"ftp://{{url_client}}:{options.local_port}{{local_path}}"
     else:
         local = "file://{local_path}"
     return {
@@ -64,8 +67,8 @@ def commands(options: GridftpOptions) -> Commands:
 
 def udt_commands(options: GridftpOptions) -> Commands:
     """Third-party between the remote's server and one on this host (gridftp_udt.py)."""
-    local = f"{{client}}:{options.local_port}"
-    remote = f"{{host}}:{PORT}"
+    local = f"{{url_client}}:{options.local_port}"
+    remote = f"{{url_host}}:{PORT}"
     driver = [sys.executable, "-m", "bigbinf.protocols.gridftp_udt"]
     return {
         ("download", "file"): [*driver, remote, "{remote_path}", local, "{local_path}"],
@@ -77,7 +80,17 @@ def run(ctx: RunContext[GridftpOptions]) -> RunOutcome:
     if _third_party(ctx.options) and ctx.direction == "download":
         # The local GridFTP server writes the file as its anonymous user, not as us.
         ctx.workdir.chmod(0o1777)
-    return command.run(ctx)
+    return command.run(dataclasses.replace(ctx, argv=with_ipv6(ctx.argv, ctx.values.get("host", ""))))
+
+
+def with_ipv6(argv: list[str], host: str) -> list[str]:
+    """globus-url-copy reaches an IPv6 address only when told (-ipv6; without it: "Address
+    family for hostname not supported"), and then uses EPSV/EPRT for the data channel.
+    Given only for an IPv6 remote, so transfers to IPv4 remotes run as they always have;
+    also to a configured command whose program is globus-url-copy itself."""
+    if is_ipv6(host) and Path(argv[0]).name == "globus-url-copy" and "-ipv6" not in argv:
+        return [argv[0], "-ipv6", *argv[1:]]
+    return argv
 
 
 def expect(options: GridftpOptions) -> Expectation:
@@ -92,6 +105,16 @@ def expect_tree(options: GridftpOptions) -> Expectation:
     # channels of 13-26 MB).  Parallel streams are per file and need not all carry 64 KiB
     # with small files (-p 4 moved the same set on 3), so they add nothing.
     return Expectation(transport="tcp", min_data_flows=options.concurrency)
+
+
+def ipv4_only(options: GridftpOptions) -> str:
+    # Seen in the lab over IPv6: the servers accept SITE SETNETSTACK udt and EPSV/EPRT,
+    # then the UDT data channel binds 0.0.0.0 (UDP) and the transfer waits forever.
+    return (
+        "UDT mode: the GridFTP servers' UDT data channel (globus-xio-udt-driver) binds IPv4 sockets only"
+        if options.udt
+        else ""
+    )
 
 
 def lab_servers(options: GridftpOptions) -> tuple[str, ...]:
@@ -115,4 +138,5 @@ PROFILE = Profile(
     expect_tree=expect_tree,
     lab_servers=lab_servers,
     local_binaries=local_binaries,
+    ipv4_only=ipv4_only,
 )

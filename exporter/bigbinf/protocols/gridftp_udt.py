@@ -2,11 +2,14 @@
 
     python -m bigbinf.protocols.gridftp_udt SRC_HOST:PORT SRC_PATH DST_HOST:PORT DST_PATH [STACK]
 
+(an IPv6 host in brackets: [2001:db8::1]:2811)
+
 Why not `globus-url-copy -udt`?  It passes the net stack only for gsiftp:// URLs, so with
 ftp:// it silently stays on TCP, two-party and third-party alike (read in its source and
 seen on the wire in the lab).  This drives both servers' control channels directly:
-SITE SETNETSTACK udt on both, PASV on the destination, PORT on the source, then STOR and
-RETR, and waits for both 226 replies.  For a download the source is the remote server and
+SITE SETNETSTACK udt on both, PASV on the destination, PORT on the source (over IPv6 their
+extended forms, RFC 2428: EPSV names only a port, EPRT the address), then STOR and RETR,
+and waits for both 226 replies.  For a download the source is the remote server and
 the destination a GridFTP server on this host, which writes the file locally.
 
 Anonymous logins only (the lab's servers); exit status 0 on success, 1 with the failing
@@ -21,8 +24,16 @@ import sys
 TIMEOUT_SECONDS = 600
 
 
+def split_hostport(hostport: str) -> tuple[str, int]:
+    """("2001:db8::1", 2811) from "[2001:db8::1]:2811", ("host", 2811) from "host:2811"."""
+    host, _, port = hostport.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
 def connect(hostport: str) -> ftplib.FTP:
-    host, port = hostport.rsplit(":", 1)
+    host, port = split_hostport(hostport)
     ftp = ftplib.FTP()
     ftp.connect(host, int(port), timeout=TIMEOUT_SECONDS)
     ftp.login("anonymous", "bigbinf@")
@@ -43,8 +54,14 @@ def transfer(src_hostport: str, src_path: str, dst_hostport: str, dst_path: str,
     try:
         for ftp in (src, dst):
             ftp.sendcmd(f"SITE SETNETSTACK {stack}")
-        passive = dst.sendcmd("PASV")
-        src.sendcmd("PORT " + passive[passive.index("(") + 1 : passive.index(")")])
+        dst_host = split_hostport(dst_hostport)[0]
+        if ":" in dst_host:  # IPv6: PASV and PORT carry IPv4 addresses only
+            passive = dst.sendcmd("EPSV")  # 229 Entering Extended Passive Mode (|||port|)
+            port = passive[passive.index("(") + 1 : passive.index(")")].strip("|")
+            src.sendcmd(f"EPRT |2|{dst_host}|{port}|")
+        else:
+            passive = dst.sendcmd("PASV")
+            src.sendcmd("PORT " + passive[passive.index("(") + 1 : passive.index(")")])
         dst.putcmd(f"STOR {dst_path}")
         src.putcmd(f"RETR {src_path}")
         for name, ftp in (("destination", dst), ("source", src)):

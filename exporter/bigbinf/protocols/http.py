@@ -8,7 +8,7 @@ from bigbinf.protocols.base import Commands, NoOptions, Profile, needs
 
 
 def commands(options: NoOptions) -> Commands:
-    url = "http://{host}/{remote_name}"
+    url = "http://{url_host}/{remote_name}"
     curl = ["{binary}", "-sS", "--fail"]
     return {
         ("download", "file"): [*curl, "-o", "{local_path}", url],
@@ -17,7 +17,7 @@ def commands(options: NoOptions) -> Commands:
 
 
 # WebDAV DELETE; the server must allow it where it allows PUT.
-CLEANUP = {"file": ["curl", "-sS", "--fail", "-X", "DELETE", "http://{host}/{remote_name}"]}
+CLEANUP = {"file": ["curl", "-sS", "--fail", "-X", "DELETE", "http://{url_host}/{remote_name}"]}
 
 PROFILE = Profile(
     name="http",

@@ -11,7 +11,7 @@ BATCH = "sftp.batch"
 
 def commands(options: NoOptions) -> Commands:
     # No -q: it hides ssh's diagnostics (scp.SSH_OPTS says why).
-    argv = ["{binary}", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{host}"]
+    argv = ["{binary}", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{url_host}"]
     return {(d, k): argv for d in ("download", "upload") for k in ("file", "tree")}
 
 

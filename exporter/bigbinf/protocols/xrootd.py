@@ -8,7 +8,7 @@ from bigbinf.protocols.base import Commands, NoOptions, Profile, needs
 
 def commands(options: NoOptions) -> Commands:
     base = ["{binary}", "--force", "--silent"]
-    url = "root://{host}/{remote_path}"
+    url = "root://{url_host}/{remote_path}"
     return {
         ("download", "file"): [*base, url, "{local_path}"],
         ("download", "tree"): [*base, "--recursive", url, "{local_dir}"],
@@ -19,7 +19,7 @@ def commands(options: NoOptions) -> Commands:
 
 
 # xrdfs has no recursive rm: a directory upload needs the protocol's cleanup_command.
-CLEANUP = {"file": ["xrdfs", "{host}", "rm", "{remote_path}"]}
+CLEANUP = {"file": ["xrdfs", "{url_host}", "rm", "{remote_path}"]}
 
 PROFILE = Profile(
     name="xrootd",

@@ -8,6 +8,7 @@ bigbinf.study without a cycle.
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import re
 import stat
 import sys
@@ -25,6 +26,16 @@ class UsageError(Exception):
     def __init__(self, message: str, code: int = 2) -> None:
         super().__init__(message)
         self.code = code
+
+
+def require_extras(command: str, figures: bool) -> None:
+    """Say before any work that the optional extra `report` is missing: the statistics
+    need scipy, the figures matplotlib (find_spec only looks; they import them when they
+    run), so a missing one is a line naming the fix, not a traceback halfway through."""
+    wanted = ("scipy", "matplotlib") if figures else ("scipy",)
+    missing = [module for module in wanted if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError(f"{command} needs {' and '.join(missing)}: pip install 'bigbinf[report]'")
 
 
 def parse_tz_offset(text: str, option: str = "--tz-offset") -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import importlib.util
 import json
 import math
 import re
@@ -35,7 +34,15 @@ from typing import Any, TextIO
 
 from bigbinf.journal import Journal, SkippedLine
 from bigbinf.result import Result
-from bigbinf.study.common import Progress, UsageError, check_journal, journal_read_error, parse_tz_offset, parse_when
+from bigbinf.study.common import (
+    Progress,
+    UsageError,
+    check_journal,
+    journal_read_error,
+    parse_tz_offset,
+    parse_when,
+    require_extras,
+)
 from bigbinf.study.html import render_html
 from bigbinf.study.readback import DEFAULT_STEP_SECONDS, read_prometheus
 from bigbinf.study.tables import TABLE1_HEADINGS, TABLE2_HEADINGS, Report, build_report
@@ -204,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         end = parse_when(args.end, tz, "--to", end_of_day=True) if args.end else None
         if start is not None and end is not None and start >= end:
             raise UsageError(f"--from {args.start} is not before --to {args.end}")
-        _require_extras(figures=not args.no_figures)
+        require_extras("report", figures=not args.no_figures)
         unreadable: list[SkippedLine] = []
         results, source = _load(args, start, end, unreadable)
         try:
@@ -225,11 +232,3 @@ def run(args: argparse.Namespace) -> int:
         return exc.code
     print(f"report: {report.summary()}; wrote {out / 'index.html'}", file=sys.stderr)
     return 0
-
-
-def _require_extras(figures: bool) -> None:
-    """Say before any work that the optional extra is missing (find_spec only looks: the
-    statistics and figures import scipy and matplotlib themselves, when they run)."""
-    missing = [m for m in (("scipy", "matplotlib") if figures else ("scipy",)) if importlib.util.find_spec(m) is None]
-    if missing:
-        raise UsageError(f"report needs {' and '.join(missing)}: pip install 'bigbinf[report]'")

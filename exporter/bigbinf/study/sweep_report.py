@@ -44,7 +44,7 @@ from typing import Any
 from bigbinf.journal import Journal, SkippedLine
 from bigbinf.result import Result
 from bigbinf.study import stats
-from bigbinf.study.common import UsageError, check_journal, journal_read_error
+from bigbinf.study.common import UsageError, check_journal, journal_read_error, require_extras
 
 SOURCE = "sweep"
 BASELINE_KEY = "baseline"
@@ -402,6 +402,7 @@ def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -
 
 def run(args: argparse.Namespace) -> int:
     try:
+        require_extras("sweep-report", figures=not args.no_figures)
         path = Path(args.journal)
         check_journal(path)
         unreadable: list[SkippedLine] = []

@@ -84,6 +84,7 @@ from bigbinf.measure.wire.pcap import (
     BOGUS_HEADER,
     NO_ANALYSIS,
     TRANSPORT_NAMES,
+    EmptyCapture,
     Packet,
     PathLike,
     PcapError,
@@ -100,8 +101,18 @@ from bigbinf.measure.wire.pcap import (
 )
 from bigbinf.result import PAYLOAD_BUCKETS
 
-# Packet, PcapError and iter_packets are re-exported: callers that analyse also read.
-__all__ = ["Analysis", "Engine", "FlowStats", "Packet", "PcapError", "TruncatedCapture", "analyse_pcap", "iter_packets"]
+# Packet, PcapError (EmptyCapture, TruncatedCapture) and iter_packets are re-exported: callers that analyse also read.
+__all__ = [
+    "Analysis",
+    "EmptyCapture",
+    "Engine",
+    "FlowStats",
+    "Packet",
+    "PcapError",
+    "TruncatedCapture",
+    "analyse_pcap",
+    "iter_packets",
+]
 
 
 @dataclass(frozen=True)
@@ -132,9 +143,13 @@ class Analysis:
     captured_wire_bytes: dict[str, int]  # sum of orig_len of the records as captured
     captured_packets: dict[str, int]  # records as captured
     superframes: dict[str, int]  # captured frames that stood for several wire frames
-    records: int  # every packet record in the file, between the hosts or not
+    records: int  # every packet record in the file, between the hosts or not, damaged or not
     undecoded: dict[str, int]  # kind -> packets between the hosts inside encapsulations not opened
     truncated_at: int | None  # byte offset of the record the end of the file cut (strict=False)
+    # Records skipped as damaged (pcap._skip_damaged: an impossible length or timestamp
+    # in a record whose framing holds): the counts miss what they carried.
+    damaged_records: int = 0
+    damaged_at: int | None = None  # byte offset of the first of them
 
 
 # TCP flag bits.
@@ -368,7 +383,7 @@ def _retransmissions(
                 conversation = conversations[key] = _TcpConversation()
             if conversation.segment(down, ts_ns, seq, ack, seglen, flags, window):
                 # Every earlier record was either yielded or counted as "other".
-                found.append((yielded + totals.other_packets, down))
+                found.append((yielded + totals.other_packets + totals.damaged, down))
     return found
 
 
@@ -415,8 +430,11 @@ def analyse_pcap(
     mtu: the link MTU towards the remote, for the segment size of TCP super-frames on
     connections whose SYN was not captured (1500 if None).  strict: a file that ends
     inside a record (the capture was cut short) raises TruncatedCapture; with
-    strict=False the counts up to there are returned with truncated_tail set.  Every
-    other problem with the file or the arguments is a PcapError naming the fix.
+    strict=False the counts up to there are returned with truncated_tail set.  A damaged
+    record whose framing holds is skipped and counted (damaged_records, damaged_at:
+    pcap._skip_damaged says why), either way.  Every other problem with the file or the
+    arguments is a PcapError naming the fix: among them a path that is no regular file
+    (a FIFO), an empty file, and one with no packet record at all.
     engine: "auto" (the compiled fast path where it applies) or "python"; None reads
     the BIGBINF_ANALYSER environment variable (default auto).  Both give the same Analysis."""
     name = os.fspath(path)
@@ -603,6 +621,8 @@ def _fast_tally(
     totals.other_packets = int(g[fastscan.G_OTHER])
     truncated_at = int(g[fastscan.G_TRUNCATED_AT])
     totals.truncated_at = None if truncated_at < 0 else truncated_at
+    totals.damaged = int(g[fastscan.G_DAMAGED])
+    totals.damaged_at = int(g[fastscan.G_DAMAGED_AT]) if totals.damaged else None
     flow_lists: dict[int, list[Any]] = {}
     for row in flows[: int(g[fastscan.G_FLOWS])].tolist():
         flow_lists[row[fastscan.F_KEY]] = [
@@ -708,6 +728,16 @@ def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
 
     wire_bytes, packets = per_way(_WIRE), per_way(_PACKETS)
     split_wire, split_packets, superframes = tally.split_wire, tally.split_packets, tally.superframes
+    records = packets["down"] - split_packets[0] + packets["up"] - split_packets[1] + totals.other_packets
+    records += totals.damaged
+    if not records and totals.truncated_at is None:
+        # Zero counts would read as a transfer that sent nothing; a capture tool that ran
+        # records at least the transfer's first packet (or someone else's).
+        raise EmptyCapture(
+            f"{name}: the capture holds no packets, only its file header: nothing was captured between its "
+            "start and its stop (the wrong interface, or a filter no packet matched); capture the transfer "
+            "again on the interface towards the remote"
+        )
     first_ts = tally.first_ts
     return Analysis(
         wire_bytes=wire_bytes,
@@ -723,9 +753,11 @@ def _analysis(name: str, tally: _Tally, strict: bool) -> Analysis:
         captured_wire_bytes={"down": wire_bytes["down"] - split_wire[0], "up": wire_bytes["up"] - split_wire[1]},
         captured_packets={"down": packets["down"] - split_packets[0], "up": packets["up"] - split_packets[1]},
         superframes={"down": superframes[0], "up": superframes[1]},
-        records=packets["down"] - split_packets[0] + packets["up"] - split_packets[1] + totals.other_packets,
+        records=records,
         undecoded=dict(totals.undecoded),
         truncated_at=totals.truncated_at,
+        damaged_records=totals.damaged,
+        damaged_at=totals.damaged_at,
     )
 
 

@@ -221,7 +221,9 @@ class Capture:
                 start_new_session=True,
             )
         except FileNotFoundError:
-            raise CaptureError(f"{self.argv[0]} is not installed: install tcpdump (scripts/setup.sh)") from None
+            # argv[0] is the tool, or `ip` (netns exec) in front of it: name what is missing.
+            package = {"ip": "iproute2", TCPDUMP: "tcpdump"}.get(self.argv[0], Path(self.argv[0]).name)
+            raise CaptureError(f"{self.argv[0]} is not installed: install {package} (scripts/setup.sh)") from None
         track(self.proc)
         self._place(self.proc.pid)
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)

@@ -17,15 +17,18 @@ What the fast path handles: classic pcap (either byte order, micro- or nanosecon
 pcapng's Enhanced Packet Blocks (the caller reads the other blocks: sections,
 interfaces, statistics; decimal time resolutions); Ethernet, Linux SLL/SLL2 and raw
 IP; IPv4 and IPv6 without extension headers; TCP, UDP and other transports; TCP
-super-frames split by MSS as pcap._Splitter does; a file cut short (``truncated_at``).
+super-frames split by MSS as pcap._Splitter does; a file cut short (``truncated_at``);
+damaged records whose framing holds, skipped and counted (pcap._skip_damaged).
 On anything else it stops and says so (``BAIL``), and the caller runs the exact
 pure-Python path on the whole file: obsolete pcapng Packet Blocks, binary time
-resolutions, VLAN/PPPoE/MPLS, IPv4 fragments, IPv6 extension headers or jumbograms, a
-damaged or malformed record (the Python path raises the error that names its offset),
-and a frame not between the hosts that contains the host pair's addresses (the Python
-path names its encapsulation).  Every rule below mirrors a line of pcap.decode,
-pcap._classic_records/_pcapng_records or analyse._TcpConversation.segment; the
-comments there say why each rule is what it is.
+resolutions, timestamps beyond 2^62 ns, VLAN/PPPoE/MPLS, IPv4 fragments, IPv6 extension
+headers or jumbograms, a malformed block or a record whose framing is lost (the Python
+path raises the error that names its offset), and a frame not between the hosts that
+contains the host pair's addresses (the Python path names its encapsulation).  The two
+must never differ: where 64-bit arithmetic could (a pcapng timestamp of 2^63 ns and
+more would wrap negative), the fast path bails rather than approximates.  Every rule
+below mirrors a line of pcap.decode, pcap._classic_records/_pcapng_records or
+analyse._TcpConversation.segment; the comments there say why each rule is what it is.
 
 State lives in arrays the caller owns, so the file is scanned in bounded chunks (pages
 handed back between them) and the per-flow state carries across chunks: memory is
@@ -87,7 +90,9 @@ G_RECORDS = 13  # records read: the frame number of the last one
 G_TRUNCATED_AT = 14  # -1 or the offset of a record the end of the file cut
 G_FLOWS = 15  # flows in use
 G_FRAMES = 16  # retransmission frames in the frame list
-G_SIZE = 17
+G_DAMAGED = 17  # records skipped as damaged (pcap._skip_damaged)
+G_DAMAGED_AT = 18  # the offset of the first of them
+G_SIZE = 19
 
 # Columns of the per-flow state (int64 array flows[flow, column]); "+ way" is 0 down, 1 up.
 F_KEY = 0  # transport << 32 | client port << 16 | remote port, as analyse.py's flow key
@@ -290,10 +295,18 @@ def scan(
                 return BAIL, offset  # malformed: the Python path raises the error naming the offset
             linktype = interfaces[ifid, I_LINKTYPE]
             snaplen = interfaces[ifid, I_SNAPLEN]
-            if end > block_end - 4 or orig_len > MAX_FRAME or 0 < snaplen < caplen:
-                return BAIL, offset
+            if end > block_end - 4:
+                return BAIL, offset  # malformed
+            if orig_len > MAX_FRAME or 0 < snaplen < caplen:  # damaged: skipped, counted
+                if g[G_DAMAGED] == 0:
+                    g[G_DAMAGED_AT] = offset
+                g[G_DAMAGED] += 1
+                g[G_RECORDS] += 1
+                offset = block_end
+                continue
             ts_mul, ts_div = interfaces[ifid, I_TS_MUL], interfaces[ifid, I_TS_DIV]
-            if units >= _TS_LIMIT or ts_mul == 0:
+            # units >= 2^63 reads negative in 64 bits: it would wrap to a time before 1970.
+            if units < 0 or units >= _TS_LIMIT or ts_mul == 0:
                 return BAIL, offset  # beyond 64-bit arithmetic: Python's integers do it
             if ts_div == 1:
                 if units > _TS_LIMIT // ts_mul:
@@ -318,11 +331,18 @@ def scan(
                 caplen, orig_len = _u32_le(buf, offset + 8), _u32_le(buf, offset + 12)
             start = offset + 16
             end = start + caplen
-            if caplen > caplen_limit or orig_len > MAX_FRAME or ts_frac >= frac_limit:
-                return BAIL, offset  # damaged: the Python path raises the error naming the offset
-            if end > size:
-                g[G_TRUNCATED_AT] = offset
-                return DONE, offset
+            if caplen > caplen_limit or orig_len > MAX_FRAME or ts_frac >= frac_limit or end > size:
+                if end > size and caplen <= caplen_limit:
+                    g[G_TRUNCATED_AT] = offset
+                    return DONE, offset
+                if caplen > MAX_FRAME or end > size:
+                    return BAIL, offset  # framing lost: the Python path raises the error naming the offset
+                if g[G_DAMAGED] == 0:  # damaged, framing intact: skipped, counted
+                    g[G_DAMAGED_AT] = offset
+                g[G_DAMAGED] += 1
+                g[G_RECORDS] += 1
+                offset = end
+                continue
             offset = end
             g[G_RECORDS] += 1
             ts = ts_sec * 1_000_000_000 + ts_frac * ns_per_frac
@@ -495,7 +515,8 @@ def scan(
             segment = mss - (tcp_length - 20) if mss else mtu - (l4 - l3) - tcp_length
             if segment > 0 and seglen > segment:
                 split_frames = (seglen + segment - 1) // segment
-                wire = seglen + split_frames * (orig_len - seglen)
+                # The captured frame, and its headers again for every further segment.
+                wire = orig_len + (split_frames - 1) * (l4 - start + tcp_length)
                 flows[f, F_WIRE + way] += wire
                 flows[f, F_PACKETS + way] += split_frames
                 g[G_SPLIT_WIRE + way] += wire - orig_len

@@ -43,6 +43,7 @@ import contextlib
 import mmap
 import os
 import socket
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,11 +51,16 @@ from typing import NoReturn, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["Packet", "PcapError", "TruncatedCapture", "iter_packets"]
+__all__ = ["EmptyCapture", "Packet", "PcapError", "TruncatedCapture", "iter_packets"]
 
 
 class PcapError(Exception):
     """The file cannot be analysed; the message names the file, the problem and the fix."""
+
+
+class EmptyCapture(PcapError):
+    """The file holds no packet record: empty (0 bytes), or only its file header (and, for
+    pcapng, other blocks).  Zero counts would read as a transfer that moved nothing."""
 
 
 class TruncatedCapture(PcapError):
@@ -162,14 +168,26 @@ class _FileHeader:
 
 @contextlib.contextmanager
 def mapped(path: PathLike) -> Iterator[bytes | mmap.mmap]:
-    """The file's bytes, memory-mapped so a multi-GB capture is not read into memory."""
+    """The file's bytes, memory-mapped so a multi-GB capture is not read into memory.
+    Only a regular file: opened without blocking and refused otherwise, because opening
+    a FIFO waits for a writer that may never come (and a device or directory is no
+    capture either)."""
     name = os.fspath(path)
     mm: mmap.mmap | None = None
     try:
-        with open(name, "rb") as f:
-            if os.fstat(f.fileno()).st_size:  # mmap cannot map an empty file
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise PcapError(
+                    f"{name}: not a regular file but {_file_kind(status.st_mode)}; a capture is read from a "
+                    "file: give the path of the pcap or pcapng file (write a pipe's capture to a file first)"
+                )
+            if status.st_size:  # mmap cannot map an empty file
+                mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
                 mm.madvise(mmap.MADV_SEQUENTIAL)  # read once, front to back: read ahead
+        finally:
+            os.close(fd)
     except OSError as e:
         raise PcapError(f"{name}: cannot read the capture ({e.strerror}); check the path and permissions") from e
     if mm is None:
@@ -185,16 +203,29 @@ def mapped(path: PathLike) -> Iterator[bytes | mmap.mmap]:
             mm.close()
 
 
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((what for test, what in kinds if test(mode)), "not a file")
+
+
 class ScanTotals:
     """What the reader and decoder learn besides the packets themselves."""
 
-    __slots__ = ("file_size", "other_packets", "truncated_at", "undecoded")
+    __slots__ = ("damaged", "damaged_at", "file_size", "other_packets", "truncated_at", "undecoded")
 
     def __init__(self) -> None:
         self.other_packets = 0  # records not yielded: other hosts, non-IP, undecoded
         self.truncated_at: int | None = None  # byte offset of a record cut by the end of the file
         self.file_size = 0
         self.undecoded: dict[str, int] = {}  # kind -> host-pair packets not opened
+        self.damaged = 0  # records skipped as damaged (DAMAGED_RECORDS says which)
+        self.damaged_at: int | None = None  # byte offset of the first of them
 
     @property
     def truncated_tail(self) -> bool:
@@ -202,12 +233,15 @@ class ScanTotals:
 
 
 def _records(name: str, buf: bytes | mmap.mmap, totals: ScanTotals) -> Iterator[Record]:
-    """The record reader for the file's format (nothing for an empty file: tcpdump
-    killed before it wrote anything, zero counts)."""
+    """The record reader for the file's format; an empty file is an error (no capture
+    tool leaves one: it writes its file header before the first packet)."""
     size = len(buf)
     totals.file_size = size
     if size == 0:
-        return iter(())
+        raise EmptyCapture(
+            f"{name}: the file is empty (0 bytes), not even a pcap file header: the capture never "
+            "started writing (stopped before it started, or no room for it); capture the transfer again"
+        )
     magic = bytes(buf[:4])
     if magic == _PCAPNG_MAGIC:
         return _pcapng_records(name, buf, totals)
@@ -246,7 +280,9 @@ def _parse_file_header(name: str, buf: bytes | mmap.mmap) -> _FileHeader:
 
 def _classic_records(name: str, buf: bytes | mmap.mmap, header: _FileHeader, totals: ScanTotals) -> Iterator[Record]:
     """Every record of a classic pcap, checked; a record cut by the end of the file ends
-    the reading with ``totals.truncated_at`` set, a damaged one is a PcapError."""
+    the reading with ``totals.truncated_at`` set; a damaged one is skipped and counted
+    in ``totals`` (_skip_damaged), or, where the records after it cannot be found, a
+    PcapError."""
     unpack_record = header.record.unpack_from
     ns_per_frac = header.ns_per_frac
     frac_limit = 1_000_000_000 // ns_per_frac  # a sub-second field this large is damage
@@ -269,9 +305,13 @@ def _classic_records(name: str, buf: bytes | mmap.mmap, header: _FileHeader, tot
         end = start + caplen
         # One test for the four ways a record can be wrong: it runs every record.
         if caplen > caplen_limit or orig_len > max_frame or ts_frac >= frac_limit or end > size:
-            _check_classic_record(name, offset, caplen, orig_len, ts_frac, header)
-            totals.truncated_at = offset  # only "runs past the end of the file" is left
-            return
+            if end > size and caplen <= caplen_limit:
+                totals.truncated_at = offset  # its only fault: the file ends in it
+                return
+            _check_classic_framing(name, offset, caplen, end > size, header)
+            _skip_damaged(totals, offset)
+            offset = end
+            continue
         if offset > release_at and isinstance(buf, mmap.mmap):  # everything before it is decoded
             released = _release(buf, released, offset)
             release_at = released + _RELEASE_EVERY
@@ -279,19 +319,37 @@ def _classic_records(name: str, buf: bytes | mmap.mmap, header: _FileHeader, tot
         yield ts_sec * 1_000_000_000 + ts_frac * ns_per_frac, start, end, orig_len, linktype
 
 
-def _check_classic_record(
-    name: str, offset: int, caplen: int, orig_len: int, ts_frac: int, header: _FileHeader
-) -> None:
-    """Raise for a damaged record; return if its only fault is that the file ends in it."""
-    if 0 < header.snaplen < caplen:
-        _damaged(name, offset, f"captured length {caplen} exceeds the file's snap length {header.snaplen}")
+def _check_classic_framing(name: str, offset: int, caplen: int, past_end: bool, header: _FileHeader) -> None:
+    """Raise for a damaged record whose captured length cannot be trusted to lead to the
+    next record: beyond any frame's, or beyond the snap length and past the end of the
+    file (no next record to show the length was right)."""
     if caplen > _MAX_FRAME:
         _damaged(name, offset, f"captured length {caplen} exceeds any frame's ({_MAX_FRAME} bytes)")
-    if orig_len > _MAX_FRAME:
-        _damaged(name, offset, f"original length {orig_len} exceeds any frame's ({_MAX_FRAME} bytes)")
-    unit = "microseconds" if header.ns_per_frac == 1000 else "nanoseconds"
-    if ts_frac * header.ns_per_frac >= 1_000_000_000:
-        _damaged(name, offset, f"its timestamp's fraction is {ts_frac} {unit}, 1 s or more")
+    if past_end:
+        _damaged(
+            name,
+            offset,
+            f"captured length {caplen} exceeds the file's snap length {header.snaplen} and runs past the end of "
+            "the file",
+        )
+
+
+def _skip_damaged(totals: ScanTotals, offset: int) -> None:
+    """A damaged record: a field is impossible while its framing holds.  An original
+    length beyond any frame's (_MAX_FRAME), a captured length beyond the file's (or the
+    pcapng interface's) snap length, a classic timestamp fraction of 1 s or more.  tshark
+    reads past such a record (the next one starts where its captured length, or its
+    pcapng block's length, says), and so does the analyser, deliberately: the record is
+    skipped, not counted (what it says cannot be trusted), and the Analysis says how
+    many there were and where the first is (``damaged_records``, ``damaged_at``).  The
+    counts then miss what those records carried, so a transfer's result treats such a
+    capture as one with drops: its wire numbers absent (measure/transfer.py).  A record
+    whose framing is lost (a captured length beyond any frame's, or past the end of the
+    file while beyond the snap length) still stops the analysis with a PcapError:
+    nothing after it can be found."""
+    if totals.damaged_at is None:
+        totals.damaged_at = offset
+    totals.damaged += 1
 
 
 def _damaged(name: str, offset: int, what: str) -> NoReturn:
@@ -311,7 +369,8 @@ def _pcapng_records(name: str, buf: bytes | mmap.mmap, totals: ScanTotals) -> It
     """Every packet record of a pcapng file: Enhanced, obsolete Packet and Simple Packet
     Blocks; Section Header Blocks set the byte order and start a new set of interfaces;
     other blocks are skipped.  A block cut by the end of the file ends the reading with
-    ``totals.truncated_at`` set; a malformed one is a PcapError naming its offset.
+    ``totals.truncated_at`` set; a malformed one is a PcapError naming its offset; a
+    damaged packet block is skipped and counted (_skip_damaged).
 
     Simple Packet Blocks carry no timestamp and are refused: borrowing the previous
     record's time would make the duration and the retransmission analysis (which reads
@@ -371,11 +430,15 @@ def _pcapng_records(name: str, buf: bytes | mmap.mmap, totals: ScanTotals) -> It
         if ifid >= len(interfaces):
             _malformed(name, offset, f"packet on interface {ifid}, which no Interface Description Block defined")
         linktype, snaplen, ts_mul, ts_div, ts_offset_ns = interfaces[ifid]
-        if end > block_end - 4 or orig_len > max_frame or 0 < snaplen < caplen:
-            _check_packet_block(name, offset, end > block_end - 4, caplen, orig_len, snaplen)
+        if end > block_end - 4:
+            _malformed(name, offset, f"captured length {caplen} runs past the block's end")
         if offset > release_at and isinstance(buf, mmap.mmap):
             released = _release(buf, released, offset)
             release_at = released + _RELEASE_EVERY
+        if orig_len > max_frame or 0 < snaplen < caplen:  # damaged; the block's length frames it
+            _skip_damaged(totals, offset)
+            offset = block_end
+            continue
         offset = block_end
         yield (ts_high << 32 | ts_low) * ts_mul // ts_div + ts_offset_ns, start, end, orig_len, linktype
 
@@ -405,15 +468,6 @@ def _other_block(
         major = struct.unpack_from(order + "H", buf, body + 4)[0] if body + 6 <= body_end else 0
         if major != 1:
             _malformed(name, offset, f"section header of pcapng version {major} (1 is known)")
-
-
-def _check_packet_block(name: str, offset: int, past_block: bool, caplen: int, orig_len: int, snaplen: int) -> None:
-    if past_block:
-        _malformed(name, offset, f"captured length {caplen} runs past the block's end")
-    if 0 < snaplen < caplen:
-        _damaged(name, offset, f"captured length {caplen} exceeds the interface's snap length {snaplen}")
-    if orig_len > _MAX_FRAME:
-        _damaged(name, offset, f"original length {orig_len} exceeds any frame's ({_MAX_FRAME} bytes)")
 
 
 def _parse_interface(
@@ -561,8 +615,11 @@ def decode(
         else:  # a pcapng interface of a link type not decoded
             others.count_link(start, end, linktype)
             continue
+        # Where the network layer's packet ends at the latest: the frame's end on the wire,
+        # or a PPPoE session's own length (what follows is padding, as tshark reads it).
+        ip_end = start + orig_len
         if ethertype in encapsulations:
-            l3, ethertype = _open_encapsulations(buf, l3, ethertype, end)
+            l3, ethertype, ip_end = _open_encapsulations(buf, l3, ethertype, end, ip_end)
 
         # --- network layer
         if ethertype == _ETH_IPV4:
@@ -580,9 +637,10 @@ def decode(
             ihl = (version_ihl & 0x0F) * 4
             if ihl < 20:  # bogus header: count the packet, but do not trust what follows
                 ihl, proto = 20, -1
-            # 0: a TSO/BIG TCP frame captured before segmentation; longer than the frame:
-            # a damaged length that would invent payload.  Either way the frame says.
-            on_wire = orig_len + start - l3
+            # 0: a TSO/BIG TCP frame captured before segmentation; longer than the frame
+            # (or than a PPPoE session's length): a damaged length that would invent
+            # payload.  Either way the frame (or the encapsulation) says.
+            on_wire = ip_end - l3
             if total_length > on_wire or not total_length:
                 total_length = on_wire
             l4 = l3 + ihl
@@ -601,7 +659,7 @@ def decode(
             else:
                 count_other(start, end, l3, ethertype)
                 continue
-            proto, l4, l4_length, frag_offset, fragment_key = _ipv6_transport(buf, l3, end, start + orig_len, down)
+            proto, l4, l4_length, frag_offset, fragment_key = _ipv6_transport(buf, l3, end, ip_end, down)
             total_length = l4 - l3 + l4_length
         else:
             count_other(start, end, l3, ethertype)
@@ -630,7 +688,7 @@ def decode(
                 if flags & _SYN:
                     split_floor = splitter.syn(buf, l4, tcp_length, end, down, sport, dport)
                 elif total_length > split_floor:
-                    split = splitter.split(buf, l3, l4, tcp_length, seglen, orig_len, down, sport, dport)
+                    split = splitter.split(buf, start, l3, l4, tcp_length, seglen, orig_len, down, sport, dport)
                 if tcp_length < 20:
                     flags |= BOGUS_HEADER
                 yield ts_ns, down, orig_len, TCP, seglen, sport, dport, seq, ack, seglen, flags, window, split
@@ -643,27 +701,33 @@ def decode(
             yield ts_ns, down, orig_len, OTHER, l4_length, 0, 0, 0, 0, 0, NO_ANALYSIS, 0, None
 
 
-def _open_encapsulations(buf: bytes | mmap.mmap, l3: int, ethertype: int, end: int) -> tuple[int, int]:
-    """(l3 start, ethertype) inside any 802.1Q/802.1ad tags (QinQ stacks them), PPPoE
-    session header and MPLS label stack, in any order; the outermost one not opened
-    (PPP other than IP, MPLS over something other than IP) is returned as found."""
+def _open_encapsulations(
+    buf: bytes | mmap.mmap, l3: int, ethertype: int, end: int, ip_end: int
+) -> tuple[int, int, int]:
+    """(l3 start, ethertype, where the packet at l3 ends at the latest) inside any
+    802.1Q/802.1ad tags (QinQ stacks them), PPPoE session header and MPLS label stack, in
+    any order; the outermost one not opened (PPP other than IP, MPLS over something other
+    than IP) is returned as found.  ip_end comes in as the frame's end on the wire; a
+    PPPoE session header's length (the PPP protocol field and what follows) bounds it,
+    as tshark bounds the IP packet by it: bytes after it are padding, not payload."""
     while True:
         if ethertype in _VLAN_TPIDS:
             if l3 + 4 > end:
-                return l3, ethertype
+                return l3, ethertype, ip_end
             ethertype = _u16(buf, l3 + 2)[0]  # after 2 bytes of TCI
             l3 += 4
         elif ethertype == _PPPOE_SESSION:
             # 6 bytes of PPPoE (version/type, code, session, length), then PPP's protocol.
             if l3 + 8 > end:
-                return l3, ethertype
+                return l3, ethertype, ip_end
             protocol = _u16(buf, l3 + 6)[0]
             if protocol == _PPP_IPV4:
                 ethertype = _ETH_IPV4
             elif protocol == _PPP_IPV6:
                 ethertype = _ETH_IPV6
             else:
-                return l3, ethertype
+                return l3, ethertype, ip_end
+            ip_end = min(ip_end, l3 + 6 + _u16(buf, l3 + 4)[0])
             l3 += 8
         elif ethertype in _MPLS:
             # 4-byte label stack entries; the bottom-of-stack bit is the low bit of the third byte.
@@ -672,25 +736,26 @@ def _open_encapsulations(buf: bytes | mmap.mmap, l3: int, ethertype: int, end: i
                 p += 4
             p += 4
             if p >= end:
-                return l3, ethertype
+                return l3, ethertype, ip_end
             version = buf[p] >> 4  # MPLS does not say what it carries: IP says by its version
             if version == 4:
                 ethertype = _ETH_IPV4
             elif version == 6:
                 ethertype = _ETH_IPV6
             else:
-                return l3, ethertype  # a pseudowire (control word, Ethernet), not IP
+                return l3, ethertype, ip_end  # a pseudowire (control word, Ethernet), not IP
             l3 = p
         else:
-            return l3, ethertype
+            return l3, ethertype, ip_end
 
 
 def _ipv6_transport(
     buf: bytes | mmap.mmap, l3: int, end: int, wire_end: int, down: bool
 ) -> tuple[int, int, int, int, tuple[bool, int, int] | None]:
     """Walk the IPv6 extension headers: (proto, l4 start, l4 length, frag offset, frag key).
-    wire_end is where the frame ends on the wire (start + orig_len); the payload ends
-    where the IPv6 lengths say, but never beyond it."""
+    wire_end is where the packet ends at the latest (the frame's end on the wire, or a
+    PPPoE session's length); the payload ends where the IPv6 lengths say, but never
+    beyond it."""
     payload_length = _u16(buf, l3 + 4)[0]
     proto = buf[l3 + 6]
     if payload_length:
@@ -765,8 +830,13 @@ class _Splitter:
     link MTU minus the IP header (with extension headers, without a jumbogram's
     hop-by-hop header) and the TCP header; without an MTU, 1500.  A frame with more
     payload than that stands for ceil(payload / size) frames, each with this frame's
-    headers (minus 8 bytes for an IPv6 jumbogram's hop-by-hop header, which real
-    segments do not carry).
+    headers: link layer, IP (without an IPv6 jumbogram's 8-byte hop-by-hop header, which
+    real segments do not carry) and TCP.  Its wire bytes are the captured frame's (less
+    the jumbogram's header) plus those headers once for every further segment.  Not
+    the record's length less the payload per segment: a record longer than its IP
+    packet (a trailer, or a bogus original length such as a 262,144-byte snap length
+    written as the frame's) would add that excess to every segment; it is the captured
+    frame's, counted once.
 
     ``floor`` keeps the decode loop's test to one comparison per segment: no segment
     whose IP length is at most the smallest MTU or MSS + 40 (IPv6: + 60) seen can be
@@ -810,6 +880,7 @@ class _Splitter:
     def split(
         self,
         buf: bytes | mmap.mmap,
+        start: int,
         l3: int,
         l4: int,
         tcp_length: int,
@@ -832,7 +903,8 @@ class _Splitter:
         if size <= 0 or seglen <= size:
             return None
         frames = -(-seglen // size)
-        return frames, seglen + frames * (orig_len - seglen - jumbo), size
+        headers = l4 - start - jumbo + tcp_length  # link layer, IP and TCP: what every segment carries
+        return frames, orig_len - jumbo + (frames - 1) * headers, size
 
 
 # Outer IP protocols that carry the host pair's packets inside, by name.
