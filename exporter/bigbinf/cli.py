@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
     for command in (report, importer, backfill, sweep_report):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
-    mesh_cli.register(sub, [common])  # mesh plan|durations|config|prometheus
+    mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus
     return parser
 
 
@@ -210,8 +210,8 @@ class MeshUsageError(MeshError):
 class MeshSite:
     """One site's view of a valid mesh file and its durations file, loaded together (one
     load: a reload swaps both or neither).  What service/mesh_runner.py's SiteView asks
-    for; made here because bigbinf.mesh reaches the lab's layout, which the live path
-    never imports."""
+    for; made here, the composition root, because the live path never imports
+    bigbinf.mesh (its Prometheus files reach the mixin), as it never imports the lab."""
 
     mesh: MeshConfig
     site: str
@@ -236,7 +236,7 @@ def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
         raise MeshUsageError(source, f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
     if site not in mesh.sites:
         raise MeshUsageError(source, f"--site {site}: no such site in {source}; defined: {', '.join(mesh.sites)}")
-    config = site_config(mesh, site, source)
+    config = site_config(mesh, site, source, lab=lab_mesh.layout)
     durations = load_durations(mesh)  # MeshError if unreadable: the mesh is unusable here too
     return MeshSite(mesh, site, config, _rounds_gap(mesh), exporter_of(mesh, site).listen, durations)
 
@@ -244,7 +244,7 @@ def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
 def load_mesh_site(path: str | Path, site: str | None) -> MeshSite:
     """The exporter's mesh loader (service.mesh_runner.MeshLoader): a MeshError (a
     ConfigError) if the mesh or durations file is invalid or the site is not in it."""
-    return mesh_site_of(load_mesh(path), site, str(path))
+    return mesh_site_of(load_mesh(path, lab=lab_mesh.layout), site, str(path))
 
 
 def _rounds_gap(mesh: MeshConfig) -> float:
@@ -260,7 +260,7 @@ def cmd_mesh_check(args: argparse.Namespace) -> int:
     """--config.check --mesh.file M [--site S]: the whole mesh (every site's configuration
     with it); with --site also that site's secret files and host keys, as cmd_check."""
     source = args.mesh_file
-    mesh = load_mesh(source)  # ConfigError: printed by main, exit 1
+    mesh = load_mesh(source, lab=lab_mesh.layout)  # ConfigError: printed by main, exit 1
     load_durations(mesh)
     site = getattr(args, "site", None)
     if site is not None:
@@ -333,7 +333,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
             raise lab.LabError(
                 "lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's"
             )
-        mesh = load_mesh(args.mesh_file)
+        mesh = load_mesh(args.mesh_file, lab=lab_mesh.layout)
         return _lab_action(
             args.action, lambda: lab_mesh.up(mesh), lambda: lab_mesh.down(mesh), lambda: lab_mesh.status(mesh)
         )

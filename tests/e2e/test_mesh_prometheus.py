@@ -37,6 +37,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.mesh.config import MeshConfig, load_mesh
 from bigbinf.mesh.prometheus import render
 from bigbinf.mixin import rules
@@ -112,7 +113,7 @@ def write_mesh(
         raw["sites"][site]["node_exporter"] = listen
     path = tmp / "mesh.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return load_mesh(path)
+    return load_mesh(path, lab=lab_layout)
 
 
 # ---------------------------------------------------------------- the sites' exporters

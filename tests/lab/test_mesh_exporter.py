@@ -76,7 +76,7 @@ def _slotted(path: Path) -> list[Result]:
 def test_an_overrun_slot_is_recorded_and_the_next_waits_for_it(tmp_path: Path) -> None:
     name = "bbx" + uuid.uuid4().hex[:5]
     mesh_path = _mesh_file(tmp_path, name)
-    mesh = load_mesh(mesh_path)
+    mesh = load_mesh(mesh_path, lab=labmesh.layout)
     journal, listen = exporter_of(mesh, "alpha").journal, exporter_of(mesh, "alpha").listen
     exporter: Exporter | None = None
     try:

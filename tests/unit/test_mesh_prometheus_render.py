@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.mesh import cli
 from bigbinf.mesh.config import MeshConfig, parse_mesh
 from bigbinf.mesh.prometheus import all_exporters, render, site_config
@@ -51,7 +52,7 @@ def test_central_targets_never_point_at_the_central_hosts_own_loopback() -> None
     ]
     # A lab mesh: the exporters run in the root namespace beside the central Prometheus,
     # which does not reach the sites' namespace addresses: loopback stays loopback.
-    lab = parse_mesh(LAB_MESH, "l.yaml")
+    lab = parse_mesh(LAB_MESH, "l.yaml", lab=lab_layout)
     assert all_exporters(lab)[0]["targets"] == ["127.0.0.1:9753", "127.0.0.1:9754"]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from bigbinf.mesh import UsageError
-from bigbinf.mesh.config import MeshConfig, MeshError, load_mesh, site_config
+from bigbinf.mesh.config import LabOf, MeshConfig, MeshError, load_mesh, site_config
 from bigbinf.mesh.plan import (
     KEEP,
     Durations,
@@ -39,7 +39,8 @@ from bigbinf.mesh.plan import (
 EXIT_DOES_NOT_FIT = 3
 
 
-def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = (), lab: LabOf | None = None) -> None:
+    """The `mesh` command; `lab` lays out a lab mesh's sites (cli.py hands it the lab's)."""
     p = subparsers.add_parser(
         "mesh",
         parents=list(parents),
@@ -74,7 +75,7 @@ def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -
         help="prometheus: the rule files every site evaluates (default: bigbinf's, for the default settings; "
         "give the directory `python -m bigbinf.mixin.rules` wrote for your peak hours and time zone)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, mesh_lab=lab)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(args, "mesh_file", None)
         if not path:
             raise UsageError("give --mesh.file FILE")
-        return actions[args.action](load_mesh(path), args)
+        return actions[args.action](load_mesh(path, lab=getattr(args, "mesh_lab", None)), args)
     except MeshError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -287,7 +288,7 @@ def write_atomically(path: Path, text: str) -> None:
 def _config(mesh: MeshConfig, args: argparse.Namespace) -> int:
     site = _site(mesh, args, required=True)
     assert site is not None
-    config = site_config(mesh, site, args.mesh_file)
+    config = site_config(mesh, site, args.mesh_file, lab=getattr(args, "mesh_lab", None))
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, width=200), end="")
     return 0
 
