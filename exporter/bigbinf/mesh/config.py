@@ -639,12 +639,17 @@ def _rate(site: SiteConfig, lab: bool) -> str | None:
 def path_bandwidth(mesh: MeshConfig, a: str, b: str) -> float | None:
     """Bytes/s of the slower of the two sites' access links (bandwidth, or the lab's rate);
     None unless both are known (one known end says nothing of the other's)."""
-    from bigbinf.config import rate_bytes_per_second
-
     rates = [_rate(mesh.sites[s], mesh.lab is not None) for s in (a, b)]
     if not all(rates):
         return None
-    return min(rate_bytes_per_second(r) for r in rates if r)
+    return min(_rate_bytes(r) for r in rates if r)
+
+
+@functools.lru_cache(maxsize=1024)  # a mesh has few rates and many paths (planning asks per test)
+def _rate_bytes(rate: str) -> float:
+    from bigbinf.config import rate_bytes_per_second
+
+    return rate_bytes_per_second(rate)
 
 
 def remote_of(mesh: MeshConfig, src: str, dst: str, layout: LabMesh | None = None) -> dict[str, Any]:

@@ -19,11 +19,12 @@ That rests on three things:
 * synchronised clocks (NTP): a slot starts on each exporter's own clock; the guard gap
   after every slot absorbs their offset and the connections' teardown (docs/mesh.md).
 
-Packing: a test occupies both its sites for its slot.  Tests are listed in round-robin
-tournament order (the circle method over the sites in mesh order), so the pairs of one
-tournament round are disjoint and run at the same time, and then placed greedily: each
-slot starts at the earliest time at or after the round's start at which both its sites
-are free (a site is free again a guard gap after its previous slot ends).
+Packing: a test occupies both its sites for its slot, and a site is free again a guard
+gap after its slot ends.  Two packings are made and the shorter kept: list scheduling in
+time (whenever sites are free, the busiest starts a test with its busiest free partner;
+close to the lower bound on sparse meshes and unequal slots) and the round-robin
+tournament order (the circle method over the sites in mesh order, each test at the
+earliest time both its sites are free; the lower bound on a full mesh of equal slots).
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import heapq
 import json
 import math
 import zoneinfo
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,7 +47,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError
 
 from bigbinf.config import ConfigError as _ConfigError
-from bigbinf.config import ConfigIssue, Direction, Name, _Strict, pydantic_issues, read_yaml
+from bigbinf.config import ConfigIssue, Direction, Name, ProbeConfig, _Strict, pydantic_issues, read_yaml
 from bigbinf.cron import crontab_trigger
 from bigbinf.mesh.config import MeshConfig, MeshError, MeshTest, exporter_of, path_bandwidth, test_pairs
 
@@ -286,23 +290,68 @@ def mesh_tests(mesh: MeshConfig) -> dict[TestKey, float | None]:
 
 def _transfer_ms(mesh: MeshConfig, test: TestKey, budget: float | None, durations: Durations) -> tuple[int, str]:
     if budget is not None:
-        return _ceil_ms(_exact(budget)), "budget"
-    headroom = _exact(mesh.schedule.headroom)
+        return _whole_ms(budget), "budget"
     typical = durations.typical(test)
     if typical is not None:
-        return _ceil_ms(headroom * _exact(typical) + SETUP_SECONDS), "measured"
+        return _measured_ms(mesh.schedule.headroom, typical), "measured"
     bandwidth = path_bandwidth(mesh, test.src, test.dst)
     if bandwidth:
         dataset = mesh.datasets[test.dataset]
-        seconds = Fraction(dataset.size * dataset.count) / _exact(bandwidth)
-        return _ceil_ms(headroom * seconds + SETUP_SECONDS), "estimated"
-    return _ceil_ms(_exact(mesh.schedule.budget)), "default"
+        return _estimated_ms(mesh.schedule.headroom, dataset.size * dataset.count, bandwidth), "estimated"
+    return _whole_ms(mesh.schedule.budget), "default"
+
+
+# Fractions are slow (~20 us an operation) and a 100-site mesh has 20,000 tests: lengths
+# are computed in integers instead (the same exact values: the decimals written, as
+# numerator and denominator), and the few distinct ones that repeat are cached.
+
+
+def _ratio(value: float | int) -> tuple[int, int]:
+    """_exact(value) as (numerator, denominator): the decimal written, not the double."""
+    return Decimal(repr(value)).as_integer_ratio() if isinstance(value, float) else (value, 1)
+
+
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+@functools.lru_cache(maxsize=65536)
+def _whole_ms(seconds: float) -> int:
+    n, d = _ratio(seconds)
+    return _ceil_div(n * 1000, d)
+
+
+def _headroom_ms(headroom: float, seconds: tuple[int, int]) -> int:
+    """headroom x seconds (numerator, denominator) + the setup, rounded up to whole ms."""
+    h_n, h_d = _ratio(headroom)
+    return _ceil_div(h_n * seconds[0] * 1000, h_d * seconds[1]) + _ceil_ms(SETUP_SECONDS)
+
+
+def _measured_ms(headroom: float, typical: float) -> int:
+    return _headroom_ms(headroom, _ratio(typical))
+
+
+@functools.lru_cache(maxsize=65536)
+def _estimated_ms(headroom: float, size: int, bandwidth: float) -> int:
+    b_n, b_d = _ratio(bandwidth)
+    return _headroom_ms(headroom, (size * b_d, b_n))
+
+
+@functools.lru_cache(maxsize=65536)
+def _typical_ms(length_ms: int, headroom: float) -> int:
+    """A slot's length / headroom, rounded up: its test's typical length (Slot.typical)."""
+    h_n, h_d = _ratio(headroom)
+    return _ceil_div(length_ms * h_d, h_n)
 
 
 def probe_ms(mesh: MeshConfig, test: TestKey) -> int:
     """The path probe's time (dst's probe settings, as the runner uses them; 0 if disabled):
     the train (measure/path/probe.py's expected_seconds, a little generously) and the MTU search."""
-    probe = mesh.sites[test.dst].probe
+    return _probe_ms(mesh.sites[test.dst].probe)
+
+
+@functools.lru_cache(maxsize=1024)  # per site's settings, not per test
+def _probe_ms(probe: ProbeConfig) -> int:
     if not probe.enabled:
         return 0
     interval, timeout = _exact(probe.interval), _exact(probe.timeout)
@@ -338,14 +387,14 @@ def tournament(sites: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
-def slot_order(mesh: MeshConfig, tests: Sequence[TestKey]) -> list[TestKey]:
-    """`tests` in packing order: tournament pair by pair, a -> b then b -> a, each
-    direction's tests in mesh order."""
+def _slot_order(sites: Sequence[str], tests: Sequence[TestKey]) -> list[TestKey]:
+    """`tests` in tournament order: pair by pair, a -> b then b -> a, each direction's
+    tests in mesh order."""
     by_path: dict[tuple[str, str], list[TestKey]] = {}
     for test in tests:
         by_path.setdefault((test.src, test.dst), []).append(test)
     order: list[TestKey] = []
-    for pairs in tournament(list(mesh.sites)):
+    for pairs in tournament(list(sites)):
         for a, b in pairs:
             order += by_path.get((a, b), []) + by_path.get((b, a), [])
     return order
@@ -362,14 +411,16 @@ class _Placed:
     probe: bool
 
 
-def _pack(
+def _pack_in_order(
     order: Sequence[TestKey],
     lengths: Mapping[TestKey, tuple[int, str]],
     probes: Mapping[TestKey, int],
-    start: int,
     guard: int,
     repetitions: int,
 ) -> list[_Placed]:
+    """Each test of `order` (repetitions: whole passes) at the earliest time both its
+    sites are free after their last slot so far: with the tournament order and equal
+    slots, every site is busy end to end (the lower bound)."""
     free: dict[str, int] = {}  # site -> when it may start its next slot (ms)
     probed: set[tuple[str, str]] = set()
     placed: list[_Placed] = []
@@ -379,12 +430,99 @@ def _pack(
             probe = path not in probed and probes[test] > 0
             probed.add(path)
             length, source = lengths[test]
-            begin = max(start, free.get(test.src, start), free.get(test.dst, start))
+            begin = max(free.get(test.src, 0), free.get(test.dst, 0))
             end = begin + length + (probes[test] if probe else 0)
             free[test.src] = free[test.dst] = end + guard
             placed.append(_Placed(begin, end, len(placed), test, repetition, source, probe))
     placed.sort(key=lambda p: (p.start, p.seq))
     return placed
+
+
+def _pack_by_time(
+    sites: Sequence[str],
+    tests: Sequence[TestKey],
+    lengths: Mapping[TestKey, tuple[int, str]],
+    probes: Mapping[TestKey, int],
+    guard: int,
+    repetitions: int,
+) -> list[_Placed]:
+    """List scheduling in time: whenever sites are free, each (the busiest first: the most
+    slot time, guards and probes still to place) starts a test with a free partner (the
+    busiest such partner), so no site waits while a test of it could run.  A pair's tests
+    run in mesh order, repetition by repetition.  Sparse meshes (rings, stars, subsets)
+    pack close to the lower bound this way; an order fixed in advance leaves sites idle."""
+    index = {site: i for i, site in enumerate(sites)}
+    items = [(test, repetition) for repetition in range(repetitions) for test in tests]
+    # pending[u][v]: the items of the pair (u, v), either direction, in order; one deque
+    # shared by both ends.
+    pending: list[dict[int, deque[int]]] = [{} for _ in sites]
+    load = [0] * len(sites)  # per site: the slot time, guards and probes still to place (ms)
+    for k, (test, _) in enumerate(items):
+        u, v = index[test.src], index[test.dst]
+        queue = pending[u].get(v)
+        if queue is None:
+            queue = pending[u][v] = pending[v][u] = deque()
+        queue.append(k)
+        load[u] += lengths[test][0] + guard
+        load[v] += lengths[test][0] + guard
+    for path in {(t.src, t.dst): t for t in tests}.values():
+        load[index[path.src]] += probes[path]
+        load[index[path.dst]] += probes[path]
+    probed: set[tuple[str, str]] = set()
+    placed: list[_Placed] = []
+    events: list[tuple[int, int]] = []  # (free again at, site)
+    waiting: set[int] = set()  # free since an earlier time, no free partner then
+    freed = {u for u in range(len(sites)) if pending[u]}  # free from now
+    now = 0
+    while True:
+        free = waiting | freed
+        for u in sorted(free, key=lambda site: (-load[site], site)):
+            if u not in free:
+                continue  # taken as a partner meanwhile
+            # A waiting site has seen every partner that was free before: only those freed now are new.
+            v = _busiest_partner(pending[u], freed if u in waiting else free, load)
+            if v < 0:
+                continue
+            queue = pending[u][v]
+            test, repetition = items[queue.popleft()]
+            if not queue:
+                del pending[u][v], pending[v][u]
+            length, source = lengths[test]
+            probe = probes[test] > 0 and (test.src, test.dst) not in probed
+            if probe:
+                probed.add((test.src, test.dst))
+            end = now + length + (probes[test] if probe else 0)
+            placed.append(_Placed(now, end, len(placed), test, repetition, source, probe))
+            for site in (u, v):
+                load[site] -= end - now + guard
+                free.discard(site)
+                waiting.discard(site)
+                freed.discard(site)
+                heapq.heappush(events, (end + guard, site))
+        waiting = {site for site in waiting | freed if pending[site]}
+        if not events:
+            break
+        now, freed = events[0][0], set()
+        while events and events[0][0] == now:
+            site = heapq.heappop(events)[1]
+            if pending[site]:
+                freed.add(site)
+    assert len(placed) == len(items), "every test is placed"  # a pending pair always has a busy end
+    placed.sort(key=lambda p: (p.start, p.seq))
+    return placed
+
+
+def _busiest_partner(partners: Mapping[int, deque[int]], free: set[int], load: Sequence[int]) -> int:
+    """The partner in `free` with the most left to place (the lower index on a tie); -1: none."""
+    best, most = -1, -1
+    for v in partners if len(partners) <= len(free) else free:
+        if v in free and v in partners and (load[v] > most or (load[v] == most and v < best)):
+            best, most = v, load[v]
+    return best
+
+
+def _span(packing: Sequence[_Placed]) -> int:
+    return max((p.end for p in packing), default=0)
 
 
 def _fingerprint(mesh: MeshConfig, packing: Sequence[_Placed]) -> str:
@@ -412,15 +550,31 @@ def _packing(mesh: MeshConfig, durations: Durations) -> list[_Placed]:
     tests = mesh_tests(mesh)
     lengths = {test: _transfer_ms(mesh, test, budget, durations) for test, budget in tests.items()}
     probes = {test: probe_ms(mesh, test) for test in tests}
-    order = slot_order(mesh, list(tests))
-    return _pack(order, lengths, probes, 0, guard_ms(mesh), mesh.schedule.repetitions)
+    return _pack(list(mesh.sites), list(tests), lengths, probes, guard_ms(mesh), mesh.schedule.repetitions)
+
+
+def _pack(
+    sites: Sequence[str],
+    tests: Sequence[TestKey],
+    lengths: Mapping[TestKey, tuple[int, str]],
+    probes: Mapping[TestKey, int],
+    guard: int,
+    repetitions: int,
+) -> list[_Placed]:
+    """The shorter of two packings (the tournament order's on a tie): list scheduling in
+    time, which packs sparse meshes and unequal slots well, and the tournament order,
+    which reaches the lower bound on a full mesh of equal slots where list scheduling's
+    greedy matchings leave a few sites idle (docs/benchmarks.md, "Mesh plan")."""
+    by_order = _pack_in_order(_slot_order(sites, tests), lengths, probes, guard, repetitions)
+    by_time = _pack_by_time(sites, tests, lengths, probes, guard, repetitions)
+    return by_time if _span(by_time) < _span(by_order) else by_order
 
 
 def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms: int) -> RoundPlan:
     """The round [start_ms, end_ms) of a packing: every slot moved by start_ms (integer ms,
     so exactly as packing from start_ms would place it)."""
     guard = guard_ms(mesh)
-    headroom = _exact(mesh.schedule.headroom)
+    headroom = mesh.schedule.headroom
     slots = tuple(
         Slot(
             _seconds(p.start + start_ms),
@@ -429,7 +583,7 @@ def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms
             p.repetition,
             p.source,
             p.probe,
-            _seconds(_ceil_ms(Fraction(p.end - p.start, 1000) / headroom)),
+            _seconds(_typical_ms(p.end - p.start, headroom)),
         )
         for p in packing
     )
