@@ -9,6 +9,7 @@ lab up|down|status).
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import signal
@@ -177,8 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_web_check(args)
     try:
         if args.config_check:
-            return cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
-        return func(args)
+            code = cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
+        else:
+            code = func(args)
+        sys.stdout.flush()  # a reader gone is found here, not at exit (where Python prints a traceback)
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`mesh plan | head`): nothing left to say, and no one to
+        # say it to.  Exit as a process that SIGPIPE ended would, quietly.
+        _stdout_to_devnull()
+        return EXIT_CLOSED_PIPE
     except MeshUsageError as exc:  # before ConfigError: it is one, but a usage error here
         print(f"bigbinf-exporter: {exc.message}", file=sys.stderr)
         return 2
@@ -190,6 +199,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell reports for `yes | head`'s yes
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that Python's last flush at exit has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing to flush at exit
 
 
 # ---------------------------------------------------------------- a mesh site

@@ -88,6 +88,7 @@ def write_mesh(
     ports: dict[str, int],
     node: dict[str, str] | None = None,
     prometheus: dict[str, Any] | None = None,
+    prometheus_listen: dict[str, str] | None = None,
 ) -> MeshConfig:
     raw: dict[str, Any] = {
         "name": "testmesh",
@@ -111,6 +112,8 @@ def write_mesh(
     }
     for site, listen in (node or {}).items():
         raw["sites"][site]["node_exporter"] = listen
+    for site, listen in (prometheus_listen or {}).items():
+        raw["sites"][site]["prometheus_listen"] = listen
     path = tmp / "mesh.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_mesh(path, lab=lab_layout)
@@ -332,14 +335,20 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     out = tmp / "out"
     central = PrometheusServer("", out / "central", extra_args=["--web.enable-remote-write-receiver"])
     ports = {site: free_port() for site in SITES}
-    mesh = write_mesh(tmp, central.url, ports)
+    sites = {site: PrometheusServer("", out / "sites" / site) for site in SITES}
+    # Every Prometheus on this one host: each its own port, from the mesh file.
+    mesh = write_mesh(
+        tmp,
+        central.url,
+        ports,
+        prometheus={"central_listen": f"127.0.0.1:{central.port}"},
+        prometheus_listen={site: f"127.0.0.1:{prom.port}" for site, prom in sites.items()},
+    )
     # The shipped throughput group is evaluated every 5m; a test cannot wait that long.
     (tmp / "rules").mkdir()
     for name, text in rules.render(Settings(baseline_interval="1s")).items():
         (tmp / "rules" / name).write_text(text)
-    sites = {site: PrometheusServer("", out / "sites" / site) for site in SITES}
-    listen = {site: f"127.0.0.1:{prom.port}" for site, prom in sites.items()}
-    render(mesh, out, rules_dir=tmp / "rules", listen={**listen, "central": f"127.0.0.1:{central.port}"})
+    render(mesh, out, rules_dir=tmp / "rules")
     now = time.time()
     for site, prom in [*sites.items(), ("central", central)]:
         prom.config_text = prom.config.read_text()  # the generated file, as written

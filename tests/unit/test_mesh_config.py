@@ -107,7 +107,7 @@ schedule: {cron: ["0 3 * * *"], interval: 1h}
     assert lines[:2] == [
         "m.yaml: sites.a.size: unknown key 'size'; allowed keys: address, port, user, key, ssh_config, "
         "password_env, data_dir, upload_dir, serve_root, checksums, bandwidth, probe, stats_command, tcp_command, "
-        "servers, netns, interface, exporter, node_exporter, link",
+        "servers, netns, interface, exporter, node_exporter, prometheus_listen, link",
         "m.yaml: colour: unknown key 'colour'; allowed keys: name, sites, datasets, protocols, tests, schedule, "
         "transfer, capture, metrics, prometheus, lab",
     ]
@@ -123,6 +123,50 @@ schedule: {cron: ["0 3 * * *"], interval: 1h}
         "add it there or leave that pair out",
         "m.yaml: schedule: give cron or interval, not both",
     ]
+
+
+def test_a_one_site_mesh_is_one_line_that_says_what_to_do() -> None:
+    rest = (
+        "datasets: {f: {file: f.bin, size: 1MiB}}\nprotocols: {http: {}}\ntests: [{protocols: [http], datasets: [f]}]\n"
+    )
+    assert mesh_error("name: m\nsites:\n  a: {address: 10.0.0.1, data_dir: /d}\n" + rest) == [
+        "m.yaml: sites: a mesh needs at least 2 sites (it has 1: a); for one site testing remotes, write a "
+        "single-site configuration (docs/configuration.md) and run it with --config.file"
+    ]
+    assert mesh_error("name: m\nsites: {}\n" + rest) == [
+        "m.yaml: sites: a mesh needs at least 2 sites; for one site testing remotes, write a single-site "
+        "configuration (docs/configuration.md) and run it with --config.file"
+    ]
+
+
+def test_a_host_name_may_end_in_a_dot() -> None:
+    from bigbinf.mesh.config import parse_mesh, site_config
+
+    mesh = parse_mesh(MESH_OK.replace("address: 10.0.0.2", "address: dtn.b.example.org."), "m.yaml")
+    assert site_config(mesh, "a").remotes["b"].address == "dtn.b.example.org."
+    assert mesh_error(MESH_OK.replace("address: 10.0.0.2", "address: dtn..example.org")) == [
+        "m.yaml: sites.b.address: 'dtn..example.org' is neither an IP address nor a host name"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("10.0.0.1", "10.0.0.1"),
+        ("dtn.example.org", "DTN.Example.org."),
+        ("2001:db8::1", "'2001:DB8:0::1'"),
+    ],
+)
+def test_two_sites_on_one_host_and_port_are_refused_outside_a_lab(first: str, second: str) -> None:
+    text = MESH_OK.replace("address: 10.0.0.1", f"address: {first if ':' not in first else repr(first)}")
+    text = text.replace("address: 10.0.0.2", f"address: {second}")
+    (line,) = mesh_error(text)
+    assert line.startswith(f"m.yaml: sites.b.address: {second.strip(chr(39))} port 22 is sites.a's host too: ")
+    assert "give each site its own host (or port), or merge the two into one site" in line
+    # Another ssh port is another host (a container, say); and in a lab the lab numbers the sites.
+    from bigbinf.mesh.config import parse_mesh
+
+    assert parse_mesh(text.replace("data_dir: /srv/b", "port: 2222, data_dir: /srv/b"), "m.yaml")
 
 
 def test_duplicate_keys_and_yaml_errors_are_mesh_errors() -> None:

@@ -593,6 +593,56 @@ def test_mesh_plan_says_by_how_much_a_round_does_not_fit_exit_3(tmp_path: Path) 
     assert data["rounds"][0]["overflow_seconds"] == 30.0 and data["rounds"][0]["slots"][1]["src"] == "s01"
 
 
+def test_mesh_plan_writes_each_round_as_it_is_planned() -> None:
+    """Streamed: the first round's text and JSON come out before the second round is
+    planned (a day of 96 rounds of 20,000 slots is never held at once; the memory it
+    saves is in docs/benchmarks.md), and the pieces make the whole document."""
+    mesh = mesh_of(raw_mesh(3, interval="6h", budget="30s"))
+    def rounds(drawn: list[RoundPlan]) -> Any:
+        for plan in plan_day(mesh, DAY, Durations()):
+            drawn.append(plan)
+            yield plan
+
+    for render in (mesh_cli.plan_text, mesh_cli.plan_json):
+        drawn: list[RoundPlan] = []
+        tally = mesh_cli.DayTally()
+        pieces = render(mesh, DAY, rounds(drawn), None, tally)
+        first = "".join(itertools.islice(pieces, 3))
+        assert len(drawn) == 1 and (" -> " in first or '"src"' in first), render
+        whole = first + "".join(pieces)
+        assert len(drawn) == 4 and tally.rounds == 4 and tally.fits
+        if render is mesh_cli.plan_json:
+            data = json.loads(whole)
+            assert data["fits"] is True and [len(r["slots"]) for r in data["rounds"]] == [6, 6, 6, 6]
+            assert data["rounds"][0]["slots"][0] == {
+                "start": T0,
+                "end": T0 + 30,
+                "src": "s01",
+                "dst": "s02",
+                "protocol": "http",
+                "dataset": "f8m",
+                "direction": "download",
+                "repetition": 0,
+                "source": "default",
+                "probe": False,
+            }
+
+
+def test_mesh_plan_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`mesh plan | head`: the reader goes away after a line; no traceback, exit 141 (as a
+    process that SIGPIPE ended)."""
+    raw = raw_mesh(2, interval="1m", budget="10s")  # 1,440 rounds: far more than a pipe holds
+    path = write(tmp_path, raw)
+    argv = [sys.executable, "-m", "bigbinf", "mesh", "plan", "--mesh.file", path, "--date", "2026-11-23"]
+    for extra in ([], ["--format", "json"]):
+        proc = subprocess.Popen([*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 141 and err == "", err
+
+
 def test_mesh_plan_exactly_at_the_boundary_does_not_fit_exit_3(tmp_path: Path) -> None:
     raw = raw_mesh(2, interval="85s", guard="5s")
     raw["tests"][0]["budget"] = "40s"

@@ -53,12 +53,12 @@ def write_mesh(tmp: Path, **changes: object) -> Path:
         "name": "unit",
         "sites": {
             site: {
-                "address": "127.0.0.1",
+                "address": f"127.0.0.{i + 1}",  # loopback, each site its own host
                 "data_dir": str(tmp / "data"),
                 "probe": {"enabled": False},
                 "exporter": {"listen": f"127.0.0.1:{_free_port()}", "journal": str(tmp / f"{site}.jsonl")},
             }
-            for site in SITES
+            for i, site in enumerate(SITES)
         },
         "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
         "protocols": {"make": {"command": ["truncate", "-s", "{size}", "{local_path}"]}},

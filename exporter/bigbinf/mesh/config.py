@@ -151,6 +151,8 @@ class SiteConfig(_Strict):
     interface: str = "any"
     exporter: SiteExporterConfig = SiteExporterConfig()
     node_exporter: Listen | None = None  # scraped by the site's Prometheus too (mesh prometheus)
+    # Where the site's Prometheus listens (its --web.listen-address): its self-scrape target.
+    prometheus_listen: Listen = "localhost:9090"
     link: LinkConfig = LinkConfig()  # lab only: the site's access link (rate, delay)
 
 
@@ -220,6 +222,8 @@ class MeshPrometheusConfig(_Strict):
     remote_write_basic_auth: MeshBasicAuth | None = None
     remote_write_tls: MeshTLS | None = None
     alertmanagers: list[Listen] = []  # host:port, in every site's alerting: (the sites' rules alert)
+    # Where the central Prometheus listens (its --web.listen-address): its self-scrape target.
+    central_listen: Listen = "localhost:9090"
 
 
 class MeshConfig(_Strict):
@@ -285,6 +289,15 @@ def _cross_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     sites, datasets, protocols = mapping(raw, "sites"), mapping(raw, "datasets"), mapping(raw, "protocols")
     lab = raw.get("lab") is not None
+    if isinstance(raw.get("sites"), dict) and len(sites) < 2:
+        only = f" (it has {len(sites)}: {', '.join(sites)})" if sites else ""
+        issues.append(
+            ConfigIssue(
+                "sites",
+                f"a mesh needs at least 2 sites{only}; for one site testing remotes, write a single-site "
+                "configuration (docs/configuration.md) and run it with --config.file",
+            )
+        )
     for name, site in sites.items():
         if not isinstance(site, dict):
             continue
@@ -467,9 +480,11 @@ def parse_mesh(text: str, source: str, lab: LabOf | None = None) -> MeshConfig:
     try:
         mesh = MeshConfig.model_validate(raw)
     except ValidationError as exc:
-        issues = pydantic_issues(exc, MeshConfig) + issues
+        # Too few sites is said once, in one line, by _cross_issues (not with the input dumped).
+        found = pydantic_issues(exc, MeshConfig)
+        issues = [i for i in found if not (i.path == "sites" and "at least 2" in i.message)] + issues
     if mesh is not None and not issues:
-        issues = _exporter_issues(mesh)
+        issues = _exporter_issues(mesh) + _host_issues(mesh)
     if mesh is not None and not issues:
         # Every site's own configuration must be valid too (the single-site checks: keys,
         # cleanup commands, congestion...): said with the site it is for.
@@ -629,6 +644,39 @@ def _exporter_issues(mesh: MeshConfig) -> list[ConfigIssue]:
             )
         else:
             journals[journal] = name
+    return issues
+
+
+def _host(address: str) -> str:
+    """An address as one host: an IP address in its canonical form, a name in lower case
+    without its final dot (DNS names are case-insensitive; `a.example.org.` is `a.example.org`)."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address.lower().removesuffix(".")
+
+
+def _host_issues(mesh: MeshConfig) -> list[ConfigIssue]:
+    """Outside a lab no two sites may be one host: the same address and ssh port would be
+    planned as two sites whose tests the plan runs side by side on one machine."""
+    if mesh.lab is not None:
+        return []  # the lab numbers its sites itself (_lab_address_issues)
+    issues, owners = [], {}
+    for name, site in mesh.sites.items():
+        if site.address is None:
+            continue  # reported as required
+        host = (_host(site.address), site.port)
+        if host in owners:
+            issues.append(
+                ConfigIssue(
+                    f"sites.{name}.address",
+                    f"{site.address} port {site.port} is sites.{owners[host]}'s host too: two sites would share "
+                    "one machine, and the plan would run their tests side by side; give each site its own host "
+                    "(or port), or merge the two into one site",
+                )
+            )
+        else:
+            owners[host] = name
     return issues
 
 

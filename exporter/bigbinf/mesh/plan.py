@@ -544,13 +544,21 @@ def guard_ms(mesh: MeshConfig) -> int:
     return _ceil_ms(_exact(mesh.schedule.guard))
 
 
-def _packing(mesh: MeshConfig, durations: Durations) -> list[_Placed]:
-    """Every slot of a round that starts at 0 (ms): packing does not depend on the round's
-    start, so a day's rounds are one packing, shifted (_shifted)."""
+@dataclass(frozen=True)
+class _Packing:
+    """Every slot of a round that starts at 0 (ms), and their fingerprint: packing does not
+    depend on the round's start, so a day's rounds are one packing, shifted (_shifted)."""
+
+    placed: tuple[_Placed, ...]
+    fingerprint: str
+
+
+def _packing(mesh: MeshConfig, durations: Durations) -> _Packing:
     tests = mesh_tests(mesh)
     lengths = {test: _transfer_ms(mesh, test, budget, durations) for test, budget in tests.items()}
     probes = {test: probe_ms(mesh, test) for test in tests}
-    return _pack(list(mesh.sites), list(tests), lengths, probes, guard_ms(mesh), mesh.schedule.repetitions)
+    placed = _pack(list(mesh.sites), list(tests), lengths, probes, guard_ms(mesh), mesh.schedule.repetitions)
+    return _Packing(tuple(placed), _fingerprint(mesh, placed))
 
 
 def _pack(
@@ -570,7 +578,7 @@ def _pack(
     return by_time if _span(by_time) < _span(by_order) else by_order
 
 
-def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms: int) -> RoundPlan:
+def _shifted(mesh: MeshConfig, packing: _Packing, start_ms: int, end_ms: int) -> RoundPlan:
     """The round [start_ms, end_ms) of a packing: every slot moved by start_ms (integer ms,
     so exactly as packing from start_ms would place it)."""
     guard = guard_ms(mesh)
@@ -585,9 +593,9 @@ def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms
             p.probe,
             _seconds(_typical_ms(p.end - p.start, headroom)),
         )
-        for p in packing
+        for p in packing.placed
     )
-    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, _fingerprint(mesh, packing), _seconds(guard))
+    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, packing.fingerprint, _seconds(guard))
 
 
 def plan_round(mesh: MeshConfig, start: float, end: float, durations: Durations) -> RoundPlan:
@@ -758,7 +766,7 @@ def longest_period_seconds(mesh: MeshConfig) -> float | None:
     return _seconds(max(interval, last) + round(shift.total_seconds() * 1000))
 
 
-def _round(mesh: MeshConfig, start: int, packing: Sequence[_Placed]) -> RoundPlan:
+def _round(mesh: MeshConfig, start: int, packing: _Packing) -> RoundPlan:
     end = _next_start(mesh, start + 1)
     # Five-field cron lines always fire again; should one not, give the round a day.
     return _shifted(mesh, packing, start, end if end is not None else start + _DAY_MS)
@@ -773,18 +781,28 @@ def round_at(mesh: MeshConfig, when: float, durations: Durations) -> RoundPlan |
 def next_rounds(mesh: MeshConfig, after: float, durations: Durations) -> Iterator[RoundPlan]:
     """The rounds starting at or after `after`, in order, for as long as the schedule fires."""
     start = _next_start(mesh, math.ceil(after * 1000))
-    packing = _packing(mesh, durations) if start is not None else []
+    if start is None:
+        return
+    packing = _packing(mesh, durations)
     while start is not None:
         yield _round(mesh, start, packing)
         start = _next_start(mesh, start + 1)
 
 
-def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
+def day_rounds(mesh: MeshConfig, day: dt.date, durations: Durations) -> Iterator[RoundPlan]:
     """Every round starting on `day` (local), each with its end at the next round's start:
-    packed once, shifted to each round's start."""
+    packed once, shifted to each round's start, made one at a time (`mesh plan` writes
+    each as it comes: a day of 96 rounds of 20,000 slots is never held at once)."""
     starts = round_starts(mesh, day)
-    packing = _packing(mesh, durations) if starts else []
-    return [_round(mesh, _ms(start), packing) for start in starts]
+    if not starts:
+        return
+    packing = _packing(mesh, durations)
+    for start in starts:
+        yield _round(mesh, _ms(start), packing)
+
+
+def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
+    return list(day_rounds(mesh, day, durations))
 
 
 # ---------------------------------------------------------------- writing the durations file
