@@ -9,13 +9,16 @@ lab up|down|status).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+import zoneinfo
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +30,17 @@ from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
 from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
-from bigbinf.mesh.plan import Durations, RoundPlan, load_durations, longest_period_seconds, next_rounds, round_at
+from bigbinf.mesh.plan import (
+    Durations,
+    RoundPlan,
+    TestKey,
+    check_fit,
+    load_durations,
+    longest_period_seconds,
+    next_rounds,
+    round_at,
+    site_slot_counts,
+)
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.restore import restore
@@ -252,6 +265,10 @@ class MeshSite:
             if current is None or plan.start > current.start:
                 yield plan
 
+    def slot_counts(self, since: float, until: float) -> Iterable[tuple[TestKey, int]]:
+        """This site's slots of each test that start after `since` and before `until`."""
+        return site_slot_counts(self.mesh, self.durations, self.site, since, until).items()
+
 
 def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
     if not site:
@@ -278,12 +295,17 @@ def _rounds_gap(mesh: MeshConfig) -> float:
     return longest_gap_seconds(ScheduleConfig(cron=mesh.schedule.cron, timezone=mesh.schedule.timezone))
 
 
+FIT_CHECK_DAYS = 8  # --config.check of a mesh: the rounds of the coming week and a day
+
+
 def cmd_mesh_check(args: argparse.Namespace) -> int:
     """--config.check --mesh.file M [--site S]: the whole mesh (every site's configuration
-    with it); with --site also that site's secret files and host keys, as cmd_check."""
+    with it); with --site also that site's secret files and host keys, as cmd_check.  A
+    valid mesh whose rounds of the next FIT_CHECK_DAYS days do not all fit fails too, with
+    `mesh plan`'s numbers (exit 3, as `mesh plan`)."""
     source = args.mesh_file
     mesh = load_mesh(source, lab=lab_mesh.layout)  # ConfigError: printed by main, exit 1
-    load_durations(mesh)
+    durations = load_durations(mesh)
     site = getattr(args, "site", None)
     if site is not None:
         config = mesh_site_of(mesh, site, source).config
@@ -300,7 +322,22 @@ def cmd_mesh_check(args: argparse.Namespace) -> int:
     if args.web_config_file and cmd_web_check(args, quiet=True) != 0:
         return 1
     tests = sum(len(outgoing(mesh, name)) for name in mesh.sites)
-    print(f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests)")
+    # Valid, but its rounds must fit too: a slot that would run past the next round's
+    # start is never run (docs/mesh.md).  A week ahead: weekly cron lines, a DST change.
+    check = check_fit(mesh, durations, time.time(), FIT_CHECK_DAYS * 86400)
+    if check.late:
+        zone = zoneinfo.ZoneInfo(mesh.schedule.timezone)
+        for plan in check.first_late:
+            when = dt.datetime.fromtimestamp(plan.start, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+            print(f"{source}: round {when} {mesh_cli.verdict(mesh, plan)}", file=sys.stderr)
+        print(
+            f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests), but {check.late} of the "
+            f"{check.rounds} rounds of the next {FIT_CHECK_DAYS} days do NOT fit: their last slots are not run "
+            "(`mesh plan --date YYYY-MM-DD` lists them)",
+            file=sys.stderr,
+        )
+        return mesh_cli.EXIT_DOES_NOT_FIT
+    print(f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests; the next {check.rounds} rounds fit)")
     return 0
 
 

@@ -598,6 +598,7 @@ def test_mesh_plan_writes_each_round_as_it_is_planned() -> None:
     planned (a day of 96 rounds of 20,000 slots is never held at once; the memory it
     saves is in docs/benchmarks.md), and the pieces make the whole document."""
     mesh = mesh_of(raw_mesh(3, interval="6h", budget="30s"))
+
     def rounds(drawn: list[RoundPlan]) -> Any:
         for plan in plan_day(mesh, DAY, Durations()):
             drawn.append(plan)

@@ -249,7 +249,7 @@ def plan_json(
     """The day's plan as one JSON object, in pieces: each round's as it is planned, one slot
     a line; whether the day fits (`fits`) comes last, when every round has been seen."""
     tally = DayTally() if tally is None else tally
-    head = {"mesh": mesh.name, "date": day.isoformat(), "timezone": mesh.schedule.timezone}
+    head: dict[str, Any] = {"mesh": mesh.name, "date": day.isoformat(), "timezone": mesh.schedule.timezone}
     head["guard_seconds"] = mesh.schedule.guard
     yield json.dumps(head)[:-1] + ', "rounds": ['
     for plan in plans:

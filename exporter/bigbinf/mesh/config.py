@@ -661,7 +661,8 @@ def _host_issues(mesh: MeshConfig) -> list[ConfigIssue]:
     planned as two sites whose tests the plan runs side by side on one machine."""
     if mesh.lab is not None:
         return []  # the lab numbers its sites itself (_lab_address_issues)
-    issues, owners = [], {}
+    issues: list[ConfigIssue] = []
+    owners: dict[tuple[str, int], str] = {}
     for name, site in mesh.sites.items():
         if site.address is None:
             continue  # reported as required

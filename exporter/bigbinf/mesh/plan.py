@@ -29,6 +29,8 @@ earliest time both its sites are free; the lower bound on a full mesh of equal s
 
 from __future__ import annotations
 
+import bisect
+import collections
 import datetime as dt
 import functools
 import hashlib
@@ -674,18 +676,20 @@ def _interval_day(timezone: str, interval: int, day: dt.date) -> tuple[int, ...]
 def _interval_next(mesh: MeshConfig, after: int, interval: int) -> int:
     day = _local_day(after, _zone(mesh))
     for d in range(-1, 3):
-        for start in _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d)):
-            if start >= after:
-                return start
+        starts = _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))
+        i = bisect.bisect_left(starts, after)  # a day of 1-minute rounds has 1,440 starts
+        if i < len(starts):
+            return starts[i]
     raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
 def _interval_prev(mesh: MeshConfig, when: int, interval: int) -> int:
     day = _local_day(when, _zone(mesh))
     for d in range(1, -3, -1):
-        for start in reversed(_interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))):
-            if start <= when:
-                return start
+        starts = _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))
+        i = bisect.bisect_right(starts, when)
+        if i:
+            return starts[i - 1]
     raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
@@ -803,6 +807,60 @@ def day_rounds(mesh: MeshConfig, day: dt.date, durations: Durations) -> Iterator
 
 def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
     return list(day_rounds(mesh, day, durations))
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """The rounds starting in a time window: how many, how many do not fit, and the first
+    few of those, planned (for their numbers)."""
+
+    rounds: int
+    late: int
+    first_late: tuple[RoundPlan, ...]
+
+
+def check_fit(mesh: MeshConfig, durations: Durations, after: float, seconds: float, keep: int = 3) -> FitCheck:
+    """Whether the rounds that start in [after, after + seconds) fit: one packing, each
+    round's period against its span and the guard (only rounds that do not fit are built)."""
+    packing = _packing(mesh, durations)
+    need = _span(packing.placed) + guard_ms(mesh)
+    rounds, late, first = 0, 0, list[RoundPlan]()
+    start, hi = _next_start(mesh, math.ceil(after * 1000)), after * 1000 + seconds * 1000
+    while start is not None and start < hi:
+        end = _next_start(mesh, start + 1)
+        rounds += 1
+        if end is not None and start + need > end:
+            late += 1
+            if len(first) < keep:
+                first.append(_shifted(mesh, packing, start, end))
+        start = end
+    return FitCheck(rounds, late, tuple(first))
+
+
+def site_slot_counts(
+    mesh: MeshConfig, durations: Durations, site: str, since: float, until: float
+) -> dict[TestKey, int]:
+    """How many slots of each of `site`'s outgoing tests start after `since` and before
+    `until` (UTC epoch seconds), over the rounds of the schedule as planned now: what an
+    exporter that was not running from `since` to `until` missed.  Counted from the
+    packing's offsets, round start by round start (no round's slots are built)."""
+    lo, hi = since * 1000, until * 1000
+    packing = _packing(mesh, durations)
+    mine = [(p.start, p.test) for p in packing.placed if p.test.src == site]
+    if not mine or hi <= lo:
+        return {}
+    last = max(offset for offset, _ in mine)
+    whole = collections.Counter(test for _, test in mine)
+    counts: collections.Counter[TestKey] = collections.Counter()
+    start = _prev_start(mesh, math.floor(lo))
+    start = start if start is not None else _next_start(mesh, math.ceil(lo))
+    while start is not None and start < hi:
+        if start > lo and start + last < hi:  # the whole round's slots in the window
+            counts.update(whole)
+        else:
+            counts.update(test for offset, test in mine if lo < start + offset < hi)
+        start = _next_start(mesh, start + 1)
+    return dict(counts)
 
 
 # ---------------------------------------------------------------- writing the durations file
