@@ -267,12 +267,15 @@ def test_generated_configs_are_valid(tmp_path: Path) -> None:
         groups = json.loads((out / "sites" / site / "targets" / "bigbinf.json").read_text())
         assert groups == [{"labels": {}, "targets": [f"127.0.0.1:{9753 + SITES.index(site)}"]}]
         assert sorted(p.name for p in (out / "sites" / site / "rules").glob("*.yml")) == sorted(
-            rules.render(Settings())
+            set(rules.render(Settings())) - {rules.MESH_CENTRAL_FILE}
         )
     node = json.loads((out / "sites" / "alpha" / "targets" / "node.json").read_text())
     assert node == [{"labels": {}, "targets": ["127.0.0.1:9100"]}]
     central = yaml.safe_load((out / "central" / "prometheus.yml").read_text())
-    assert "rule_files" not in central and "remote_write" not in central
+    assert "remote_write" not in central
+    # The central Prometheus evaluates only the mesh-wide alert: the sites evaluate the rest.
+    assert central["rule_files"] == ["rules/*.yml"]
+    assert [p.name for p in (out / "central" / "rules").glob("*.yml")] == [rules.MESH_CENTRAL_FILE]
     # A lab mesh: the exporters run in the root namespace, beside the central Prometheus,
     # which cannot reach the sites' namespace addresses; their loopback binds stay as they
     # are.  (Sites on their own hosts get their address instead: tests/unit/
@@ -446,7 +449,7 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     time.sleep(3)
     gamma = live.exporters["gamma"]
     gamma.state.record(result("gamma", "alpha", "http", time.time(), baseline("gamma", "alpha", "http"), 2.5))
-    live.exporters["beta"].state.record_slot_missed(SeriesKey("scp", "alpha", DATASET, DIRECTION))
+    live.exporters["beta"].state.record_slot_missed(SeriesKey("scp", "alpha", DATASET, DIRECTION), "late_start")
     overruns = "bigbinf_mesh_slot_overruns_total"
     central.wait_for(
         lambda: central.query(f'sum({overruns}{{site="gamma"}}) == 1'), timeout=60, what="the overrun to arrive"

@@ -3,10 +3,11 @@
 Each site's Prometheus scrapes its own exporter (and node_exporter, and itself) on the
 same host and evaluates bigbinf's recording and alerting rules there, where the samples
 are complete even while the link to the central Prometheus is down, then forwards
-everything, raw and recorded, with remote_write.  The central Prometheus only receives
-(`--web.enable-remote-write-receiver`) and serves the Mesh dashboard; it evaluates no
-bigbinf rules, since their outputs arrive from the sites already and a second copy
-computed centrally would be the same series twice.
+everything, raw and recorded, with remote_write.  The central Prometheus receives
+(`--web.enable-remote-write-receiver`) and serves the Mesh dashboard; of bigbinf's rules
+it evaluates only the mesh-wide alerts no site can (rules.MESH_CENTRAL_FILE: the sites
+disagreeing on the plan), since the others' outputs arrive from the sites already and a
+second copy computed centrally would be the same series twice.
 
 Where `site` comes from: an exporter run with `--site NAME` puts `site="NAME"` on every
 series it exposes.  So the scrape jobs attach no `site` target label (the exporter's own
@@ -21,8 +22,9 @@ writes, under DIR:
 
     sites/<site>/prometheus.yml        the site's Prometheus (paths relative to it: copy the directory)
     sites/<site>/targets/*.json        its file_sd target files: bigbinf, node, prometheus
-    sites/<site>/rules/*.yml           bigbinf's rules (--rules-dir's, or the defaults)
+    sites/<site>/rules/*.yml           bigbinf's rules (--rules-dir's, or the defaults), the mesh-wide file aside
     central/prometheus.yml             the receiver
+    central/rules/*.yml                the mesh-wide alerts (bigbinf-mesh-central.yml)
     targets/all-exporters.json         every exporter, for a central scrape instead of forwarding
 
 Everything a site's Prometheus needs comes from the mesh file's `prometheus:` section
@@ -107,6 +109,14 @@ def _listening(listen: str) -> str:
 
 def _file_sd(job: str) -> dict[str, Any]:
     return {"job_name": job, "file_sd_configs": [{"files": [f"targets/{job}.json"], "refresh_interval": "1m"}]}
+
+
+def _central_rules(files: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the sites' rule files, the central one's): the mesh-wide alerts only centrally."""
+    from bigbinf.mixin.rules import MESH_CENTRAL_FILE
+
+    sites = {name: text for name, text in files.items() if name != MESH_CENTRAL_FILE}
+    return sites, {name: text for name, text in files.items() if name == MESH_CENTRAL_FILE}
 
 
 def _rule_files(rules_dir: Path | None) -> dict[str, str]:
@@ -201,15 +211,20 @@ def site_targets(mesh: MeshConfig, site: str) -> dict[str, list[dict[str, Any]]]
 def central_config(mesh: MeshConfig) -> dict[str, Any]:
     interval = duration(mesh.prometheus.scrape_interval)
     listen = mesh.prometheus.central_listen
-    return {
+    doc: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        # The mesh-wide alerts only: the sites evaluate the rest and forward their outputs.
+        "rule_files": ["rules/*.yml"],
         # Only itself: the sites' series arrive by remote_write, which needs Prometheus
         # started with --web.enable-remote-write-receiver (it listens on /api/v1/write).
-        # No rule_files: the sites evaluate bigbinf's rules and forward their outputs.
         "scrape_configs": [
             {"job_name": "prometheus", "static_configs": [{"targets": [reachable(listen, "127.0.0.1")]}]}
         ],
     }
+    alertmanagers = getattr(mesh.prometheus, "alertmanagers", None)
+    if alertmanagers:
+        doc["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
+    return doc
 
 
 def all_exporters(mesh: MeshConfig) -> list[dict[str, Any]]:
@@ -246,7 +261,7 @@ def render(mesh: MeshConfig, out_dir: Path, rules_dir: Path | None = None) -> li
     A rules_dir that is missing or holds no *.yml, or an out_dir that cannot be written:
     UsageError, naming the flag (--rules-dir, --out) and the fix."""
     out_dir = Path(out_dir)
-    rules = _rule_files(rules_dir)
+    rules, central_rules = _central_rules(_rule_files(rules_dir))
     written: list[Path] = []
 
     def write(path: Path, text: str) -> None:
@@ -273,5 +288,7 @@ def render(mesh: MeshConfig, out_dir: Path, rules_dir: Path | None = None) -> li
         + _listening(mesh.prometheus.central_listen)
     )
     write(out_dir / CENTRAL / "prometheus.yml", _yaml(central_config(mesh), central))
+    for name, text in sorted(central_rules.items()):
+        write(out_dir / CENTRAL / "rules" / name, text)
     write(out_dir / "targets" / "all-exporters.json", _json(all_exporters(mesh)))
     return written
