@@ -463,7 +463,7 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
         assert answer, (t.panel, t.ref, expr)
         runs += 1
     print(f"{runs} Mesh dashboard queries returned data on the central Prometheus")
-    assert runs == 8
+    assert runs == 10
 
     panels = {p["title"]: p for p in dashboard["panels"] if p["type"] != "row"}
     ratio = panels["Latest throughput / 7-day baseline"]
@@ -518,3 +518,29 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     gamma.state.record_mesh_round(MeshRound(planned_seconds=900.0, period_seconds=3600.0, fingerprint="0ther"))
     red_from = panels["Plans in use"]["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"]
     central.wait_for(lambda: float(central.query(plans)[0]["value"][1]) >= red_from, timeout=60, what="the second plan")
+
+    # Sites: every one measuring; then beta's last transfers three hours old (its exporter
+    # answers, its slots all missed) and gamma's exporter gone: each says so, neither blank.
+    sites = panels["Sites"]
+    exprs = {t["refId"]: substitute(t["expr"], dashboard, CHOICE) for t in sites["targets"]}
+    mapping = next(
+        prop["value"][0]["options"]
+        for o in sites["fieldConfig"]["overrides"]
+        if o["matcher"]["options"] == "state"
+        for prop in o["properties"]
+        if prop["id"] == "mappings"
+    )
+
+    def states() -> dict[str, str]:
+        return {r["metric"]["site"]: mapping[r["value"][1]]["text"] for r in central.query(exprs["A"])}
+
+    assert states() == dict.fromkeys(SITES, "measuring")
+    old = time.time() - 3 * 3600
+    for remote in ("alpha", "gamma"):
+        for protocol in PROTOCOLS:
+            live.exporters["beta"].state.record(result("beta", remote, protocol, old, baseline("beta", remote, protocol)))
+    gamma.__exit__(None, None, None)  # the site's Prometheus scrapes nothing from now on: up 0
+    want = {"alpha": "measuring", "beta": "no results for 2 rounds", "gamma": "not reporting"}
+    central.wait_for(lambda: states() == want, timeout=90, what=f"the sites' states {want}")
+    ages = {r["metric"]["site"]: float(r["value"][1]) for r in central.query(exprs["B"])}
+    assert set(ages) == set(SITES) and ages["beta"] >= 3 * 3600 and ages["gamma"] < 3600
