@@ -536,9 +536,10 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
 
     assert states() == dict.fromkeys(SITES, "measuring")
     old = time.time() - 3 * 3600
+    beta = live.exporters["beta"].state
     for remote in ("alpha", "gamma"):
         for protocol in PROTOCOLS:
-            live.exporters["beta"].state.record(result("beta", remote, protocol, old, baseline("beta", remote, protocol)))
+            beta.record(result("beta", remote, protocol, old, baseline("beta", remote, protocol)))
     gamma.__exit__(None, None, None)  # the site's Prometheus scrapes nothing from now on: up 0
     want = {"alpha": "measuring", "beta": "no results for 2 rounds", "gamma": "not reporting"}
     central.wait_for(lambda: states() == want, timeout=90, what=f"the sites' states {want}")
