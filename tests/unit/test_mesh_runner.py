@@ -772,3 +772,17 @@ def test_a_restarted_exporter_publishes_its_downtime_after_its_first_scrape(tmp_
         assert scrape() == expected
     finally:
         exporter.stop()
+
+
+def test_the_first_note_is_written_before_the_journals_first_result(tmp_path: Path) -> None:
+    """A new exporter's journal directory does not exist until its first result: the note
+    of its start must be written all the same (else a crash before that result goes uncounted)."""
+    path = write_mesh(tmp_path)
+    mesh = yaml.safe_load(path.read_text())
+    mesh["sites"]["a"]["exporter"]["journal"] = str(tmp_path / "new" / "dir" / "journal.jsonl")
+    path.write_text(yaml.safe_dump(mesh, sort_keys=False))
+    view = cli.load_mesh_site(path, "a")
+    runner = MeshRunner(RoundRunner(view.config, ExporterState("a")), view, transfer=StubTransfer())
+    runner.run(rounds=0)
+    noted = tmp_path / "new" / "dir" / "journal.slots.json"
+    assert json.loads(noted.read_text()) == {"site": "a", "handled_through": runner.started}

@@ -364,6 +364,7 @@ class MeshRunner:
         path = handled_path(self.runner.config.journal.path)
         tmp = path.with_name(f".{path.name}.tmp")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # before the journal's first result, as it would be
             tmp.write_text(json.dumps({"site": self.mesh.site, "handled_through": when}) + "\n", encoding="utf-8")
             os.replace(tmp, path)
             self._note_failed = False
