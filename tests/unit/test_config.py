@@ -405,3 +405,12 @@ schedule:
     with pytest.raises(ConfigError) as caught:
         parse_config(unlisted, SRC)
     assert [i.path for i in caught.value.issues] == ["remotes.a.upload_dir", "remotes.b.upload_dir"]
+
+
+def test_a_fully_qualified_host_name_may_end_in_a_dot() -> None:
+    site = "site: {address: dtn.example.org., data_dir: /d, key: /k}"
+    config = parse_config(BASE.replace("lab: {lab: true}", site), SRC)
+    assert config.remotes["site"].address == "dtn.example.org."
+    for bad in ("dtn.example.org..", ".", "dtn..example.org."):
+        with pytest.raises(ConfigError, match="is neither an IP address nor a host name"):
+            parse_config(BASE.replace("lab: {lab: true}", site.replace("dtn.example.org.", repr(bad))), SRC)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field, ValidationError
 
@@ -83,8 +83,10 @@ class TestKey:
         return f"{self.src} -> {self.dst} {self.protocol}/{self.dataset}/{self.direction}"
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
+    """One test's slot of a round.  A named tuple (immutable, like the rest of a plan): a
+    100-site round has 20,000 of them, and a frozen dataclass takes 3 times as long to make."""
+
     start: float  # UTC epoch seconds, whole milliseconds
     end: float  # start + length (the slot's end; the guard gap comes after it)
     test: TestKey
@@ -323,10 +325,18 @@ def _whole_ms(seconds: float) -> int:
     return _ceil_div(n * 1000, d)
 
 
+@functools.lru_cache(maxsize=64)
+def _headroom_ratio(headroom: float) -> tuple[int, int]:
+    return _ratio(headroom)
+
+
+_SETUP_MS = _ceil_ms(SETUP_SECONDS)
+
+
 def _headroom_ms(headroom: float, seconds: tuple[int, int]) -> int:
     """headroom x seconds (numerator, denominator) + the setup, rounded up to whole ms."""
-    h_n, h_d = _ratio(headroom)
-    return _ceil_div(h_n * seconds[0] * 1000, h_d * seconds[1]) + _ceil_ms(SETUP_SECONDS)
+    h_n, h_d = _headroom_ratio(headroom)
+    return _ceil_div(h_n * seconds[0] * 1000, h_d * seconds[1]) + _SETUP_MS
 
 
 def _measured_ms(headroom: float, typical: float) -> int:
@@ -342,7 +352,7 @@ def _estimated_ms(headroom: float, size: int, bandwidth: float) -> int:
 @functools.lru_cache(maxsize=65536)
 def _typical_ms(length_ms: int, headroom: float) -> int:
     """A slot's length / headroom, rounded up: its test's typical length (Slot.typical)."""
-    h_n, h_d = _ratio(headroom)
+    h_n, h_d = _headroom_ratio(headroom)
     return _ceil_div(length_ms * h_d, h_n)
 
 
@@ -454,23 +464,28 @@ def _pack_by_time(
     run in mesh order, repetition by repetition.  Sparse meshes (rings, stars, subsets)
     pack close to the lower bound this way; an order fixed in advance leaves sites idle."""
     index = {site: i for i, site in enumerate(sites)}
-    items = [(test, repetition) for repetition in range(repetitions) for test in tests]
-    # pending[u][v]: the items of the pair (u, v), either direction, in order; one deque
-    # shared by both ends.
+    # Per test (by its position in `tests`): the ends, length, source and probe, looked up
+    # once (a TestKey's hash costs more than the rest of a placement).
+    ends = [(index[t.src], index[t.dst]) for t in tests]
+    length = [lengths[t][0] for t in tests]
+    source = [lengths[t][1] for t in tests]
+    probe_of = [probes[t] for t in tests]
+    # pending[u][v]: the items (repetition x tests + test) of the pair (u, v), either
+    # direction, in order; one deque shared by both ends.
     pending: list[dict[int, deque[int]]] = [{} for _ in sites]
     load = [0] * len(sites)  # per site: the slot time, guards and probes still to place (ms)
-    for k, (test, _) in enumerate(items):
-        u, v = index[test.src], index[test.dst]
-        queue = pending[u].get(v)
-        if queue is None:
-            queue = pending[u][v] = pending[v][u] = deque()
-        queue.append(k)
-        load[u] += lengths[test][0] + guard
-        load[v] += lengths[test][0] + guard
-    for path in {(t.src, t.dst): t for t in tests}.values():
-        load[index[path.src]] += probes[path]
-        load[index[path.dst]] += probes[path]
-    probed: set[tuple[str, str]] = set()
+    for repetition in range(repetitions):
+        for i, (u, v) in enumerate(ends):
+            queue = pending[u].get(v)
+            if queue is None:
+                queue = pending[u][v] = pending[v][u] = deque()
+            queue.append(repetition * len(tests) + i)
+            load[u] += length[i] + guard
+            load[v] += length[i] + guard
+    for i in {ends[i]: i for i in range(len(tests))}.values():  # each path's probe, once
+        load[ends[i][0]] += probe_of[i]
+        load[ends[i][1]] += probe_of[i]
+    probed: set[tuple[int, int]] = set()
     placed: list[_Placed] = []
     events: list[tuple[int, int]] = []  # (free again at, site)
     waiting: set[int] = set()  # free since an earlier time, no free partner then
@@ -486,15 +501,14 @@ def _pack_by_time(
             if v < 0:
                 continue
             queue = pending[u][v]
-            test, repetition = items[queue.popleft()]
+            repetition, i = divmod(queue.popleft(), len(tests))
             if not queue:
                 del pending[u][v], pending[v][u]
-            length, source = lengths[test]
-            probe = probes[test] > 0 and (test.src, test.dst) not in probed
+            probe = probe_of[i] > 0 and ends[i] not in probed
             if probe:
-                probed.add((test.src, test.dst))
-            end = now + length + (probes[test] if probe else 0)
-            placed.append(_Placed(now, end, len(placed), test, repetition, source, probe))
+                probed.add(ends[i])
+            end = now + length[i] + (probe_of[i] if probe else 0)
+            placed.append(_Placed(now, end, len(placed), tests[i], repetition, source[i], probe))
             for site in (u, v):
                 load[site] -= end - now + guard
                 free.discard(site)
@@ -509,7 +523,7 @@ def _pack_by_time(
             site = heapq.heappop(events)[1]
             if pending[site]:
                 freed.add(site)
-    assert len(placed) == len(items), "every test is placed"  # a pending pair always has a busy end
+    assert len(placed) == repetitions * len(tests), "every test is placed"  # a pending pair always has a busy end
     placed.sort(key=lambda p: (p.start, p.seq))
     return placed
 
