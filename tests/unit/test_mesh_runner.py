@@ -786,3 +786,20 @@ def test_the_first_note_is_written_before_the_journals_first_result(tmp_path: Pa
     runner.run(rounds=0)
     noted = tmp_path / "new" / "dir" / "journal.slots.json"
     assert json.loads(noted.read_text()) == {"site": "a", "handled_through": runner.started}
+
+
+def test_a_slot_journaled_but_not_yet_noted_is_not_counted_missed(tmp_path: Path) -> None:
+    """Killed between journaling a slot's result and noting it handled: the journal says it ran."""
+    runner, view = _runner(tmp_path, "a", StubTransfer())
+    noted = handled_path(view.config.journal.path)
+    since = runner.started - 3 * 3600
+    noted.write_text(json.dumps({"site": "a", "handled_through": since}))
+    ran = next(s for r in view.rounds(since + 3600) for s in r.slots if s.test.src == "a" and s.start > since + 3600)
+    result = Result("make", ran.test.dst, "f1k", "download", ran.start, "ok", site="a", slot_start_timestamp=ran.start)
+    Journal(view.config.journal.path).append(result)
+    later, _ = _runner(tmp_path, "a", StubTransfer())
+    later.runner.state.restore(Journal(view.config.journal.path).read())  # as the exporter does at start
+    later.run(rounds=0)
+    later.runner.state.mark_scraped()
+    assert missed_counts(later.runner.state) == _expected_down(view, ran.start, later.started)
+    assert sum(missed_counts(later.runner.state).values()) < sum(_expected_down(view, since, later.started).values())

@@ -28,7 +28,8 @@ A slot never runs into another slot of its sites or past the next round's start:
 
 Slots that started while the exporter was not running are counted when it starts (missed,
 exporter_down): from the plan, every slot of this site after the last one it handled
-(noted beside the journal, handled_path) and before its start.
+(noted beside the journal, handled_path, after each slot; or journaled, if later: a crash
+between the two) and before its start.
 
 The mesh is handed in from outside (`SiteView`, cli.py's MeshSite made from the mesh
 file), as the lab is to the round runner: bigbinf.mesh reaches the lab's layout, which
@@ -308,10 +309,15 @@ class MeshRunner:
 
     def _count_downtime(self) -> None:
         """At start: every slot of this site that started after the last one handled (as
-        noted beside the journal) and before now counts as missed, exporter_down; published
-        after the first scrape (ExporterState.record_slots_missed)."""
+        noted beside the journal, or journaled, whichever is later) and before now counts as
+        missed, exporter_down; published after the first scrape (record_slots_missed)."""
         site, path = self.mesh.site, handled_path(self.runner.config.journal.path)
         since, until = self._last_handled(path, site), self.started
+        if since is not None:
+            # A slot journaled after its note was written (killed in between) is not missed:
+            # the journal's results (restored into the state) say so.
+            journaled = [r.slot_start_timestamp for r in self.runner.state.latest_results() if r.site == site]
+            since = max([since, *(t for t in journaled if t is not None)])
         if since is not None and since < until:
             earliest = until - DOWNTIME_LOOKBACK_SECONDS
             if since < earliest:
