@@ -61,7 +61,7 @@ def write_mesh(work: Path, name: str, subnet: str, mode: str, size: str, interva
     }
     path = work / f"{mode}.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return load_mesh(path)
+    return load_mesh(path, lab=labmesh.layout)
 
 
 def results(mesh: MeshConfig) -> list[Result]:

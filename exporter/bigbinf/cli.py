@@ -9,12 +9,16 @@ lab up|down|status).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import io
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+import zoneinfo
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +30,17 @@ from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
 from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
-from bigbinf.mesh.plan import Durations, RoundPlan, load_durations, longest_period_seconds, next_rounds, round_at
+from bigbinf.mesh.plan import (
+    Durations,
+    RoundPlan,
+    TestKey,
+    check_fit,
+    load_durations,
+    longest_period_seconds,
+    next_rounds,
+    round_at,
+    site_slot_counts,
+)
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.restore import restore
@@ -141,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=cmd_sweep)
     for command in (report, importer, backfill, sweep_report):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
-    mesh_cli.register(sub, [common])  # mesh plan|durations|config|prometheus
+    mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus
     return parser
 
 
@@ -177,8 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_web_check(args)
     try:
         if args.config_check:
-            return cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
-        return func(args)
+            code = cmd_mesh_check(args) if hasattr(args, "mesh_file") else cmd_check(args)
+        else:
+            code = func(args)
+        sys.stdout.flush()  # a reader gone is found here, not at exit (where Python prints a traceback)
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`mesh plan | head`): nothing left to say, and no one to
+        # say it to.  Exit as a process that SIGPIPE ended would, quietly.
+        _stdout_to_devnull()
+        return EXIT_CLOSED_PIPE
     except MeshUsageError as exc:  # before ConfigError: it is one, but a usage error here
         print(f"bigbinf-exporter: {exc.message}", file=sys.stderr)
         return 2
@@ -190,6 +212,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell reports for `yes | head`'s yes
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that Python's last flush at exit has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing to flush at exit
 
 
 # ---------------------------------------------------------------- a mesh site
@@ -210,8 +245,8 @@ class MeshUsageError(MeshError):
 class MeshSite:
     """One site's view of a valid mesh file and its durations file, loaded together (one
     load: a reload swaps both or neither).  What service/mesh_runner.py's SiteView asks
-    for; made here because bigbinf.mesh reaches the lab's layout, which the live path
-    never imports."""
+    for; made here, the composition root, because the live path never imports
+    bigbinf.mesh (its Prometheus files reach the mixin), as it never imports the lab."""
 
     mesh: MeshConfig
     site: str
@@ -230,13 +265,17 @@ class MeshSite:
             if current is None or plan.start > current.start:
                 yield plan
 
+    def slot_counts(self, since: float, until: float) -> Iterable[tuple[TestKey, int]]:
+        """This site's slots of each test that start after `since` and before `until`."""
+        return site_slot_counts(self.mesh, self.durations, self.site, since, until).items()
+
 
 def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
     if not site:
         raise MeshUsageError(source, f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
     if site not in mesh.sites:
         raise MeshUsageError(source, f"--site {site}: no such site in {source}; defined: {', '.join(mesh.sites)}")
-    config = site_config(mesh, site, source)
+    config = site_config(mesh, site, source, lab=lab_mesh.layout)
     durations = load_durations(mesh)  # MeshError if unreadable: the mesh is unusable here too
     return MeshSite(mesh, site, config, _rounds_gap(mesh), exporter_of(mesh, site).listen, durations)
 
@@ -244,7 +283,7 @@ def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
 def load_mesh_site(path: str | Path, site: str | None) -> MeshSite:
     """The exporter's mesh loader (service.mesh_runner.MeshLoader): a MeshError (a
     ConfigError) if the mesh or durations file is invalid or the site is not in it."""
-    return mesh_site_of(load_mesh(path), site, str(path))
+    return mesh_site_of(load_mesh(path, lab=lab_mesh.layout), site, str(path))
 
 
 def _rounds_gap(mesh: MeshConfig) -> float:
@@ -256,12 +295,17 @@ def _rounds_gap(mesh: MeshConfig) -> float:
     return longest_gap_seconds(ScheduleConfig(cron=mesh.schedule.cron, timezone=mesh.schedule.timezone))
 
 
+FIT_CHECK_DAYS = 8  # --config.check of a mesh: the rounds of the coming week and a day
+
+
 def cmd_mesh_check(args: argparse.Namespace) -> int:
     """--config.check --mesh.file M [--site S]: the whole mesh (every site's configuration
-    with it); with --site also that site's secret files and host keys, as cmd_check."""
+    with it); with --site also that site's secret files and host keys, as cmd_check.  A
+    valid mesh whose rounds of the next FIT_CHECK_DAYS days do not all fit fails too, with
+    `mesh plan`'s numbers (exit 3, as `mesh plan`)."""
     source = args.mesh_file
-    mesh = load_mesh(source)  # ConfigError: printed by main, exit 1
-    load_durations(mesh)
+    mesh = load_mesh(source, lab=lab_mesh.layout)  # ConfigError: printed by main, exit 1
+    durations = load_durations(mesh)
     site = getattr(args, "site", None)
     if site is not None:
         config = mesh_site_of(mesh, site, source).config
@@ -278,7 +322,22 @@ def cmd_mesh_check(args: argparse.Namespace) -> int:
     if args.web_config_file and cmd_web_check(args, quiet=True) != 0:
         return 1
     tests = sum(len(outgoing(mesh, name)) for name in mesh.sites)
-    print(f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests)")
+    # Valid, but its rounds must fit too: a slot that would run past the next round's
+    # start is never run (docs/mesh.md).  A week ahead: weekly cron lines, a DST change.
+    check = check_fit(mesh, durations, time.time(), FIT_CHECK_DAYS * 86400)
+    if check.late:
+        zone = zoneinfo.ZoneInfo(mesh.schedule.timezone)
+        for plan in check.first_late:
+            when = dt.datetime.fromtimestamp(plan.start, zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+            print(f"{source}: round {when} {mesh_cli.verdict(mesh, plan)}", file=sys.stderr)
+        print(
+            f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests), but {check.late} of the "
+            f"{check.rounds} rounds of the next {FIT_CHECK_DAYS} days do NOT fit: their last slots are not run "
+            "(`mesh plan --date YYYY-MM-DD` lists them)",
+            file=sys.stderr,
+        )
+        return mesh_cli.EXIT_DOES_NOT_FIT
+    print(f"{source}: mesh is valid ({len(mesh.sites)} sites, {tests} tests; the next {check.rounds} rounds fit)")
     return 0
 
 
@@ -333,7 +392,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
             raise lab.LabError(
                 "lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's"
             )
-        mesh = load_mesh(args.mesh_file)
+        mesh = load_mesh(args.mesh_file, lab=lab_mesh.layout)
         return _lab_action(
             args.action, lambda: lab_mesh.up(mesh), lambda: lab_mesh.down(mesh), lambda: lab_mesh.status(mesh)
         )

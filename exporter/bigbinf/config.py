@@ -135,9 +135,10 @@ def _check_host(value: str) -> str:
         return value
     except ValueError:
         pass
+    # A fully qualified name may end in a dot (dtn.example.org.: no search domain tried).
     if not re.fullmatch(
         r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?",
-        value,
+        value.removesuffix("."),
     ):
         raise ValueError(f"{value!r} is neither an IP address nor a host name")
     return value

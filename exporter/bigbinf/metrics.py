@@ -309,15 +309,26 @@ LAST_SLOT_OVERRUN = Spec(
     "slot's end); 0 when it ended within its slot." + CACHED,
     SERIES_LABELS,
 )
+# Why a slot of a mesh site was not run: the reason label of SLOTS_MISSED_TOTAL (bounded:
+# these values only, each series exported with all of them from the start, at 0).
+MISSED_LATE = "late_start"  # the site's previous transfer overran: too little of the slot left
+MISSED_LOCKED = "lock_held"  # a tuning sweep, or a once or sweep process, held the round lock
+MISSED_NO_FIT = "round_does_not_fit"  # the slot (and the guard after it) would run past the next round's start
+MISSED_GONE = "not_configured"  # its test is not in the configuration now (a reload)
+MISSED_ERROR = "error"  # a bug in running or publishing it (logged with a traceback)
+MISSED_DOWN = "exporter_down"  # it started while the exporter was not running (counted at the next start)
+MISSED_REASONS = (MISSED_LATE, MISSED_LOCKED, MISSED_NO_FIT, MISSED_GONE, MISSED_ERROR, MISSED_DOWN)
 SLOTS_MISSED_TOTAL = Spec(
     PREFIX + "mesh_slots_missed_total",
     "counter",
-    "Slots of the series in the mesh plan that this site's exporter did not run: a late start with less than "
-    "the test's typical length (slot / headroom) left of the slot, the round lock held by a tuning sweep or by a "
-    "once or sweep process on the same journal, a slot starting at or after the next round's start (the round "
-    "does not fit), a test no longer configured, or an error (the log says which). Updated when the slot is "
-    "passed over, never at scrape time.",
-    SERIES_LABELS,
+    "Slots of the series in the mesh plan that this site's exporter did not run, by reason: late_start (the "
+    "site's previous transfer overran and less than the test's typical length, slot / headroom, was left), "
+    "lock_held (a tuning sweep, or a once or sweep process on the same journal), round_does_not_fit (the slot "
+    "and the guard after it would run past the next round's start), not_configured (a reload dropped its "
+    "test), error (logged), exporter_down (the slot started while the exporter was not running: counted when "
+    "it starts again, from the plan, and published after its first scrape). Updated when the slot is passed "
+    "over, never at scrape time.",
+    (*SERIES_LABELS, "reason"),
 )
 ROUND_PLANNED = Spec(
     PREFIX + "mesh_round_planned_seconds",
@@ -338,7 +349,29 @@ PLAN_INFO = Spec(
     "file: every site of the mesh should show the same one." + PLAN_CACHED,
     ("fingerprint",),
 )
-MESH = (SLOT_OVERRUNS_TOTAL, LAST_SLOT_OVERRUN, SLOTS_MISSED_TOTAL, ROUND_PLANNED, ROUND_PERIOD, PLAN_INFO)
+ROUND_FITS = Spec(
+    PREFIX + "mesh_round_fits",
+    "gauge",
+    "1 when the current mesh round fits: its last slot and the guard after it end by the next round's start; 0 "
+    "when not (bigbinf-exporter mesh plan says by how much): its slots that would run past the next round's start "
+    'are not run and count in bigbinf_mesh_slots_missed_total{reason="round_does_not_fit"}.' + PLAN_CACHED,
+)
+GUARD = Spec(
+    PREFIX + "mesh_guard_seconds",
+    "gauge",
+    "The mesh's guard gap (schedule.guard): after every slot before the next slot of either of its sites; it "
+    "absorbs the sites' clock offsets, which must stay under half of it." + PLAN_CACHED,
+)
+MESH = (
+    SLOT_OVERRUNS_TOTAL,
+    LAST_SLOT_OVERRUN,
+    SLOTS_MISSED_TOTAL,
+    ROUND_PLANNED,
+    ROUND_PERIOD,
+    ROUND_FITS,
+    GUARD,
+    PLAN_INFO,
+)
 
 ALL = (
     *LAST_RESULT,

@@ -37,6 +37,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.mesh.config import MeshConfig, load_mesh
 from bigbinf.mesh.prometheus import render
 from bigbinf.mixin import rules
@@ -87,6 +88,7 @@ def write_mesh(
     ports: dict[str, int],
     node: dict[str, str] | None = None,
     prometheus: dict[str, Any] | None = None,
+    prometheus_listen: dict[str, str] | None = None,
 ) -> MeshConfig:
     raw: dict[str, Any] = {
         "name": "testmesh",
@@ -110,9 +112,11 @@ def write_mesh(
     }
     for site, listen in (node or {}).items():
         raw["sites"][site]["node_exporter"] = listen
+    for site, listen in (prometheus_listen or {}).items():
+        raw["sites"][site]["prometheus_listen"] = listen
     path = tmp / "mesh.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return load_mesh(path)
+    return load_mesh(path, lab=lab_layout)
 
 
 # ---------------------------------------------------------------- the sites' exporters
@@ -263,12 +267,15 @@ def test_generated_configs_are_valid(tmp_path: Path) -> None:
         groups = json.loads((out / "sites" / site / "targets" / "bigbinf.json").read_text())
         assert groups == [{"labels": {}, "targets": [f"127.0.0.1:{9753 + SITES.index(site)}"]}]
         assert sorted(p.name for p in (out / "sites" / site / "rules").glob("*.yml")) == sorted(
-            rules.render(Settings())
+            set(rules.render(Settings())) - {rules.MESH_CENTRAL_FILE}
         )
     node = json.loads((out / "sites" / "alpha" / "targets" / "node.json").read_text())
     assert node == [{"labels": {}, "targets": ["127.0.0.1:9100"]}]
     central = yaml.safe_load((out / "central" / "prometheus.yml").read_text())
-    assert "rule_files" not in central and "remote_write" not in central
+    assert "remote_write" not in central
+    # The central Prometheus evaluates only the mesh-wide alert: the sites evaluate the rest.
+    assert central["rule_files"] == ["rules/*.yml"]
+    assert [p.name for p in (out / "central" / "rules").glob("*.yml")] == [rules.MESH_CENTRAL_FILE]
     # A lab mesh: the exporters run in the root namespace, beside the central Prometheus,
     # which cannot reach the sites' namespace addresses; their loopback binds stay as they
     # are.  (Sites on their own hosts get their address instead: tests/unit/
@@ -331,14 +338,20 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
     out = tmp / "out"
     central = PrometheusServer("", out / "central", extra_args=["--web.enable-remote-write-receiver"])
     ports = {site: free_port() for site in SITES}
-    mesh = write_mesh(tmp, central.url, ports)
+    sites = {site: PrometheusServer("", out / "sites" / site) for site in SITES}
+    # Every Prometheus on this one host: each its own port, from the mesh file.
+    mesh = write_mesh(
+        tmp,
+        central.url,
+        ports,
+        prometheus={"central_listen": f"127.0.0.1:{central.port}"},
+        prometheus_listen={site: f"127.0.0.1:{prom.port}" for site, prom in sites.items()},
+    )
     # The shipped throughput group is evaluated every 5m; a test cannot wait that long.
     (tmp / "rules").mkdir()
     for name, text in rules.render(Settings(baseline_interval="1s")).items():
         (tmp / "rules" / name).write_text(text)
-    sites = {site: PrometheusServer("", out / "sites" / site) for site in SITES}
-    listen = {site: f"127.0.0.1:{prom.port}" for site, prom in sites.items()}
-    render(mesh, out, rules_dir=tmp / "rules", listen={**listen, "central": f"127.0.0.1:{central.port}"})
+    render(mesh, out, rules_dir=tmp / "rules")
     now = time.time()
     for site, prom in [*sites.items(), ("central", central)]:
         prom.config_text = prom.config.read_text()  # the generated file, as written
@@ -436,7 +449,7 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     time.sleep(3)
     gamma = live.exporters["gamma"]
     gamma.state.record(result("gamma", "alpha", "http", time.time(), baseline("gamma", "alpha", "http"), 2.5))
-    live.exporters["beta"].state.record_slot_missed(SeriesKey("scp", "alpha", DATASET, DIRECTION))
+    live.exporters["beta"].state.record_slot_missed(SeriesKey("scp", "alpha", DATASET, DIRECTION), "late_start")
     overruns = "bigbinf_mesh_slot_overruns_total"
     central.wait_for(
         lambda: central.query(f'sum({overruns}{{site="gamma"}}) == 1'), timeout=60, what="the overrun to arrive"
@@ -450,7 +463,7 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
         assert answer, (t.panel, t.ref, expr)
         runs += 1
     print(f"{runs} Mesh dashboard queries returned data on the central Prometheus")
-    assert runs == 8
+    assert runs == 10
 
     panels = {p["title"]: p for p in dashboard["panels"] if p["type"] != "row"}
     ratio = panels["Latest throughput / 7-day baseline"]
@@ -505,3 +518,30 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     gamma.state.record_mesh_round(MeshRound(planned_seconds=900.0, period_seconds=3600.0, fingerprint="0ther"))
     red_from = panels["Plans in use"]["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"]
     central.wait_for(lambda: float(central.query(plans)[0]["value"][1]) >= red_from, timeout=60, what="the second plan")
+
+    # Sites: every one measuring; then beta's last transfers three hours old (its exporter
+    # answers, its slots all missed) and gamma's exporter gone: each says so, neither blank.
+    sites = panels["Sites"]
+    exprs = {t["refId"]: substitute(t["expr"], dashboard, CHOICE) for t in sites["targets"]}
+    mapping = next(
+        prop["value"][0]["options"]
+        for o in sites["fieldConfig"]["overrides"]
+        if o["matcher"]["options"] == "state"
+        for prop in o["properties"]
+        if prop["id"] == "mappings"
+    )
+
+    def states() -> dict[str, str]:
+        return {r["metric"]["site"]: mapping[r["value"][1]]["text"] for r in central.query(exprs["A"])}
+
+    assert states() == dict.fromkeys(SITES, "measuring")
+    old = time.time() - 3 * 3600
+    beta = live.exporters["beta"].state
+    for remote in ("alpha", "gamma"):
+        for protocol in PROTOCOLS:
+            beta.record(result("beta", remote, protocol, old, baseline("beta", remote, protocol)))
+    gamma.__exit__(None, None, None)  # the site's Prometheus scrapes nothing from now on: up 0
+    want = {"alpha": "measuring", "beta": "no results for 2 rounds", "gamma": "not reporting"}
+    central.wait_for(lambda: states() == want, timeout=90, what=f"the sites' states {want}")
+    ages = {r["metric"]["site"]: float(r["value"][1]) for r in central.query(exprs["B"])}
+    assert set(ages) == set(SITES) and ages["beta"] >= 3 * 3600 and ages["gamma"] < 3600

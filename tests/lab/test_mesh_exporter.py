@@ -76,7 +76,7 @@ def _slotted(path: Path) -> list[Result]:
 def test_an_overrun_slot_is_recorded_and_the_next_waits_for_it(tmp_path: Path) -> None:
     name = "bbx" + uuid.uuid4().hex[:5]
     mesh_path = _mesh_file(tmp_path, name)
-    mesh = load_mesh(mesh_path)
+    mesh = load_mesh(mesh_path, lab=labmesh.layout)
     journal, listen = exporter_of(mesh, "alpha").journal, exporter_of(mesh, "alpha").listen
     exporter: Exporter | None = None
     try:
@@ -125,7 +125,9 @@ def test_an_overrun_slot_is_recorded_and_the_next_waits_for_it(tmp_path: Path) -
         assert all('site="alpha"' in line for line in samples if line)
         assert f"bigbinf_mesh_slot_overruns_total{{{series.format('f8m')}}} 1.0" in samples
         assert f"bigbinf_mesh_slot_overruns_total{{{series.format('f1m')}}} 0.0" in samples
-        assert f"bigbinf_mesh_slots_missed_total{{{series.format('f1m')}}} 0.0" in samples
+        missed = 'dataset="f1m",direction="download",protocol="http",reason="{}",remote="beta",site="alpha"'
+        for reason in ("late_start", "lock_held", "round_does_not_fit", "not_configured", "error", "exporter_down"):
+            assert f"bigbinf_mesh_slots_missed_total{{{missed.format(reason)}}} 0.0" in samples
         assert any(line.startswith("bigbinf_mesh_plan_info{") for line in samples)
         assert not any('remote="alpha"' in line for line in samples)  # beta's test is not alpha's
     finally:

@@ -29,7 +29,7 @@ from bigbinf.lab import mesh as labmesh
 from bigbinf.lab.layout import LabError
 from bigbinf.lab.mesh_layout import MeshLabLayout, MeshSiteLayout
 from bigbinf.lab.servers import netns_hosts
-from bigbinf.mesh.config import MeshConfig, lab_layout, parse_mesh
+from bigbinf.mesh.config import MeshConfig, parse_mesh
 
 from ..conftest import LAB_ROOT
 
@@ -71,7 +71,7 @@ def _mesh(
         "tests": [{"protocols": ["http"], "datasets": ["f8m"]}],
         "schedule": {"interval": "1h"},
     }
-    return parse_mesh(yaml.safe_dump(raw), f"{name}.yaml")
+    return parse_mesh(yaml.safe_dump(raw), f"{name}.yaml", lab=labmesh.layout)
 
 
 def _name() -> str:
@@ -125,7 +125,7 @@ def mesh_lab(root_before: dict[str, Any]) -> Iterator[tuple[MeshConfig, MeshLabL
     mesh = _mesh(_name())
     try:
         labmesh.up(mesh)
-        yield mesh, lab_layout(mesh)
+        yield mesh, labmesh.layout(mesh)
     finally:
         labmesh.down(mesh)  # also after a failed up; idempotent after test_down_leaves_nothing
 
@@ -273,13 +273,13 @@ def test_down_removes_a_site_dropped_from_the_mesh_file() -> None:
     subnet = f"198.19.{uuid.uuid4().int % 200 + 20}.0/24"
     three = {**TWO_SITES, "gamma": {"rate": "80mbit", "delay": "2ms"}}
     mesh = _mesh(name, three, servers=["nginx"], subnet=subnet)
-    layout = lab_layout(mesh)
+    layout = labmesh.layout(mesh)
     try:
         labmesh.up(mesh)
         pids = _pids_in(layout.namespaces)
         assert pids
         smaller = _mesh(name, TWO_SITES, servers=["nginx"], subnet=subnet)  # a mesh has at least two sites
-        assert set(layout.site("gamma").namespaces).isdisjoint(lab_layout(smaller).namespaces)
+        assert set(layout.site("gamma").namespaces).isdisjoint(labmesh.layout(smaller).namespaces)
         labmesh.down(smaller)
         assert _leftovers(layout, pids) == {}
     finally:
@@ -290,7 +290,7 @@ def test_down_cleans_a_failed_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that cannot start at the second site: `up` fails with the first site's
     servers running and every link built; `down` removes all of it."""
     mesh = _mesh(_name(), TWO_SITES, servers=["nginx"])
-    layout = lab_layout(mesh)
+    layout = labmesh.layout(mesh)
     start = labmesh._start_servers
 
     def second_fails(site: MeshSiteLayout) -> list[str]:
@@ -317,12 +317,12 @@ def test_two_meshes_cannot_share_a_state_dir(tmp_path: Path) -> None:
     ours = _mesh(first, TWO_SITES, servers=["nginx"], state_dir=state)
     theirs = _mesh(second, TWO_SITES, servers=["nginx"], state_dir=state)
     try:
-        control.claim_state_dir(state, lab_layout(ours).marker, "/var/lib/bigbinf/mesh-lab")
+        control.claim_state_dir(state, labmesh.layout(ours).marker, "/var/lib/bigbinf/mesh-lab")
         with pytest.raises(LabError) as refused:
             labmesh.up(theirs)
         message = str(refused.value)
         assert f"lab mesh {first}" in message and f"lab mesh {second}" in message and "its own state_dir" in message
-        assert set(lab_layout(theirs).namespaces).isdisjoint(_netns())  # refused before building anything
+        assert set(labmesh.layout(theirs).namespaces).isdisjoint(_netns())  # refused before building anything
         labmesh.down(theirs)  # not its state dir: left alone
         assert state.exists()
     finally:

@@ -90,7 +90,7 @@ def test_three_sites_two_rounds_no_overlap_alone_speed_central_prometheus(tmp_pa
     name = "bbm" + uuid.uuid4().hex[:5]
     central_port = free_port()
     mesh_path = _mesh_file(tmp_path, name, f"http://127.0.0.1:{central_port}")
-    mesh = load_mesh(mesh_path)
+    mesh = load_mesh(mesh_path, lab=labmesh.layout)
     try:
         labmesh.up(mesh)
 

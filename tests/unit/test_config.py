@@ -314,13 +314,14 @@ def test_uploads_to_a_site_need_a_way_to_remove_them_or_an_explicit_no() -> None
 
 
 def test_shipped_configs_are_valid() -> None:
+    from bigbinf.lab.mesh import layout as lab_layout
     from bigbinf.mesh.config import load_mesh
 
     shipped = sorted((ROOT / "schedules").glob("*.yaml"))
     meshes = [p for p in shipped if p.name.startswith("mesh-")]  # mesh files (docs/mesh.md)
     assert meshes
     for path in shipped:
-        load_mesh(path) if path in meshes else load_config(path)
+        load_mesh(path, lab=lab_layout) if path in meshes else load_config(path)
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
@@ -462,3 +463,10 @@ def test_a_capture_buffer_that_would_drop_packets_is_refused() -> None:
         parse_config(base.replace("BW", "40gbit") + "capture: {buffer: 96MiB}\n", "t.yaml").capture.buffer == 96 << 20
     )
     assert parse_config(base.replace("BW", "10gbit"), "t.yaml").capture.buffer == 32 << 20  # 24 MiB is enough
+def test_a_fully_qualified_host_name_may_end_in_a_dot() -> None:
+    site = "site: {address: dtn.example.org., data_dir: /d, key: /k}"
+    config = parse_config(BASE.replace("lab: {lab: true}", site), SRC)
+    assert config.remotes["site"].address == "dtn.example.org."
+    for bad in ("dtn.example.org..", ".", "dtn..example.org."):
+        with pytest.raises(ConfigError, match="is neither an IP address nor a host name"):
+            parse_config(BASE.replace("lab: {lab: true}", site.replace("dtn.example.org.", repr(bad))), SRC)

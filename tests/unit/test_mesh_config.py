@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bigbinf.config import load_config
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.service.rounds import series_of
 
 from ..support.mesh import DATASETS, DIRECTIONS, PROTOCOLS, write_mesh_config
@@ -82,7 +83,7 @@ def mesh_error(text: str) -> list[str]:
     from bigbinf.mesh.config import MeshError, parse_mesh
 
     try:
-        parse_mesh(text, "m.yaml")
+        parse_mesh(text, "m.yaml", lab=lab_layout)
     except MeshError as exc:
         return exc.lines()
     raise AssertionError("the mesh file was accepted")
@@ -106,7 +107,7 @@ schedule: {cron: ["0 3 * * *"], interval: 1h}
     assert lines[:2] == [
         "m.yaml: sites.a.size: unknown key 'size'; allowed keys: address, port, user, key, ssh_config, "
         "password_env, data_dir, upload_dir, serve_root, checksums, bandwidth, probe, stats_command, tcp_command, "
-        "servers, netns, interface, exporter, node_exporter, link",
+        "servers, netns, interface, exporter, node_exporter, prometheus_listen, link",
         "m.yaml: colour: unknown key 'colour'; allowed keys: name, sites, datasets, protocols, tests, schedule, "
         "transfer, capture, metrics, prometheus, lab",
     ]
@@ -122,6 +123,50 @@ schedule: {cron: ["0 3 * * *"], interval: 1h}
         "add it there or leave that pair out",
         "m.yaml: schedule: give cron or interval, not both",
     ]
+
+
+def test_a_one_site_mesh_is_one_line_that_says_what_to_do() -> None:
+    rest = (
+        "datasets: {f: {file: f.bin, size: 1MiB}}\nprotocols: {http: {}}\ntests: [{protocols: [http], datasets: [f]}]\n"
+    )
+    assert mesh_error("name: m\nsites:\n  a: {address: 10.0.0.1, data_dir: /d}\n" + rest) == [
+        "m.yaml: sites: a mesh needs at least 2 sites (it has 1: a); for one site testing remotes, write a "
+        "single-site configuration (docs/configuration.md) and run it with --config.file"
+    ]
+    assert mesh_error("name: m\nsites: {}\n" + rest) == [
+        "m.yaml: sites: a mesh needs at least 2 sites; for one site testing remotes, write a single-site "
+        "configuration (docs/configuration.md) and run it with --config.file"
+    ]
+
+
+def test_a_host_name_may_end_in_a_dot() -> None:
+    from bigbinf.mesh.config import parse_mesh, site_config
+
+    mesh = parse_mesh(MESH_OK.replace("address: 10.0.0.2", "address: dtn.b.example.org."), "m.yaml")
+    assert site_config(mesh, "a").remotes["b"].address == "dtn.b.example.org."
+    assert mesh_error(MESH_OK.replace("address: 10.0.0.2", "address: dtn..example.org")) == [
+        "m.yaml: sites.b.address: 'dtn..example.org' is neither an IP address nor a host name"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("10.0.0.1", "10.0.0.1"),
+        ("dtn.example.org", "DTN.Example.org."),
+        ("2001:db8::1", "'2001:DB8:0::1'"),
+    ],
+)
+def test_two_sites_on_one_host_and_port_are_refused_outside_a_lab(first: str, second: str) -> None:
+    text = MESH_OK.replace("address: 10.0.0.1", f"address: {first if ':' not in first else repr(first)}")
+    text = text.replace("address: 10.0.0.2", f"address: {second}")
+    (line,) = mesh_error(text)
+    assert line.startswith(f"m.yaml: sites.b.address: {second.strip(chr(39))} port 22 is sites.a's host too: ")
+    assert "give each site its own host (or port), or merge the two into one site" in line
+    # Another ssh port is another host (a container, say); and in a lab the lab numbers the sites.
+    from bigbinf.mesh.config import parse_mesh
+
+    assert parse_mesh(text.replace("data_dir: /srv/b", "port: 2222, data_dir: /srv/b"), "m.yaml")
 
 
 def test_duplicate_keys_and_yaml_errors_are_mesh_errors() -> None:
@@ -150,7 +195,7 @@ def test_a_sites_derived_configuration_error_is_said_once_where_it_is_fixed() ->
 def test_site_config_is_that_sites_outgoing_tests() -> None:
     from bigbinf.mesh.config import parse_mesh, site_config
 
-    mesh = parse_mesh(MESH_OK, "m.yaml")
+    mesh = parse_mesh(MESH_OK, "m.yaml", lab=lab_layout)
     b = site_config(mesh, "b", "m.yaml")
     assert list(b.remotes) == ["a", "c"]  # the other sites, in mesh order
     assert (b.remotes["a"].address, str(b.remotes["a"].data_dir), str(b.remotes["a"].upload_dir)) == (
@@ -165,11 +210,12 @@ def test_site_config_is_that_sites_outgoing_tests() -> None:
         ("c", "http", "download"),
         ("a", "scp", "upload"),
     ]
-    assert [(t.remote, t.protocol) for t in site_config(mesh, "a").schedule.transfers] == [("b", "http"), ("c", "http")]
+    transfers = site_config(mesh, "a", lab=lab_layout).schedule.transfers
+    assert [(t.remote, t.protocol) for t in transfers] == [("b", "http"), ("c", "http")]
 
 
 def test_site_config_of_a_lab_mesh_uses_the_labs_names_and_addresses() -> None:
-    from bigbinf.mesh.config import MeshError, lab_layout, parse_mesh, site_config
+    from bigbinf.mesh.config import MeshError, parse_mesh, site_config
 
     text = """
 lab: {name: bbt, state_dir: /tmp/bbt, subnet: 198.19.9.0/24}
@@ -180,14 +226,14 @@ datasets: {f: {file: f.bin, size: 1MiB}}
 protocols: {http: {}}
 tests: [{protocols: [http], datasets: [f]}]
 """
-    mesh = parse_mesh(text, "lab.yaml")
-    beta = site_config(mesh, "alpha").remotes["beta"]
+    mesh = parse_mesh(text, "lab.yaml", lab=lab_layout)
+    beta = site_config(mesh, "alpha", lab=lab_layout).remotes["beta"]
     layout = lab_layout(mesh)  # its namespace names are lab/mesh_layout.py's
     assert (beta.address, beta.netns, beta.bandwidth) == ("198.19.9.2", layout.site("alpha").netns, "6250000bps")
     assert beta.stats_command == ["ip", "netns", "exec", layout.site("beta").netns]
     assert beta.data_dir == layout.site("beta").data_dir and str(beta.data_dir).startswith("/tmp/bbt/")
     try:
-        site_config(mesh, "gamma", "lab.yaml")
+        site_config(mesh, "gamma", "lab.yaml", lab=lab_layout)
     except MeshError as exc:
         assert exc.lines() == ["lab.yaml: sites: no site named 'gamma'; defined: alpha, beta"]
     else:
@@ -205,7 +251,7 @@ def test_the_docs_mesh_file_example_is_a_valid_mesh() -> None:
     section = MESH_DOC.read_text().split("\n## The mesh file\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"^```yaml[ \t]*\n(.*?)^```[ \t]*$", section, re.MULTILINE | re.DOTALL)
     assert len(blocks) == 1, "docs/mesh.md, The mesh file: one ```yaml example"
-    mesh = parse_mesh(blocks[0], "docs/mesh.md")
+    mesh = parse_mesh(blocks[0], "docs/mesh.md", lab=lab_layout)
     assert list(mesh.sites) == ["alpha", "beta", "gamma"] and mesh.schedule.repetitions == 2
 
 
@@ -269,13 +315,13 @@ def test_lab_site_addresses_are_checked_at_load() -> None:
 
 
 def test_lab_automatic_addresses_skip_the_explicit_ones() -> None:
-    from bigbinf.mesh.config import lab_addresses, lab_layout, parse_mesh
+    from bigbinf.mesh.config import lab_addresses, parse_mesh
 
     # beta gives .1, the first automatic address: alpha and gamma take the next free hosts.
-    mesh = parse_mesh(lab_mesh(beta="address: 198.19.9.1"), "m.yaml")
+    mesh = parse_mesh(lab_mesh(beta="address: 198.19.9.1"), "m.yaml", lab=lab_layout)
     assert lab_addresses(mesh) == {"alpha": "198.19.9.2", "beta": "198.19.9.1", "gamma": "198.19.9.3"}
     assert [s.address for s in lab_layout(mesh).sites] == ["198.19.9.2", "198.19.9.1", "198.19.9.3"]
-    mesh = parse_mesh(lab_mesh(gamma="address: 198.19.9.2"), "m.yaml")
+    mesh = parse_mesh(lab_mesh(gamma="address: 198.19.9.2"), "m.yaml", lab=lab_layout)
     assert lab_addresses(mesh) == {"alpha": "198.19.9.1", "beta": "198.19.9.3", "gamma": "198.19.9.2"}
 
 
@@ -301,14 +347,14 @@ def test_lab_name_is_checked_as_the_single_labs_with_its_own_length() -> None:
 def test_lab_exporters_default_to_their_own_port_and_journal() -> None:
     from bigbinf.mesh.config import exporter_of, parse_mesh, site_config
 
-    mesh = parse_mesh(lab_mesh(gamma="exporter: {listen: '127.0.0.1:9900'}"), "m.yaml")
+    mesh = parse_mesh(lab_mesh(gamma="exporter: {listen: '127.0.0.1:9900'}"), "m.yaml", lab=lab_layout)
     assert [(exporter_of(mesh, s).listen, str(exporter_of(mesh, s).journal)) for s in mesh.sites] == [
         ("127.0.0.1:9761", "/var/lib/bigbinf/mesh/alpha/journal.jsonl"),
         ("127.0.0.1:9762", "/var/lib/bigbinf/mesh/beta/journal.jsonl"),
         ("127.0.0.1:9900", "/var/lib/bigbinf/mesh/gamma/journal.jsonl"),
     ]
-    assert str(site_config(mesh, "beta").journal.path) == "/var/lib/bigbinf/mesh/beta/journal.jsonl"
-    real = parse_mesh(MESH_OK, "m.yaml")  # sites on their own hosts: the single-site defaults
+    assert str(site_config(mesh, "beta", lab=lab_layout).journal.path) == "/var/lib/bigbinf/mesh/beta/journal.jsonl"
+    real = parse_mesh(MESH_OK, "m.yaml", lab=lab_layout)  # sites on their own hosts: the single-site defaults
     assert {(exporter_of(real, s).listen, str(exporter_of(real, s).journal)) for s in real.sites} == {
         ("127.0.0.1:9753", "/var/lib/bigbinf/journal.jsonl")
     }
@@ -330,27 +376,36 @@ def test_lab_exporters_may_not_share_a_port_or_a_journal() -> None:
 def test_lab_bandwidth_only_where_both_rates_are_known() -> None:
     from bigbinf.mesh.config import parse_mesh, site_config
 
-    remotes = site_config(parse_mesh(LAB, "m.yaml"), "alpha").remotes
+    remotes = site_config(parse_mesh(LAB, "m.yaml", lab=lab_layout), "alpha", lab=lab_layout).remotes
     assert (remotes["beta"].bandwidth, remotes["gamma"].bandwidth) == ("6250000bps", None)
 
 
-def test_a_lab_mesh_builds_its_layout_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lab_mesh_builds_its_layout_once() -> None:
     import bigbinf.mesh.config as M
 
     calls = []
-    real = M.mesh_lab_layout
 
     def counting(*args: Any, **kw: Any) -> Any:
         calls.append(1)
-        return real(*args, **kw)
+        return lab_layout(*args, **kw)
 
-    monkeypatch.setattr(M, "mesh_lab_layout", counting)
     text = LAB.replace("/29", "/24").replace("  gamma: {}\n", "".join(f"  s{i}: {{}}\n" for i in range(8)))
-    mesh = M.parse_mesh(text, "m.yaml")
+    mesh = M.parse_mesh(text, "m.yaml", lab=counting)
     assert len(mesh.sites) == 10 and len(calls) == 1  # not once per remote (90 of them)
     calls.clear()
-    M.site_config(mesh, "alpha")
+    M.site_config(mesh, "alpha", lab=counting)
     assert len(calls) == 1
+
+
+def test_a_lab_mesh_needs_the_lab_that_lays_it_out() -> None:
+    """mesh/ never imports lab/: a caller that forgets to hand it the lab is told so."""
+    import bigbinf.mesh.config as M
+
+    with pytest.raises(M.NoLabGiven, match=r"pass lab=bigbinf\.lab\.mesh\.layout"):
+        M.parse_mesh(LAB, "m.yaml")
+    mesh = M.parse_mesh(LAB, "m.yaml", lab=lab_layout)
+    with pytest.raises(M.NoLabGiven):
+        M.site_config(mesh, "alpha")
 
 
 def test_prometheus_settings_are_checked() -> None:

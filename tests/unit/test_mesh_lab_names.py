@@ -11,9 +11,10 @@ import yaml
 
 from bigbinf.config import LabConfig
 from bigbinf.lab.layout import LabLayout
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.lab.mesh_layout import MeshLabLayout
 from bigbinf.lab.servers import netns_hosts
-from bigbinf.mesh.config import lab_layout, parse_mesh
+from bigbinf.mesh.config import parse_mesh
 
 SITES = ["core", "x", "x-w", "client", "remote", "wan", "ssh_config", "known_hosts", "namespaces", "sites"]
 
@@ -28,7 +29,7 @@ def _layout(name: str, state_dir: Path) -> MeshLabLayout:
         "tests": [{"protocols": ["http"], "datasets": ["d"]}],
         "schedule": {"interval": "1h"},
     }
-    return lab_layout(parse_mesh(yaml.safe_dump(raw), "m.yaml"))
+    return lab_layout(parse_mesh(yaml.safe_dump(raw), "m.yaml", lab=lab_layout))
 
 
 def test_namespaces_never_clash() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.mesh import cli
 from bigbinf.mesh.config import MeshConfig, parse_mesh
 from bigbinf.mesh.prometheus import all_exporters, render, site_config
@@ -51,7 +52,7 @@ def test_central_targets_never_point_at_the_central_hosts_own_loopback() -> None
     ]
     # A lab mesh: the exporters run in the root namespace beside the central Prometheus,
     # which does not reach the sites' namespace addresses: loopback stays loopback.
-    lab = parse_mesh(LAB_MESH, "l.yaml")
+    lab = parse_mesh(LAB_MESH, "l.yaml", lab=lab_layout)
     assert all_exporters(lab)[0]["targets"] == ["127.0.0.1:9753", "127.0.0.1:9754"]
 
 
@@ -140,3 +141,21 @@ def test_a_client_certificate_without_its_key_is_refused() -> None:
 def test_an_ipv6_site_address_is_bracketed() -> None:
     six = parse_mesh(MESH.replace("address: 10.0.0.2", 'address: "2001:db8::2"'), "m.yaml")
     assert all_exporters(six)[0]["targets"][1] == "[2001:db8::2]:9754"
+
+
+def test_each_prometheus_scrapes_itself_where_the_mesh_file_says_it_listens(tmp_path: Path) -> None:
+    """Several Prometheus servers on one host (a lab mesh): each its own port, in its
+    self-scrape target and in the header that says how to start it."""
+    text = MESH.replace("address: 10.0.0.2", "address: 10.0.0.2, prometheus_listen: '127.0.0.1:9192'")
+    out = tmp_path / "out"
+    render(parse_mesh(text + "prometheus: {central_listen: 'localhost:9190'}\n", "m.yaml"), out)
+    import json
+
+    def target(site: str) -> list[str]:
+        groups = json.loads((out / "sites" / site / "targets" / "prometheus.json").read_text())
+        return [t for g in groups for t in g["targets"]]
+
+    assert target("a") == ["localhost:9090"] and target("b") == ["127.0.0.1:9192"]
+    assert "--web.listen-address=127.0.0.1:9192" in (out / "sites" / "b" / "prometheus.yml").read_text()
+    central = (out / "central" / "prometheus.yml").read_text()
+    assert "--web.listen-address=localhost:9190" in central and "- localhost:9190" in central

@@ -9,12 +9,15 @@ transfer is a stub (an injected callable) where a test needs its timing to be ex
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -29,7 +32,7 @@ from bigbinf.mesh import plan
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import build
-from bigbinf.service.mesh_runner import MeshRunner, Transfer, overrun_seconds, round_id
+from bigbinf.service.mesh_runner import MeshRunner, Transfer, handled_path, overrun_seconds, round_id
 from bigbinf.service.rounds import RoundRunner, series_of
 from bigbinf.service.server import JOB_ID, Exporter
 
@@ -53,12 +56,12 @@ def write_mesh(tmp: Path, **changes: object) -> Path:
         "name": "unit",
         "sites": {
             site: {
-                "address": "127.0.0.1",
+                "address": f"127.0.0.{i + 1}",  # loopback, each site its own host
                 "data_dir": str(tmp / "data"),
                 "probe": {"enabled": False},
                 "exporter": {"listen": f"127.0.0.1:{_free_port()}", "journal": str(tmp / f"{site}.jsonl")},
             }
-            for site in SITES
+            for i, site in enumerate(SITES)
         },
         "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
         "protocols": {"make": {"command": ["truncate", "-s", "{size}", "{local_path}"]}},
@@ -86,6 +89,9 @@ class FakeMesh:
     def rounds(self, after: float) -> Iterator[plan.RoundPlan]:
         return iter([p for p in self.plans if p.end > after])
 
+    def slot_counts(self, since: float, until: float) -> list[tuple[plan.TestKey, int]]:
+        return []
+
 
 def _slot(
     src: str, dst: str, start: float, length: float, probe: bool = False, typical: float = 0.0, repetition: int = 0
@@ -95,9 +101,13 @@ def _slot(
 
 
 def _plan(
-    start: float, slots: list[plan.Slot], end: float | None = None, fingerprint: str = "f1ngerpr1nt0"
+    start: float,
+    slots: list[plan.Slot],
+    end: float | None = None,
+    fingerprint: str = "f1ngerpr1nt0",
+    guard: float = 0.0,
 ) -> plan.RoundPlan:
-    return plan.RoundPlan(start, end if end is not None else start + 60, tuple(slots), fingerprint)
+    return plan.RoundPlan(start, end if end is not None else start + 60, tuple(slots), fingerprint, guard)
 
 
 class StubTransfer:
@@ -150,6 +160,11 @@ def _registry(state: ExporterState) -> CollectorRegistry:
 
 def _series(site: str, remote: str) -> dict[str, str]:
     return {"protocol": "make", "remote": remote, "dataset": "f1k", "direction": "download", "site": site}
+
+
+def missed_counts(state: ExporterState, remote: str | None = None) -> dict[tuple[str, str], int]:
+    """(remote, reason) -> slots missed, those counted (not 0) only."""
+    return {(k.remote, r): n for (k, r), n in state.slots_missed.items() if n and remote in (None, k.remote)}
 
 
 # ---------------------------------------------------------------- the slots
@@ -219,8 +234,8 @@ def test_a_slot_that_ends_before_the_previous_transfer_does_is_missed(tmp_path: 
     assert [c[0] for c in transfer.calls] == ["b"]  # c's slot had ended: not run
     assert [r.remote for r in Journal(view.config.journal.path).read()] == ["b"]
     get = _registry(runner.runner.state).get_sample_value
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 0.0
+    assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "c"), "reason": "late_start"}) == 1.0
+    assert missed_counts(runner.runner.state, "b") == {}
 
 
 def test_a_slot_waits_for_the_round_lock_only_until_its_end(tmp_path: Path) -> None:
@@ -234,7 +249,7 @@ def test_a_slot_waits_for_the_round_lock_only_until_its_end(tmp_path: Path) -> N
         runner.runner.release()
     assert transfer.calls == []
     get = _registry(runner.runner.state).get_sample_value
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 1.0
+    assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "b"), "reason": "lock_held"}) == 1.0
 
 
 def test_run_plans_rounds_and_stops_when_told(tmp_path: Path) -> None:
@@ -315,7 +330,7 @@ def test_a_mesh_exporter_runs_slots_not_cron_rounds_and_reloads_only_a_valid_mes
         get = exporter.registry.get_sample_value
         assert get("bigbinf_config_last_reload_successful", {"site": "a"}) == 1.0
         assert get("bigbinf_transfers_total", {**_series("a", "b"), "outcome": "ok"}) == 0.0
-        assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 0.0
+        assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "c"), "reason": "exporter_down"}) == 0.0
         assert get("bigbinf_schedule_interval_seconds", _series("a", "b")) == 3600.0
         before = exporter.config
 
@@ -354,9 +369,9 @@ def test_once_runs_a_sites_outgoing_tests_and_journals_its_site(
 
 
 def test_config_check_of_a_mesh(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_mesh(tmp_path)
+    path = write_mesh(tmp_path, tests=[{"protocols": ["make"], "datasets": ["f1k"], "budget": "5m"}])
     assert cli.main(["--config.check", "--mesh.file", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: mesh is valid (3 sites, 6 tests)\n"
+    assert capsys.readouterr().out == f"{path}: mesh is valid (3 sites, 6 tests; the next 192 rounds fit)\n"
     assert cli.main(["--mesh.file", str(path), "--site", "c", "--config.check"]) == 0
     assert "mesh is valid" in capsys.readouterr().out
 
@@ -368,6 +383,27 @@ def test_config_check_of_a_mesh(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli.main(["--config.check", "--mesh.file", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "tests[0].protocols[1]: no protocol named 'nope'" in err
+
+
+def test_config_check_of_a_mesh_whose_rounds_do_not_fit_fails_with_the_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 3 sites, 6 tests of 10 minutes (the default budget): any two share a site, so they run
+    # one after another, 6 x 600 s + 5 guards of 5 s = 3625 s, past the hourly round.
+    path = write_mesh(tmp_path)
+    assert cli.main(["--config.check", "--mesh.file", str(path)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 4  # the first three rounds that do not fit, then the count
+    assert lines[0].startswith(f"{path}: round ") and (
+        "does NOT fit: ends, with the 5 s guard, 30.000 s after the next round starts (period 3600.000 s, "
+        "planned 3625.000 s; the busiest site, a, is busy 2415.000 s)" in lines[0]
+    )
+    assert lines[3] == (
+        f"{path}: mesh is valid (3 sites, 6 tests), but 192 of the 192 rounds of the next 8 days do NOT fit: "
+        "their last slots are not run (`mesh plan --date YYYY-MM-DD` lists them)"
+    )
 
 
 def test_serving_a_mesh_needs_a_known_site(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -440,7 +476,7 @@ def test_a_late_slot_starts_only_while_its_typical_length_is_left(tmp_path: Path
     results = runner.run_round(_plan(t, slots))
     assert results is not None and [(r.remote, r.slot_start_timestamp) for r in results] == [("b", t), ("c", t + 1.0)]
     get = _registry(runner.runner.state).get_sample_value
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
+    assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "c"), "reason": "late_start"}) == 1.0
 
 
 def test_slots_that_start_at_or_after_the_next_round_are_not_run_but_counted(tmp_path: Path) -> None:
@@ -452,7 +488,7 @@ def test_slots_that_start_at_or_after_the_next_round_are_not_run_but_counted(tmp
     assert results is not None and [r.remote for r in results] == ["b"]
     assert [c[0] for c in transfer.calls] == ["b"]
     get = _registry(runner.runner.state).get_sample_value
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "c")) == 1.0
+    assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "c"), "reason": "round_does_not_fit"}) == 1.0
 
 
 def test_an_error_in_a_slot_is_logged_counted_and_the_slots_go_on(
@@ -478,7 +514,7 @@ def test_an_error_in_a_slot_is_logged_counted_and_the_slots_go_on(
         runner.run(rounds=2)  # both rounds are entered: the error did not end the runner
     assert [c[0] for c in stub.calls] == ["c"]
     get = _registry(runner.runner.state).get_sample_value
-    assert get("bigbinf_mesh_slots_missed_total", _series("a", "b")) == 2.0
+    assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "b"), "reason": "error"}) == 2.0
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
     assert len(failures) == 2 and all(r.exc_info for r in failures)  # a bug: with its traceback
     assert runner.runner.exclusive(timeout=0)  # the round lock was released each time
@@ -598,3 +634,172 @@ def test_no_metric_has_a_site_label_of_its_own() -> None:
 
     # The mesh exporter adds site to every sample: a metric's own site label would clash.
     assert [spec.name for spec in M.ALL_WITH_MESH if M.SITE_LABEL in spec.labels] == []
+
+
+# ---------------------------------------------------------------- never past the round, never silent
+
+
+def test_a_slot_that_would_run_past_the_next_rounds_start_is_not_run(tmp_path: Path) -> None:
+    """The issue's overlap: a slot that starts before the next round but would end after
+    it (with the guard after it) ran into the next round's first test.  It is not run,
+    and counted, and the round is published as not fitting."""
+    transfer = StubTransfer()
+    runner, _ = _runner(tmp_path, "a", transfer)
+    t = time.time() + 1.0
+    slots = [
+        _slot("a", "b", t, 1.0),
+        _slot("a", "c", t + 1.5, 1.0),  # ends 0.5 s before the next round, but the guard is 1 s
+        _slot("a", "b", t + 3.0, 1.5, repetition=1),  # straddles the next round's start
+    ]
+    round_ = _plan(t, slots, end=t + 3.0, guard=1.0)
+    results = runner.run_round(round_)
+    assert results is not None and [r.remote for r in results] == ["b"]
+    assert [c[0] for c in transfer.calls] == ["b"]
+    assert missed_counts(runner.runner.state) == {("c", "round_does_not_fit"): 1, ("b", "round_does_not_fit"): 1}
+    get = _registry(runner.runner.state).get_sample_value
+    assert get("bigbinf_mesh_round_fits", {"site": "a"}) == 0.0
+    assert get("bigbinf_mesh_guard_seconds", {"site": "a"}) == 1.0
+    fitting = _plan(t + 60, [_slot("a", "b", t + 60, 1.0)], end=t + 62.0, guard=1.0)
+    runner.runner.state.record_mesh_round(runner_round(fitting))
+    assert _registry(runner.runner.state).get_sample_value("bigbinf_mesh_round_fits", {"site": "a"}) == 1.0
+
+
+def runner_round(p: plan.RoundPlan) -> Any:
+    from bigbinf.service.collector import MeshRound
+
+    return MeshRound(p.planned_end - p.start, p.end - p.start, p.fingerprint, p.fits, p.guard)
+
+
+def test_entering_a_round_that_does_not_fit_says_so_with_the_numbers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, _ = _runner(tmp_path, "a", StubTransfer())
+    t = time.time() + 0.5
+    with caplog.at_level(logging.WARNING):
+        runner.run_round(_plan(t, [_slot("a", "b", t, 0.2), _slot("a", "c", t + 0.5, 1.0)], end=t + 1.0, guard=0.5))
+    (said,) = [r.getMessage() for r in caplog.records if "does NOT fit" in r.getMessage()]
+    assert "with the 0.5 s guard, 1.000 s after the next round starts (period 1.000 s, planned 1.500 s)" in said
+    assert "1 of a's slots would run past it and are not run" in said
+
+
+def _expected_down(view: cli.MeshSite, since: float, until: float) -> dict[tuple[str, str], int]:
+    """From whole round plans, slot by slot: a's slots that start in (since, until)."""
+    counts: dict[tuple[str, str], int] = {}
+    for round_ in view.rounds(since):
+        if round_.start >= until:
+            break
+        for slot in round_.slots:
+            if slot.test.src == view.site and since < slot.start < until:
+                counts[(slot.test.dst, "exporter_down")] = counts.get((slot.test.dst, "exporter_down"), 0) + 1
+    return counts
+
+
+def test_slots_missed_while_the_exporter_was_down_are_counted_at_its_start(tmp_path: Path) -> None:
+    runner, view = _runner(tmp_path, "a", StubTransfer())
+    state = runner.runner.state
+    noted = handled_path(view.config.journal.path)
+    assert noted.name == "a.slots.json" and not noted.exists()
+    runner.run(rounds=0)  # the first start with this journal: nothing was planned for it before
+    assert missed_counts(state) == {}
+    assert json.loads(noted.read_text()) == {"site": "a", "handled_through": runner.started}
+
+    # Down for 5 hours and a bit (hourly rounds; 3 sites, a in 2 of the 6 tests of each).
+    since = runner.started - 5.3 * 3600
+    noted.write_text(json.dumps({"site": "a", "handled_through": since}))
+    later, _ = _runner(tmp_path, "a", StubTransfer())
+    later.runner.state.prime(series_of(view.config), view.schedule_interval)
+    later.run(rounds=0)
+    expected = _expected_down(view, since, later.started)
+    assert sum(expected.values()) >= 2 * 5  # at least one slot per test per whole round down
+    # Held until the first scrape: Prometheus must see this process's counter at 0 first.
+    assert missed_counts(later.runner.state) == {}
+    text = b"".join(build(later.runner.state.snapshot()).chunks("text")).decode()
+    assert 'reason="exporter_down",remote="b",site="a"} 0.0' in text
+    later.runner.state.mark_scraped()
+    assert missed_counts(later.runner.state) == expected
+    get = _registry(later.runner.state).get_sample_value
+    assert (
+        get("bigbinf_mesh_slots_missed_total", {**_series("a", "b"), "reason": "exporter_down"})
+        == expected[("b", "exporter_down")]
+    )
+    # Each slot counted once: the next start counts only what came after this one.
+    again, _ = _runner(tmp_path, "a", StubTransfer())
+    again.run(rounds=0)
+    again.runner.state.mark_scraped()
+    assert missed_counts(again.runner.state) == _expected_down(view, later.started, again.started)
+
+
+def test_another_sites_note_or_a_damaged_one_counts_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    runner, view = _runner(tmp_path, "a", StubTransfer())
+    noted = handled_path(view.config.journal.path)
+    noted.write_text(json.dumps({"site": "b", "handled_through": runner.started - 7200}))
+    runner.run(rounds=0)
+    runner.runner.state.mark_scraped()
+    assert missed_counts(runner.runner.state) == {}
+    noted.write_text("{not json")
+    damaged, _ = _runner(tmp_path, "a", StubTransfer())
+    with caplog.at_level(logging.WARNING):
+        damaged.run(rounds=0)
+    damaged.runner.state.mark_scraped()
+    assert missed_counts(damaged.runner.state) == {}
+    assert any("cannot read" in r.getMessage() and "not counted" in r.getMessage() for r in caplog.records)
+
+
+def test_a_restarted_exporter_publishes_its_downtime_after_its_first_scrape(tmp_path: Path) -> None:
+    """Over HTTP, the real exporter: the first scrape sees exporter_down at 0 (so
+    Prometheus takes what follows as an increase from a reset), the next one the count."""
+    path = write_mesh(tmp_path)
+    view = cli.load_mesh_site(path, "a")
+    since = time.time() - 3 * 3600
+    handled_path(view.config.journal.path).write_text(json.dumps({"site": "a", "handled_through": since}))
+    exporter = Exporter(None, view.listen, mesh_file=path, site="a", mesh_loader=cli.load_mesh_site, mesh=view)
+    series = 'bigbinf_mesh_slots_missed_total{dataset="f1k",direction="download",protocol="make",reason="exporter_down"'
+    try:
+        exporter.bind()
+        exporter.start()
+        assert exporter.mesh_runner is not None
+
+        def scrape() -> float:
+            with urllib.request.urlopen(f"http://{view.listen}/metrics", timeout=10) as response:
+                text = response.read().decode()
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series))
+
+        _wait_for(lambda: exporter.mesh_runner is not None and exporter.mesh_runner._downtime_counted)
+        assert scrape() == 0.0
+        expected = sum(_expected_down(view, since, exporter.mesh_runner.started).values())
+        assert expected >= 2 * 3  # a in 2 tests a round, 3 hours down
+        _wait_for(lambda: scrape() > 0)
+        assert scrape() == expected
+    finally:
+        exporter.stop()
+
+
+def test_the_first_note_is_written_before_the_journals_first_result(tmp_path: Path) -> None:
+    """A new exporter's journal directory does not exist until its first result: the note
+    of its start must be written all the same (else a crash before that result goes uncounted)."""
+    path = write_mesh(tmp_path)
+    mesh = yaml.safe_load(path.read_text())
+    mesh["sites"]["a"]["exporter"]["journal"] = str(tmp_path / "new" / "dir" / "journal.jsonl")
+    path.write_text(yaml.safe_dump(mesh, sort_keys=False))
+    view = cli.load_mesh_site(path, "a")
+    runner = MeshRunner(RoundRunner(view.config, ExporterState("a")), view, transfer=StubTransfer())
+    runner.run(rounds=0)
+    noted = tmp_path / "new" / "dir" / "journal.slots.json"
+    assert json.loads(noted.read_text()) == {"site": "a", "handled_through": runner.started}
+
+
+def test_a_slot_journaled_but_not_yet_noted_is_not_counted_missed(tmp_path: Path) -> None:
+    """Killed between journaling a slot's result and noting it handled: the journal says it ran."""
+    runner, view = _runner(tmp_path, "a", StubTransfer())
+    noted = handled_path(view.config.journal.path)
+    since = runner.started - 3 * 3600
+    noted.write_text(json.dumps({"site": "a", "handled_through": since}))
+    ran = next(s for r in view.rounds(since + 3600) for s in r.slots if s.test.src == "a" and s.start > since + 3600)
+    result = Result("make", ran.test.dst, "f1k", "download", ran.start, "ok", site="a", slot_start_timestamp=ran.start)
+    Journal(view.config.journal.path).append(result)
+    later, _ = _runner(tmp_path, "a", StubTransfer())
+    later.runner.state.restore(Journal(view.config.journal.path).read())  # as the exporter does at start
+    later.run(rounds=0)
+    later.runner.state.mark_scraped()
+    assert missed_counts(later.runner.state) == _expected_down(view, ran.start, later.started)
+    assert sum(missed_counts(later.runner.state).values()) < sum(_expected_down(view, since, later.started).values())

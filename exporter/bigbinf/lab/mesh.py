@@ -31,13 +31,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bigbinf.config import DatasetConfig
+from pydantic import ValidationError
+
+from bigbinf.config import ConfigIssue, DatasetConfig, LabConfig, pydantic_issues
 from bigbinf.lab import control, network
 from bigbinf.lab import servers as labservers
 from bigbinf.lab.layout import LabError
-from bigbinf.lab.mesh_layout import MeshLabLayout, MeshSiteLayout
+from bigbinf.lab.mesh_layout import MeshLabLayout, MeshSiteLayout, mesh_lab_layout
 from bigbinf.lab.servers import SERVERS, write_file
-from bigbinf.mesh.config import MeshConfig, lab_layout, test_pairs
+from bigbinf.mesh.config import MeshConfig, MeshError, lab_addresses, test_pairs
 from bigbinf.process import check_run, in_netns, netns_exists
 
 # Every server but UDT's local GridFTP end: a mesh site's own gridftp server is that end
@@ -45,18 +47,39 @@ from bigbinf.process import check_run, in_netns, netns_exists
 MESH_SERVERS = [name for name, server in SERVERS.items() if server.side != "client"]
 
 
+def layout(mesh: MeshConfig, source: str = "mesh") -> MeshLabLayout:
+    """The lab mesh's names and paths (a mesh with a lab: section), in O(sites): the
+    mesh.config.LabOf that cli.py hands bigbinf.mesh, which never imports the lab.  A
+    site's lab settings that cannot be laid out are a MeshError naming `source`."""
+    assert mesh.lab is not None
+    addresses = lab_addresses(mesh)
+    try:
+        return mesh_lab_layout(
+            mesh.lab.name,
+            mesh.lab.state_dir,
+            mesh.lab.subnet,
+            [
+                (name, addresses[name], site.link, list(site.servers) if site.servers is not None else None, None)
+                for name, site in mesh.sites.items()
+            ],
+        )
+    except ValidationError as exc:  # a site's lab settings the mesh schema let through
+        issues = [ConfigIssue(f"lab (a site's layout) {i.path}", i.message) for i in pydantic_issues(exc, LabConfig)]
+        raise MeshError(source, issues) from None
+
+
 def _layout(mesh: MeshConfig) -> MeshLabLayout:
     if mesh.lab is None:
         raise LabError("the mesh file has no lab: section: add `lab: {}` (name, state_dir, subnet) to build it locally")
-    layout = lab_layout(mesh)
-    for site in layout.sites:
+    built = layout(mesh)
+    for site in built.sites:
         # Every site is on the bridge's one link: an address outside the subnet has no route.
-        if ipaddress.ip_address(site.address) not in layout.subnet:
+        if ipaddress.ip_address(site.address) not in built.subnet:
             raise LabError(
-                f"sites.{site.site}.address {site.address} is not in lab.subnet {layout.subnet}: "
+                f"sites.{site.site}.address {site.address} is not in lab.subnet {built.subnet}: "
                 "remove it (a lab mesh numbers its sites from the subnet) or pick one inside"
             )
-    return layout
+    return built
 
 
 def site_servers(site: MeshSiteLayout) -> list[str]:

@@ -15,23 +15,25 @@ import os
 import sys
 import tempfile
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from bigbinf.mesh import UsageError
-from bigbinf.mesh.config import MeshConfig, MeshError, load_mesh, site_config
+from bigbinf.mesh.config import LabOf, MeshConfig, MeshError, load_mesh, site_config
 from bigbinf.mesh.plan import (
     KEEP,
     Durations,
     RoundPlan,
     Slot,
+    day_rounds,
     dump_durations,
     load_durations,
     mesh_tests,
-    plan_day,
+    round_starts,
     site_busy_seconds,
     write_durations,
 )
@@ -39,7 +41,8 @@ from bigbinf.mesh.plan import (
 EXIT_DOES_NOT_FIT = 3
 
 
-def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = (), lab: LabOf | None = None) -> None:
+    """The `mesh` command; `lab` lays out a lab mesh's sites (cli.py hands it the lab's)."""
     p = subparsers.add_parser(
         "mesh",
         parents=list(parents),
@@ -74,7 +77,7 @@ def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -
         help="prometheus: the rule files every site evaluates (default: bigbinf's, for the default settings; "
         "give the directory `python -m bigbinf.mixin.rules` wrote for your peak hours and time zone)",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, mesh_lab=lab)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         path = getattr(args, "mesh_file", None)
         if not path:
             raise UsageError("give --mesh.file FILE")
-        return actions[args.action](load_mesh(path), args)
+        return actions[args.action](load_mesh(path, lab=getattr(args, "mesh_lab", None)), args)
     except MeshError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -117,14 +120,37 @@ def _plan(mesh: MeshConfig, args: argparse.Namespace) -> int:
     site = _site(mesh, args, required=False)
     day = _day(mesh, args.date)
     durations = load_durations(mesh)
-    plans = plan_day(mesh, day, durations)
+    tally = DayTally()
+    # Written round by round as each is planned (a day's rounds are never all held at once).
     if args.format == "json":
-        print(json.dumps(plan_json(mesh, day, plans, site), indent=1))
+        chunks = plan_json(mesh, day, day_rounds(mesh, day, durations), site, tally)
     else:
         if mesh.schedule.durations is not None:
             print(durations_line(mesh, durations))
-        print(plan_text(mesh, day, plans, site))
-    return 0 if all(p.fits for p in plans) else EXIT_DOES_NOT_FIT
+        chunks = (line + "\n" for line in plan_text(mesh, day, day_rounds(mesh, day, durations), site, tally))
+    write = sys.stdout.write
+    for chunk in chunks:
+        write(chunk)
+    return 0 if tally.fits else EXIT_DOES_NOT_FIT
+
+
+@dataclass
+class DayTally:
+    """What a day's rounds came to, counted as they are written."""
+
+    rounds: int = 0
+    late: int = 0  # rounds that do not fit
+    worst: float = 0.0  # the largest overflow (s)
+
+    def add(self, plan: RoundPlan) -> None:
+        self.rounds += 1
+        if not plan.fits:
+            self.late += 1
+            self.worst = max(self.worst, plan.overflow_seconds)
+
+    @property
+    def fits(self) -> bool:
+        return self.late == 0
 
 
 def durations_line(mesh: MeshConfig, durations: Durations) -> str:
@@ -178,28 +204,28 @@ def verdict(mesh: MeshConfig, plan: RoundPlan) -> str:
     )
 
 
-def plan_text(mesh: MeshConfig, day: dt.date, plans: Sequence[RoundPlan], site: str | None = None) -> str:
+def plan_text(
+    mesh: MeshConfig, day: dt.date, plans: Iterable[RoundPlan], site: str | None = None, tally: DayTally | None = None
+) -> Iterator[str]:
+    """The day's plan as lines, each round's as it is planned (`tally` counts them)."""
     zone = zoneinfo.ZoneInfo(mesh.schedule.timezone)
-    lines = [
-        f"mesh {mesh.name}: {day.isoformat()} ({mesh.schedule.timezone}), {len(plans)} rounds, "
+    tally = DayTally() if tally is None else tally
+    yield (
+        f"mesh {mesh.name}: {day.isoformat()} ({mesh.schedule.timezone}), {len(round_starts(mesh, day))} rounds, "
         f"{len(mesh.sites)} sites, guard {mesh.schedule.guard:g} s" + (f", slots of {site} only" if site else "")
-    ]
+    )
+    reps = mesh.schedule.repetitions
     for plan in plans:
-        lines.append(
-            f"round {_clock(plan.start, zone)} (next round {_clock(plan.end, zone)}), fingerprint {plan.fingerprint}"
-        )
-        reps = mesh.schedule.repetitions
-        lines += [_slot_line(s, zone, reps) for s in plan.slots if site is None or s.involves(site)]
-        lines.append(f"  {verdict(mesh, plan)}")
-    late = [p for p in plans if not p.fits]
-    if not plans:
-        lines.append("no round starts on this day")
-    elif late:
-        worst = max(p.overflow_seconds for p in late)
-        lines.append(f"the day does NOT fit: {len(late)} of {len(plans)} rounds overrun, by up to {worst:.3f} s")
+        tally.add(plan)
+        yield f"round {_clock(plan.start, zone)} (next round {_clock(plan.end, zone)}), fingerprint {plan.fingerprint}"
+        yield from (_slot_line(s, zone, reps) for s in plan.slots if site is None or s.involves(site))
+        yield f"  {verdict(mesh, plan)}"
+    if not tally.rounds:
+        yield "no round starts on this day"
+    elif tally.late:
+        yield f"the day does NOT fit: {tally.late} of {tally.rounds} rounds overrun, by up to {tally.worst:.3f} s"
     else:
-        lines.append(f"the day fits: all {len(plans)} rounds end before the next one starts")
-    return "\n".join(lines)
+        yield f"the day fits: all {tally.rounds} rounds end before the next one starts"
 
 
 def _slot_json(slot: Slot) -> dict[str, Any]:
@@ -217,27 +243,30 @@ def _slot_json(slot: Slot) -> dict[str, Any]:
     }
 
 
-def plan_json(mesh: MeshConfig, day: dt.date, plans: Sequence[RoundPlan], site: str | None = None) -> dict[str, Any]:
-    return {
-        "mesh": mesh.name,
-        "date": day.isoformat(),
-        "timezone": mesh.schedule.timezone,
-        "guard_seconds": mesh.schedule.guard,
-        "fits": all(p.fits for p in plans),
-        "rounds": [
-            {
-                "start": p.start,
-                "end": p.end,
-                "planned_end": p.planned_end,
-                "fits": p.fits,
-                "overflow_seconds": p.overflow_seconds,
-                "fingerprint": p.fingerprint,
-                "slot_count": len(p.slots),
-                "slots": [_slot_json(s) for s in p.slots if site is None or s.involves(site)],
-            }
-            for p in plans
-        ],
-    }
+def plan_json(
+    mesh: MeshConfig, day: dt.date, plans: Iterable[RoundPlan], site: str | None = None, tally: DayTally | None = None
+) -> Iterator[str]:
+    """The day's plan as one JSON object, in pieces: each round's as it is planned, one slot
+    a line; whether the day fits (`fits`) comes last, when every round has been seen."""
+    tally = DayTally() if tally is None else tally
+    head: dict[str, Any] = {"mesh": mesh.name, "date": day.isoformat(), "timezone": mesh.schedule.timezone}
+    head["guard_seconds"] = mesh.schedule.guard
+    yield json.dumps(head)[:-1] + ', "rounds": ['
+    for plan in plans:
+        tally.add(plan)
+        summary = {
+            "start": plan.start,
+            "end": plan.end,
+            "planned_end": plan.planned_end,
+            "fits": plan.fits,
+            "overflow_seconds": plan.overflow_seconds,
+            "fingerprint": plan.fingerprint,
+            "slot_count": len(plan.slots),
+        }
+        slots = ",\n".join(json.dumps(_slot_json(s)) for s in plan.slots if site is None or s.involves(site))
+        yield ("," if tally.rounds > 1 else "") + "\n" + json.dumps(summary)[:-1] + ', "slots": [\n'
+        yield slots + "\n]}" if slots else "]}"
+    yield f'\n], "fits": {json.dumps(tally.fits)}}}\n'
 
 
 # ---------------------------------------------------------------- durations, config, prometheus
@@ -287,7 +316,7 @@ def write_atomically(path: Path, text: str) -> None:
 def _config(mesh: MeshConfig, args: argparse.Namespace) -> int:
     site = _site(mesh, args, required=True)
     assert site is not None
-    config = site_config(mesh, site, args.mesh_file)
+    config = site_config(mesh, site, args.mesh_file, lab=getattr(args, "mesh_lab", None))
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, width=200), end="")
     return 0
 

@@ -6,6 +6,12 @@ keys rejected, every error gathered as `FILE: dotted.path: message`.  A site's e
 runs from `site_config(mesh, site)`: an ordinary Config whose remotes are the other sites
 it tests and whose transfers are its outgoing tests, so the live path is the same as for
 a single-site exporter.
+
+A lab mesh's names and paths (namespaces, interfaces, the sites' trees, the lab's key)
+are the lab's to say: the composition root (cli.py) hands this module the lab's layout
+function (`LabOf`, bigbinf.lab.mesh.layout) as a value, as it hands the live path the
+single lab (measure.plan.LabSite).  So the lab imports the mesh (it builds a mesh's
+sites), never the other way round.
 """
 
 from __future__ import annotations
@@ -14,10 +20,10 @@ import functools
 import ipaddress
 import os
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,7 +57,6 @@ from bigbinf.config import (
     read_yaml,
     validate_config,
 )
-from bigbinf.lab.mesh_layout import MeshLabLayout, mesh_lab_layout
 from bigbinf.protocols import REGISTRY, module_for
 
 
@@ -146,6 +151,8 @@ class SiteConfig(_Strict):
     interface: str = "any"
     exporter: SiteExporterConfig = SiteExporterConfig()
     node_exporter: Listen | None = None  # scraped by the site's Prometheus too (mesh prometheus)
+    # Where the site's Prometheus listens (its --web.listen-address): its self-scrape target.
+    prometheus_listen: Listen = "localhost:9090"
     link: LinkConfig = LinkConfig()  # lab only: the site's access link (rate, delay)
 
 
@@ -215,6 +222,8 @@ class MeshPrometheusConfig(_Strict):
     remote_write_basic_auth: MeshBasicAuth | None = None
     remote_write_tls: MeshTLS | None = None
     alertmanagers: list[Listen] = []  # host:port, in every site's alerting: (the sites' rules alert)
+    # Where the central Prometheus listens (its --web.listen-address): its self-scrape target.
+    central_listen: Listen = "localhost:9090"
 
 
 class MeshConfig(_Strict):
@@ -280,6 +289,15 @@ def _cross_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     sites, datasets, protocols = mapping(raw, "sites"), mapping(raw, "datasets"), mapping(raw, "protocols")
     lab = raw.get("lab") is not None
+    if isinstance(raw.get("sites"), dict) and len(sites) < 2:
+        only = f" (it has {len(sites)}: {', '.join(sites)})" if sites else ""
+        issues.append(
+            ConfigIssue(
+                "sites",
+                f"a mesh needs at least 2 sites{only}; for one site testing remotes, write a single-site "
+                "configuration (docs/configuration.md) and run it with --config.file",
+            )
+        )
     for name, site in sites.items():
         if not isinstance(site, dict):
             continue
@@ -450,7 +468,9 @@ def _site_issue(mesh: MeshConfig, site: str, issue: ConfigIssue) -> ConfigIssue:
     return ConfigIssue(f"sites.{site} (its exporter's configuration) {issue.path}", issue.message)
 
 
-def parse_mesh(text: str, source: str) -> MeshConfig:
+def parse_mesh(text: str, source: str, lab: LabOf | None = None) -> MeshConfig:
+    """The mesh file's text, validated; `lab` lays out a lab mesh's sites (required for a
+    mesh with a lab: section, whose sites' configurations are validated too)."""
     try:
         raw = read_yaml(text, source, "sites, datasets, protocols and tests")
     except ConfigError as exc:  # a YAML error is a mesh error too (callers catch MeshError)
@@ -460,16 +480,18 @@ def parse_mesh(text: str, source: str) -> MeshConfig:
     try:
         mesh = MeshConfig.model_validate(raw)
     except ValidationError as exc:
-        issues = pydantic_issues(exc, MeshConfig) + issues
+        # Too few sites is said once, in one line, by _cross_issues (not with the input dumped).
+        found = pydantic_issues(exc, MeshConfig)
+        issues = [i for i in found if not (i.path == "sites" and "at least 2" in i.message)] + issues
     if mesh is not None and not issues:
-        issues = _exporter_issues(mesh)
+        issues = _exporter_issues(mesh) + _host_issues(mesh)
     if mesh is not None and not issues:
         # Every site's own configuration must be valid too (the single-site checks: keys,
         # cleanup commands, congestion...): said with the site it is for.
-        layout = lab_layout(mesh, source) if mesh.lab is not None else None
+        layout = _lab_of(mesh, source, lab)
         for site in (s for s in mesh.sites if outgoing(mesh, s)):
             try:
-                site_config(mesh, site, source, layout)
+                site_config(mesh, site, source, layout=layout)
             except ConfigError as exc:
                 issues += [_site_issue(mesh, site, i) for i in exc.issues]
         issues = list(dict.fromkeys(issues))  # a remote's issue comes once from every site testing it
@@ -478,13 +500,13 @@ def parse_mesh(text: str, source: str) -> MeshConfig:
     return mesh
 
 
-def load_mesh(path: str | Path) -> MeshConfig:
+def load_mesh(path: str | Path, lab: LabOf | None = None) -> MeshConfig:
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise MeshError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
-    mesh = parse_mesh(text, source)
+    mesh = parse_mesh(text, source, lab)
     durations = mesh.schedule.durations
     if durations is not None and not durations.is_absolute():
         # Distributed beside the mesh file: relative to it, not to wherever the exporter starts.
@@ -505,33 +527,56 @@ def lab_addresses(mesh: MeshConfig) -> dict[str, str]:
     return {name: str(a) for name, a in zip(mesh.sites, _number(network, given), strict=True)}
 
 
-def lab_layout(mesh: MeshConfig, source: str = "mesh") -> MeshLabLayout:
-    """The lab mesh's names and paths (a mesh with a lab: section).  Built in O(sites):
-    build it once and pass it to remote_of / site_config rather than per remote."""
-    assert mesh.lab is not None
-    addresses = lab_addresses(mesh)
-    try:
-        return mesh_lab_layout(
-            mesh.lab.name,
-            mesh.lab.state_dir,
-            mesh.lab.subnet,
-            [
-                (
-                    name,
-                    addresses[name],
-                    site.link,
-                    list(site.servers) if site.servers is not None else None,
-                    None,
-                )
-                for name, site in mesh.sites.items()
-            ],
-        )
-    except ValidationError as exc:  # a site's lab settings the mesh schema let through
-        from bigbinf.config import LabConfig
+class LabMeshSite(Protocol):
+    """One site of a lab mesh as the lab names it (bigbinf.lab.mesh_layout.MeshSiteLayout)."""
 
-        raise MeshError(
-            source, [ConfigIssue(f"lab (a site's layout) {i.path}", i.message) for i in pydantic_issues(exc, LabConfig)]
-        ) from None
+    @property
+    def address(self) -> str: ...
+    @property
+    def netns(self) -> str: ...
+    @property
+    def interface(self) -> str:
+        """The site's end of its access link: where its exporter captures."""
+        ...
+
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def upload_dir(self) -> Path: ...
+    @property
+    def serve_root(self) -> Path: ...
+    @property
+    def checksums(self) -> Path: ...
+
+
+class LabMesh(Protocol):
+    """A lab mesh's names and paths (bigbinf.lab.mesh_layout.MeshLabLayout): the one key
+    that logs in everywhere, the ssh_config naming every site, and each site's names."""
+
+    @property
+    def client_key(self) -> Path: ...
+    @property
+    def ssh_config(self) -> Path: ...
+    def site(self, name: str) -> LabMeshSite: ...
+
+
+# Lays out a lab mesh (bigbinf.lab.mesh.layout): (mesh, source) -> its LabMesh, or a
+# MeshError naming the source when a site's lab settings cannot be laid out.  Built once
+# per load, in O(sites): pass the result to remote_of / site_config rather than per remote.
+LabOf = Callable[[MeshConfig, str], LabMesh]
+
+
+class NoLabGiven(ValueError):
+    """A lab mesh's sites were asked for without the lab that lays them out (a caller's
+    mistake, not the mesh file's): pass lab=bigbinf.lab.mesh.layout."""
+
+
+def _lab_of(mesh: MeshConfig, source: str, lab: LabOf | None) -> LabMesh | None:
+    if mesh.lab is None:
+        return None
+    if lab is None:
+        raise NoLabGiven(f"{source}: a lab mesh's sites are laid out by the lab: pass lab=bigbinf.lab.mesh.layout")
+    return lab(mesh, source)
 
 
 # A lab mesh's exporters all run on the lab's host: each its own port and journal.
@@ -602,6 +647,40 @@ def _exporter_issues(mesh: MeshConfig) -> list[ConfigIssue]:
     return issues
 
 
+def _host(address: str) -> str:
+    """An address as one host: an IP address in its canonical form, a name in lower case
+    without its final dot (DNS names are case-insensitive; `a.example.org.` is `a.example.org`)."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address.lower().removesuffix(".")
+
+
+def _host_issues(mesh: MeshConfig) -> list[ConfigIssue]:
+    """Outside a lab no two sites may be one host: the same address and ssh port would be
+    planned as two sites whose tests the plan runs side by side on one machine."""
+    if mesh.lab is not None:
+        return []  # the lab numbers its sites itself (_lab_address_issues)
+    issues: list[ConfigIssue] = []
+    owners: dict[tuple[str, int], str] = {}
+    for name, site in mesh.sites.items():
+        if site.address is None:
+            continue  # reported as required
+        host = (_host(site.address), site.port)
+        if host in owners:
+            issues.append(
+                ConfigIssue(
+                    f"sites.{name}.address",
+                    f"{site.address} port {site.port} is sites.{owners[host]}'s host too: two sites would share "
+                    "one machine, and the plan would run their tests side by side; give each site its own host "
+                    "(or port), or merge the two into one site",
+                )
+            )
+        else:
+            owners[host] = name
+    return issues
+
+
 def _rate(site: SiteConfig, lab: bool) -> str | None:
     return site.bandwidth or (site.link.rate if lab else None)
 
@@ -609,17 +688,22 @@ def _rate(site: SiteConfig, lab: bool) -> str | None:
 def path_bandwidth(mesh: MeshConfig, a: str, b: str) -> float | None:
     """Bytes/s of the slower of the two sites' access links (bandwidth, or the lab's rate);
     None unless both are known (one known end says nothing of the other's)."""
-    from bigbinf.config import rate_bytes_per_second
-
     rates = [_rate(mesh.sites[s], mesh.lab is not None) for s in (a, b)]
     if not all(rates):
         return None
-    return min(rate_bytes_per_second(r) for r in rates if r)
+    return min(_rate_bytes(r) for r in rates if r)
 
 
-def remote_of(mesh: MeshConfig, src: str, dst: str, layout: MeshLabLayout | None = None) -> dict[str, Any]:
-    """`dst` as a remote of `src`'s exporter (a RemoteConfig mapping).  In a lab mesh, pass
-    the lab_layout (built once) when calling this for many remotes."""
+@functools.lru_cache(maxsize=1024)  # a mesh has few rates and many paths (planning asks per test)
+def _rate_bytes(rate: str) -> float:
+    from bigbinf.config import rate_bytes_per_second
+
+    return rate_bytes_per_second(rate)
+
+
+def remote_of(mesh: MeshConfig, src: str, dst: str, layout: LabMesh | None = None) -> dict[str, Any]:
+    """`dst` as a remote of `src`'s exporter (a RemoteConfig mapping).  In a lab mesh,
+    `layout` is the lab's (LabOf), which names the sites' namespaces and trees."""
     site, own = mesh.sites[dst], mesh.sites[src]
     remote: dict[str, Any] = {
         "port": site.port,
@@ -640,7 +724,8 @@ def remote_of(mesh: MeshConfig, src: str, dst: str, layout: MeshLabLayout | None
     if rate:
         remote["bandwidth"] = f"{round(rate)}bps"
     if mesh.lab is not None:
-        layout = layout or lab_layout(mesh)
+        if layout is None:
+            raise NoLabGiven(f"sites.{dst}: a lab mesh's sites are laid out by the lab: pass its layout")
         there, here = layout.site(dst), layout.site(src)
         remote.update(
             {
@@ -663,13 +748,15 @@ def remote_of(mesh: MeshConfig, src: str, dst: str, layout: MeshLabLayout | None
     return remote
 
 
-def site_config(mesh: MeshConfig, site: str, source: str = "mesh", layout: MeshLabLayout | None = None) -> Config:
+def site_config(
+    mesh: MeshConfig, site: str, source: str = "mesh", lab: LabOf | None = None, layout: LabMesh | None = None
+) -> Config:
     """The exporter configuration of `site`: its outgoing tests, the sites they go to as
-    remotes.  `layout`: the lab mesh's lab_layout, if the caller has it (built otherwise)."""
+    remotes.  A lab mesh's sites are laid out by `lab` (or give the `layout` it made)."""
     if site not in mesh.sites:
         raise MeshError(source, [ConfigIssue("sites", f"no site named {site!r}; defined: {', '.join(mesh.sites)}")])
-    if mesh.lab is not None and layout is None:
-        layout = lab_layout(mesh, source)  # once for every remote, not once per remote
+    if layout is None:
+        layout = _lab_of(mesh, source, lab)  # once for every remote, not once per remote
     tests = outgoing(mesh, site)
     remotes = {dst: remote_of(mesh, site, dst, layout) for dst in dict.fromkeys(t[0] for t in tests)}
     used_protocols = dict.fromkeys(t[1] for t in tests)

@@ -19,31 +19,37 @@ That rests on three things:
 * synchronised clocks (NTP): a slot starts on each exporter's own clock; the guard gap
   after every slot absorbs their offset and the connections' teardown (docs/mesh.md).
 
-Packing: a test occupies both its sites for its slot.  Tests are listed in round-robin
-tournament order (the circle method over the sites in mesh order), so the pairs of one
-tournament round are disjoint and run at the same time, and then placed greedily: each
-slot starts at the earliest time at or after the round's start at which both its sites
-are free (a site is free again a guard gap after its previous slot ends).
+Packing: a test occupies both its sites for its slot, and a site is free again a guard
+gap after its slot ends.  Two packings are made and the shorter kept: list scheduling in
+time (whenever sites are free, the busiest starts a test with its busiest free partner;
+close to the lower bound on sparse meshes and unequal slots) and the round-robin
+tournament order (the circle method over the sites in mesh order, each test at the
+earliest time both its sites are free; the lower bound on a full mesh of equal slots).
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
 import datetime as dt
 import functools
 import hashlib
+import heapq
 import json
 import math
 import zoneinfo
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import Field, ValidationError
 
 from bigbinf.config import ConfigError as _ConfigError
-from bigbinf.config import ConfigIssue, Direction, Name, _Strict, pydantic_issues, read_yaml
+from bigbinf.config import ConfigIssue, Direction, Name, ProbeConfig, _Strict, pydantic_issues, read_yaml
 from bigbinf.cron import crontab_trigger
 from bigbinf.mesh.config import MeshConfig, MeshError, MeshTest, exporter_of, path_bandwidth, test_pairs
 
@@ -77,8 +83,10 @@ class TestKey:
         return f"{self.src} -> {self.dst} {self.protocol}/{self.dataset}/{self.direction}"
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
+    """One test's slot of a round.  A named tuple (immutable, like the rest of a plan): a
+    100-site round has 20,000 of them, and a frozen dataclass takes 3 times as long to make."""
+
     start: float  # UTC epoch seconds, whole milliseconds
     end: float  # start + length (the slot's end; the guard gap comes after it)
     test: TestKey
@@ -286,23 +294,76 @@ def mesh_tests(mesh: MeshConfig) -> dict[TestKey, float | None]:
 
 def _transfer_ms(mesh: MeshConfig, test: TestKey, budget: float | None, durations: Durations) -> tuple[int, str]:
     if budget is not None:
-        return _ceil_ms(_exact(budget)), "budget"
-    headroom = _exact(mesh.schedule.headroom)
+        return _whole_ms(budget), "budget"
     typical = durations.typical(test)
     if typical is not None:
-        return _ceil_ms(headroom * _exact(typical) + SETUP_SECONDS), "measured"
+        return _measured_ms(mesh.schedule.headroom, typical), "measured"
     bandwidth = path_bandwidth(mesh, test.src, test.dst)
     if bandwidth:
         dataset = mesh.datasets[test.dataset]
-        seconds = Fraction(dataset.size * dataset.count) / _exact(bandwidth)
-        return _ceil_ms(headroom * seconds + SETUP_SECONDS), "estimated"
-    return _ceil_ms(_exact(mesh.schedule.budget)), "default"
+        return _estimated_ms(mesh.schedule.headroom, dataset.size * dataset.count, bandwidth), "estimated"
+    return _whole_ms(mesh.schedule.budget), "default"
+
+
+# Fractions are slow (~20 us an operation) and a 100-site mesh has 20,000 tests: lengths
+# are computed in integers instead (the same exact values: the decimals written, as
+# numerator and denominator), and the few distinct ones that repeat are cached.
+
+
+def _ratio(value: float | int) -> tuple[int, int]:
+    """_exact(value) as (numerator, denominator): the decimal written, not the double."""
+    return Decimal(repr(value)).as_integer_ratio() if isinstance(value, float) else (value, 1)
+
+
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+@functools.lru_cache(maxsize=65536)
+def _whole_ms(seconds: float) -> int:
+    n, d = _ratio(seconds)
+    return _ceil_div(n * 1000, d)
+
+
+@functools.lru_cache(maxsize=64)
+def _headroom_ratio(headroom: float) -> tuple[int, int]:
+    return _ratio(headroom)
+
+
+_SETUP_MS = _ceil_ms(SETUP_SECONDS)
+
+
+def _headroom_ms(headroom: float, seconds: tuple[int, int]) -> int:
+    """headroom x seconds (numerator, denominator) + the setup, rounded up to whole ms."""
+    h_n, h_d = _headroom_ratio(headroom)
+    return _ceil_div(h_n * seconds[0] * 1000, h_d * seconds[1]) + _SETUP_MS
+
+
+def _measured_ms(headroom: float, typical: float) -> int:
+    return _headroom_ms(headroom, _ratio(typical))
+
+
+@functools.lru_cache(maxsize=65536)
+def _estimated_ms(headroom: float, size: int, bandwidth: float) -> int:
+    b_n, b_d = _ratio(bandwidth)
+    return _headroom_ms(headroom, (size * b_d, b_n))
+
+
+@functools.lru_cache(maxsize=65536)
+def _typical_ms(length_ms: int, headroom: float) -> int:
+    """A slot's length / headroom, rounded up: its test's typical length (Slot.typical)."""
+    h_n, h_d = _headroom_ratio(headroom)
+    return _ceil_div(length_ms * h_d, h_n)
 
 
 def probe_ms(mesh: MeshConfig, test: TestKey) -> int:
     """The path probe's time (dst's probe settings, as the runner uses them; 0 if disabled):
     the train (measure/path/probe.py's expected_seconds, a little generously) and the MTU search."""
-    probe = mesh.sites[test.dst].probe
+    return _probe_ms(mesh.sites[test.dst].probe)
+
+
+@functools.lru_cache(maxsize=1024)  # per site's settings, not per test
+def _probe_ms(probe: ProbeConfig) -> int:
     if not probe.enabled:
         return 0
     interval, timeout = _exact(probe.interval), _exact(probe.timeout)
@@ -338,14 +399,14 @@ def tournament(sites: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
-def slot_order(mesh: MeshConfig, tests: Sequence[TestKey]) -> list[TestKey]:
-    """`tests` in packing order: tournament pair by pair, a -> b then b -> a, each
-    direction's tests in mesh order."""
+def _slot_order(sites: Sequence[str], tests: Sequence[TestKey]) -> list[TestKey]:
+    """`tests` in tournament order: pair by pair, a -> b then b -> a, each direction's
+    tests in mesh order."""
     by_path: dict[tuple[str, str], list[TestKey]] = {}
     for test in tests:
         by_path.setdefault((test.src, test.dst), []).append(test)
     order: list[TestKey] = []
-    for pairs in tournament(list(mesh.sites)):
+    for pairs in tournament(list(sites)):
         for a, b in pairs:
             order += by_path.get((a, b), []) + by_path.get((b, a), [])
     return order
@@ -362,14 +423,16 @@ class _Placed:
     probe: bool
 
 
-def _pack(
+def _pack_in_order(
     order: Sequence[TestKey],
     lengths: Mapping[TestKey, tuple[int, str]],
     probes: Mapping[TestKey, int],
-    start: int,
     guard: int,
     repetitions: int,
 ) -> list[_Placed]:
+    """Each test of `order` (repetitions: whole passes) at the earliest time both its
+    sites are free after their last slot so far: with the tournament order and equal
+    slots, every site is busy end to end (the lower bound)."""
     free: dict[str, int] = {}  # site -> when it may start its next slot (ms)
     probed: set[tuple[str, str]] = set()
     placed: list[_Placed] = []
@@ -379,12 +442,103 @@ def _pack(
             probe = path not in probed and probes[test] > 0
             probed.add(path)
             length, source = lengths[test]
-            begin = max(start, free.get(test.src, start), free.get(test.dst, start))
+            begin = max(free.get(test.src, 0), free.get(test.dst, 0))
             end = begin + length + (probes[test] if probe else 0)
             free[test.src] = free[test.dst] = end + guard
             placed.append(_Placed(begin, end, len(placed), test, repetition, source, probe))
     placed.sort(key=lambda p: (p.start, p.seq))
     return placed
+
+
+def _pack_by_time(
+    sites: Sequence[str],
+    tests: Sequence[TestKey],
+    lengths: Mapping[TestKey, tuple[int, str]],
+    probes: Mapping[TestKey, int],
+    guard: int,
+    repetitions: int,
+) -> list[_Placed]:
+    """List scheduling in time: whenever sites are free, each (the busiest first: the most
+    slot time, guards and probes still to place) starts a test with a free partner (the
+    busiest such partner), so no site waits while a test of it could run.  A pair's tests
+    run in mesh order, repetition by repetition.  Sparse meshes (rings, stars, subsets)
+    pack close to the lower bound this way; an order fixed in advance leaves sites idle."""
+    index = {site: i for i, site in enumerate(sites)}
+    # Per test (by its position in `tests`): the ends, length, source and probe, looked up
+    # once (a TestKey's hash costs more than the rest of a placement).
+    ends = [(index[t.src], index[t.dst]) for t in tests]
+    length = [lengths[t][0] for t in tests]
+    source = [lengths[t][1] for t in tests]
+    probe_of = [probes[t] for t in tests]
+    # pending[u][v]: the items (repetition x tests + test) of the pair (u, v), either
+    # direction, in order; one deque shared by both ends.
+    pending: list[dict[int, deque[int]]] = [{} for _ in sites]
+    load = [0] * len(sites)  # per site: the slot time, guards and probes still to place (ms)
+    for repetition in range(repetitions):
+        for i, (u, v) in enumerate(ends):
+            queue = pending[u].get(v)
+            if queue is None:
+                queue = pending[u][v] = pending[v][u] = deque()
+            queue.append(repetition * len(tests) + i)
+            load[u] += length[i] + guard
+            load[v] += length[i] + guard
+    for i in {ends[i]: i for i in range(len(tests))}.values():  # each path's probe, once
+        load[ends[i][0]] += probe_of[i]
+        load[ends[i][1]] += probe_of[i]
+    probed: set[tuple[int, int]] = set()
+    placed: list[_Placed] = []
+    events: list[tuple[int, int]] = []  # (free again at, site)
+    waiting: set[int] = set()  # free since an earlier time, no free partner then
+    freed = {u for u in range(len(sites)) if pending[u]}  # free from now
+    now = 0
+    while True:
+        free = waiting | freed
+        for u in sorted(free, key=lambda site: (-load[site], site)):
+            if u not in free:
+                continue  # taken as a partner meanwhile
+            # A waiting site has seen every partner that was free before: only those freed now are new.
+            v = _busiest_partner(pending[u], freed if u in waiting else free, load)
+            if v < 0:
+                continue
+            queue = pending[u][v]
+            repetition, i = divmod(queue.popleft(), len(tests))
+            if not queue:
+                del pending[u][v], pending[v][u]
+            probe = probe_of[i] > 0 and ends[i] not in probed
+            if probe:
+                probed.add(ends[i])
+            end = now + length[i] + (probe_of[i] if probe else 0)
+            placed.append(_Placed(now, end, len(placed), tests[i], repetition, source[i], probe))
+            for site in (u, v):
+                load[site] -= end - now + guard
+                free.discard(site)
+                waiting.discard(site)
+                freed.discard(site)
+                heapq.heappush(events, (end + guard, site))
+        waiting = {site for site in waiting | freed if pending[site]}
+        if not events:
+            break
+        now, freed = events[0][0], set()
+        while events and events[0][0] == now:
+            site = heapq.heappop(events)[1]
+            if pending[site]:
+                freed.add(site)
+    assert len(placed) == repetitions * len(tests), "every test is placed"  # a pending pair always has a busy end
+    placed.sort(key=lambda p: (p.start, p.seq))
+    return placed
+
+
+def _busiest_partner(partners: Mapping[int, deque[int]], free: set[int], load: Sequence[int]) -> int:
+    """The partner in `free` with the most left to place (the lower index on a tie); -1: none."""
+    best, most = -1, -1
+    for v in partners if len(partners) <= len(free) else free:
+        if v in free and v in partners and (load[v] > most or (load[v] == most and v < best)):
+            best, most = v, load[v]
+    return best
+
+
+def _span(packing: Sequence[_Placed]) -> int:
+    return max((p.end for p in packing), default=0)
 
 
 def _fingerprint(mesh: MeshConfig, packing: Sequence[_Placed]) -> str:
@@ -406,21 +560,45 @@ def guard_ms(mesh: MeshConfig) -> int:
     return _ceil_ms(_exact(mesh.schedule.guard))
 
 
-def _packing(mesh: MeshConfig, durations: Durations) -> list[_Placed]:
-    """Every slot of a round that starts at 0 (ms): packing does not depend on the round's
-    start, so a day's rounds are one packing, shifted (_shifted)."""
+@dataclass(frozen=True)
+class _Packing:
+    """Every slot of a round that starts at 0 (ms), and their fingerprint: packing does not
+    depend on the round's start, so a day's rounds are one packing, shifted (_shifted)."""
+
+    placed: tuple[_Placed, ...]
+    fingerprint: str
+
+
+def _packing(mesh: MeshConfig, durations: Durations) -> _Packing:
     tests = mesh_tests(mesh)
     lengths = {test: _transfer_ms(mesh, test, budget, durations) for test, budget in tests.items()}
     probes = {test: probe_ms(mesh, test) for test in tests}
-    order = slot_order(mesh, list(tests))
-    return _pack(order, lengths, probes, 0, guard_ms(mesh), mesh.schedule.repetitions)
+    placed = _pack(list(mesh.sites), list(tests), lengths, probes, guard_ms(mesh), mesh.schedule.repetitions)
+    return _Packing(tuple(placed), _fingerprint(mesh, placed))
 
 
-def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms: int) -> RoundPlan:
+def _pack(
+    sites: Sequence[str],
+    tests: Sequence[TestKey],
+    lengths: Mapping[TestKey, tuple[int, str]],
+    probes: Mapping[TestKey, int],
+    guard: int,
+    repetitions: int,
+) -> list[_Placed]:
+    """The shorter of two packings (the tournament order's on a tie): list scheduling in
+    time, which packs sparse meshes and unequal slots well, and the tournament order,
+    which reaches the lower bound on a full mesh of equal slots where list scheduling's
+    greedy matchings leave a few sites idle (docs/benchmarks.md, "Mesh plan")."""
+    by_order = _pack_in_order(_slot_order(sites, tests), lengths, probes, guard, repetitions)
+    by_time = _pack_by_time(sites, tests, lengths, probes, guard, repetitions)
+    return by_time if _span(by_time) < _span(by_order) else by_order
+
+
+def _shifted(mesh: MeshConfig, packing: _Packing, start_ms: int, end_ms: int) -> RoundPlan:
     """The round [start_ms, end_ms) of a packing: every slot moved by start_ms (integer ms,
     so exactly as packing from start_ms would place it)."""
     guard = guard_ms(mesh)
-    headroom = _exact(mesh.schedule.headroom)
+    headroom = mesh.schedule.headroom
     slots = tuple(
         Slot(
             _seconds(p.start + start_ms),
@@ -429,11 +607,11 @@ def _shifted(mesh: MeshConfig, packing: Sequence[_Placed], start_ms: int, end_ms
             p.repetition,
             p.source,
             p.probe,
-            _seconds(_ceil_ms(Fraction(p.end - p.start, 1000) / headroom)),
+            _seconds(_typical_ms(p.end - p.start, headroom)),
         )
-        for p in packing
+        for p in packing.placed
     )
-    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, _fingerprint(mesh, packing), _seconds(guard))
+    return RoundPlan(_seconds(start_ms), _seconds(end_ms), slots, packing.fingerprint, _seconds(guard))
 
 
 def plan_round(mesh: MeshConfig, start: float, end: float, durations: Durations) -> RoundPlan:
@@ -512,18 +690,20 @@ def _interval_day(timezone: str, interval: int, day: dt.date) -> tuple[int, ...]
 def _interval_next(mesh: MeshConfig, after: int, interval: int) -> int:
     day = _local_day(after, _zone(mesh))
     for d in range(-1, 3):
-        for start in _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d)):
-            if start >= after:
-                return start
+        starts = _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))
+        i = bisect.bisect_left(starts, after)  # a day of 1-minute rounds has 1,440 starts
+        if i < len(starts):
+            return starts[i]
     raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
 def _interval_prev(mesh: MeshConfig, when: int, interval: int) -> int:
     day = _local_day(when, _zone(mesh))
     for d in range(1, -3, -1):
-        for start in reversed(_interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))):
-            if start <= when:
-                return start
+        starts = _interval_day(mesh.schedule.timezone, interval, day + dt.timedelta(days=d))
+        i = bisect.bisect_right(starts, when)
+        if i:
+            return starts[i - 1]
     raise AssertionError("an interval schedule starts a round every day")  # pragma: no cover
 
 
@@ -604,7 +784,7 @@ def longest_period_seconds(mesh: MeshConfig) -> float | None:
     return _seconds(max(interval, last) + round(shift.total_seconds() * 1000))
 
 
-def _round(mesh: MeshConfig, start: int, packing: Sequence[_Placed]) -> RoundPlan:
+def _round(mesh: MeshConfig, start: int, packing: _Packing) -> RoundPlan:
     end = _next_start(mesh, start + 1)
     # Five-field cron lines always fire again; should one not, give the round a day.
     return _shifted(mesh, packing, start, end if end is not None else start + _DAY_MS)
@@ -619,18 +799,82 @@ def round_at(mesh: MeshConfig, when: float, durations: Durations) -> RoundPlan |
 def next_rounds(mesh: MeshConfig, after: float, durations: Durations) -> Iterator[RoundPlan]:
     """The rounds starting at or after `after`, in order, for as long as the schedule fires."""
     start = _next_start(mesh, math.ceil(after * 1000))
-    packing = _packing(mesh, durations) if start is not None else []
+    if start is None:
+        return
+    packing = _packing(mesh, durations)
     while start is not None:
         yield _round(mesh, start, packing)
         start = _next_start(mesh, start + 1)
 
 
-def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
+def day_rounds(mesh: MeshConfig, day: dt.date, durations: Durations) -> Iterator[RoundPlan]:
     """Every round starting on `day` (local), each with its end at the next round's start:
-    packed once, shifted to each round's start."""
+    packed once, shifted to each round's start, made one at a time (`mesh plan` writes
+    each as it comes: a day of 96 rounds of 20,000 slots is never held at once)."""
     starts = round_starts(mesh, day)
-    packing = _packing(mesh, durations) if starts else []
-    return [_round(mesh, _ms(start), packing) for start in starts]
+    if not starts:
+        return
+    packing = _packing(mesh, durations)
+    for start in starts:
+        yield _round(mesh, _ms(start), packing)
+
+
+def plan_day(mesh: MeshConfig, day: dt.date, durations: Durations) -> list[RoundPlan]:
+    return list(day_rounds(mesh, day, durations))
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """The rounds starting in a time window: how many, how many do not fit, and the first
+    few of those, planned (for their numbers)."""
+
+    rounds: int
+    late: int
+    first_late: tuple[RoundPlan, ...]
+
+
+def check_fit(mesh: MeshConfig, durations: Durations, after: float, seconds: float, keep: int = 3) -> FitCheck:
+    """Whether the rounds that start in [after, after + seconds) fit: one packing, each
+    round's period against its span and the guard (only rounds that do not fit are built)."""
+    packing = _packing(mesh, durations)
+    need = _span(packing.placed) + guard_ms(mesh)
+    rounds, late, first = 0, 0, list[RoundPlan]()
+    start, hi = _next_start(mesh, math.ceil(after * 1000)), after * 1000 + seconds * 1000
+    while start is not None and start < hi:
+        end = _next_start(mesh, start + 1)
+        rounds += 1
+        if end is not None and start + need > end:
+            late += 1
+            if len(first) < keep:
+                first.append(_shifted(mesh, packing, start, end))
+        start = end
+    return FitCheck(rounds, late, tuple(first))
+
+
+def site_slot_counts(
+    mesh: MeshConfig, durations: Durations, site: str, since: float, until: float
+) -> dict[TestKey, int]:
+    """How many slots of each of `site`'s outgoing tests start after `since` and before
+    `until` (UTC epoch seconds), over the rounds of the schedule as planned now: what an
+    exporter that was not running from `since` to `until` missed.  Counted from the
+    packing's offsets, round start by round start (no round's slots are built)."""
+    lo, hi = since * 1000, until * 1000
+    packing = _packing(mesh, durations)
+    mine = [(p.start, p.test) for p in packing.placed if p.test.src == site]
+    if not mine or hi <= lo:
+        return {}
+    last = max(offset for offset, _ in mine)
+    whole = collections.Counter(test for _, test in mine)
+    counts: collections.Counter[TestKey] = collections.Counter()
+    start = _prev_start(mesh, math.floor(lo))
+    start = start if start is not None else _next_start(mesh, math.ceil(lo))
+    while start is not None and start < hi:
+        if start > lo and start + last < hi:  # the whole round's slots in the window
+            counts.update(whole)
+        else:
+            counts.update(test for offset, test in mine if lo < start + offset < hi)
+        start = _next_start(mesh, start + 1)
+    return dict(counts)
 
 
 # ---------------------------------------------------------------- writing the durations file

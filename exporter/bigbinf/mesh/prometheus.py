@@ -3,10 +3,11 @@
 Each site's Prometheus scrapes its own exporter (and node_exporter, and itself) on the
 same host and evaluates bigbinf's recording and alerting rules there, where the samples
 are complete even while the link to the central Prometheus is down, then forwards
-everything, raw and recorded, with remote_write.  The central Prometheus only receives
-(`--web.enable-remote-write-receiver`) and serves the Mesh dashboard; it evaluates no
-bigbinf rules, since their outputs arrive from the sites already and a second copy
-computed centrally would be the same series twice.
+everything, raw and recorded, with remote_write.  The central Prometheus receives
+(`--web.enable-remote-write-receiver`) and serves the Mesh dashboard; of bigbinf's rules
+it evaluates only the mesh-wide alerts no site can (rules.MESH_CENTRAL_FILE: the sites
+disagreeing on the plan), since the others' outputs arrive from the sites already and a
+second copy computed centrally would be the same series twice.
 
 Where `site` comes from: an exporter run with `--site NAME` puts `site="NAME"` on every
 series it exposes.  So the scrape jobs attach no `site` target label (the exporter's own
@@ -21,8 +22,9 @@ writes, under DIR:
 
     sites/<site>/prometheus.yml        the site's Prometheus (paths relative to it: copy the directory)
     sites/<site>/targets/*.json        its file_sd target files: bigbinf, node, prometheus
-    sites/<site>/rules/*.yml           bigbinf's rules (--rules-dir's, or the defaults)
+    sites/<site>/rules/*.yml           bigbinf's rules (--rules-dir's, or the defaults), the mesh-wide file aside
     central/prometheus.yml             the receiver
+    central/rules/*.yml                the mesh-wide alerts (bigbinf-mesh-central.yml)
     targets/all-exporters.json         every exporter, for a central scrape instead of forwarding
 
 Everything a site's Prometheus needs comes from the mesh file's `prometheus:` section
@@ -46,9 +48,6 @@ from bigbinf.mesh.config import MeshConfig, exporter_of
 from bigbinf.protocols.hosts import url_host
 
 COMMAND = "bigbinf-exporter mesh prometheus"
-# Where each Prometheus listens unless told otherwise (the Prometheus default); the
-# self-scrape target.  A test, or a host running several, passes its own (`listen`).
-DEFAULT_LISTEN = "localhost:9090"
 CENTRAL = "central"
 RECEIVER_FLAG = "--web.enable-remote-write-receiver"
 
@@ -105,8 +104,20 @@ def _header(mesh: MeshConfig, what: str) -> str:
     )
 
 
+def _listening(listen: str) -> str:
+    return f"# Start it with --web.listen-address={listen}: it scrapes itself there.\n"
+
+
 def _file_sd(job: str) -> dict[str, Any]:
     return {"job_name": job, "file_sd_configs": [{"files": [f"targets/{job}.json"], "refresh_interval": "1m"}]}
+
+
+def _central_rules(files: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the sites' rule files, the central one's): the mesh-wide alerts only centrally."""
+    from bigbinf.mixin.rules import MESH_CENTRAL_FILE
+
+    sites = {name: text for name, text in files.items() if name != MESH_CENTRAL_FILE}
+    return sites, {name: text for name, text in files.items() if name == MESH_CENTRAL_FILE}
 
 
 def _rule_files(rules_dir: Path | None) -> dict[str, str]:
@@ -187,27 +198,34 @@ def site_config(mesh: MeshConfig, site: str) -> dict[str, Any]:
     return doc
 
 
-def site_targets(mesh: MeshConfig, site: str, listen: str) -> dict[str, list[dict[str, Any]]]:
-    """file_sd target files of a site's Prometheus: everything it scrapes is on its own host."""
+def site_targets(mesh: MeshConfig, site: str) -> dict[str, list[dict[str, Any]]]:
+    """file_sd target files of a site's Prometheus: everything it scrapes is on its own
+    host, itself at sites.NAME.prometheus_listen."""
     s = mesh.sites[site]
     exporter = exporter_of(mesh, site).listen  # with the defaults the mesh file left out
-    files = {"bigbinf": [reachable(exporter, "127.0.0.1")], "prometheus": [reachable(listen, "127.0.0.1")]}
+    files = {"bigbinf": [reachable(exporter, "127.0.0.1")], "prometheus": [reachable(s.prometheus_listen, "127.0.0.1")]}
     if s.node_exporter:
         files["node"] = [reachable(s.node_exporter, "127.0.0.1")]
     return {job: [{"labels": {}, "targets": targets}] for job, targets in files.items()}
 
 
-def central_config(mesh: MeshConfig, listen: str) -> dict[str, Any]:
+def central_config(mesh: MeshConfig) -> dict[str, Any]:
     interval = duration(mesh.prometheus.scrape_interval)
-    return {
+    listen = mesh.prometheus.central_listen
+    doc: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        # The mesh-wide alerts only: the sites evaluate the rest and forward their outputs.
+        "rule_files": ["rules/*.yml"],
         # Only itself: the sites' series arrive by remote_write, which needs Prometheus
         # started with --web.enable-remote-write-receiver (it listens on /api/v1/write).
-        # No rule_files: the sites evaluate bigbinf's rules and forward their outputs.
         "scrape_configs": [
             {"job_name": "prometheus", "static_configs": [{"targets": [reachable(listen, "127.0.0.1")]}]}
         ],
     }
+    alertmanagers = getattr(mesh.prometheus, "alertmanagers", None)
+    if alertmanagers:
+        doc["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]}
+    return doc
 
 
 def all_exporters(mesh: MeshConfig) -> list[dict[str, Any]]:
@@ -234,23 +252,17 @@ def all_exporters(mesh: MeshConfig) -> list[dict[str, Any]]:
     return [{"labels": {"mesh": mesh.name}, "targets": targets}]
 
 
-def render(
-    mesh: MeshConfig,
-    out_dir: Path,
-    rules_dir: Path | None = None,
-    listen: Mapping[str, str] | None = None,
-) -> list[Path]:
+def render(mesh: MeshConfig, out_dir: Path, rules_dir: Path | None = None) -> list[Path]:
     """Write every file for `mesh` under out_dir; returns them in the order written.
 
     rules_dir: the rule files the sites evaluate (default: bigbinf's rules for the default
-    settings).  listen: where each site's Prometheus (by site name) and the central one
-    (`central`) listen, for their self-scrape (default localhost:9090).
+    settings).  Each Prometheus scrapes itself where the mesh file says it listens
+    (sites.NAME.prometheus_listen, prometheus.central_listen); the header says so.
 
     A rules_dir that is missing or holds no *.yml, or an out_dir that cannot be written:
     UsageError, naming the flag (--rules-dir, --out) and the fix."""
     out_dir = Path(out_dir)
-    listen = dict(listen or {})
-    rules = _rule_files(rules_dir)
+    rules, central_rules = _central_rules(_rule_files(rules_dir))
     written: list[Path] = []
 
     def write(path: Path, text: str) -> None:
@@ -266,16 +278,18 @@ def render(
 
     for site in mesh.sites:
         here = out_dir / "sites" / site
-        write(here / "prometheus.yml", _yaml(site_config(mesh, site), _header(mesh, f"Prometheus of site {site}")))
-        for job, groups in sorted(site_targets(mesh, site, listen.get(site, DEFAULT_LISTEN)).items()):
+        header = _header(mesh, f"Prometheus of site {site}") + _listening(mesh.sites[site].prometheus_listen)
+        write(here / "prometheus.yml", _yaml(site_config(mesh, site), header))
+        for job, groups in sorted(site_targets(mesh, site).items()):
             write(here / "targets" / f"{job}.json", _json(groups))
         for name, text in sorted(rules.items()):
             write(here / "rules" / name, text)
     central = _header(mesh, "Central Prometheus") + (
         f"# Run it with {RECEIVER_FLAG}: the sites remote_write to its /api/v1/write.\n"
+        + _listening(mesh.prometheus.central_listen)
     )
-    write(
-        out_dir / CENTRAL / "prometheus.yml", _yaml(central_config(mesh, listen.get(CENTRAL, DEFAULT_LISTEN)), central)
-    )
+    write(out_dir / CENTRAL / "prometheus.yml", _yaml(central_config(mesh), central))
+    for name, text in sorted(central_rules.items()):
+        write(out_dir / CENTRAL / "rules" / name, text)
     write(out_dir / "targets" / "all-exporters.json", _json(all_exporters(mesh)))
     return written

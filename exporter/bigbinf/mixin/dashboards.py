@@ -1438,6 +1438,68 @@ def time_of_day_link() -> DynamicConfigValue:
     )
 
 
+# A site's state on the Mesh dashboard: a number the table maps to words and colours.
+SITE_STATES = {0: ("measuring", "green"), 1: ("no results for 2 rounds", "orange"), 2: ("not reporting", "red")}
+
+
+def site_state() -> str:
+    """Per site of the chosen mesh seen in the time range: 2 while its exporter is not
+    reporting (its Prometheus scrapes it and gets nothing, up == 0, or the site forwards
+    nothing at all: no fresh `up`), else 1 while its last transfer started more than two
+    rounds ago, else 0.  A site that stopped is a row saying so, not a blank one."""
+    up = f'up{{job="{settings.Settings().job}", mesh="$mesh"}}'
+    start = f'{settings.START}{{mesh="$mesh"}}'
+    period = f'{metrics.ROUND_PERIOD.name}{{mesh="$mesh"}}'
+    return (
+        f"(max by (site) (last_over_time({up}[$__range])) * 0 + 2\n"
+        f"  unless on(site) (max by (site) ({up}) == 1))\n"
+        f"or\n"
+        f"((time() - max by (site) ({start})) > 2 * max by (site) ({period})) * 0 + 1\n"
+        f"or\n"
+        f"max by (site) ({up}) * 0"
+    )
+
+
+def site_states() -> table.Panel:
+    start = f'{settings.START}{{mesh="$mesh"}}'
+    columns = [
+        ("A", site_state(), "state"),
+        ("B", f"time() - max by (site) (last_over_time({start}[$__range]))", "last transfer started"),
+    ]
+    panel = (
+        table.Panel()
+        .title("Sites")
+        .description(
+            "Every site of the chosen mesh seen in the time range: measuring; no results for 2 rounds (its exporter "
+            "answers, but its last transfer started more than two rounds ago: every slot missed, see below); or not "
+            'reporting (its exporter is down, or its Prometheus forwards nothing).  "last transfer started": how '
+            "long ago, also for a site no longer reporting."
+        )
+    )
+    for ref, expr, _ in columns:
+        panel = panel.with_target(query(expr, ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
+    names = {"site": "site"}
+    names.update({f"Value #{ref}": name for ref, _, name in columns})
+    mapping = {
+        "type": "value",
+        "options": {
+            str(code): {"text": text, "color": colour, "index": code} for code, (text, colour) in SITE_STATES.items()
+        },
+    }
+    return (
+        panel.transformations(merge_and_rename(names))
+        .override_by_name(*unit_override("last transfer started", "s"))
+        .override_by_name(
+            "state",
+            [
+                DynamicConfigValue(id_val="mappings", value=[mapping]),
+                DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+            ],
+        )
+        .no_value("No site of this mesh in the time range")
+    )
+
+
 def pair_grid(title: str, description: str, expr: str, unit: str, coloured: bool = False) -> table.Panel:
     """A site x site grid of one number per pair; every cell links to the pair's Time of
     day dashboard.  The number fields are the cells (the `from` column is text), so the
@@ -1483,6 +1545,8 @@ def mesh() -> Dashboard:
         .variables(mesh_variables())
     )
     last = f"{settings.LAST_THROUGHPUT}{msel()}"
+    d.with_row(g.row("Sites"))
+    d.with_panel(g.place(site_states(), 24, 6))
     # `max by`: one series per cell once mesh, protocol, dataset and direction are fixed
     # (job and instance of the one exporter at the site); max, not sum, should a site's
     # series come twice (an exporter scraped by two jobs).
@@ -1541,9 +1605,10 @@ def mesh() -> Dashboard:
         .title("Slot overruns and missed slots per site")
         .description(
             "Over the time range, every protocol and dataset: transfers whose traffic went on past the end of their "
-            "slot (the site's next slot waited), slots not run because the previous transfer still ran, and the "
-            "longest overrun among the series' last transfers.  Non-zero: give those tests a budget, or the "
-            "schedule more room (docs/mesh.md)."
+            "slot (the site's next slot waited), slots not run for any reason (the exporter down, a late start "
+            "after an overrun, a round that does not fit, the round lock held: bigbinf_mesh_slots_missed_total's "
+            "reason label), and the longest overrun among the series' last transfers.  Non-zero: see "
+            "docs/runbook.md, the mesh alerts."
         )
     )
     for ref, expr, _ in columns:

@@ -75,6 +75,9 @@ COMMAND = "python -m bigbinf.mixin.rules"
 RULES_SUBDIR = "prometheus/rules"
 RECORDING_FILE = "bigbinf-recording.yml"
 ALERTING_FILE = "bigbinf-alerts.yml"
+# The alerts only a Prometheus that sees every site of a mesh can evaluate (the central one
+# the sites forward to: bigbinf.mesh.prometheus gives it this file alone).
+MESH_CENTRAL_FILE = "bigbinf-mesh-central.yml"
 
 
 # ---------------------------------------------------------------- PromQL helpers
@@ -463,8 +466,107 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
     ]
 
 
+# A mesh site's series: its exporter's own `site` label (docs/mesh.md), with job and instance.
+SITE_KEY = "job, instance, site"
+SITE_TEXT = "{{ $labels.site }} ({{ $labels.instance }})"
+
+
+def mesh_alerts(s: Settings) -> list[dict[str, Any]]:
+    """A mesh site's slots: evaluated at each site's own Prometheus (or any that scrapes the
+    site's exporter and node_exporter), like every other bigbinf alert."""
+    w = s.recent_window
+    per_series = "protocol, remote, dataset, direction"
+    guard = metrics.GUARD.name
+    half_guard = f"on() group_left() (max({guard}) / 2)"
+    return [
+        alert(
+            s,
+            "BigbinfMeshSlotsMissed",
+            (
+                f"sum without({per_series}) (\n"
+                f'  increase({metrics.SLOTS_MISSED_TOTAL.name}{{reason!="{metrics.MISSED_NO_FIT}"}}[{w}])\n'
+                ") > 0"
+            ),
+            s.mesh_slots_missed_for,
+            "warning",
+            f"Mesh slots not run at {SITE_TEXT}: {{{{ $labels.reason }}}}",
+            f'{{{{ $value | printf "%.0f" }}}} of the site\'s slots in the last {w} were not run '
+            "(reason {{ $labels.reason }}): their tests were not measured.  exporter_down: the exporter was not "
+            "running (counted when it started again); late_start: the previous transfer overran; lock_held: a "
+            "tuning sweep or a once/sweep process held the round lock.",
+        ),
+        alert(
+            s,
+            "BigbinfMeshSlotOverruns",
+            (f"{metrics.LAST_SLOT_OVERRUN.name}\n  > on({SITE_KEY}) group_left()\n  {guard}"),
+            s.mesh_overrun_for,
+            "warning",
+            f"Mesh slot overrun longer than the guard: {SERIES_TEXT} from {{{{ $labels.site }}}}",
+            "The last transfer of the series went on {{ $value | humanizeDuration }} past the end of its slot, "
+            "more than the mesh's guard gap: it may have overlapped the next test of either of its sites (whose "
+            "exporter does not wait for it), and the site's own next slot started late or not at all.",
+        ),
+        alert(
+            s,
+            "BigbinfMeshRoundDoesNotFit",
+            f"{metrics.ROUND_FITS.name} == 0",
+            s.mesh_round_fits_for,
+            "warning",
+            f"Mesh round does not fit its period at {SITE_TEXT}",
+            "The current round's slots end "
+            f'{{{{ with query (printf "{metrics.ROUND_PLANNED.name}{{instance=%q}}" $labels.instance) }}}}'
+            "{{ . | first | value | humanizeDuration }}{{ end }} after its start, and the guard must follow them "
+            "before the next round starts, "
+            f'{{{{ with query (printf "{metrics.ROUND_PERIOD.name}{{instance=%q}}" $labels.instance) }}}}'
+            "{{ . | first | value | humanizeDuration }}{{ end }} after it: the slots that would run past the next "
+            "round's start are not run (counted missed, round_does_not_fit).  "
+            "`bigbinf-exporter mesh plan` shows them and what to change.",
+        ),
+        alert(
+            s,
+            "BigbinfMeshClockOffset",
+            (f"abs(node_timex_offset_seconds) > {half_guard}\nor\nnode_timex_maxerror_seconds > {half_guard}"),
+            s.mesh_clock_for,
+            "warning",
+            "Mesh site clock may be off by more than half the guard: {{ $labels.instance }}",
+            "The kernel's NTP state on {{ $labels.instance }} (node_exporter's timex collector) puts its clock up "
+            "to {{ $value | humanizeDuration }} off (its offset, or its maximum error: 16s when not synchronised), "
+            "more than half the mesh's guard gap: the site's slots start on this clock, so its tests can overlap "
+            "other sites' (and their byte ratios and throughputs mislead).",
+        ),
+    ]
+
+
+def mesh_central_alerts(s: Settings) -> list[dict[str, Any]]:
+    """Only a Prometheus that receives every site of a mesh sees them all: the central one."""
+    plan = metrics.PLAN_INFO.name
+    return [
+        alert(
+            s,
+            "BigbinfMeshPlansDisagree",
+            f"count by (mesh) (count by (mesh, fingerprint) ({plan})) > 1",
+            s.mesh_plans_for,
+            "warning",
+            "Mesh {{ $labels.mesh }}: its sites run {{ $value }} different slot plans",
+            "The sites of mesh {{ $labels.mesh }} publish {{ $value }} plan fingerprints:"
+            f'{{{{ range query (printf "max by (site, fingerprint) ({plan}{{mesh=%q}})" $labels.mesh) }}}}'
+            " {{ .Labels.site }} {{ .Labels.fingerprint }};{{ end }} a site with an older mesh or durations file "
+            "computes other slots, and its tests can overlap the others'.",
+        ),
+    ]
+
+
 def alerting(s: Settings) -> dict[str, Any]:
-    return {"groups": [{"name": "bigbinf.alerts", "rules": alerts(s)}]}
+    return {
+        "groups": [
+            {"name": "bigbinf.alerts", "rules": alerts(s)},
+            {"name": "bigbinf.mesh", "rules": mesh_alerts(s)},
+        ]
+    }
+
+
+def mesh_central(s: Settings) -> dict[str, Any]:
+    return {"groups": [{"name": "bigbinf.mesh.central", "rules": mesh_central_alerts(s)}]}
 
 
 # ---------------------------------------------------------------- output
@@ -501,6 +603,8 @@ def render(s: Settings) -> dict[str, str]:
     return {
         RECORDING_FILE: header(s, "recording rules") + dump(recording(s)),
         ALERTING_FILE: header(s, "alerting rules") + dump(alerting(s)),
+        MESH_CENTRAL_FILE: header(s, "mesh-wide alerting rules (for a mesh's central Prometheus only)")
+        + dump(mesh_central(s)),
     }
 
 

@@ -122,6 +122,13 @@ class Settings:
     )
     probes_unanswered_for: str = _opt("30m", "for: of BigbinfPathProbesUnanswered")
     probes_stale_for: str = _opt("10m", "for: of BigbinfPathProbesStale")
+    mesh_slots_missed_for: str = _opt("5m", "for: of BigbinfMeshSlotsMissed (any slot missed in --recent-window)")
+    mesh_overrun_for: str = _opt("5m", "for: of BigbinfMeshSlotOverruns")
+    mesh_round_fits_for: str = _opt("5m", "for: of BigbinfMeshRoundDoesNotFit")
+    mesh_plans_for: str = _opt(
+        "15m", "for: of BigbinfMeshPlansDisagree (sites switch plans at a round's start: a rollout may span one)"
+    )
+    mesh_clock_for: str = _opt("10m", "for: of BigbinfMeshClockOffset")
     runbook: str = _opt(
         f"{DOCS_URL}/runbook.md",
         "base of each alert's runbook_url: an absolute http(s) URL (Alertmanager's receivers and Grafana link "

@@ -19,7 +19,7 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -105,12 +105,18 @@ class SweepBest:
 @dataclass(frozen=True)
 class MeshRound:
     """The mesh round a mesh exporter is in or waiting for, as published
-    (service/mesh_runner.py): how long its slots need, how long it is, and its plan's
-    fingerprint."""
+    (service/mesh_runner.py): how long its slots need, how long it is, its plan's
+    fingerprint, whether it fits (its last slot and the guard end by the next round's
+    start) and the guard."""
 
     planned_seconds: float
     period_seconds: float
     fingerprint: str
+    fits: bool = True
+    guard_seconds: float = 0.0
+
+
+MissedKey = tuple[SeriesKey, str]  # a series and why its slots were missed (metrics.MISSED_REASONS)
 
 
 class ExporterState:
@@ -147,7 +153,13 @@ class ExporterState:
         # A mesh site's slots: overruns and missed slots per series, the last slot's overrun.
         self.slot_overruns: dict[SeriesKey, int] = {}
         self.slot_last_overrun: dict[SeriesKey, float] = {}
-        self.slots_missed: dict[SeriesKey, int] = {}
+        self.slots_missed: dict[MissedKey, int] = {}
+        # Missed slots counted before the first scrape that are published only after it
+        # (exporter_down, counted at start): a restarted exporter's counter must be seen
+        # at 0 first, or Prometheus takes the jump from the old process's value for an
+        # increase of the difference, not a reset (record_slots_missed).
+        self._held_missed: dict[MissedKey, int] = {}
+        self._scraped = False
         self.mesh_round: MeshRound | None = None
         # A mesh site: False while no round can be planned from the loaded mesh (shown as
         # bigbinf_config_last_reload_successful 0, with the load's own result).
@@ -183,7 +195,8 @@ class ExporterState:
                 self.series[key]  # defaultdict creates the zeroed counters
                 if self.site:  # a mesh site's slot counters start at 0 too, for increase()
                     self.slot_overruns.setdefault(key, 0)
-                    self.slots_missed.setdefault(key, 0)
+                    for reason in M.MISSED_REASONS:
+                        self.slots_missed.setdefault((key, reason), 0)
             if schedule_interval is not None:
                 self.schedule_interval = dict.fromkeys(keys, schedule_interval)
 
@@ -271,9 +284,28 @@ class ExporterState:
         with self._changing():
             self.rounds_skipped += 1
 
-    def record_slot_missed(self, key: SeriesKey) -> None:
+    def record_slot_missed(self, key: SeriesKey, reason: str) -> None:
+        self.record_slots_missed({key: 1}, reason)
+
+    def record_slots_missed(self, counts: Mapping[SeriesKey, int], reason: str, after_scrape: bool = False) -> None:
+        """Count missed slots per series with their reason; `after_scrape`: not published
+        until /metrics has been served once (mark_scraped), so that Prometheus sees this
+        process's counter at its start value before the jump."""
+        assert reason in M.MISSED_REASONS, reason  # a bounded label
         with self._changing():
-            self.slots_missed[key] = self.slots_missed.get(key, 0) + 1
+            into = self._held_missed if after_scrape and not self._scraped else self.slots_missed
+            for key, n in counts.items():
+                into[(key, reason)] = into.get((key, reason), 0) + n
+
+    def mark_scraped(self) -> None:
+        """/metrics was served: publish what was held until then (record_slots_missed)."""
+        if self._scraped:
+            return  # every later scrape: nothing to do, no lock taken
+        with self._changing():
+            self._scraped = True
+            for missed, n in self._held_missed.items():
+                self.slots_missed[missed] = self.slots_missed.get(missed, 0) + n
+            self._held_missed.clear()
 
     def record_mesh_plan(self, ok: bool) -> None:
         """Whether the loaded mesh could plan the next round: bigbinf_config_last_reload_successful
@@ -373,15 +405,23 @@ class BigbinfCollector(Collector):
         for key in sorted(s.slot_last_overrun, key=_labels):
             last.add_metric(_labels(key), s.slot_last_overrun[key])
         yield last
-        yield counter(M.SLOTS_MISSED_TOTAL, s.slots_missed)
+        spec = M.SLOTS_MISSED_TOTAL
+        missed = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+        for key, reason in sorted(s.slots_missed, key=lambda m: (_labels(m[0]), m[1])):
+            missed.add_metric([*_labels(key), reason], s.slots_missed[(key, reason)])
+        yield missed
         planned = GaugeMetricFamily(M.ROUND_PLANNED.name, M.ROUND_PLANNED.help, labels=())
         period = GaugeMetricFamily(M.ROUND_PERIOD.name, M.ROUND_PERIOD.help, labels=())
+        fits = GaugeMetricFamily(M.ROUND_FITS.name, M.ROUND_FITS.help, labels=())
+        guard = GaugeMetricFamily(M.GUARD.name, M.GUARD.help, labels=())
         info = GaugeMetricFamily(M.PLAN_INFO.name, M.PLAN_INFO.help, labels=M.PLAN_INFO.labels)
         if s.mesh_round is not None:
             planned.add_metric([], s.mesh_round.planned_seconds)
             period.add_metric([], s.mesh_round.period_seconds)
+            fits.add_metric([], 1.0 if s.mesh_round.fits else 0.0)
+            guard.add_metric([], s.mesh_round.guard_seconds)
             info.add_metric([s.mesh_round.fingerprint], 1.0)
-        yield from (planned, period, info)
+        yield from (planned, period, fits, guard, info)
 
     # -- tuning sweeps: one series per sweep and dataset, until the sweep runs again
 

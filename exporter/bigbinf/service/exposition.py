@@ -302,7 +302,6 @@ def render(s: ExporterState) -> tuple[Family, ...]:
         slot_values: tuple[tuple[M.Spec, str, dict[SeriesKey, int] | dict[SeriesKey, float]], ...] = (
             (M.SLOT_OVERRUNS_TOTAL, "counter", s.slot_overruns),
             (M.LAST_SLOT_OVERRUN, "gauge", s.slot_last_overrun),
-            (M.SLOTS_MISSED_TOTAL, "counter", s.slots_missed),
         )
         for spec, mtype, per_key in slot_values:
             per_series = _Lines()
@@ -310,9 +309,16 @@ def render(s: ExporterState) -> tuple[Family, ...]:
                 labels = zip(M.SERIES_LABELS, _series_values(series_key), strict=True)
                 r.sample(per_series, spec.name, labels, per_key[series_key])
             r.family(spec, mtype, per_series)
+        missed = _Lines()
+        for series_key, reason in sorted(s.slots_missed, key=lambda m: (_series_order(m[0]), m[1])):
+            labels = zip(M.SLOTS_MISSED_TOTAL.labels, (*_series_values(series_key), reason), strict=True)
+            r.sample(missed, M.SLOTS_MISSED_TOTAL.name, labels, s.slots_missed[(series_key, reason)])
+        r.family(M.SLOTS_MISSED_TOTAL, "counter", missed)
         plan = s.mesh_round
         single(M.ROUND_PLANNED, "gauge", plan.planned_seconds if plan else None)
         single(M.ROUND_PERIOD, "gauge", plan.period_seconds if plan else None)
+        single(M.ROUND_FITS, "gauge", (1.0 if plan.fits else 0.0) if plan else None)
+        single(M.GUARD, "gauge", plan.guard_seconds if plan else None)
         single(M.PLAN_INFO, "gauge", 1.0 if plan else None, [("fingerprint", plan.fingerprint)] if plan else [])
     return tuple(r.families)
 

@@ -11,14 +11,25 @@ a round), journaled then published as a round's results are.
 A round keeps the plan it started with: a reload (a new mesh or durations file) applies
 from the next round's start, so every site switches at the same moment.  Each of this
 site's slots of a round is handled once: run, or counted in bigbinf_mesh_slots_missed_total
-with its reason logged (late start, lock held, round does not fit, not configured, error).
+with its reason (metrics.MISSED_REASONS: late start, lock held, round does not fit, not
+configured, error), also logged.
 
-A transfer whose traffic goes on past its slot's end is recorded as an overrun (the
-result's slot_overrun_seconds, then the overrun metrics).  The site's next test waits
-for it rather than overlap it: the slots run one after another in this one thread.  A
-late slot starts only while its typical length (the slot's length / schedule.headroom)
-is left of it, so a late start never pushes a test into another site's slot; a slot
-that starts at or after the next round's start (a round that does not fit) never runs.
+A slot never runs into another slot of its sites or past the next round's start:
+
+* a slot that, with the guard after it, would end after the next round's start (a round
+  that does not fit: `mesh plan` says so, and the exporter says so when it enters the
+  round) is not started: missed, round_does_not_fit;
+* a transfer whose traffic goes on past its slot's end is recorded as an overrun (the
+  result's slot_overrun_seconds, then the overrun metrics).  The site's next test waits
+  for it rather than overlap it (the slots run one after another in this one thread),
+  and starts only while its typical length (the slot's length / schedule.headroom) is
+  left of its slot, so a late start never pushes a test into another site's slot: else
+  missed, late_start.
+
+Slots that started while the exporter was not running are counted when it starts (missed,
+exporter_down): from the plan, every slot of this site after the last one it handled
+(noted beside the journal, handled_path, after each slot; or journaled, if later: a crash
+between the two) and before its start.
 
 The mesh is handed in from outside (`SiteView`, cli.py's MeshSite made from the mesh
 file), as the lab is to the round runner: bigbinf.mesh reaches the lab's layout, which
@@ -28,13 +39,16 @@ the live path never imports.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from bigbinf import metrics as M
 from bigbinf.config import Config, ConfigError
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
@@ -96,6 +110,10 @@ class PlannedRound(Protocol):
     def fits(self) -> bool: ...
     @property
     def overflow_seconds(self) -> float: ...
+    @property
+    def guard(self) -> float:
+        """After every slot, the last one of the round included, before the next slot of its sites."""
+        ...
 
 
 class SiteView(Protocol):
@@ -125,18 +143,36 @@ class SiteView(Protocol):
         ones, planned from the durations loaded with the mesh file."""
         ...
 
+    def slot_counts(self, since: float, until: float) -> Iterable[tuple[SlotTest, int]]:
+        """(test, how many of its slots) for this site's slots that start after `since`
+        and before `until`, from the plan."""
+        ...
+
 
 # Loads a mesh file for a site; raises ConfigError (bigbinf.mesh.config.MeshError) if the
 # mesh or durations file is invalid or the site is not in it.
 MeshLoader = Callable[[Path, str], SiteView]
 Transfer = Callable[[TransferSpec, Config, str, PathBaseline | None], Result]
 
-# Why a slot of this site was not run (logged; all count in bigbinf_mesh_slots_missed_total).
-LATE = "late start"
-LOCKED = "lock held"
-NO_FIT = "round does not fit"
-ERROR = "error"
-GONE = "not configured"
+# Why a slot of this site was not run: the reason label of bigbinf_mesh_slots_missed_total.
+LATE, LOCKED, NO_FIT, GONE, ERROR, DOWN = (
+    M.MISSED_LATE,
+    M.MISSED_LOCKED,
+    M.MISSED_NO_FIT,
+    M.MISSED_GONE,
+    M.MISSED_ERROR,
+    M.MISSED_DOWN,
+)
+# How far back a restarted exporter counts the slots it missed (a week; longer downtimes
+# are said in the log, and BigbinfExporterDown has paged meanwhile).
+DOWNTIME_LOOKBACK_SECONDS = 7 * 86400.0
+
+
+def handled_path(journal: Path) -> Path:
+    """Where a mesh site's exporter notes the start of the last slot it handled: beside its
+    journal (journal.jsonl -> journal.slots.json), so a restart counts the slots it missed
+    while down exactly once, whatever the journal holds (a missed slot journals nothing)."""
+    return journal.with_name(f"{journal.stem}.slots.json")
 
 
 def series_key(slot: PlannedSlot) -> SeriesKey:
@@ -161,6 +197,16 @@ def overrun_seconds(result: Result, slot_end: float) -> float:
 
 def _utc(when: float) -> str:
     return time.strftime("%H:%M:%SZ", time.gmtime(when))
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)  # the plan's times are whole milliseconds
+
+
+def runs_past_the_round(slot: PlannedSlot, plan: PlannedRound) -> bool:
+    """Whether the slot, with the guard after it, ends after the next round's start (where
+    the next round's first slots, which may share its sites, begin)."""
+    return _ms(slot.end) + _ms(plan.guard) > _ms(plan.end)
 
 
 class MeshRunner:
@@ -189,6 +235,8 @@ class MeshRunner:
         self._overflow_logged: set[str] = set()
         # (test, repetition) of this site's slots handled (run or counted missed), per round start.
         self._handled: dict[float, set[tuple[SlotTest, int]]] = {}
+        self._downtime_counted = False
+        self._note_failed = False
 
     @property
     def mesh(self) -> SiteView:
@@ -226,6 +274,9 @@ class MeshRunner:
         until `rounds` rounds have been entered (tests)."""
         done = 0
         boundary = self.started  # the next round to enter is the one in progress at this time
+        if not self._downtime_counted:
+            self._downtime_counted = True
+            self._count_downtime()
         while not self.stopping.is_set() and (rounds is None or done < rounds):
             self._replan.clear()
             mesh = self.mesh
@@ -254,6 +305,82 @@ class MeshRunner:
             boundary = max(boundary, plan.end)
             done += 1
 
+    # -- the slots missed while the exporter was down
+
+    def _count_downtime(self) -> None:
+        """At start: every slot of this site that started after the last one handled (as
+        noted beside the journal, or journaled, whichever is later) and before now counts as
+        missed, exporter_down; published after the first scrape (record_slots_missed)."""
+        site, path = self.mesh.site, handled_path(self.runner.config.journal.path)
+        since, until = self._last_handled(path, site), self.started
+        if since is not None:
+            # A slot journaled after its note was written (killed in between) is not missed:
+            # the journal's results (restored into the state) say so.
+            journaled = [r.slot_start_timestamp for r in self.runner.state.latest_results() if r.site == site]
+            since = max([since, *(t for t in journaled if t is not None)])
+        if since is not None and since < until:
+            earliest = until - DOWNTIME_LOOKBACK_SECONDS
+            if since < earliest:
+                log.warning(
+                    "mesh: the exporter of %s last handled a slot at %s, more than %.0f days ago: counting the slots "
+                    "missed since %s only",
+                    site,
+                    time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(since)),
+                    DOWNTIME_LOOKBACK_SECONDS / 86400,
+                    time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(earliest)),
+                )
+                since = earliest
+            try:
+                counts = list(self.mesh.slot_counts(since, until))
+            except Exception:  # a bug: the exporter runs on without the count
+                log.exception("mesh: cannot count the slots missed while the exporter was down")
+                counts = []
+            per_series: dict[SeriesKey, int] = {}
+            for test, n in counts:
+                key = SeriesKey(test.protocol, test.dst, test.dataset, test.direction)
+                per_series[key] = per_series.get(key, 0) + n
+            if per_series:
+                log.warning(
+                    "mesh: %d of %s's slots started while its exporter was down (from %s to %s): counted missed "
+                    "(reason exporter_down)",
+                    sum(per_series.values()),
+                    site,
+                    _utc(since),
+                    _utc(until),
+                )
+                self.runner.state.record_slots_missed(per_series, DOWN, after_scrape=True)
+        self._note_handled(until)
+
+    @staticmethod
+    def _last_handled(path: Path, site: str) -> float | None:
+        try:
+            noted = json.loads(path.read_text(encoding="utf-8"))
+            when = noted["handled_through"] if noted.get("site") == site else None
+            return float(when) if isinstance(when, int | float) else None
+        except FileNotFoundError:
+            return None  # the first start with this journal: nothing was planned for it before
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            log.warning(
+                "mesh: cannot read %s (%s): the slots missed while the exporter was down are not counted", path, exc
+            )
+            return None
+
+    def _note_handled(self, when: float) -> None:
+        """Note (atomically) that this site's slots up to `when` are handled."""
+        path = handled_path(self.runner.config.journal.path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # before the journal's first result, as it would be
+            tmp.write_text(json.dumps({"site": self.mesh.site, "handled_through": when}) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+            self._note_failed = False
+        except OSError as exc:
+            if not self._note_failed:  # said once, not once per slot
+                self._note_failed = True
+                log.warning(
+                    "mesh: cannot write %s (%s): a restart will not count the slots missed meanwhile", path, exc
+                )
+
     def _plan_failed(self, exc: Exception) -> None:
         if isinstance(exc, ConfigError):  # the user's data: said as such, no traceback
             log.error("mesh: cannot plan the next round (trying again in %.0f s):\n%s", self.IDLE_SECONDS, exc.render())
@@ -266,18 +393,23 @@ class MeshRunner:
         at the same moment, so they agree on the fingerprint between rounds too)."""
         self.current = plan
         self.runner.state.record_mesh_round(
-            MeshRound(plan.planned_end - plan.start, plan.end - plan.start, plan.fingerprint)
+            MeshRound(plan.planned_end - plan.start, plan.end - plan.start, plan.fingerprint, plan.fits, plan.guard)
         )
         if not plan.fits and plan.fingerprint not in self._overflow_logged:
             self._overflow_logged.add(plan.fingerprint)
+            site = self.mesh.site
+            cut = sum(1 for s in plan.slots if s.test.src == site and runs_past_the_round(s, plan))
             log.warning(
-                "mesh round at %s needs %.0f s, %.0f s more than the %.0f s until the next round: "
-                "slots that start at or after the next round's start are not run, and count as missed "
-                "(mesh plan shows the slots)",
+                "mesh round at %s does NOT fit: its slots end, with the %g s guard, %.3f s after the next round "
+                "starts (period %.3f s, planned %.3f s); %d of %s's slots would run past it and are not run "
+                "(counted missed, reason round_does_not_fit); `mesh plan` shows the slots and what to change",
                 _utc(plan.start),
-                plan.planned_end - plan.start,
+                plan.guard,
                 plan.overflow_seconds,
                 plan.end - plan.start,
+                plan.planned_end - plan.start,
+                cut,
+                site,
             )
 
     def run_round(self, plan: PlannedRound, entry: float | None = None) -> list[Result] | None:
@@ -302,9 +434,14 @@ class MeshRunner:
             if slot.start < entry:
                 handled.add(done)
                 continue
-            if slot.start >= plan.end:
+            if runs_past_the_round(slot, plan):
                 handled.add(done)
-                self._missed(slot, NO_FIT, f"it starts at or after the next round's start ({_utc(plan.end)})")
+                self._missed(
+                    slot,
+                    NO_FIT,
+                    f"it would end, with the {plan.guard:g} s guard, after the next round's start ({_utc(plan.end)})",
+                )
+                self._note_handled(slot.start)
                 continue
             self.next_slot_start = slot.start
             if not self._wait_until(slot.start):
@@ -319,6 +456,7 @@ class MeshRunner:
             handled.add(done)
             if self.stopping.is_set():
                 return None
+            self._note_handled(slot.start)
             if result is not None:
                 results.append(result)
         self.next_slot_start = None
@@ -426,7 +564,7 @@ class MeshRunner:
             log.warning(
                 "slot %s-%s of %s: not run (%s): %s", _utc(slot.start), _utc(slot.end), _label(slot), reason, why
             )
-        self.runner.state.record_slot_missed(series_key(slot))
+        self.runner.state.record_slot_missed(series_key(slot), reason)
 
 
 def _too_late(slot: PlannedSlot) -> bool:

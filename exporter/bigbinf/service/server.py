@@ -431,6 +431,8 @@ def _handler(exporter: Exporter) -> type[BaseHTTPRequestHandler]:
                     self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", "")
                 )
                 self._send(200, chunks, content_type, gzipped, head=method == "HEAD")
+                if method == "GET":
+                    exporter.state.mark_scraped()  # what waited for a first scrape is published now
             else:
                 self._send(200, _landing_page(exporter).encode(), "text/html; charset=utf-8", head=method == "HEAD")
 
