@@ -41,6 +41,7 @@ from bigbinf.mesh.plan import (
     round_at,
     site_slot_counts,
 )
+from bigbinf.process import own_children
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.restore import restore
@@ -393,9 +394,12 @@ def cmd_lab(args: argparse.Namespace) -> int:
                 "lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's"
             )
         mesh = load_mesh(args.mesh_file, lab=lab_mesh.layout)
-        return _lab_action(
-            args.action, lambda: lab_mesh.up(mesh), lambda: lab_mesh.down(mesh), lambda: lab_mesh.status(mesh)
-        )
+
+        def mesh_down() -> list[str]:
+            configs = [site_config(mesh, name, args.mesh_file, lab=lab_mesh.layout) for name in mesh.sites]
+            return [line for config in configs for line in _settle(config)] + lab_mesh.down(mesh)
+
+        return _lab_action(args.action, lambda: lab_mesh.up(mesh), mesh_down, lambda: lab_mesh.status(mesh))
     config = load_config(args.config_file)
     if args.action == "serve":
         stop = threading.Event()
@@ -406,7 +410,18 @@ def cmd_lab(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             raise lab.LabError(str(exc)) from None
         return 0
-    return _lab_action(args.action, lambda: lab.up(config), lambda: lab.down(config), lambda: lab.status(config))
+    return _lab_action(
+        args.action, lambda: lab.up(config), lambda: [*_settle(config), *lab.down(config)], lambda: lab.status(config)
+    )
+
+
+def _settle(config: Config) -> list[str]:
+    """What an ended exporter left changed, undone (before `lab down` takes the namespaces
+    away with the settings in them; a remote's stay otherwise): one line per undo."""
+    replay = RoundRunner(config, ExporterState(), lab=lab.site).settle_now()
+    if replay is None:
+        return [f"an exporter or sweep holds the round lock of {config.journal.path}: its undo journal is its own"]
+    return [f"undone: {line}" for line in replay.undone] + [f"NOT undone: {line}" for line in replay.failed]
 
 
 def _lab_action(
@@ -545,6 +560,7 @@ def cmd_once(args: argparse.Namespace) -> int:
     else:
         config, source = load_config(args.config_file), args.config_file
     check_secret_files(config, source)
+    own_children()  # nothing this command starts outlives it
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
@@ -561,6 +577,7 @@ def cmd_once(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     check_secret_files(config, args.config_file)
+    own_children()
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     try:
@@ -614,6 +631,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(exc, file=sys.stderr)
         return 1
+    own_children()  # nothing the exporter starts outlives it, however it ends
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

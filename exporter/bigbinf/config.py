@@ -695,6 +695,15 @@ def _stats_command_issues(name: str, remote: Mapping[str, Any], key: str = "stat
                 f"a lab remote is read and set in its namespace already: remove {key}",
             )
         )
+    closing = _ssh_stdin_closed([str(e) for e in command]) if key == "stats_command" else ""
+    if closing:
+        issues.append(
+            ConfigIssue(
+                f"remotes.{name}.{key}",
+                f"{closing} closes ssh's standard input, which is the lifeline that ends the remote's `ss` "
+                "watcher with the transfer and the exporter (measure/tcp/state.py): remove it",
+            )
+        )
     for i, element in enumerate(command):
         with contextlib.suppress(TemplateError):  # bad braces are reported by the schema check
             for placeholder in placeholders_in(str(element)):
@@ -787,6 +796,33 @@ def _ipv4_only_issues(
                 )
             )
     return issues
+
+
+# ssh(1)'s options that take an argument: what follows them is not a flag.
+_SSH_ARGUMENT_FLAGS = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+_SSH_STDIN_NULL = re.compile(r"(?i)(stdinnull|forkafterauthentication)\s*[= ]\s*yes")
+
+
+def _ssh_stdin_closed(command: list[str]) -> str:
+    """The option of an ssh command that closes its standard input (-n, -f, StdinNull,
+    ForkAfterAuthentication), or ""."""
+    at = next((i for i, word in enumerate(command) if os.path.basename(word) == "ssh"), None)
+    if at is None:
+        return ""
+    i = at + 1
+    while i < len(command) and command[i].startswith("-") and command[i] != "--":
+        word = command[i]
+        for j, flag in enumerate(word[1:], start=1):
+            if flag in "nf":
+                return f"-{flag}"
+            if flag in _SSH_ARGUMENT_FLAGS:
+                value = word[j + 1 :] or (command[i + 1] if i + 1 < len(command) else "")
+                if flag == "o" and _SSH_STDIN_NULL.match(value):
+                    return f"-o {value}"
+                i += 0 if word[j + 1 :] else 1
+                break
+        i += 1
+    return ""
 
 
 def _tuning_issues(

@@ -8,9 +8,11 @@ bad line never costs the rest of the history.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +31,44 @@ def baseline_path(journal: Path) -> Path:
 
 
 log = logging.getLogger(__name__)
+
+
+def replace_durably(path: Path, text: str) -> None:
+    """`path` replaced by `text` whole or not at all, durably: written to a temporary file
+    beside it (`.NAME.XXXX`, mode 0600), fsynced, renamed over it, and the directory
+    fsynced.  A kill leaves the old file whole, and at most a temporary file, which
+    `temporaries` finds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    sync_directory(path.parent)
+
+
+def temporaries(path: Path) -> list[Path]:
+    """The temporary files replace_durably left beside `path` when killed mid-write."""
+    try:
+        return [p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")]
+    except OSError:
+        return []
+
+
+def sync_directory(directory: Path) -> None:
+    """fsync a directory: a file created, renamed or removed in it survives a crash."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)

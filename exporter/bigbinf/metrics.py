@@ -269,6 +269,14 @@ JOURNAL_FAILURES_TOTAL = Spec(
     "counter",
     "Results that could not be written to the journal (they are still published).",
 )
+UNDO_PENDING = Spec(
+    PREFIX + "tuning_undo_pending",
+    "gauge",
+    "Changes bigbinf made that are not yet undone, from its undo journal: a route's congestion control or a "
+    "TCP buffer cap still set on a host, or an upload still on a remote (kind), left by an exporter killed "
+    "mid-transfer or an undo that failed; replayed at start and at every round until it succeeds.",
+    ("kind",),
+)
 BUILD_INFO = Spec(
     PREFIX + "build_info", "gauge", "Always 1; the version label says which bigbinf is running.", ("version",)
 )
@@ -391,6 +399,7 @@ ALL = (
     CONFIG_RELOAD_OK,
     CONFIG_RELOAD_TS,
     JOURNAL_FAILURES_TOTAL,
+    UNDO_PENDING,
     BUILD_INFO,
     *SWEEP,
 )

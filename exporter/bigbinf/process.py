@@ -3,18 +3,28 @@
 A transfer command may fork helpers (scp forks ssh, lftp forks children).  Each command
 runs in a new session, so on timeout the whole process group is killed, not just the
 direct child; nothing it started is left behind.
+
+Nor when the exporter itself ends: `own_children` marks every process started from then
+on as this exporter's, starts the guardian that ends them when this process ends however
+it ends, and ends those of an exporter that ended before (bigbinf/guardian.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from bigbinf import guardian
 
 IP = "ip"
 # Process groups started for transfers and captures, so that a shutdown in the middle of
@@ -23,6 +33,104 @@ _active: set[subprocess.Popen[bytes]] = set()
 _active_lock = threading.Lock()
 KILL_GRACE_SECONDS = 2.0
 STDERR_TAIL_BYTES = 2000
+GUARDIAN = Path(guardian.__file__)
+log = logging.getLogger(__name__)
+_guardian: subprocess.Popen[bytes] | None = None
+_guardian_lock = threading.Lock()
+_owner: str | None = None
+
+
+def owner() -> str:
+    """This process's identity (guardian.identity): what its marker holds, and what names
+    the files of its transfers (so a start can tell those of an exporter that ended)."""
+    global _owner
+    if _owner is None:
+        _owner = guardian.identity()
+    return _owner
+
+
+def own_children() -> list[str]:
+    """Make this process an exporter that leaves nothing behind: every process started
+    from now on carries its marker (an environment variable, inherited by everything
+    they start in turn), a guardian ends them all when this process ends, however it
+    ends, and the processes of an exporter that ended before without its guardian
+    doing so are ended now.  Returns a line per process ended (logged here too)."""
+    me = owner()
+    os.environ[guardian.MARKER] = me
+    ended = [
+        f"pid {pid} of the exporter {owner_id}, which no longer runs: {command}"
+        for pid, owner_id, command in guardian.reap(me)
+    ]
+    for line in ended:
+        log.warning("ended a leftover process: %s", line)
+    ensure_guardian()
+    return ended
+
+
+def ensure_guardian() -> None:
+    """Start the guardian, or start it again if it died (killed on its own); a no-op
+    before own_children or while it runs."""
+    global _guardian
+    me = os.environ.get(guardian.MARKER)
+    if me is None or me != owner():
+        return  # not an exporter: nothing to guard (or a marker inherited from our parent)
+    with _guardian_lock:
+        if _guardian is not None and _guardian.poll() is None:
+            return
+        if _guardian is not None:
+            log.warning("the guardian (pid %d) exited %s: starting another", _guardian.pid, _guardian.returncode)
+        try:
+            # Its stdin is the lifeline: the write end stays open in this process only
+            # (pipes are not inherited by other children), and closes when it ends.
+            _guardian = subprocess.Popen(
+                [sys.executable, "-I", str(GUARDIAN), me],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            _tell_guardian(_ssh_commands)  # a guardian started again hears them again
+        except OSError as exc:
+            _guardian = None
+            log.error(
+                "cannot start the guardian (%s): processes this exporter starts may outlive it if it is "
+                "killed; the next start ends them",
+                exc,
+            )
+
+
+_ssh_commands: list[list[str]] = []
+
+
+def note_ssh(argv: Sequence[str]) -> None:
+    """Tell the guardian of an ssh command this exporter runs (a remote's stats_command or
+    tcp_command), so that once this exporter has ended, the command's ssh ControlMaster
+    is asked to exit: it hides from the marker (guardian.py).  Each command once; a no-op
+    for a command without ssh, or before own_children."""
+    words = list(argv)
+    if not any(os.path.basename(w) == "ssh" for w in words):
+        return
+    with _guardian_lock:
+        if words in _ssh_commands:
+            return
+        _ssh_commands.append(words)
+        _tell_guardian([words])
+
+
+def _tell_guardian(commands: list[list[str]]) -> None:
+    if _guardian is None or _guardian.stdin is None or _guardian.poll() is not None:
+        return
+    lines = "".join(f"{guardian.SSH_PREFIX}{json.dumps(c)}\n" for c in commands)
+    try:
+        _guardian.stdin.write(lines.encode())
+        _guardian.stdin.flush()
+    except OSError as exc:
+        log.warning("cannot tell the guardian of ssh commands (%s); it is started again at the next round", exc)
+
+
+def unmarked_env() -> dict[str, str]:
+    """This environment without the marker: for processes that are not the exporter's to
+    end with it (the lab's servers, which `lab up` starts and `lab down` stops)."""
+    return {k: v for k, v in os.environ.items() if k != guardian.MARKER}
 
 
 # Who wants to hear of a transfer command's session as it starts (measure/programs.py

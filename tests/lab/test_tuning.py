@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+import yaml
 
 from bigbinf import lab
 from bigbinf.config import Config
@@ -24,9 +29,13 @@ from bigbinf.measure import transfer
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.tcp.tuning import ROUTE_PROTO, Side, TuningError, set_congestion
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.undo import UndoJournal
 from bigbinf.result import Result
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.rounds import RoundRunner
 
 from ..conftest import nstat_retrans
+from ..support.chaos import processes_in
 
 pytestmark = pytest.mark.lab
 MiB = 1 << 20
@@ -54,6 +63,14 @@ PROTOCOLS = {
         "tcp_buffer_max": CAP,
         "upload_command": ["sleep", "30"],
         "timeout": "1s",
+    },
+    # The same, killed with its exporter before its timeout.
+    "stuck": {
+        "module": "command",
+        "directions": ["upload"],
+        "congestion": "reno",
+        "tcp_buffer_max": CAP,
+        "upload_command": ["sleep", "30"],
     },
 }
 
@@ -282,6 +299,51 @@ def test_settings_are_restored_when_the_transfer_fails_or_is_killed(
         result = run_transfer(_spec(config, protocol, direction), config, "tuning")
     assert result.outcome == ("timeout" if protocol == "hanging" else "failed"), result.error
     assert "restore" not in result.error
+
+
+KILLED_MID_TRANSFER = textwrap.dedent(
+    """\
+    import sys
+    sys.path.insert(0, {source!r})
+    from bigbinf import lab, process
+    from bigbinf.config import load_config
+    from bigbinf.measure.plan import plan_round
+    from bigbinf.measure.transfer import run_transfer
+    process.own_children()  # the guardian ends its command and capture; the settings stay
+    config = load_config({config!r})
+    spec = next(s for s in plan_round(config, lab.site(config)) if s.protocol == "stuck")
+    run_transfer(spec, config, "killed")
+    """
+)
+
+
+def test_what_a_killed_exporter_left_set_is_put_back_from_the_undo_journal(lossy: Config, tmp_path: Path) -> None:
+    """SIGKILL mid-transfer (a route and two caps set, an upload under way): the next
+    settle (an exporter's start, a round, `lab down`, `sweep`) puts both namespaces back."""
+    config = lossy
+    before = _state(config)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True)))
+    script = KILLED_MID_TRANSFER.format(source=str(Path(__file__).resolve().parents[2] / "exporter"), config=str(path))
+    exporter = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while _state(config) == before or "sleep 30" not in " ".join(c for _, c in processes_in(_ns(config)[0])):
+            assert exporter.poll() is None and time.monotonic() < deadline, "the transfer did not get under way"
+            time.sleep(0.05)
+    finally:
+        exporter.kill()
+        exporter.wait()
+    time.sleep(0.5)
+    left = _state(config)
+    assert left != before  # the kernel keeps what the killed process set
+    journal = UndoJournal.beside(config.journal.path)
+    assert sorted(e.kind for e in journal.pending()) == ["route", "sysctl", "sysctl", "upload"]
+    replay = RoundRunner(config, ExporterState(), lab=lab.site).settle_now()
+    assert replay is not None and replay.failed == [], replay
+    assert _state(config) == before
+    assert journal.pending() == [] and not journal.path.exists()
+    print("\n".join(replay.undone))
 
 
 def test_a_route_left_by_a_killed_exporter_is_removed_by_the_next_transfer(lossy: Config) -> None:

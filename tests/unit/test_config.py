@@ -463,6 +463,8 @@ def test_a_capture_buffer_that_would_drop_packets_is_refused() -> None:
         parse_config(base.replace("BW", "40gbit") + "capture: {buffer: 96MiB}\n", "t.yaml").capture.buffer == 96 << 20
     )
     assert parse_config(base.replace("BW", "10gbit"), "t.yaml").capture.buffer == 32 << 20  # 24 MiB is enough
+
+
 def test_a_fully_qualified_host_name_may_end_in_a_dot() -> None:
     site = "site: {address: dtn.example.org., data_dir: /d, key: /k}"
     config = parse_config(BASE.replace("lab: {lab: true}", site), SRC)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import yaml
 
+from bigbinf import guardian
 from bigbinf.config import Config, parse_config
 from bigbinf.journal import Journal
 from bigbinf.result import Result
@@ -23,6 +27,8 @@ from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
 from bigbinf.service.server import Exporter
+
+from ..support.prometheus import free_port
 
 UTC = dt.UTC
 
@@ -163,3 +169,70 @@ def test_start_restores_only_this_configs_own_series(tmp_path: Path) -> None:
     journal.append(Result(protocol="removed", start_timestamp=4000.0, **base))  # no longer configured
     exporter = Exporter(tmp_path / "config.yaml")
     assert {k.protocol: r.start_timestamp for k, r in exporter.state.latest.items()} == {"quick": 2000.0}
+
+
+# ---------------------------------------------------------------- a round cut short
+
+
+def _results(journal: Path) -> list[Result]:
+    return list(Journal(journal).read())
+
+
+def _wait(condition, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_round_cut_short_by_a_kill_is_finished_by_the_next_start_each_transfer_once(tmp_path: Path) -> None:
+    """The exporter as users run it, SIGKILLed while the second of three transfers runs (a
+    command that, while BLOCK exists, says so and sleeps): its command ends with it, and
+    the next start runs the two transfers not journaled, under the round's id, and
+    removes the directory the killed one left."""
+    block, running = tmp_path / "BLOCK", tmp_path / "RUNNING"
+    second = f"if [ -e {block} ]; then touch {running}; sleep 60; fi; truncate -s {{size}} {{local_path}}"
+    config = _config(
+        tmp_path,
+        {"a": MAKE_FILE, "b": {"command": ["sh", "-c", second]}, "c": MAKE_FILE},
+        interval="1h",
+        start_delay="0s",
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**yaml.safe_load(config.model_dump_json(exclude_unset=True))}))
+    block.touch()
+    listen = f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "bigbinf", "--config.file", str(path), "--web.listen-address", listen]
+    env = {k: v for k, v in os.environ.items() if k != guardian.MARKER}
+    with open(tmp_path / "log", "ab") as log:
+        first = subprocess.Popen(argv, stderr=log, env=env)
+    try:
+        _wait(running.exists, 60, "the second transfer did not start")
+        sleeper = next(pid for pid, owner in guardian.marked() if "sleep 60" in guardian.describe(pid))
+        first.kill()
+        first.wait()
+        _wait(lambda: not Path(f"/proc/{sleeper}").exists(), guardian.GRACE_SECONDS + 5, "sleep 60 outlived it")
+        (cut,) = {r.round_id for r in _results(config.journal.path)}
+        assert [r.protocol for r in _results(config.journal.path)] == ["a"]
+        left = list((tmp_path / "work").glob("bigbinf-*"))
+        assert len(left) == 1  # the killed transfer's directory
+        block.unlink()
+        with open(tmp_path / "log", "ab") as log:
+            again = subprocess.Popen(argv, stderr=log, env=env)
+        try:
+            marker = tmp_path / "journal.round.json"
+            _wait(lambda: len({r.round_id for r in _results(config.journal.path)}) == 2, 60, "no round after")
+            _wait(lambda: not marker.exists(), 60, "the new round did not end")
+        finally:
+            again.terminate()
+            again.wait(30)
+    finally:
+        first.kill()
+        first.wait()
+    finished = sorted(r.protocol for r in _results(config.journal.path) if r.round_id == cut)
+    assert finished == ["a", "b", "c"]  # each once: a was not run again
+    assert all(r.outcome == "ok" for r in _results(config.journal.path))
+    assert not any(p.exists() for p in left)
+    log_text = (tmp_path / "log").read_text()
+    assert f"round {cut} was cut short (the exporter ended mid-round): running its 2 transfer(s)" in log_text
+    assert "removed what a transfer of an ended run left" in log_text

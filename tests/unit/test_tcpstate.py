@@ -396,14 +396,25 @@ def test_real_listing_and_close_events_summarised() -> None:
 FAKE = textwrap.dedent(
     """\
     #!{python}
-    import os, sys, time
+    import os, shlex, sys, threading, time
     state = sys.argv[1]
     words = sys.argv[2:]
+    lifeline = words[:2] == ["sh", "-c"]
+    if lifeline:  # a watcher through ssh: a script (one quoted word) and its argument
+        script, target = shlex.split(words[2])[0], words[4]
+        events = script.split("</dev/null; ", 1)[1].split(' "$1"', 1)[0]
+        words = ["printenv", "SSH_CONNECTION", ";", *shlex.split(events), target]
+        # EOF on stdin ends it, as the script's reader does.
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(143)), daemon=True).start()
     if words[:3] == ["printenv", "SSH_CONNECTION", ";"]:
         n = len(os.listdir(os.path.join(state, "sessions")))
         open(os.path.join(state, "sessions", str(n)), "w").close()
         print(f"10.0.0.1 {{50000 + n}} 10.0.0.2 22", flush=True)
         words = words[3:]
+    if words[0] == "timeout":
+        with open(os.path.join(state, "lifetime"), "w") as f:
+            f.write(words[3])
+        words = words[4:]
     if words[0] == "stdbuf":
         if os.path.exists(os.path.join(state, "no-stdbuf")):
             sys.stderr.write("sh: stdbuf: not found\\n")

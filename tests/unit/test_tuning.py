@@ -278,3 +278,31 @@ def test_advise_leaves_out_transfers_capped_on_purpose() -> None:
 
     plain, capped_result = judged(1.0, None), judged(2.0, 256 * 1024)
     assert _recent([plain, capped_result], "lab", 5) == [plain]
+
+
+@pytest.mark.parametrize(
+    ("stats", "said"),
+    [
+        (["ssh", "-n", "stats@{host}"], "-n"),
+        (["ip", "netns", "exec", "ns", "ssh", "-qf", "stats@{host}"], "-f"),
+        (["ssh", "-o", "StdinNull=yes", "stats@{host}"], "-o StdinNull=yes"),
+        (["ssh", "-oForkAfterAuthentication yes", "stats@{host}"], "-o ForkAfterAuthentication yes"),
+    ],
+)
+def test_a_stats_command_must_leave_ssh_its_standard_input(stats: list[str], said: str) -> None:
+    (line,) = _issues({**SITE, "stats_command": stats}, {})
+    assert line.startswith(f"{SRC}: remotes.site.stats_command: {said} closes ssh's standard input")
+    assert line.endswith(": remove it")
+
+
+@pytest.mark.parametrize(
+    "stats",
+    [
+        ["ssh", "-i", "/keys/n", "-l", "nobody", "-F", "/f", "stats@{host}"],  # arguments that hold n and f
+        ["ssh", "-o", "StdinNull=no", "-p", "22", "stats@{host}"],
+        ["ssh", "stats@{host}", "-n"],  # after the destination: a word for the remote
+        ["/opt/bin/stats-helper", "-n"],  # not ssh
+    ],
+)
+def test_options_that_only_look_alike_are_fine(stats: list[str]) -> None:
+    assert _issues({**SITE, "stats_command": stats}, {}) == []

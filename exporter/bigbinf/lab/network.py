@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bigbinf.config import LinkConfig
 from bigbinf.lab.layout import LabError, LabLayout
-from bigbinf.process import check_run, in_netns, netns_exists
+from bigbinf.process import check_run, in_netns, netns_exists, unmarked_env
 
 
 def ip(*args: str, what: str) -> str:
@@ -227,6 +227,7 @@ def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            env=unmarked_env(),  # the lab's, not an exporter's to end with it
         )
     pidfile.write_text(f"{proc.pid} {params}\n")
     deadline = time.monotonic() + timeout

@@ -9,6 +9,7 @@ relative to the directory that holds the dataset ("f5m.bin", "many/part-0001.bin
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
@@ -85,9 +86,13 @@ def _create_file(path: Path, size: int, fill: str) -> str:
 def _partial(path: Path) -> Iterator[Path]:
     """Write `path` through `path.partial`, renamed into place only when complete; on
     any failure (a full disk) the partial file is removed, so a half-written file is
-    never taken for the dataset, and the error names the path."""
+    never taken for the dataset, and the error names the path.  The partial file is
+    locked (flock) while written: a start removes one left by a killed exporter only if
+    no writer holds it (measure/leftovers.py)."""
     tmp = path.with_name(path.name + ".partial")
+    lock = -1
     try:
+        lock = _locked(tmp)
         yield tmp
         tmp.replace(path)
     except OSError as exc:
@@ -97,6 +102,23 @@ def _partial(path: Path) -> Iterator[Path]:
             f"cannot write {path}: {exc.strerror or exc}; free space on its disk or move "
             "transfer.workdir (or the lab's state_dir) to a larger one",
         ) from exc
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _locked(tmp: Path) -> int:
+    """A descriptor holding the flock of `tmp`, the file now at that path (one removed
+    while this waited for the lock is created again)."""
+    while True:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(fd).st_ino == os.stat(tmp).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 def ensure(root: Path, ds: DatasetConfig) -> bool:

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from typing import Any
 
 from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
+from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import ProgramWatch
@@ -32,6 +32,7 @@ from bigbinf.measure.programs import summary as program_summary
 from bigbinf.measure.tcp.limits import human_bytes, judge_limit
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
+from bigbinf.measure.undo import Undo, UndoError, UndoJournal
 from bigbinf.measure.wire.analyse import Analysis, EmptyCapture, PcapError
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker
 from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 UNVERIFIABLE = datasets.Verification(False, "uploads to this remote cannot be read back to verify")
 CLEANUP_TIMEOUT_SECONDS = 120.0
 CONFIRM_INTERVAL_SECONDS = 0.1  # between listings of a sender whose congestion control was asked for
+WATCH_SPARE_SECONDS = 60.0  # a remote watcher's lifetime beyond the transfer's longest
 
 
 # ---------------------------------------------------------------- the steps' values
@@ -234,15 +236,22 @@ def run_transfer(
     workdir: Path | None = None
     cleanup_problem = ""
     result: Result | None = None
+    journal = UndoJournal.beside(config.journal.path)
+    upload: Undo | None = None
     try:
-        config.transfer.workdir.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="bigbinf-", dir=config.transfer.workdir))
+        workdir = new_workdir(config)
+        if upload_name:  # written down before anything can reach the remote
+            upload = _write_down_upload(spec, config, workdir, upload_name, journal)
         result = measure(spec, config, subject, workdir, upload_name, baseline)
+    except UndoError as exc:  # nothing has run: an upload that could not be undone is not made
+        result = subject.result("failed", str(exc))
     except Exception as exc:  # a transfer never takes the round (and its other results) down
         result = _internal_error(spec, subject, exc)
     finally:
         if upload_name and workdir is not None and (result is None or _upload_may_be_on_remote(result)):
             cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
+        if upload is not None and not cleanup_problem:
+            _struck_off(journal, upload)
         if workdir is not None and not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
     if cleanup_problem:  # the measurement stands; the note says what was left on the remote
@@ -270,7 +279,7 @@ def measure(
 
 
 def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, baseline: PathBaseline | None) -> Result:
-    tuned = tuning(spec, prepared.subject)
+    tuned = tuning(spec, prepared.subject, UndoJournal.beside(config.journal.path))
     try:
         try:
             with tuned:  # the protocol's congestion and buffer cap, for the command only
@@ -306,11 +315,12 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
     )
 
 
-def tuning(spec: TransferSpec, subject: Subject) -> Tuned:
+def tuning(spec: TransferSpec, subject: Subject, journal: UndoJournal | None = None) -> Tuned:
     """The protocol's congestion and tcp_buffer_max as settings of the transfer's two
     ends: the sender gets the congestion control and the send buffer cap, the receiver
     the receive buffer cap (measure/tcp/tuning.py).  This host is set in the transfer's
-    namespace, the remote through its tcp_command (the lab's: its namespace)."""
+    namespace, the remote through its tcp_command (the lab's: its namespace); each
+    change's undo written to `journal` first."""
     remote = spec.remote
     here = Side(
         "this host" + (f" (namespace {remote.netns})" if remote.netns else ""),
@@ -324,7 +334,7 @@ def tuning(spec: TransferSpec, subject: Subject) -> Tuned:
         missing="" if remote.tcp_command else f"remotes.{remote.name} has no tcp_command: nothing can be set there",
     )
     sender, receiver = (there, here) if spec.direction == "download" else (here, there)
-    return Tuned(spec.congestion, spec.tcp_buffer_max, sender, receiver)
+    return Tuned(spec.congestion, spec.tcp_buffer_max, sender, receiver, journal)
 
 
 def _with_restore_errors(result: Result, tuned: Tuned) -> Result:
@@ -429,12 +439,15 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     remote_programs = ProgramWatch(remote_interval)
     remote_prefix = spec.remote.stats_argv([])
     local_watch = TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, local_interval) if tcp else None
+    # A remote watcher ends with its lifeline; at the latest once the transfer cannot be running.
+    lifetime = spec.timeout_seconds + cap_cfg.start_timeout + cap_cfg.linger + WATCH_SPARE_SECONDS
     remote_watch = (
         TcpWatch(
             remote_prefix,
             subject.client_address,
             remote_interval,
             on_owners=remote_programs.add_pids if on_this_host(remote_prefix) else None,
+            lifetime=lifetime,
         )
         if tcp and spec.remote.stats_command
         else None
@@ -782,6 +795,40 @@ def _upload_may_be_on_remote(result: Result) -> bool:
     if result.duration_seconds == 0:
         return False
     return not (result.wire_measured and result.payload_bytes_up == 0)
+
+
+def _write_down_upload(
+    spec: TransferSpec, config: Config, workdir: Path, upload_name: str, journal: UndoJournal
+) -> Undo | None:
+    """What removes an upload from the remote, written to the undo journal before the
+    upload starts (a killed exporter's next start removes it); None where bigbinf does
+    not remove uploads (cleanup_command: [])."""
+    remote = spec.remote
+    where, what = f"remote {remote.name}", f"an upload of {spec.dataset} by {spec.protocol}"
+    if remote.local_fs and remote.upload_dir:  # the lab: its disk is ours
+        return journal.add(Undo("upload", where, what, path=str(remote.upload_dir / upload_name)))
+    if not spec.cleanup:
+        return None
+    values = placeholder_values(
+        spec, workdir, config.transfer.workdir / "sources" / spec.dataset_config.file, upload_name
+    )
+    return journal.add(
+        Undo(
+            "upload",
+            where,
+            f"{what} at {values['remote_path']}",
+            prefix=tuple(in_netns(remote.netns, [])),
+            words=tuple(render(spec.cleanup, values)),
+            env=remote.password_env or "",
+        )
+    )
+
+
+def _struck_off(journal: UndoJournal, entry: Undo) -> None:
+    try:
+        journal.done(entry)
+    except UndoError as exc:  # removed all the same: a later replay finds nothing left
+        log.error("%s", exc)
 
 
 def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_name: str) -> str:

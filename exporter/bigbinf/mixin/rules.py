@@ -463,6 +463,17 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "bigbinf {{ $labels.instance }} rejected its configuration",
             "The last configuration load or reload failed; the previous configuration is still in force.",
         ),
+        alert(
+            s,
+            "BigbinfUndoPending",
+            f"{metrics.UNDO_PENDING.name} > 0",
+            s.undo_pending_for,
+            "warning",
+            "bigbinf {{ $labels.instance }} has not undone a change ({{ $labels.kind }})",
+            "{{ $value }} change(s) of kind {{ $labels.kind }} that bigbinf made are not undone (its undo journal): "
+            "a congestion control route or a TCP buffer cap still set on a host, or an upload still on a remote.  "
+            "Each replay that failed is logged with the host, the command and its error.",
+        ),
     ]
 
 

@@ -115,6 +115,9 @@ class Settings:
     retransmit_ratio_max: float = _opt(0.01, "alert above this share of retransmitted segments per captured packet")
     retransmits_for: str = _opt("30m", "for: of BigbinfRetransmitsHigh")
     config_reload_for: str = _opt("10m", "for: of BigbinfConfigReloadFailed")
+    undo_pending_for: str = _opt(
+        "30m", "for: of BigbinfUndoPending (a killed exporter's next start undoes its changes at once)"
+    )
     buffers_for: str = _opt(
         "1h",
         "for: of BigbinfTcpBuffersBelowBdp (a sysctl setting, not a passing state: the path gauges change once "

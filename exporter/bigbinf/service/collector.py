@@ -148,6 +148,9 @@ class ExporterState:
         self.config_ok = False
         self.config_ok_timestamp: float | None = None
         self.journal_failures = 0
+        # Pending entries of the undo journal per kind (measure/undo.py): what a host keeps
+        # changed (or an upload left on a remote) until a replay succeeds.
+        self.undo_pending: dict[str, int] = {}
         self.paths: dict[str, PathBaseline] = {}  # the last baseline of each remote
         self.sweeps: dict[str, tuple[SweepBest, ...]] = {}  # the last run of each sweep, per dataset
         # A mesh site's slots: overruns and missed slots per series, the last slot's overrun.
@@ -331,6 +334,12 @@ class ExporterState:
         with self._changing():
             self.journal_failures += 1
 
+    def record_undo_pending(self, counts: dict[str, int]) -> None:
+        if counts == self.undo_pending:
+            return
+        with self._changing():
+            self.undo_pending = dict(counts)
+
     def snapshot(self) -> ExporterState:
         """A copy for one rendering, taken under the lock.  Results and baselines are
         immutable, so only the counters are copied (copy.deepcopy of 2,000 series cost
@@ -350,6 +359,7 @@ class ExporterState:
             clone.config_ok = self.config_ok
             clone.config_ok_timestamp = self.config_ok_timestamp
             clone.journal_failures = self.journal_failures
+            clone.undo_pending = dict(self.undo_pending)
             clone.paths = dict(self.paths)
             clone.sweeps = dict(self.sweeps)
             clone.slot_overruns = dict(self.slot_overruns)
@@ -521,4 +531,8 @@ class BigbinfCollector(Collector):
         yield gauge(M.CONFIG_RELOAD_OK, 1.0 if s.config_ok else 0.0)
         yield gauge(M.CONFIG_RELOAD_TS, s.config_ok_timestamp)
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
+        pending = GaugeMetricFamily(M.UNDO_PENDING.name, M.UNDO_PENDING.help, labels=M.UNDO_PENDING.labels)
+        for kind in sorted(s.undo_pending):
+            pending.add_metric([kind], s.undo_pending[kind])
+        yield pending
         yield gauge(M.BUILD_INFO, 1.0, [__version__])

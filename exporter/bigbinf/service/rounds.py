@@ -4,6 +4,15 @@ each result is journaled, then published.
 The round lock turns an overlapping start (a slow round meeting the next scheduled one)
 into a counted skip.  The lab, where the config has one, is handed in from outside
 (`lab`, e.g. bigbinf.lab.site): the live path does not import it.
+
+Whoever takes the round lock (a round, a mesh slot, a sweep, `once`, `lab down`) first
+undoes what an ended run left changed (the undo journal, measure/undo.py): under the
+lock no transfer of a live exporter has changes in flight on this journal.
+
+A round writes down which transfers it is made of before its first and strikes that
+off when its last is journaled (service/round_note.py): an exporter killed mid-round
+leaves the note, and its next start (or round) first finishes that round: the transfers
+not yet journaled under its id, each once (`resume`).
 """
 
 from __future__ import annotations
@@ -17,15 +26,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 from bigbinf.config import Config
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.journal import BaselineJournal, Journal, baseline_path, temporaries
+from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
-from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
+from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.undo import Replay, UndoError, UndoJournal
+from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
+from bigbinf.service.round_note import Note, RoundNote
+from bigbinf.service.schedule import longest_gap_seconds
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +61,19 @@ def no_lab(config: Config) -> LabSite | None:
 
 
 def series_of(config: Config, lab: LabFor = no_lab) -> list[SeriesKey]:
-    return [SeriesKey(s.protocol, s.remote.name, s.dataset, s.direction) for s in plan_round(config, lab(config))]
+    return [_key(s) for s in plan_round(config, lab(config))]
+
+
+def _key(spec: TransferSpec) -> SeriesKey:
+    return SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction)
+
+
+def _removed(path: Path) -> bool:
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 class RoundRunner:
@@ -64,6 +91,8 @@ class RoundRunner:
         self.state = state
         self.journal = Journal(config.journal.path)
         self.baselines = BaselineJournal(baseline_path(config.journal.path))
+        self.undo = UndoJournal.beside(config.journal.path)
+        self.note = RoundNote(config.journal.path)
         self.on_result = on_result
         self._lock = threading.Lock()
         self._file_lock: BinaryIO | None = None  # the journal's lock file while held (_take)
@@ -73,22 +102,32 @@ class RoundRunner:
         # results, as the mesh runner sets it on its slots' results.
         self.site = ""
 
-    def run_round(self, specs: list[TransferSpec] | None = None) -> list[Result] | None:
-        """One scheduled run (config.schedule.rounds repetitions); None if one is running."""
-        if not self._take(blocking=False):
+    def run_round(self, specs: list[TransferSpec] | None = None, wait: bool = False) -> list[Result] | None:
+        """One scheduled run (config.schedule.rounds repetitions); None if one is running
+        (with `wait`: once it has ended; None only when stopping meanwhile)."""
+        if wait:
+            if not self.exclusive():
+                return None
+        elif not self._take(blocking=False):
             log.warning("round skipped: the previous round (or a tuning sweep) is still running")
             self.state.record_round_skipped()
             return None
+        else:
+            self.settle()
         try:
-            return self._run(specs)
+            # A round an ended run left unfinished comes first: a new round would take its note's place.
+            resumed = self._resume() or []
+            return resumed + self._run(specs) if not self.stopping.is_set() else resumed
         finally:
             self.release()
 
     def exclusive(self, timeout: float | None = None) -> bool:
         """Take the round lock for something else that must not overlap a round (a tuning
         sweep, service/sweeps.py): True once held (release with `release`), False if not
-        within `timeout` seconds (None: wait until it is free, or until stopping)."""
+        within `timeout` seconds (None: wait until it is free, or until stopping).  What
+        an ended run left changed is undone first (settle)."""
         if self._take(blocking=False):
+            self.settle()
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.stopping.is_set():
@@ -96,8 +135,58 @@ class RoundRunner:
             if wait <= 0:
                 return False
             if self._take(blocking=True, timeout=wait):
+                self.settle()
                 return True
         return False
+
+    def settle(self) -> Replay:
+        """Undo what ended runs left changed (the undo journal's pending entries) and
+        remove the files their transfers left (measure/leftovers.py); publish what stays
+        pending.  Call with the round lock held."""
+        ensure_guardian()  # one killed on its own is started again
+        self._note_ssh_commands()
+        try:
+            replay = self.undo.replay()
+        except UndoError as exc:
+            log.error("%s", exc)
+            replay = Replay([], [str(exc)])
+        self.record_undo_pending()
+        # The undo journal and the round's note are rewritten through temporary files: one
+        # a kill interrupted is stale (only the holder of this lock writes them).
+        stale = [p for p in (*temporaries(self.undo.path), *temporaries(self.note.path)) if _removed(p)]
+        for path in [*map(str, stale), *leftovers.reap(self.config)]:
+            log.warning("removed what a transfer of an ended run left: %s", path)
+            replay.undone.append(f"removed {path}")
+        return replay
+
+    def _note_ssh_commands(self) -> None:
+        """The remotes' stats and tcp commands, named to the guardian: their ssh
+        ControlMasters end with this exporter (bigbinf/guardian.py)."""
+        try:
+            remotes = {spec.remote.name: spec.remote for spec in plan_round(self.config, self.lab(self.config))}
+        except PlanError:  # a lab remote without the lab (`lab down`): nothing of it runs here
+            return
+        for remote in remotes.values():
+            if remote.stats_command:
+                note_ssh(remote.stats_argv([]))
+            if remote.tcp_command:
+                note_ssh(remote.tcp_argv([]))
+
+    def settle_now(self) -> Replay | None:
+        """settle() under the round lock, taken and released here; None if it is held
+        (by a live round or sweep, which settles itself).  Where no round ever took the
+        lock (no journal directory) there is nothing to settle, and nothing is created."""
+        if not self.journal.path.parent.is_dir():
+            return Replay([], [])
+        if not self._take(blocking=False):
+            return None
+        try:
+            return self.settle()
+        finally:
+            self.release()
+
+    def record_undo_pending(self) -> None:
+        self.state.record_undo_pending(self.undo.counts())
 
     def release(self) -> None:
         if self._file_lock is not None:
@@ -136,24 +225,80 @@ class RoundRunner:
         specs = plan_round(config, self.lab(config)) if specs is None else specs
         results: list[Result] = []
         for _repetition in range(config.schedule.rounds):
-            start = time.monotonic()
-            round_id = run_id()
-            paths = self.probe_paths(specs)
-            for spec in specs:
-                if self.stopping.is_set():
-                    return results
-                log.info("round %s: %s", round_id, spec.label)
-                result = run_transfer(spec, config, round_id, paths.get(spec.remote.name))
-                if self.stopping.is_set():
-                    # Killed by our own shutdown: not a measurement of the remote.
-                    log.info("%s interrupted by shutdown: not recorded", spec.label)
-                    return results
-                if self.site:
-                    result = dataclasses.replace(result, site=self.site)
-                self.publish(result)
-                results.append(result)
-            self.state.record_round(time.monotonic() - start, time.time())
+            done = self._round(specs, run_id(), time.time())
+            results += done or []
+            if done is None:
+                break
         return results
+
+    def _round(self, specs: list[TransferSpec], round_id: str, started: float) -> list[Result] | None:
+        """The transfers of one round (written down first, struck off once all are
+        journaled: service/round_note.py); their results, or None if stopped before the end."""
+        start = time.monotonic()
+        self.note.write(Note(round_id, started, tuple(_key(s) for s in specs)))
+        paths = self.probe_paths(specs)
+        results: list[Result] = []
+        for spec in specs:
+            if self.stopping.is_set():
+                return None
+            log.info("round %s: %s", round_id, spec.label)
+            result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name))
+            if self.stopping.is_set():
+                # Killed by our own shutdown: not a measurement of the remote.
+                log.info("%s interrupted by shutdown: not recorded", spec.label)
+                return None
+            if self.site:
+                result = dataclasses.replace(result, site=self.site)
+            self.publish(result)
+            results.append(result)
+        self.note.strike(round_id)
+        self.state.record_round(time.monotonic() - start, time.time())
+        return results
+
+    def unfinished(self) -> tuple[Note, list[TransferSpec]] | None:
+        """The round an ended run left unfinished and the transfers of it not yet journaled
+        under its id (as the configuration has them now), or None: none, or one older
+        than the schedule's longest gap (dropped: the next round has taken its place)."""
+        note = self.note.read()
+        if note is None:
+            return None
+        age = time.time() - note.started
+        if age > longest_gap_seconds(self.config.schedule):
+            log.warning(
+                "round %s was cut short %.0f s ago, longer than the schedule's gap: not finished", note.round_id, age
+            )
+            self.note.drop()
+            return None
+        journaled = {r.key for r in self.journal.read() if r.round_id == note.round_id}
+        wanted = set(note.series) - journaled
+        return note, [s for s in plan_round(self.config, self.lab(self.config)) if _key(s) in wanted]
+
+    def resume(self) -> list[Result] | None:
+        """Finish the round an ended run left unfinished (see `unfinished`), under the
+        round lock; its results, or None if there was none (or the lock was held: the
+        round that holds it finishes it first)."""
+        if not self._take(blocking=False):
+            return None
+        try:
+            self.settle()
+            return self._resume()
+        finally:
+            self.release()
+
+    def _resume(self) -> list[Result] | None:
+        left = self.unfinished()
+        if left is None:
+            return None
+        note, specs = left
+        log.warning(
+            "round %s was cut short (the exporter ended mid-round): running its %d transfer(s) not yet journaled",
+            note.round_id,
+            len(specs),
+        )
+        if not specs:
+            self.note.strike(note.round_id)
+            return []
+        return self._round(specs, note.round_id, note.started)
 
     def probe_paths(self, specs: list[TransferSpec]) -> dict[str, PathBaseline]:
         """The path to each remote of the round, probed before its transfers (outside
@@ -210,6 +355,7 @@ class RoundRunner:
             )
             self.state.record_journal_failure()
         self.state.record(result)
+        self.record_undo_pending()  # a transfer's undo may have failed (its error says so)
         self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)

@@ -46,6 +46,7 @@ from bigbinf import DOCS_URL, __version__
 from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.credentials import check_secret_files
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure.undo import UndoJournal
 from bigbinf.measure.wire import analyser_worker
 from bigbinf.process import kill_all_active
 from bigbinf.service import sweeps
@@ -110,6 +111,7 @@ class Exporter:
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
         restore(self.state, self.runner, config, lab)
+        self.runner.record_undo_pending()  # published from the first scrape; settled at start
         self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
@@ -134,11 +136,23 @@ class Exporter:
         # A mesh site's tests run once per mesh round, not on its config's (default) schedule.
         return mesh.schedule_interval if mesh is not None else longest_gap_seconds(config.schedule)
 
-    def _scheduled_round(self) -> None:
+    def _scheduled_round(self, wait: bool = False) -> None:
         try:
-            self.runner.run_round()
+            self.runner.run_round(wait=wait)
         except Exception:  # a bug must not kill the scheduler thread silently
             log.exception("round failed")
+
+    def _recover(self) -> None:
+        """At start: undo what an ended run left changed and remove its files (settle), and
+        finish the round it left unfinished (a single site; a mesh site's slots have
+        passed, and its next ones are run as planned)."""
+        try:
+            if self.mesh_runner is None:
+                self.runner.resume()
+            else:
+                self.runner.settle_now()
+        except Exception:
+            log.exception("finishing what the last run left failed")
 
     def bind(self) -> None:
         """Parse and bind --web.listen-address first: a bad value or a busy port is a clear
@@ -165,12 +179,16 @@ class Exporter:
                 coalesce=True,
                 misfire_grace_time=3600,
             )
+        now = dt.datetime.now(dt.UTC)
+        # What an ended run left: undone, removed, its round finished, before anything else.
+        self.scheduler.add_job(self._recover, "date", run_date=now, id="recover", misfire_grace_time=None)
         delay = self.config.schedule.start_delay
         if delay is not None and self.mesh_runner is None:
             # A one-off first round (demos: data within seconds, after Prometheus has
-            # scraped the primed zero counters).  It shares the round lock.
-            when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
-            self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round")
+            # scraped the primed zero counters).  It shares the round lock, and waits for
+            # the start's recovery rather than be skipped by it.
+            when = now + dt.timedelta(seconds=delay)
+            self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round", args=(True,))
         sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
         self.scheduler.start()
         if self.mesh_runner is not None:
@@ -200,6 +218,7 @@ class Exporter:
             self.web = web  # new connections use it; a connection in progress keeps its own
             self.runner.journal = Journal(config.journal.path)
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
+            self.runner.undo = UndoJournal.beside(config.journal.path)
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
             self.state.prime(series_of(config, self.runner.lab), self._stale_after(config, mesh))

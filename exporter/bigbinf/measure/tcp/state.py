@@ -626,7 +626,17 @@ class TcpWatch:
     remote shell runs as two commands) and those connections are left out.
 
     Call stop() once the transfer's sockets have closed (a short linger after the
-    transfer): a socket still open then is summarised from its last listing."""
+    transfer): a socket still open then is summarised from its last listing.
+
+    The close-event watcher runs for the whole transfer, and must not outlive it, nor
+    this process (the issue of a remote `ss -E` kept alive by an ssh ControlMaster for
+    minutes after the exporter ended).  On this host the guardian ends it with the
+    exporter (bigbinf/guardian.py).  On a remote through ssh its standard input is a
+    lifeline: a remote `sh` reads it and ends ss when it reaches EOF, which it does when
+    stop() closes it, when the local ssh ends, or when this process ends however it
+    ends (the descriptor passes through a ControlMaster like any other), and `timeout`
+    ends ss after `lifetime` seconds in any case (a host that vanished never sends the
+    EOF).  Through another remote prefix only `timeout` applies."""
 
     def __init__(
         self,
@@ -634,6 +644,7 @@ class TcpWatch:
         peer: str,
         interval: float = 0.5,
         on_owners: Callable[[set[int]], None] | None = None,
+        lifetime: float | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"TcpWatch interval must be positive, not {interval!r}")
@@ -659,15 +670,20 @@ class TcpWatch:
         # 5% of the time so far (measure/programs.py), so a short transfer's slow start and
         # steady rate are both seen; through ssh each listing is a session: `interval`.
         self.adaptive = not _is_remote(self.prefix)
-        events = ["ss", "-tinmEH", "dst", target]
+        events = ["ss", "-tinmEH", "dst"]  # the target last
         # ss writes events through stdio: into a pipe they sit in a block buffer that is
         # lost when ss is stopped, so a line-buffered ss (stdbuf) is what makes them
         # arrive at all.  On a remote host it is needed just the same, and whether stdbuf
-        # is there cannot be asked beforehand: if not, the watcher exits 127 and the
-        # listings alone remain (`problems` says so).
+        # (or timeout) is there cannot be asked beforehand: if not, the watcher exits 127
+        # and the listings alone remain (`problems` says so).
         if _is_remote(self.prefix) or shutil.which("stdbuf"):
             events = ["stdbuf", "-oL", *events]
-        self.watch_argv = [*self.prefix, *own, *events]
+        if _is_remote(self.prefix) and lifetime is not None:
+            events = ["timeout", "-k", "5", f"{max(1, round(lifetime))}", *events]
+        if self._ssh:
+            self.watch_argv = [*self.prefix, *_with_lifeline(events, target)]
+        else:
+            self.watch_argv = [*self.prefix, *own, *events, target]
         self.error = ""
         self.problems: list[str] = []  # failures that still left a summary (e.g. no close events)
         self.summary: TcpSummary | None = None
@@ -720,7 +736,8 @@ class TcpWatch:
         try:
             self._watcher = subprocess.Popen(
                 self.watch_argv,
-                stdin=subprocess.DEVNULL,
+                # Through ssh the remote watcher's lifeline: its EOF ends the remote ss.
+                stdin=subprocess.PIPE if self._ssh else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -884,6 +901,13 @@ class TcpWatch:
             return ""
         self._watcher = None
         exited_early = proc.poll()
+        if self._ssh and proc.stdin is not None:
+            # EOF on the lifeline: the remote sh ends ss and exits, and ssh with it, having
+            # passed on everything ss printed (a ControlMaster's session ends with it).
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(_LIFELINE_SECONDS)
         if exited_early is None and not _is_remote(self.prefix):
             # The last close events may still sit in ss's netlink queue (a busy machine
             # may not have scheduled ss since the socket closed): let it read them first.
@@ -902,6 +926,25 @@ class TcpWatch:
                 f"close events: {_describe(self.watch_argv)} exited {exited_early}" + (f": {tail}" if tail else "")
             )
         return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+# How long stop() waits for a remote watcher to end by its lifeline before killing the
+# local ssh (a ControlMaster keeps the remote session either way: the EOF ends it).
+_LIFELINE_SECONDS = 5.0
+# What a remote watcher through ssh runs: ss in the background and a reader of the
+# lifeline (the session's stdin, kept as fd 3) that ends ss at EOF; the exit status is
+# ss's (127: no stdbuf or timeout there).  A POSIX sh script, one word for the remote
+# login shell (quoted); the address is its argument, never part of the script.
+_LIFELINE_SCRIPT = (
+    'printenv SSH_CONNECTION; exec 3<&0 </dev/null; {events} "$1" 3<&- & p=$!; '
+    "{{ read -r _ <&3; kill $p; }} >/dev/null 2>&1 & r=$!; wait $p; s=$?; kill $r 2>/dev/null; exit $s"
+)
+
+
+def _with_lifeline(events: Sequence[str], target: str) -> list[str]:
+    """The words that run `events` followed by `target` on a remote through ssh, ended by
+    EOF on the session's stdin."""
+    return ["sh", "-c", shlex.quote(_LIFELINE_SCRIPT.format(events=shlex.join(events))), "sh", target]
 
 
 def _wait_subscribed(pid: int, timeout: float) -> bool:

@@ -12,14 +12,20 @@ setsockopt(TCP_CONGESTION) fail (EPERM) instead of overriding it silently.  The 
 is put there just before the transfer and removed (or, where a /32 to the peer existed,
 put back as it was) right after it, whatever happened; the host's default
 (net.ipv4.tcp_congestion_control) is never touched.  Routes bigbinf adds carry
-`proto 177`, so one left by a killed exporter is recognised and removed by the next
-transfer to that peer.
+`proto 177`: only such a route is ever deleted, and one found where none should be is
+removed before the next is set.
 
 Buffers: tcp_wmem (sender) and tcp_rmem (receiver) are per network namespace; their
 maximum is lowered to the cap (and min/default with it where they were above) for the
 transfer and the old triple written back after.  Only in a namespace of the transfer's
 own (the lab's, a remote's `netns`) or on a remote through its `tcp_command`: never this
 host's own root namespace (config.py refuses it).
+
+Every change is written down first, with what undoes it, in the undo journal
+(measure/undo.py), and struck off once undone: an exporter killed mid-transfer leaves
+the journal saying what to put back, and the next start (or round, or `lab down`, or
+`sweep`) does it.  A side with an earlier change still not undone is not changed again
+(what is there now is not what to restore).
 
 What the kernel did is read back from the sockets' tcp_info (measure/tcp/state.py): the
 congestion control of every data socket of the sender, the send buffer (skmem tb) of the
@@ -38,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bigbinf.measure.tcp.state import TcpSummary
+from bigbinf.measure.undo import Undo, UndoError, UndoJournal
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +141,9 @@ def _is_ours(route: str) -> bool:
     return f" proto {ROUTE_PROTO} " in f" {route} "
 
 
-def set_congestion(side: Side, algorithm: str) -> Callable[[], None]:
-    """Route the peer through congestion control `algorithm` on `side`; returns the undo."""
+def set_congestion(side: Side, algorithm: str, journal: UndoJournal | None = None) -> Callable[[], None]:
+    """Route the peer through congestion control `algorithm` on `side` (its undo written
+    to `journal` first); returns the undo."""
     peer = side.peer
     get_line = " ".join(side.run(["ip", "-o", "route", "get", peer]).split())
     table = re.search(r"\btable (\S+)", get_line)
@@ -148,14 +156,15 @@ def set_congestion(side: Side, algorithm: str) -> Callable[[], None]:
         side.run(["ip", "route", "del", host_prefix(peer), "table", table_name, "proto", ROUTE_PROTO])
         existing = ""
     words, table_name = route_replacement(get_line, existing, peer, algorithm)
+    if existing:
+        restore = ["ip", "route", "replace", *[w for w in existing.split() if w not in _SHOW_ONLY], "table", table_name]
+    else:  # before, there was no such route: ours goes (only ours: proto 177)
+        restore = ["ip", "route", "del", host_prefix(peer), "table", table_name, "proto", ROUTE_PROTO]
+    entry = _write_down(journal, side, "route", f"the route to {peer} given congestion control {algorithm}", restore)
 
     def undo() -> None:
-        if existing:
-            side.run(
-                ["ip", "route", "replace", *[w for w in existing.split() if w not in _SHOW_ONLY], "table", table_name]
-            )
-        else:  # whatever became of it meanwhile: before, there was no such route
-            side.run(["ip", "route", "del", host_prefix(peer), "table", table_name])
+        side.run(restore)
+        _struck_off(journal, entry)
 
     try:
         side.run(["ip", "route", "replace", *words])
@@ -195,24 +204,55 @@ def capped(triple: tuple[int, int, int], cap: int) -> tuple[int, int, int]:
     return min(low, cap), min(default, cap), cap
 
 
-def set_buffer_max(side: Side, key: str, cap: int) -> Callable[[], None]:
-    """net.ipv4.`key` (tcp_rmem or tcp_wmem) capped at `cap` on `side`; returns the undo."""
+def set_buffer_max(side: Side, key: str, cap: int, journal: UndoJournal | None = None) -> Callable[[], None]:
+    """net.ipv4.`key` (tcp_rmem or tcp_wmem) capped at `cap` on `side` (its undo written to
+    `journal` first); returns the undo."""
     out = side.run(["sysctl", "-n", f"net.ipv4.{key}"]).split()
     try:
         old = (int(out[0]), int(out[1]), int(out[2]))
     except (ValueError, IndexError):
         raise TuningError(f"{side.what}: net.ipv4.{key} read as {' '.join(out)!r}, not three numbers") from None
 
-    def write(triple: tuple[int, int, int]) -> None:
-        side.run(["sysctl", "-q", "-w", f"net.ipv4.{key}={' '.join(map(str, triple))}"])
+    def write(triple: tuple[int, int, int]) -> list[str]:
+        return ["sysctl", "-q", "-w", f"net.ipv4.{key}={' '.join(map(str, triple))}"]
+
+    restore = write(old)
+    entry = _write_down(
+        journal, side, "sysctl", f"net.ipv4.{key} capped at {cap} (was {' '.join(map(str, old))})", restore
+    )
+
+    def undo() -> None:
+        side.run(restore)
+        _struck_off(journal, entry)
 
     try:
-        write(capped(old, cap))
+        side.run(write(capped(old, cap)))
     except TuningError:
         with contextlib.suppress(TuningError):  # it may have been applied all the same (a timeout)
-            write(old)
+            undo()
         raise
-    return lambda: write(old)
+    return undo
+
+
+def _write_down(journal: UndoJournal | None, side: Side, kind: str, what: str, restore: list[str]) -> Undo | None:
+    """The undo of a change about to be made, written to the journal (durably) first; a
+    journal that cannot be written stops the change."""
+    if journal is None:
+        return None
+    try:
+        return journal.add(
+            Undo(kind, side.what, what, prefix=side.prefix, quote=side.through_shell, words=tuple(restore))
+        )
+    except UndoError as exc:
+        raise TuningError(f"{side.what}: {what}: not changed: {exc}") from None
+
+
+def _struck_off(journal: UndoJournal | None, entry: Undo | None) -> None:
+    if journal is not None and entry is not None:
+        try:
+            journal.done(entry)
+        except UndoError as exc:  # undone all the same: a later replay finds nothing left to undo
+            log.error("%s", exc)
 
 
 # ---------------------------------------------------------------- around one transfer
@@ -229,6 +269,7 @@ class Tuned:
     buffer_max: int | None
     sender: Side
     receiver: Side
+    journal: UndoJournal | None = None  # where each change's undo is written first
     restore_errors: list[str] = field(default_factory=list)
     _undo: list[Callable[[], None]] = field(default_factory=list)
 
@@ -238,15 +279,35 @@ class Tuned:
 
     def __enter__(self) -> Tuned:
         try:
-            if self.congestion:
-                self._undo.append(set_congestion(self.sender, self.congestion))
+            # Both sides first: a replay after this transfer's first change would undo it.
+            if self.wanted:
+                self._settled(self.sender)
             if self.buffer_max is not None:
-                self._undo.append(set_buffer_max(self.sender, "tcp_wmem", self.buffer_max))
-                self._undo.append(set_buffer_max(self.receiver, "tcp_rmem", self.buffer_max))
+                self._settled(self.receiver)
+            if self.congestion:
+                self._undo.append(set_congestion(self.sender, self.congestion, self.journal))
+            if self.buffer_max is not None:
+                self._undo.append(set_buffer_max(self.sender, "tcp_wmem", self.buffer_max, self.journal))
+                self._undo.append(set_buffer_max(self.receiver, "tcp_rmem", self.buffer_max, self.journal))
         except BaseException:
             self.restore()
             raise
         return self
+
+    def _settled(self, side: Side) -> None:
+        """Undo what an earlier run left changed on `side` first; if that cannot be done,
+        `side` is not changed again: what is there now is not what to restore after."""
+        if self.journal is None:
+            return
+        try:
+            left = self.journal.replay(lambda e: e.kind != "upload" and e.prefix == side.prefix).failed
+        except UndoError as exc:
+            raise TuningError(str(exc)) from None
+        if left:
+            raise TuningError(
+                f"{side.what}: an earlier run's change there is still not undone, so it is not changed again "
+                f"(what is there now is not what to put back): {left[0]}"
+            )
 
     def __exit__(self, *exc: object) -> None:
         self.restore()

@@ -1,0 +1,177 @@
+"""bigbinf.guardian and process.own_children: whatever an exporter starts ends with it,
+however it ends, and a start ends what an exporter gone before left, never a running
+exporter's.  Real processes throughout (fake exporters: Python processes that call
+own_children and start children the ways the exporter does); the truth is /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bigbinf import guardian
+
+SOURCE = Path(__file__).resolve().parents[2] / "exporter"
+
+# An exporter as far as its children go: own_children, then children started from a
+# worker thread that has ended (where PR_SET_PDEATHSIG would already have fired), one that
+# ignores SIGTERM and has a child of its own, and one that leaves its group and session
+# (as an ssh ControlMaster does).  Prints its guardian's pid and its children's pids.
+FAKE_EXPORTER = textwrap.dedent(
+    """\
+    import os, subprocess, sys, threading, time
+    sys.path.insert(0, {source!r})
+    from bigbinf import process
+    process.own_children()
+    pids = []
+    def start(argv):
+        pids.append(subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL).pid)
+    worker = threading.Thread(target=start, args=(["sleep", "600"],))
+    worker.start(); worker.join()
+    start(["sh", "-c", "trap '' TERM; sleep 600 & wait"])
+    escaped = subprocess.run(["sh", "-c", "setsid sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    pids.append(int(escaped.stdout))
+    print(process._guardian.pid, *pids, flush=True)
+    time.sleep(600)
+    """
+)
+
+# A start: own_children, and what it says it ended.
+FAKE_START = textwrap.dedent(
+    """\
+    import sys
+    sys.path.insert(0, {source!r})
+    from bigbinf import process
+    for line in process.own_children():
+        print(line, flush=True)
+    """
+)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _family(pid: int) -> set[int]:
+    """`pid` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _wait_gone(pids: set[int], seconds: float) -> set[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.05)
+    return {p for p in pids if _running(p)}
+
+
+class Fake:
+    def __init__(self, tmp: Path, name: str) -> None:
+        script = tmp / f"{name}.py"
+        script.write_text(FAKE_EXPORTER.format(source=str(SOURCE)))
+        env = {k: v for k, v in os.environ.items() if k != guardian.MARKER}
+        self.proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        first, *children = (int(w) for w in self.proc.stdout.readline().split())
+        self.guardian = first
+        self.children = set()
+        for child in children:
+            self.children |= _family(child)
+        self.owner = guardian.identity(self.proc.pid)
+
+    def everything(self) -> set[int]:
+        return self.children | {self.guardian}
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Iterator[list[Fake]]:
+    made: list[Fake] = []
+    yield made
+    for fake in made:  # whatever a failed test left, by pid
+        for pid in [fake.proc.pid, *fake.everything()]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+        fake.proc.wait()
+
+
+def test_everything_an_exporter_started_ends_when_it_is_killed(tmp_path: Path, fakes: list[Fake]) -> None:
+    fake = Fake(tmp_path, "exporter")
+    fakes.append(fake)
+    assert len(fake.children) == 4  # sleep; sh and its sleep; the escaped sleep
+    time.sleep(0.5)
+    # The child started from a thread that has ended runs on: nothing tied it to the thread.
+    assert {p for p in fake.children if _running(p)} == fake.children
+    assert all(dict(guardian.marked()).get(p) == fake.owner for p in fake.children)
+    fake.proc.kill()
+    fake.proc.wait()
+    # SIGTERM, and SIGKILL after the grace for the one that ignores it.
+    assert _wait_gone(fake.everything(), guardian.GRACE_SECONDS + 5) == set()
+
+
+def test_a_normal_exit_ends_them_too(tmp_path: Path, fakes: list[Fake]) -> None:
+    fake = Fake(tmp_path, "exporter")
+    fakes.append(fake)
+    fake.proc.terminate()  # Python's default: it exits without stopping its children
+    fake.proc.wait()
+    assert _wait_gone(fake.everything(), guardian.GRACE_SECONDS + 5) == set()
+
+
+def test_a_start_ends_what_a_dead_exporter_left_and_nothing_of_a_live_one(tmp_path: Path, fakes: list[Fake]) -> None:
+    dead, live = Fake(tmp_path, "dead"), Fake(tmp_path, "live")
+    fakes += [dead, live]
+    # Killed with its guardian (kill -9 of both): its children stay, orphaned.
+    os.kill(dead.guardian, signal.SIGKILL)
+    dead.proc.kill()
+    dead.proc.wait()
+    time.sleep(0.5)
+    assert {p for p in dead.children if _running(p)} == dead.children
+    script = tmp_path / "start.py"
+    script.write_text(FAKE_START.format(source=str(SOURCE)))
+    env = {k: v for k, v in os.environ.items() if k != guardian.MARKER}
+    said = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60).stdout
+    assert _wait_gone(dead.children, 5) == set()
+    # Each said, with the exporter it belonged to.
+    assert sorted(_said(said)) == sorted((pid, dead.owner) for pid in dead.children)
+    # The live exporter's children and guardian were not touched.
+    assert {p for p in live.everything() if _running(p)} == live.everything()
+
+
+def _said(text: str) -> list[tuple[int, str]]:
+    out = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) > 4 and words[0] == "pid":
+            out.append((int(words[1]), words[5].rstrip(",")))
+    return out
+
+
+def test_a_marker_is_judged_by_pid_and_start_time_and_only_in_this_pid_namespace() -> None:
+    me = guardian.identity()
+    ns, pid, start = me.split(".")
+    assert guardian.alive(me)
+    assert not guardian.alive(f"{ns}.{pid}.{int(start) + 1}")  # the pid, reused by another process
+    assert guardian.alive(f"{int(ns) + 1}.{pid}.{int(start) + 1}")  # another pid namespace: not ours to judge
+    assert guardian.alive("garbage")  # nor a marker that does not read
