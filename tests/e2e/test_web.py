@@ -210,7 +210,7 @@ def test_refusals_have_the_right_status_and_serve_nothing(site: Site) -> None:
         socket.create_connection(("127.0.0.1", site.exporter.port), timeout=30), server_hostname="localhost"
     ) as tls:
         tls.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n" + _auth_line(site) + b"\r\n")
-        assert _read_all(tls).startswith(b"HTTP/1.0 413 ")
+        assert _read_all(tls).startswith(b"HTTP/1.1 413 ")
     # A client without credentials that announces a body and sends none of it (or drips
     # it): answered 401 and closed at once, no byte of the body awaited.
     with site.pki.client_context(site.client).wrap_socket(
@@ -218,7 +218,7 @@ def test_refusals_have_the_right_status_and_serve_nothing(site: Site) -> None:
     ) as tls:
         tls.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n")
         answer = _read_all(tls)  # to the end of the stream: the server closed it
-        assert answer.startswith(b"HTTP/1.0 401 ") and b"Connection: close" in answer
+        assert answer.startswith(b"HTTP/1.1 401 ") and b"Connection: close" in answer
     status, _, body = site.request("POST", "/-/reload", auth)
     assert (status, body) == (200, b"reloaded\n")
 

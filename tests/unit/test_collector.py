@@ -48,6 +48,7 @@ def _result(start: float, outcome: str = "ok", **kw) -> Result:
 def _state() -> ExporterState:
     state = ExporterState()
     state.record_config(True, when=1_763_000_000.0)
+    state.record_http_rejections({"capacity": 0, "request_timeout": 3, "unauthorized": 1})
     state.prime(
         [SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")],
         schedule_interval=50460.0,

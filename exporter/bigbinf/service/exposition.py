@@ -284,6 +284,10 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     single(M.CONFIG_RELOAD_OK, "gauge", 1.0 if s.config_ok else 0.0)
     single(M.CONFIG_RELOAD_TS, "gauge", s.config_ok_timestamp)
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
+    rejected = _Lines()
+    for reason, n in sorted(s.http_rejected.items()):
+        r.sample(rejected, M.HTTP_REJECTED_TOTAL.name, [("reason", reason)], n)
+    r.family(M.HTTP_REJECTED_TOTAL, "counter", rejected)
     single(M.BUILD_INFO, "gauge", 1.0, [("version", __version__)])
 
     # Tuning sweeps: the best setting and its gain per sweep and dataset.
