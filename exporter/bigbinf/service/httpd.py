@@ -38,6 +38,7 @@ import binascii
 import contextlib
 import http
 import logging
+import random
 import re
 import resource
 import socket
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 HANDSHAKE_SECONDS = 10.0
 HEAD_SECONDS = 10.0
 BODY_SECONDS = 10.0
+# Each connection's handshake and head deadlines are drawn up to this fraction later, so
+# that connections opened together (an attacker's) are not closed together: a thousand
+# closes and reconnections in one turn of the loop would hold up a scrape.
+DEADLINE_SPREAD = 0.5
 WRITE_SECONDS = 60.0
 IDLE_SECONDS = 60.0
 READ_BYTES = 16 * 1024
@@ -66,6 +71,7 @@ MAX_HEAD_BYTES = 16 * 1024
 WRITE_CHUNK = 64 * 1024
 # Descriptors kept for everything else the exporter opens (transfers, captures, journals).
 FD_RESERVE = 256
+BACKLOG = 4096  # the kernel caps it at net.core.somaxconn (4096 on Debian 12)
 MAX_CAPACITY = 16384  # whatever the fd limit: bounds the memory all connections can hold
 SUMMARY_SECONDS = 60.0  # at most one log line about refused connections per this
 FLUSH_SECONDS = 2.0  # the counter reaches /metrics this often (never per connection)
@@ -229,6 +235,10 @@ class _Tls:
         self.plain.close()
 
 
+def _spread(seconds: float) -> float:
+    return seconds * (1 + DEADLINE_SPREAD * random.random())
+
+
 def raise_fd_limit() -> int:
     """Raise this process's soft limit on open files to its hard limit (as Go's runtime
     does for node_exporter); returns the soft limit now in force."""
@@ -273,7 +283,7 @@ class HttpServer:
         self.capacity = capacity_for(raise_fd_limit())
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # Bound here, in the caller's thread: a busy port is the caller's error to report.
-        self.sock = socket.create_server((host, port), family=family, backlog=4096, reuse_port=False)
+        self.sock = socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=False)
         self.sock.setblocking(False)
         self.rejected: dict[str, int] = dict.fromkeys(REASONS, 0)
         self._reported = dict(self.rejected)  # what on_rejections last got
@@ -308,7 +318,9 @@ class HttpServer:
             loop.close()
 
     async def _serve(self) -> None:
-        self._server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_BYTES)
+        # backlog: asyncio listens again with it (its default, 100, would drop SYNs in a
+        # burst of reconnections: a scraper's connect would wait a second for its retry).
+        self._server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_BYTES, backlog=BACKLOG)
         self._tick_task = asyncio.get_running_loop().create_task(self._tick())
         self.on_rejections(dict(self.rejected))  # every reason at 0 from the start
         self._ready.set()
@@ -436,7 +448,7 @@ class HttpServer:
     async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig) -> _Channel:
         assert web.ssl_context is not None
         try:
-            async with asyncio.timeout(HANDSHAKE_SECONDS):
+            async with asyncio.timeout(_spread(HANDSHAKE_SECONDS)):
                 first = await plain.recv()
                 if not first:
                     raise EOFError
@@ -479,7 +491,7 @@ class HttpServer:
         # The head's bytes so far (a pipelined request's may be in h11's buffer already),
         # for the checks h11 does not make.
         seen = parser.trailing_data[0][: MAX_HEAD_BYTES + READ_BYTES]
-        deadline = None if not first else asyncio.get_running_loop().time() + HEAD_SECONDS
+        deadline = None if not first else asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
         idle = None if first else asyncio.get_running_loop().time() + IDLE_SECONDS
         try:
             while True:
@@ -497,7 +509,7 @@ class HttpServer:
                 async with asyncio.timeout_at(deadline if deadline is not None else idle):
                     data = await channel.recv()
                 if data and deadline is None:  # a kept-alive connection's next request begins
-                    deadline = asyncio.get_running_loop().time() + HEAD_SECONDS
+                    deadline = asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
                 if len(seen) < MAX_HEAD_BYTES + READ_BYTES:
                     seen += data
                     line_end = seen.find(b"\n")
