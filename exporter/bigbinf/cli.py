@@ -21,7 +21,7 @@ from pathlib import Path
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
-from bigbinf.credentials import check_secret_files, secret_file_issues
+from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
 from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
@@ -464,6 +464,7 @@ def cmd_once(args: argparse.Namespace) -> int:
     else:
         config, source = load_config(args.config_file), args.config_file
     check_secret_files(config, source)
+    take_passwords(config)  # out of the environment before anything runs
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
     ran = runner.run_round()
@@ -479,6 +480,7 @@ def cmd_once(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     check_secret_files(config, args.config_file)
+    take_passwords(config)  # out of the environment before anything runs
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     try:
         run = SweepRunner(runner, progress=sys.stderr).run(args.sweep, wait=0)

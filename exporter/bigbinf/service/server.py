@@ -30,7 +30,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from bigbinf.config import Config, ConfigError, load_config
-from bigbinf.credentials import check_secret_files
+from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.wire import analyser_worker
 from bigbinf.process import kill_all_active
@@ -93,6 +93,7 @@ class Exporter:
         mesh = mesh if mesh is not None and self.mesh_file is not None else self._load_mesh()
         config = mesh.config if mesh is not None else load_config(self.config_path)
         check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
+        take_passwords(config)  # out of the environment before anything runs
         self.state.record_config(True)
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
@@ -201,6 +202,7 @@ class Exporter:
                 mesh = self._load_mesh()
                 config = mesh.config if mesh is not None else load_config(self.config_path)
                 check_secret_files(config, str(self.config_path))
+                take_passwords(config)  # out of the environment before anything runs
                 web = load_web_config(self.web_config_path)
             except ConfigError as exc:
                 self.state.record_config(False)
