@@ -394,6 +394,7 @@ class HttpServer:
         while len(self._open) >= self.capacity and self._waiting:
             oldest, _ = self._waiting.popitem(last=False)
             oldest.evicted = True
+            self._open.discard(oldest)  # gone now (its task ends later): one eviction per new connection
             if oldest.channel is not None:
                 oldest.channel.close()
             if oldest.task is not None:
