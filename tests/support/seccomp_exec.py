@@ -31,8 +31,11 @@ def scmp_act_errno(number: int) -> int:
 
 def syscall_groups() -> dict[str, list[str]]:
     """Every group systemd-analyze knows: its members (system calls and other groups)."""
-    text = subprocess.run(["systemd-analyze", "syscall-filter"], capture_output=True, text=True, check=True,
-                          timeout=60).stdout  # fmt: skip
+    # Not the command's environment (it may hold a secret the command is given): systemd's
+    # own lists, as systemd would use them.
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    argv = ["systemd-analyze", "syscall-filter"]
+    text = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60, env=env).stdout
     groups: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
