@@ -25,7 +25,7 @@ from pathlib import Path
 from bigbinf import __version__, lab
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
-from bigbinf.credentials import check_secret_files, secret_file_issues
+from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
 from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
@@ -561,6 +561,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         config, source = load_config(args.config_file), args.config_file
     check_secret_files(config, source)
     own_children()  # nothing this command starts outlives it
+    take_passwords(config)  # out of the environment before anything runs
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
@@ -578,6 +579,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config_file)
     check_secret_files(config, args.config_file)
     own_children()
+    take_passwords(config)  # out of the environment before anything runs
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     try:

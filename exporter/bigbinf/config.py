@@ -95,24 +95,75 @@ def _check_file_name(value: str) -> str:
     return value
 
 
-def _check_upload_dir(value: Path) -> Path:
-    # Uploads are removed after measuring, over ssh by `rm -rf -- PATH` in the remote's
-    # shell: the path must mean the same thing there.
-    if not re.fullmatch(r"/[A-Za-z0-9_.+/-]*", str(value)):
+# What every command a value can reach reads as itself: an argv element, a remote shell
+# (scp and rsync name remote paths through it, uploads are removed through it), a tool's
+# own command language (lftp and bbftp scripts, sftp batch files, the command strings
+# rsync -e and bbftp -L split on white space) and a URL.  No white space, quote, glob,
+# `$`, `;`, `|`, `&`, `!`, `#`, `%` or control character; never a leading '-' (an option).
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9_.+/-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_plain_path(value: Path) -> Path:
+    if not _PLAIN_PATH.fullmatch(str(value)):
         raise ValueError(
-            f"{str(value)!r} is not a plain absolute path: use letters, digits, '_', '.', '+', '-', '/' "
-            "(uploads are removed through the remote's shell)"
+            f"{str(value)!r} is not a plain absolute path: start with '/' and use letters, digits, '_', '.', '+', "
+            "'-', '/' (it reaches commands, remote shells and URLs; a symlink with such a name will do)"
         )
     return value
 
 
-def _check_no_space(value: Path) -> Path:
-    # rsync's -e and bbftp's -L and -e take one command string that they split on white
-    # space themselves: a path with a space would be cut in two there.
-    if any(c.isspace() for c in str(value)):
+def _check_no_control(value: Any) -> Any:
+    # A path or name that only this process reads, but that logs and messages quote.
+    if _CONTROL.search(str(value)):
+        raise ValueError(f"{str(value)!r} contains a control character (a newline, a tab, ...); remove it")
+    return value
+
+
+def _check_user(value: str) -> str:
+    # POSIX's portable user names (a hyphen never first: ssh, scp, bbftp and lftp would
+    # read the name as an option), at most 32 characters as on Linux.
+    if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}", value):
         raise ValueError(
-            f"{str(value)!r} contains white space, which rsync and bbftp would split their ssh or "
-            "transfer command at; use a path without spaces (a symlink to it will do)"
+            f"{value!r} is not a portable user name: 1-32 letters, digits, '.', '_', '-', not starting with '-' "
+            "(it is placed in commands as user@host)"
+        )
+    return value
+
+
+def _check_env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+        raise ValueError(
+            f"{value!r} is not an environment variable name: letters, digits, '_', not starting with a digit"
+        )
+    return value
+
+
+def _check_netns(value: str) -> str:
+    # ip netns exec NAME: a file name under /run/netns, and never an option of ip.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}", value):
+        raise ValueError(
+            f"{value!r} is not a network namespace name: 1-63 letters, digits, '_', '.', '-', "
+            "starting with a letter, digit or '_'"
+        )
+    return value
+
+
+def _check_interface(value: str) -> str:
+    # The capture's -i: a Linux interface name (at most 15 bytes, no '/'), or "any".
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}", value):
+        raise ValueError(
+            f"{value!r} is not an interface name: 1-15 letters, digits, '_', '.', '-', starting with a letter, "
+            "digit or '_' (or any)"
+        )
+    return value
+
+
+def _check_binary(value: str) -> str:
+    # argv[0] of the module's command: a program looked up in PATH, or an absolute path.
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,254}", value) and not _PLAIN_PATH.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is neither a program name (letters, digits, '_', '.', '+', '-') nor a plain absolute path"
         )
     return value
 
@@ -234,7 +285,14 @@ def _check_timezone(value: str) -> str:
 
 
 Size = Annotated[int, BeforeValidator(parse_size)]
-SplitSafePath = Annotated[Path, AfterValidator(_check_no_space)]
+# A path that reaches a command (docs/configuration.md, "What values may hold").
+PlainPath = Annotated[Path, AfterValidator(_check_plain_path)]
+# A path only bigbinf itself opens.
+LocalPath = Annotated[Path, AfterValidator(_check_no_control)]
+UserName = Annotated[str, AfterValidator(_check_user)]
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
+NetnsName = Annotated[str, AfterValidator(_check_netns)]
+InterfaceName = Annotated[str, AfterValidator(_check_interface)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), AfterValidator(_check_positive)]
 Name = Annotated[str, AfterValidator(_check_name)]
@@ -269,7 +327,7 @@ class LinkConfig(_Strict):
 
 class LabConfig(_Strict):
     name: Annotated[str, AfterValidator(_check_lab_name)] = "bigbinf"
-    state_dir: Path = Path("/var/lib/bigbinf/lab")
+    state_dir: PlainPath = Path("/var/lib/bigbinf/lab")
     client_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.1"
     remote_address: Annotated[str, AfterValidator(_check_ip)] = "198.18.0.2"
     prefix_length: Annotated[int, Field(ge=8, le=30)] = 24
@@ -294,16 +352,16 @@ class RemoteConfig(_Strict):
     lab: bool = False  # take address, user, key, netns, interface from the lab section
     address: Annotated[str, AfterValidator(_check_host)] | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = 22
-    user: str = "root"
-    key: SplitSafePath | None = None
-    ssh_config: SplitSafePath | None = None
-    data_dir: SplitSafePath | None = None  # where the datasets' files live on the remote
-    upload_dir: Annotated[Path, AfterValidator(_check_upload_dir)] | None = None  # needed for uploads
-    serve_root: Path | None = None  # the directory URLs are relative to ({remote_name}); default /
-    checksums: Path | None = None  # local sha256sum-format file of the remote's dataset files
-    netns: str | None = None  # client-side network namespace to run transfers in
-    interface: str = "any"  # capture interface on the client side
-    password_env: str | None = None  # name of an environment variable holding a password
+    user: UserName = "root"
+    key: PlainPath | None = None
+    ssh_config: PlainPath | None = None
+    data_dir: PlainPath | None = None  # where the datasets' files live on the remote
+    upload_dir: PlainPath | None = None  # needed for uploads
+    serve_root: PlainPath | None = None  # the directory URLs are relative to ({remote_name}); default /
+    checksums: LocalPath | None = None  # local sha256sum-format file of the remote's dataset files
+    netns: NetnsName | None = None  # client-side network namespace to run transfers in
+    interface: InterfaceName = "any"  # capture interface on the client side
+    password_env: EnvName | None = None  # name of an environment variable holding a password
     probe: ProbeConfig = ProbeConfig()
     # The path's bottleneck (a tc rate, e.g. 10gbit) for the bandwidth-delay product;
     # default: the lab's shaped rate, else the last ok iperf3 test to this remote.
@@ -331,7 +389,9 @@ class DatasetConfig(_Strict):
 
 class ProtocolConfig(_Strict):
     module: str | None = None  # registry key; default: the protocol's name if registered, else "command"
-    binary: str | None = None  # the module's executable ({binary}), e.g. a site's HPN-scp build
+    binary: Annotated[str, AfterValidator(_check_binary)] | None = (
+        None  # the module's executable ({binary}), e.g. a site's HPN-scp build
+    )
     options: dict[str, Any] = {}  # module parameters, e.g. gridftp's parallel, concurrency
     command: list[TemplateElement] | None = None  # overrides the module's default (download)
     upload_command: list[TemplateElement] | None = None
@@ -367,7 +427,7 @@ class ScheduleConfig(_Strict):
 class TransferConfig(_Strict):
     timeout: PositiveDuration = 1800.0
     tcp_interval: PositiveDuration = 0.5  # between two listings of the local TCP sockets (ss)
-    workdir: SplitSafePath = Path("/var/tmp/bigbinf")
+    workdir: PlainPath = Path("/var/tmp/bigbinf")
     keep_files: bool = False
 
 
@@ -416,7 +476,7 @@ class CaptureConfig(_Strict):
     # Where captures are written while a transfer runs: not next to the received file, so
     # that the transfer filling its disk does not silently cut the capture short, and so
     # that it can be put on another disk.  Default: `<transfer.workdir>-captures`.
-    directory: SplitSafePath | None = None
+    directory: PlainPath | None = None
 
 
 def capture_directory(config: Config) -> Path:
@@ -426,7 +486,7 @@ def capture_directory(config: Config) -> Path:
 
 
 class JournalConfig(_Strict):
-    path: Path = Path("/var/lib/bigbinf/journal.jsonl")
+    path: LocalPath = Path("/var/lib/bigbinf/journal.jsonl")
 
 
 class MetricsConfig(_Strict):

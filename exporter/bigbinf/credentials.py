@@ -91,3 +91,29 @@ def check_secret_files(config: Config, source: str) -> None:
     issues = secret_file_issues(config)
     if issues:
         raise ConfigError(source, issues)
+
+
+# ---------------------------------------------------------------- passwords
+
+# Each remote's password (the variable its password_env names), once taken out of this
+# process's environment: held here, handed only to the process that needs it.
+_passwords: dict[str, str] = {}
+
+
+def take_passwords(config: Config) -> None:
+    """Move the variables the remotes' password_env name out of os.environ (so that no
+    child inherits them: not a capture, a probe, an ssh stats command, nor a transfer
+    that reads its password from a file) into this module.  Called at start and at
+    every reload, before anything runs."""
+    for remote in config.remotes.values():
+        if remote.password_env:
+            password(remote.password_env)
+
+
+def password(variable: str | None) -> str:
+    """The password in `variable` ("" if none): taken out of os.environ at the first ask."""
+    if not variable:
+        return ""
+    if variable in os.environ:
+        _passwords[variable] = os.environ.pop(variable)
+    return _passwords.get(variable, "")

@@ -277,6 +277,15 @@ UNDO_PENDING = Spec(
     "mid-transfer or an undo that failed; replayed at start and at every round until it succeeds.",
     ("kind",),
 )
+HTTP_REJECTED_TOTAL = Spec(
+    PREFIX + "http_connections_rejected_total",
+    "counter",
+    "Connections the exporter's HTTP server closed without serving their request, by reason: capacity (closed "
+    "to make room for a new one), tls_handshake_timeout, tls_error, client_certificate (none of "
+    "client_allowed_sans), http_to_https, request_timeout (head or body), bad_request, too_large, unauthorized, "
+    "write_timeout.  Counted as they happen, published every few seconds.",
+    ("reason",),
+)
 BUILD_INFO = Spec(
     PREFIX + "build_info", "gauge", "Always 1; the version label says which bigbinf is running.", ("version",)
 )
@@ -400,6 +409,7 @@ ALL = (
     CONFIG_RELOAD_TS,
     JOURNAL_FAILURES_TOTAL,
     UNDO_PENDING,
+    HTTP_REJECTED_TOTAL,
     BUILD_INFO,
     *SWEEP,
 )

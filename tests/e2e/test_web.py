@@ -6,15 +6,18 @@ refusal's status code and that nothing is served with it."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
+import json
 import secrets
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import bcrypt
@@ -210,7 +213,7 @@ def test_refusals_have_the_right_status_and_serve_nothing(site: Site) -> None:
         socket.create_connection(("127.0.0.1", site.exporter.port), timeout=30), server_hostname="localhost"
     ) as tls:
         tls.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n" + _auth_line(site) + b"\r\n")
-        assert _read_all(tls).startswith(b"HTTP/1.0 413 ")
+        assert _read_all(tls).startswith(b"HTTP/1.1 413 ")
     # A client without credentials that announces a body and sends none of it (or drips
     # it): answered 401 and closed at once, no byte of the body awaited.
     with site.pki.client_context(site.client).wrap_socket(
@@ -218,7 +221,7 @@ def test_refusals_have_the_right_status_and_serve_nothing(site: Site) -> None:
     ) as tls:
         tls.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n")
         answer = _read_all(tls)  # to the end of the stream: the server closed it
-        assert answer.startswith(b"HTTP/1.0 401 ") and b"Connection: close" in answer
+        assert answer.startswith(b"HTTP/1.1 401 ") and b"Connection: close" in answer
     status, _, body = site.request("POST", "/-/reload", auth)
     assert (status, body) == (200, b"reloaded\n")
 
@@ -276,7 +279,7 @@ def test_web_config_is_reloaded_with_the_rest_and_only_when_valid(site: Site) ->
 def _status_or_none(site: Site, headers: dict[str, str]) -> int | None:
     try:
         return site.request("GET", "/metrics", headers)[0]
-    except (http.client.RemoteDisconnected, ConnectionError, ssl.SSLError):
+    except (http.client.HTTPException, OSError):  # refused, reset, timed out
         return None
 
 
@@ -379,3 +382,100 @@ def test_web_config_check(tmp_path: Path) -> None:
         timeout=60,
     )
     assert proc.returncode == 1 and "basic_auth_users.prometheus: not a bcrypt hash" in proc.stderr
+
+
+def _rejected(metrics: str) -> dict[str, float]:
+    prefix = 'bigbinf_http_connections_rejected_total{reason="'
+    return {
+        line[len(prefix) :].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+@contextmanager
+def _attack(port: int, idle: int, slowloris: int, stuck: int, tls: bool = False) -> Iterator[dict]:
+    """tests/support/attack.py against the port, in its own process; yields its last report."""
+    argv = [sys.executable, "-m", "tests.support.attack", "--port", str(port), "--idle", str(idle),
+            "--slowloris", str(slowloris), "--stuck", str(stuck), *(["--tls"] if tls else [])]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    report: dict = {}
+
+    def follow() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            report.update(json.loads(line))
+
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        # Until all are open (a server that cannot hold them all is the test's to judge).
+        with contextlib.suppress(TimeoutError):
+            PrometheusServer.wait_for(
+                lambda: sum(report.get("open", {}).values()) >= idle + slowloris + stuck,
+                timeout=20,
+                what="the attack's connections to be open",
+            )
+        yield report
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_held_connections_do_not_shut_the_scraper_out(tmp_path: Path) -> None:
+    """More idle and slowloris connections than the old server's 256 threads, each opened
+    again as soon as the server closes it: every scrape is answered
+    (a new connection each), the server closes the stuck ones itself (its deadlines,
+    counted by reason), and logs no line per connection.  (The thread-per-connection
+    server answered none of them.)"""
+    log = tmp_path / "exporter.log"
+    with ExporterProcess(_config(tmp_path), log, extra_args=["--log.level", "debug"]) as exporter:
+        with _attack(exporter.port, idle=300, slowloris=40, stuck=0) as report:
+            held = dict(report.get("open", {}))
+            statuses = []
+            for _ in range(10):
+                try:
+                    statuses.append(len(exporter.metrics()) > 0)
+                except OSError:
+                    statuses.append(False)
+            assert statuses == [True] * 10, f"scrapes ok {sum(statuses)}/10 with {held} held"
+            # Past the head deadline (10 s): the server has closed the first ones itself.
+            rejected = PrometheusServer.wait_for(
+                lambda: (r := _rejected(exporter.metrics())).get("request_timeout", 0) >= 300 and r,
+                timeout=60,
+                what="the server to close the held connections at their deadline",
+            )
+        print(f"held {held}; rejected {rejected}")
+        assert held == {"idle": 300, "slowloris": 40, "stuck": 0}
+        assert set(rejected) == {
+            "capacity", "tls_handshake_timeout", "tls_error", "client_certificate", "http_to_https",
+            "request_timeout", "bad_request", "too_large", "unauthorized", "write_timeout",
+        }  # fmt: skip
+    lines = log.read_text().splitlines()
+    # No line per refused connection, even at debug level (a summary at most once a minute).
+    assert not [line for line in lines if "127.0.0.1:" in line and "listening on" not in line], lines[-5:]
+    assert len([line for line in lines if "connections refused" in line]) <= 1
+
+
+def test_tls_handshakes_that_never_end_do_not_shut_the_scraper_out(site: Site) -> None:
+    """The same over mTLS + basic auth: connections that never start or never finish
+    their handshake are closed at the handshake deadline, and Prometheus' scrapes (a
+    verified client certificate, a password) are answered meanwhile."""
+    auth = _basic("prometheus", site.password)
+    with _attack(site.exporter.port, idle=300, slowloris=0, stuck=40):
+        for _ in range(10):
+            status = _status_or_none(site, auth)
+            assert status == 200
+        rejected = PrometheusServer.wait_for(
+            lambda: (
+                (r := _rejected(site.request("GET", "/metrics", auth)[2].decode())).get("tls_handshake_timeout", 0)
+                >= 300
+                and r
+            ),
+            timeout=60,
+            what="the server to close the stuck handshakes at their deadline",
+        )
+    assert rejected["unauthorized"] == 0 and rejected["capacity"] == 0

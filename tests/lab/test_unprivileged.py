@@ -1,5 +1,6 @@
 """The exporter as packaging/bigbinf-exporter.service runs it, without systemd: a system
-user made for the test, exactly the unit's ambient capabilities (setpriv), in a network
+user made for the test, exactly the unit's ambient capabilities (setpriv) and system call
+filter (tests/support/seccomp_exec.py), in a network
 namespace of its own (the lab's client side), completing a round against a remote that is
 not a lab remote (the lab's sshd and vsftpd in another namespace, configured by address,
 key and ssh_config as a real site is).  The wire bytes equal the kernel's counters, and a
@@ -101,6 +102,9 @@ def _curl_recorder(directory: Path, owner: pwd.struct_passwd) -> Path:
         "#!/bin/sh\n"
         f"cat /proc/$$/environ > {shlex.quote(str(directory))}/curl.$$.environ\n"
         f"printf '%s\\0' \"$@\" > {shlex.quote(str(directory))}/curl.$$.argv\n"
+        # The netrc it was given, as it was when it ran (the exporter removes it after).
+        'prev=; for a in "$@"; do [ "$prev" = --netrc-file ] && cat "$a" > '
+        f"{shlex.quote(str(directory))}/curl.$$.netrc; prev=$a; done\n"
         f'exec {shlex.quote(real)} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -121,6 +125,7 @@ class ProcWatch:
     def __init__(self, uid: int) -> None:
         self.uid = uid
         self.argvs: dict[int, bytes] = {}
+        self.environs: dict[tuple[int, bytes], bytes] = {}  # (pid, its argv then): environment
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -139,8 +144,33 @@ class ProcWatch:
                     if os.stat(f"/proc/{pid}").st_uid != self.uid:
                         continue
                     self.argvs[pid] = self.argvs.get(pid, b"") + b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
+                    program = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if program and (pid, program) not in self.environs:  # once per program a process runs
+                        environ = Path(f"/proc/{pid}/environ").read_bytes()
+                        # Only a reading taken while the same program ran (not one across
+                        # an exec: between vfork and exec a child still shows its parent's
+                        # memory, the exporter's initial environment block included).
+                        if Path(f"/proc/{pid}/cmdline").read_bytes() == program:
+                            self.environs[pid, program] = environ
                 except OSError:
                     continue
+
+
+def _exporter_pid(uid: int) -> int:
+    """The exporter's own process (the service user's `python -m bigbinf`, after the
+    wrappers in front of it have exec'd into it)."""
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid and b"\0bigbinf\0" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError("the exporter's process is not running")
+
+
+def _log_tail(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if "DEBUG" not in line]
+    return "\n".join(lines[-40:])
 
 
 def _ok_transfers(metrics: str) -> float:
@@ -206,7 +236,9 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
                     {"protocol": "ftp", "remote": "ftpsite", "dataset": "f4m"},
                 ],
             },
-            "transfer": {"workdir": str(state / "work"), "timeout": "2m"},
+            # keep_files: the transfer's directory stays, and with it the proof that the
+            # netrc (the password) does not.
+            "transfer": {"workdir": str(state / "work"), "timeout": "2m", "keep_files": True},
             "capture": {"directory": str(state / "captures")},
             "journal": {"path": str(state / "journal.jsonl")},
         }
@@ -228,6 +260,8 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
             "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
             f"--inh-caps=-all,{caps}", f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}",
             "--no-new-privs", "--",
+            # The unit's SystemCallFilter, installed as systemd installs it: last, before exec.
+            sys.executable, "-m", "tests.support.seccomp_exec", "--",
             sys.executable, "-m", "bigbinf", "--config.file", str(config_path),
             "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "debug",
         ]  # fmt: skip
@@ -259,7 +293,8 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
 
             LoopbackServer.wait_for(round_done, timeout=180, what="the round's two results")
             after = veth_counters(lab_config)
-            status = Path(f"/proc/{proc.pid}/status").read_text()
+            exporter_pid = _exporter_pid(user.pw_uid)
+            status = Path(f"/proc/{exporter_pid}/status").read_text()
 
             def scrape() -> str:
                 # On the namespace's loopback: not on the veth whose counters are compared.
@@ -268,13 +303,14 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
                     capture_output=True, text=True, timeout=60, check=True,
                 ).stdout  # fmt: skip
 
+            results = list(journal.read())
+            outcomes = {r.protocol: (r.outcome, r.error) for r in results}
             # Journaled first, then published: wait for /metrics to have both results.
             metrics = LoopbackServer.wait_for(
                 lambda: _ok_transfers(text := scrape()) == 2 and text,
                 timeout=60,
-                what="both results on /metrics",
+                what=f"both results on /metrics (journaled: {outcomes}; log: {_log_tail(log)})",
             )
-        results = list(journal.read())
 
         # Who ran it: the service user, with exactly the unit's capabilities and no more.
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
@@ -284,6 +320,7 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
         for name in ("CapEff", "CapPrm", "CapAmb", "CapBnd"):
             assert int(fields[name], 16) == expected_caps, (name, fields[name])
         assert fields["NoNewPrivs"].strip() == "1"
+        assert fields["Seccomp"].strip() == "2"  # the unit's system call filter is in force
 
         # The round: both transfers ok, captured by the unprivileged capture, bytes = kernel's.
         assert {r.protocol: r.outcome for r in results} == {"scp": "ok", "ftp": "ok"}, [r.error for r in results]
@@ -306,13 +343,24 @@ def test_a_round_as_an_unprivileged_user_with_only_the_units_capabilities(
         )
         assert wire == after["down"] - before["down"]
 
-        # The password reached the FTP transfer (curl's environment; its netrc is written from it)...
+        # The password reached the FTP transfer where curl reads it (the netrc it was given)...
         curl_argvs, curl_environs = _recorded(record, "argv"), _recorded(record, "environ")
+        curl_netrcs = _recorded(record, "netrc")
         assert any(b"ftp://" in argv_ for argv_ in curl_argvs.values()), "no FTP transfer's curl ran"
-        assert any(password.encode() in environ for environ in curl_environs.values())
-        # ... and nowhere else: argv (every curl's, and every process the watch sampled), the
-        # log (debug level: what the journal would get under systemd), the journal, /metrics
-        # (labels and values), or any file left behind.
+        assert any(password.encode() in netrc for netrc in curl_netrcs.values())
+        # ... and nowhere else: no process's environment (not curl's: it reads the netrc;
+        # not the exporter's own, which every child would inherit), argv (every curl's, and
+        # every process the watch sampled), the log (debug level: what the journal would
+        # get under systemd), the journal, /metrics (labels and values), or any file left
+        # behind (keep_files keeps the transfer's directory, but never its netrc).
+        assert curl_environs and all(password.encode() not in environ for environ in curl_environs.values())
+        # Every other child's (the capture, ss, ...): the exporter's own initial environment
+        # block (/proc/PID/environ: what it was started with, readable by its user and
+        # root only) keeps the variable, but that is not what its children inherit.
+        # (A child between fork and exec is still the exporter's program: left out.)
+        children = {key: env for key, env in watch.environs.items() if b"\0bigbinf\0" not in key[1]}
+        holding = {argv for (_, argv), env in children.items() if password.encode() in env}
+        assert children and not holding, holding
         assert all(password.encode() not in argv_ for argv_ in curl_argvs.values())
         assert all(password.encode() not in argv_ for argv_ in watch.argvs.values())
         assert password not in log.read_text()

@@ -49,6 +49,7 @@ def _state() -> ExporterState:
     state = ExporterState()
     state.record_config(True, when=1_763_000_000.0)
     state.record_undo_pending({"route": 0, "sysctl": 1, "upload": 0})  # a remote's buffer cap not yet put back
+    state.record_http_rejections({"capacity": 0, "request_timeout": 3, "unauthorized": 1})
     state.prime(
         [SeriesKey("scp", "lab", "f64m", "download"), SeriesKey("scp", "lab", "f5m", "download")],
         schedule_interval=50460.0,

@@ -31,6 +31,10 @@ PROTOCOL_KEYS = (
 )
 MODULES = "command, scp, hpnscp, sftp, ftp, gridftp, bbftp, rsync, rsyncd, http, xrootd, iperf3"
 
+PLAIN = (
+    "is not a plain absolute path: start with '/' and use letters, digits, '_', '.', '+', '-', '/' (it reaches "
+    "commands, remote shells and URLs; a symlink with such a name will do)"
+)
 BAD = [
     (
         "unknown placeholder",
@@ -242,25 +246,59 @@ BAD = [
         BASE.replace(
             "lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: /d, upload_dir: '/u/my uploads', key: /k}"
         ),
-        [
-            "remotes.site.upload_dir: '/u/my uploads' is not a plain absolute path: use letters, digits, '_', '.', "
-            "'+', '-', '/' (uploads are removed through the remote's shell)"
-        ],
+        ["remotes.site.upload_dir: '/u/my uploads' " + PLAIN],
     ),
     (
         "paths split by rsync and bbftp",
         BASE.replace("lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: '/d d', key: '/my keys/id'}")
         + "transfer: {workdir: '/var/tmp/big binf'}\n",
         [
-            "remotes.site.key: '/my keys/id' contains white space, which rsync and bbftp would split their ssh or "
-            "transfer "
-            "command at; use a path without spaces (a symlink to it will do)",
-            "remotes.site.data_dir: '/d d' contains white space, which rsync and bbftp would split their ssh or "
-            "transfer "
-            "command at; use a path without spaces (a symlink to it will do)",
-            "transfer.workdir: '/var/tmp/big binf' contains white space, which rsync and bbftp would split their ssh "
-            "or "
-            "transfer command at; use a path without spaces (a symlink to it will do)",
+            "remotes.site.key: '/my keys/id' " + PLAIN,
+            "remotes.site.data_dir: '/d d' " + PLAIN,
+            "transfer.workdir: '/var/tmp/big binf' " + PLAIN,
+        ],
+    ),
+    (
+        # issue 24: lftp ran `!touch ...` in a local shell when the server answered 550.
+        "a data_dir that lftp's command language would run",
+        BASE.replace(
+            "lab: {lab: true}", "site: {address: 198.18.1.2, data_dir: '/srv/x||!touch${IFS}/tmp/marker;#', key: /k}"
+        ),
+        ["remotes.site.data_dir: '/srv/x||!touch${IFS}/tmp/marker;#' " + PLAIN],
+    ),
+    (
+        # issue 24: ssh read the user of "{user}@{host}" as its option -oProxyCommand and ran it.
+        "a user name that ssh would read as an option",
+        BASE.replace(
+            "lab: {lab: true}",
+            "site: {address: 198.18.1.2, data_dir: /d, key: /k, user: '-oProxyCommand=touch /tmp/marker', "
+            "stats_command: [ssh, '{user}@{host}']}",
+        ),
+        [
+            "remotes.site.user: '-oProxyCommand=touch /tmp/marker' is not a portable user name: 1-32 letters, "
+            "digits, '.', '_', '-', not starting with '-' (it is placed in commands as user@host)"
+        ],
+    ),
+    (
+        "names that reach commands",
+        BASE.replace(
+            "lab: {lab: true}",
+            "site: {address: 198.18.1.2, data_dir: /d, key: k/id, netns: '-x', interface: 'eth0;id', "
+            "password_env: 'A=B', checksums: \"/s\\nx\"}",
+        ).replace("scp: {}", "scp: {binary: '-oscp'}\n  iperf3: {options: {congestion: '-x'}}"),
+        [
+            "remotes.site.key: 'k/id' " + PLAIN,
+            "remotes.site.checksums: '/s\\nx' contains a control character (a newline, a tab, ...); remove it",
+            "remotes.site.netns: '-x' is not a network namespace name: 1-63 letters, digits, '_', '.', '-', "
+            "starting with a letter, digit or '_'",
+            "remotes.site.interface: 'eth0;id' is not an interface name: 1-15 letters, digits, '_', '.', '-', "
+            "starting with a letter, digit or '_' (or any)",
+            "remotes.site.password_env: 'A=B' is not an environment variable name: letters, digits, '_', not "
+            "starting with a digit",
+            "protocols.scp.binary: '-oscp' is neither a program name (letters, digits, '_', '.', '+', '-') nor a "
+            "plain absolute path",
+            "protocols.iperf3.options.congestion: '-x' is not a congestion control name; write e.g. cubic, bbr, "
+            "reno (TCP congestion control for the test socket (-C))",
         ],
     ),
     (

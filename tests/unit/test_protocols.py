@@ -263,7 +263,7 @@ def _ipv6_values() -> dict[str, str]:
     from bigbinf.protocols.base import PLACEHOLDERS
     from bigbinf.protocols.hosts import url_host
 
-    values = {name: f"<{name}>" for name in PLACEHOLDERS}
+    values = {name: f"_{name}_" for name in PLACEHOLDERS}  # plain words, as render requires
     values.update(host=V6, url_host=url_host(V6), client=V6_CLIENT, url_client=url_host(V6_CLIENT))
     return values
 

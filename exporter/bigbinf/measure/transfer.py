@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import shutil
 import subprocess
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bigbinf import credentials
 from bigbinf.config import Config, DatasetConfig, capture_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
@@ -250,6 +250,9 @@ def run_transfer(
     finally:
         if upload_name and workdir is not None and (result is None or _upload_may_be_on_remote(result)):
             cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
+        if workdir is not None:  # a password's file never outlives its use, kept files or not
+            for name in spec.profile.secret_files:
+                (workdir / name).unlink(missing_ok=True)
         if upload is not None and not cleanup_problem:
             _struck_off(journal, upload)
         if workdir is not None and not config.transfer.keep_files:
@@ -353,7 +356,7 @@ def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Res
 
 def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Prepared:
     """Resolve the addresses, create an upload's source, render the command."""
-    password = os.environ.get(spec.remote.password_env, "") if spec.remote.password_env else ""
+    password = credentials.password(spec.remote.password_env)
     pcap = capture_directory(config) / f"{workdir.name}.pcap"
     try:
         pcap.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
@@ -374,8 +377,9 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
         raise _PrepareError(str(exc)) from None
     values = placeholder_values(spec, workdir, source, upload_name, client)
     # The secret reaches the command only through its environment (under the variable the
-    # remote names, e.g. RSYNC_PASSWORD) or a private file a module writes; never argv.
-    env = {spec.remote.password_env: password} if spec.remote.password_env else {}
+    # remote names, e.g. RSYNC_PASSWORD) or a private file a module writes (FTP: its
+    # environment then has no password at all); never argv.
+    env = _password_env(spec, password)
     context: RunContext[Any] = RunContext(
         argv=render(spec.template, values),
         timeout_seconds=spec.timeout_seconds,
@@ -781,6 +785,12 @@ def placeholder_values(
     }
 
 
+def _password_env(spec: TransferSpec, password: str) -> dict[str, str]:
+    """The remote's password under its password_env name, for a module that reads it there."""
+    variable = spec.remote.password_env
+    return {variable: password} if variable and spec.profile.password_in_env else {}
+
+
 def _redact(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret:
@@ -843,7 +853,7 @@ def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_nam
         return ""
     if not spec.cleanup:
         return ""  # cleanup_command: [] -- the site removes uploads itself
-    password = os.environ.get(remote.password_env, "") if remote.password_env else ""
+    password = credentials.password(remote.password_env)
     values = placeholder_values(
         spec, workdir, config.transfer.workdir / "sources" / spec.dataset_config.file, upload_name
     )
@@ -853,7 +863,7 @@ def _remove_upload(spec: TransferSpec, config: Config, workdir: Path, upload_nam
             in_netns(remote.netns, argv),
             CLEANUP_TIMEOUT_SECONDS,
             cwd=str(workdir),
-            env={remote.password_env: password} if remote.password_env else None,
+            env=_password_env(spec, password) or None,
         )
     except OSError as exc:
         problem = f"{argv[0]}: {exc.strerror}"

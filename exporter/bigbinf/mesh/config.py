@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
+import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,23 +36,28 @@ from bigbinf.config import (
     DatasetConfig,
     Direction,
     Duration,
+    EnvName,
+    InterfaceName,
     LabServerName,
     LinkConfig,
+    LocalPath,
     MetricsConfig,
     Name,
+    NetnsName,
+    PlainPath,
     PositiveDuration,
     ProbeConfig,
     ProtocolConfig,
-    SplitSafePath,
     TemplateElement,
     TransferConfig,
+    UserName,
     _check_cron,
     _check_host,
     _check_lab_name,
+    _check_no_control,
     _check_nonzero_rate,
     _check_rate,
     _check_timezone,
-    _check_upload_dir,
     mapping,
     pydantic_issues,
     read_yaml,
@@ -66,6 +72,8 @@ class _Strict(BaseModel):
     # RUF012 would flag every list default (which pydantic copies per instance).
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 # Interface names are limited to 15 bytes: <name><index><s|c|w|v|da|db>, index up to 2 digits.
 _check_mesh_lab_name = functools.partial(_check_lab_name, max_length=9)
@@ -111,6 +119,12 @@ def _check_listen(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{value!r} is not host:port; write e.g. dtn.example.org:9753")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if bare not in ("0.0.0.0", "::", "*"):
+        try:
+            _check_host(bare)
+        except ValueError:
+            raise ValueError(f"{value!r}: {host!r} is neither an address nor a host name") from None
     return value
 
 
@@ -123,7 +137,7 @@ class SiteExporterConfig(_Strict):
     exporter_of(mesh, site), never from here."""
 
     listen: Listen | None = None
-    journal: Path | None = None
+    journal: LocalPath | None = None
 
 
 class SiteConfig(_Strict):
@@ -131,24 +145,24 @@ class SiteConfig(_Strict):
 
     address: Annotated[str, AfterValidator(_check_host)] | None = None  # lab: from lab.subnet
     port: Annotated[int, Field(ge=1, le=65535)] = 22
-    user: str = "root"
+    user: UserName = "root"
     # The private key the other sites' exporters log in here with: the same path on every
     # exporter host (docs/deployment.md); lab: the lab's key.
-    key: SplitSafePath | None = None
-    ssh_config: SplitSafePath | None = None
-    password_env: str | None = None
-    data_dir: SplitSafePath | None = None  # lab: the site's own served tree
-    upload_dir: Annotated[Path, AfterValidator(_check_upload_dir)] | None = None
-    serve_root: Path | None = None
-    checksums: Path | None = None
+    key: PlainPath | None = None
+    ssh_config: PlainPath | None = None
+    password_env: EnvName | None = None
+    data_dir: PlainPath | None = None  # lab: the site's own served tree
+    upload_dir: PlainPath | None = None
+    serve_root: PlainPath | None = None
+    checksums: LocalPath | None = None
     bandwidth: Annotated[str, AfterValidator(_check_rate), AfterValidator(_check_nonzero_rate)] | None = None
     probe: ProbeConfig = ProbeConfig()
     stats_command: list[TemplateElement] | None = None
     tcp_command: list[TemplateElement] | None = None
     servers: list[LabServerName] | None = None  # what it serves; default: every server
     # This site's own exporter: where it runs transfers from, and captures.
-    netns: str | None = None
-    interface: str = "any"
+    netns: NetnsName | None = None
+    interface: InterfaceName = "any"
     exporter: SiteExporterConfig = SiteExporterConfig()
     node_exporter: Listen | None = None  # scraped by the site's Prometheus too (mesh prometheus)
     # Where the site's Prometheus listens (its --web.listen-address): its self-scrape target.
@@ -176,12 +190,12 @@ class MeshSchedule(_Strict):
     budget: PositiveDuration = 600.0  # a test's slot when it has no budget, no measured duration, no rate
     headroom: Annotated[float, Field(ge=1.0, le=100.0)] = 1.5  # slot = typical duration x headroom
     # Recent durations (written by `mesh durations` from the journals), the same file at every site.
-    durations: Path | None = None
+    durations: LocalPath | None = None
 
 
 class MeshLabConfig(_Strict):
     name: Annotated[str, AfterValidator(_check_mesh_lab_name)] = "bbmesh"
-    state_dir: Path = Path("/var/lib/bigbinf/mesh-lab")
+    state_dir: PlainPath = Path("/var/lib/bigbinf/mesh-lab")
     subnet: Annotated[str, AfterValidator(_check_subnet)] = "198.19.0.0/24"
 
 
@@ -190,6 +204,9 @@ def _check_remote_write_headers(value: dict[str, str]) -> dict[str, str]:
     reserved = {"authorization", "host", "content-encoding", "content-type", "user-agent", "connection", "keep-alive"}
     reserved |= {"proxy-authenticate", "proxy-authorization", "www-authenticate", "retry-after"}
     reserved |= {"x-prometheus-remote-write-version"}
+    for name, text in value.items():
+        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or _CONTROL_CHARS.search(text):
+            raise ValueError(f"{name!r}: a header name is a token and its value has no control characters")
     bad = [k for k in value if k.lower() in reserved]
     if bad:
         raise ValueError(f"Prometheus sets {', '.join(bad)} itself; use remote_write_basic_auth for credentials")
@@ -199,16 +216,16 @@ def _check_remote_write_headers(value: dict[str, str]) -> dict[str, str]:
 class MeshBasicAuth(_Strict):
     """remote_write basic auth: the password only by file (on each site's host), never inline."""
 
-    username: Annotated[str, Field(min_length=1)]
-    password_file: Path
+    username: Annotated[str, Field(min_length=1), AfterValidator(_check_no_control)]
+    password_file: LocalPath
 
 
 class MeshTLS(_Strict):
     """remote_write TLS, as Prometheus's tls_config: files on each site's host."""
 
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
+    ca_file: LocalPath | None = None
+    cert_file: LocalPath | None = None
+    key_file: LocalPath | None = None
     insecure_skip_verify: bool = False
 
 

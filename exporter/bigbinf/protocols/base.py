@@ -8,6 +8,7 @@ of which may contain {placeholders} filled from the transfer's context.
 from __future__ import annotations
 
 import dataclasses
+import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,26 @@ def check_template_element(element: str) -> str:
     return element
 
 
+# A value every consumer reads as one word and never as an option: an argv element, a
+# remote shell (shlex.quote leaves it as it is), lftp's, sftp's and bbftp's command
+# languages, the command strings rsync -e and bbftp -L split on white space, a URL.  Or
+# an IPv6 literal in brackets (a URL's or scp's host).
+_WORD = re.compile(r"([A-Za-z0-9_@%+=:,./][A-Za-z0-9_@%+=:,./-]*)?")
+_BRACKETED = re.compile(r"\[[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]")
+
+
 def render(template: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """The argv of `template` with its placeholders filled in.  Every value placed must be
+    one plain word (config.py validates each setting so; this is the last guard, for a
+    value that did not come through it): TemplateError names the placeholder otherwise."""
+    for element in template:
+        for name in placeholders_in(element):
+            value = values.get(name, "")
+            if not _WORD.fullmatch(value) and not _BRACKETED.fullmatch(value):
+                raise TemplateError(
+                    f"{{{name}}} would be {value!r}, which a shell or the tool could read as more than one word "
+                    "or as an option; only letters, digits and _ @ % + = : , . / - (not first) are placed"
+                )
     return [element.format_map(values) for element in template]
 
 
@@ -140,10 +160,12 @@ def needs(*servers: str) -> Callable[[Any], tuple[str, ...]]:
     return lambda options: servers
 
 
-def option(default: Any, help_: str) -> Any:
+def option(default: Any, help_: str, pattern: str | None = None, expect: str = "") -> Any:
     """A field of a module's options dataclass: its default and what it means (the
-    help is quoted by config errors and docs/protocols.md)."""
-    return field(default=default, metadata={"help": help_})
+    help is quoted by config errors and docs/protocols.md).  A text option gives the
+    `pattern` its whole value must match (it is placed in the tool's argv) and says what
+    it `expect`s when it does not."""
+    return field(default=default, metadata={"help": help_, "pattern": pattern, "expect": expect})
 
 
 def _nothing(options: object) -> tuple[str, ...]:
@@ -190,12 +212,27 @@ class Profile(Generic[OptionsT]):
     # too): a transfer to an IPv6 address fails before it runs, saying this (and
     # --config.check refuses an IPv6 address given for such a pairing).
     ipv4_only: Callable[[OptionsT], str] = _any_ip_version
+    # Whether the command (and its cleanup) gets the remote's password in its environment,
+    # under the name the remote's password_env gives (rsync daemons read RSYNC_PASSWORD);
+    # False for a module that writes the password into a file its tool reads (FTP).
+    password_in_env: bool = True
+    # Files the runner writes into the transfer's directory that hold the password:
+    # removed after the transfer and its cleanup, even when transfer.keep_files keeps the rest.
+    secret_files: tuple[str, ...] = ()
 
     @property
     def option_fields(self) -> dict[str, tuple[type, Any, str]]:
         """Option name -> (type, default, help), in declaration order."""
         hints = get_type_hints(self.options_type)
         return {f.name: (hints[f.name], f.default, f.metadata["help"]) for f in dataclasses.fields(self.options_type)}
+
+    @property
+    def option_patterns(self) -> dict[str, str | None]:
+        return {f.name: f.metadata.get("pattern") for f in dataclasses.fields(self.options_type)}
+
+    @property
+    def option_expectations(self) -> dict[str, str]:
+        return {f.name: f.metadata.get("expect", "") for f in dataclasses.fields(self.options_type)}
 
     def option_values(self, given: Mapping[str, Any]) -> OptionsT:
         """The module's options from a config's mapping (already checked): defaults filled in."""
@@ -216,4 +253,11 @@ class Profile(Generic[OptionsT]):
                 problems.append((name, f"expected {kind.__name__} ({help_}), got {value!r}"))
             elif kind is int and isinstance(value, int) and value < 1:
                 problems.append((name, f"must be >= 1 ({help_})"))
+            elif (
+                isinstance(value, str)
+                and (pattern := self.option_patterns.get(name))
+                and not re.fullmatch(pattern, value)
+            ):
+                expect = self.option_expectations.get(name) or "not a value this option takes"
+                problems.append((name, f"{value!r} {expect} ({help_})"))
         return problems

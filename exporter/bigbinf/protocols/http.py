@@ -11,13 +11,13 @@ def commands(options: NoOptions) -> Commands:
     url = "http://{url_host}/{remote_name}"
     curl = ["{binary}", "-sS", "--fail"]
     return {
-        ("download", "file"): [*curl, "-o", "{local_path}", url],
-        ("upload", "file"): [*curl, "-T", "{local_path}", url],
+        ("download", "file"): [*curl, "-o", "{local_path}", "--", url],
+        ("upload", "file"): [*curl, "-T", "{local_path}", "--", url],
     }
 
 
 # WebDAV DELETE; the server must allow it where it allows PUT.
-CLEANUP = {"file": ["curl", "-sS", "--fail", "-X", "DELETE", "http://{url_host}/{remote_name}"]}
+CLEANUP = {"file": ["curl", "-sS", "--fail", "-X", "DELETE", "--", "http://{url_host}/{remote_name}"]}
 
 PROFILE = Profile(
     name="http",

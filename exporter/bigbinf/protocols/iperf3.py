@@ -16,7 +16,12 @@ from bigbinf.protocols.base import Commands, Expectation, Profile, RunContext, R
 
 @dataclass(frozen=True)
 class Iperf3Options:
-    congestion: str = option("", "TCP congestion control for the test socket (-C)")
+    congestion: str = option(
+        "",
+        "TCP congestion control for the test socket (-C)",
+        pattern=r"([a-z][a-z0-9_]{0,14})?",
+        expect="is not a congestion control name; write e.g. cubic, bbr, reno",
+    )
     port: int = option(5201, "the iperf3 server's port")
     streams: int = option(1, "parallel TCP streams (-P)")
 

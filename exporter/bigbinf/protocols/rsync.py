@@ -12,11 +12,11 @@ RSH = SSH_COMMAND_LINE
 
 def _commands(remote: str, extra: list[str]) -> Commands:
     base = ["{binary}", "-a", "--whole-file", *extra]
-    return {
-        ("download", "file"): [*base, remote, "{local_path}"],
-        ("download", "tree"): [*base, remote + "/", "{local_path}/"],
-        ("upload", "file"): [*base, "{local_path}", remote],
-        ("upload", "tree"): [*base, "{local_path}/", remote + "/"],
+    return {  # "--": no operand is ever read as an option
+        ("download", "file"): [*base, "--", remote, "{local_path}"],
+        ("download", "tree"): [*base, "--", remote + "/", "{local_path}/"],
+        ("upload", "file"): [*base, "--", "{local_path}", remote],
+        ("upload", "tree"): [*base, "--", "{local_path}/", remote + "/"],
     }
 
 

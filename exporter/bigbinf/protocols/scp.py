@@ -33,19 +33,18 @@ SSH_COMMAND_LINE = " ".join(SSH_COMMAND)
 
 # Removes an upload, file or directory, through the remote's shell; upload paths are
 # checked at config load to hold no character a shell would interpret.
-# (ssh's own host argument: an IPv6 address bare, unlike scp's host:path.)
-SSH_CLEANUP = [*SSH_COMMAND, "{user}@{host}", "rm", "-rf", "--", "{remote_path}"]
+SSH_CLEANUP = [*SSH_COMMAND, "--", "{user}@{host}", "rm", "-rf", "--", "{remote_path}"]
 SSH_CLEANUPS = {"file": SSH_CLEANUP, "tree": SSH_CLEANUP}
 
 
 def commands(options: NoOptions) -> Commands:
     base = ["{binary}", "-B", *SSH_OPTS, "-P", "{port}"]
     remote = "{user}@{url_host}:{remote_path}"
-    return {
-        ("download", "file"): [*base, remote, "{local_path}"],
-        ("download", "tree"): [*base, "-r", remote, "{local_dir}"],
-        ("upload", "file"): [*base, "{local_path}", remote],
-        ("upload", "tree"): [*base, "-r", "{local_path}", remote],
+    return {  # "--": no operand is ever read as an option
+        ("download", "file"): [*base, "--", remote, "{local_path}"],
+        ("download", "tree"): [*base, "-r", "--", remote, "{local_dir}"],
+        ("upload", "file"): [*base, "--", "{local_path}", remote],
+        ("upload", "tree"): [*base, "-r", "--", "{local_path}", remote],
     }
 
 

@@ -11,8 +11,15 @@ BATCH = "sftp.batch"
 
 def commands(options: NoOptions) -> Commands:
     # No -q: it hides ssh's diagnostics (scp.SSH_OPTS says why).
-    argv = ["{binary}", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "{user}@{url_host}"]
+    argv = ["{binary}", "-b", "{local_dir}/" + BATCH, *SSH_OPTS, "-P", "{port}", "--", "{user}@{url_host}"]
     return {(d, k): argv for d in ("download", "upload") for k in ("file", "tree")}
+
+
+def sftp_quote(value: str) -> str:
+    """`value` as one argument of sftp's batch language (double quotes, `\\` and `"` escaped)."""
+    if any(ord(c) < 32 or c == "\x7f" for c in value):
+        raise ValueError(f"{value!r}: a control character cannot be quoted for sftp")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _batch(ctx: RunContext[NoOptions]) -> str:
@@ -20,8 +27,8 @@ def _batch(ctx: RunContext[NoOptions]) -> str:
     recursive = "-r " if ctx.kind == "tree" else ""
     if ctx.direction == "download":
         target = v["local_dir"] if ctx.kind == "tree" else v["local_path"]
-        return f'get {recursive}"{v["remote_path"]}" "{target}"\n'
-    return f'put {recursive}"{v["local_path"]}" "{v["remote_path"]}"\n'
+        return f"get {recursive}{sftp_quote(v['remote_path'])} {sftp_quote(target)}\n"
+    return f"put {recursive}{sftp_quote(v['local_path'])} {sftp_quote(v['remote_path'])}\n"
 
 
 def run(ctx: RunContext[NoOptions]) -> RunOutcome:

@@ -143,6 +143,8 @@ class ExporterState:
         self.schedule_interval: dict[SeriesKey, float] = {}
         self.rounds_total = 0
         self.rounds_skipped = 0
+        # The HTTP server's refused connections by reason (service/httpd.py REASONS).
+        self.http_rejected: dict[str, int] = {}
         self.round_duration = Histogram(M.DURATION_BUCKETS)
         self.last_round_end: float | None = None
         self.config_ok = False
@@ -330,6 +332,11 @@ class ExporterState:
             if ok:
                 self.config_ok_timestamp = when if when is not None else time.time()
 
+    def record_http_rejections(self, counts: Mapping[str, int]) -> None:
+        """The HTTP server's running totals (it calls this every few seconds when they change)."""
+        with self._changing():
+            self.http_rejected = dict(counts)
+
     def record_journal_failure(self) -> None:
         with self._changing():
             self.journal_failures += 1
@@ -360,6 +367,7 @@ class ExporterState:
             clone.config_ok_timestamp = self.config_ok_timestamp
             clone.journal_failures = self.journal_failures
             clone.undo_pending = dict(self.undo_pending)
+            clone.http_rejected = dict(self.http_rejected)
             clone.paths = dict(self.paths)
             clone.sweeps = dict(self.sweeps)
             clone.slot_overruns = dict(self.slot_overruns)
@@ -535,4 +543,10 @@ class BigbinfCollector(Collector):
         for kind in sorted(s.undo_pending):
             pending.add_metric([kind], s.undo_pending[kind])
         yield pending
+        rejected = CounterMetricFamily(
+            M.HTTP_REJECTED_TOTAL.name.removesuffix("_total"), M.HTTP_REJECTED_TOTAL.help, labels=["reason"]
+        )
+        for reason, n in sorted(s.http_rejected.items()):
+            rejected.add_metric([reason], n)
+        yield rejected
         yield gauge(M.BUILD_INFO, 1.0, [__version__])

@@ -288,6 +288,10 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     for kind in sorted(s.undo_pending):
         r.sample(pending, M.UNDO_PENDING.name, [("kind", kind)], s.undo_pending[kind])
     r.family(M.UNDO_PENDING, "gauge", pending)
+    rejected = _Lines()
+    for reason, n in sorted(s.http_rejected.items()):
+        r.sample(rejected, M.HTTP_REJECTED_TOTAL.name, [("reason", reason)], n)
+    r.family(M.HTTP_REJECTED_TOTAL, "counter", rejected)
     single(M.BUILD_INFO, "gauge", 1.0, [("version", __version__)])
 
     # Tuning sweeps: the best setting and its gain per sweep and dataset.

@@ -152,18 +152,35 @@ class BasicAuth:
     def enabled(self) -> bool:
         return bool(self.users)
 
-    def check(self, user: str, password: str) -> bool:
+    def _digest(self, user: str, password: str) -> tuple[bytes | None, bytes]:
         hashed = self.users.get(user)
         digest = hmac.new(
             self._key, b"\0".join((user.encode(), hashed or b"", password.encode())), hashlib.sha256
         ).digest()
-        if hashed is not None:
-            with self._lock:
-                if digest in self._ok:
-                    self._ok.move_to_end(digest)
-                    return True
+        return hashed, digest
+
+    def remembered(self, user: str, password: str) -> bool:
+        """Whether these credentials succeeded before (an HMAC: microseconds, no bcrypt)."""
+        hashed, digest = self._digest(user, password)
+        if hashed is None:
+            return False
+        with self._lock:
+            if digest in self._ok:
+                self._ok.move_to_end(digest)
+                return True
+        return False
+
+    def check(self, user: str, password: str) -> bool:
+        """remembered(), else a full bcrypt (for an unknown user too, at the dearest
+        configured cost); a success is remembered."""
+        if self.remembered(user, password):
+            return True
+        hashed, digest = self._digest(user, password)
+        secret = password.encode()
         try:
-            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+            # bcrypt reads 72 bytes: a longer password would match its own prefix (bcrypt
+            # 4 truncated silently, 5 refuses); refused here whichever is installed.
+            ok = bcrypt.checkpw(secret[:72], hashed or self._dummy) and hashed is not None and len(secret) <= 72
         except ValueError:
             ok = False
         if ok:

@@ -268,6 +268,9 @@ def _start_worker(log_level: int) -> None:
     """The worker's initializer: log like the exporter, leave Ctrl-C to the exporter
     (which stops the worker itself), exit with the exporter, and find numba's cache."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s (analyser worker): %(message)s")
+    # --log.level debug is for bigbinf's own lines: numba's debug output (every IR node of
+    # a compilation) slowed a first compilation past the analysis deadline on a busy host.
+    logging.getLogger("numba").setLevel(max(log_level, logging.INFO))
     # A Ctrl-C reaches the whole foreground process group; the exporter then shuts the
     # worker down, and a worker killed by it mid-analysis would break the pool instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

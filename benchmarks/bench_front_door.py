@@ -1,0 +1,265 @@
+"""The exporter's HTTP server under connections that tie it up, side by side with
+node_exporter (issue 24).
+
+Usage:
+    .venv/bin/python benchmarks/bench_front_door.py
+    .venv/bin/python benchmarks/bench_front_door.py --idle 2000 --slowloris 300 --stuck 50 --scrapes 50
+    .venv/bin/python benchmarks/bench_front_door.py --before /tmp/old/exporter   # also an older bigbinf
+
+For each server (bigbinf, node_exporter with --no-collector.systemd, and with --before
+the bigbinf whose package is under that directory) and each mode (plain HTTP; TLS +
+basic auth, the same web config file for all), one run:
+
+1. the server starts (its own process; bigbinf with a configuration that runs nothing);
+2. the attacker (tests/support/attack.py, its own process) opens `--idle` connections
+   that never send a byte, `--slowloris` that send a request head a line a second and
+   never finish it (over TLS: after a completed handshake), and `--stuck` that send the
+   first bytes of a TLS ClientHello and nothing more, and opens each again as soon as the
+   server closes it;
+3. after `--settle` seconds, `--scrapes` scrapes one after another (a new connection each,
+   as a scraper that lost its kept-alive connection makes; 10 s timeout, Prometheus'
+   default scrape timeout; TLS verified and basic auth in TLS mode), 0.1 s apart;
+4. while they run the server's RSS is sampled every 0.1 s (/proc/PID/status VmRSS).
+
+Prints, per server and mode: scrapes ok of N, p50 and p99 of the successful scrapes
+(request to last byte), the peak RSS, and the attack as it stood (connections held,
+and how often the server closed one).  The process's fd limit is raised to its hard
+limit (the attacker's too); the servers raise their own (Go does so itself, bigbinf too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import bcrypt
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
+PASSWORD = "bench-password"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_files(tmp: Path) -> dict[str, Path]:
+    cert, key = tmp / "server.crt", tmp / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    web = tmp / "web.yml"
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
+    web.write_text(
+        yaml.safe_dump(
+            {
+                "tls_server_config": {"cert_file": str(cert), "key_file": str(key)},
+                "basic_auth_users": {"prometheus": hashed},
+            }
+        )
+    )
+    config = tmp / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "remotes": {"site": {"address": "198.18.9.2", "data_dir": "/data", "probe": {"enabled": False}}},
+                "datasets": {"a": {"file": "a.bin", "size": "1MiB"}},
+                "protocols": {"http": {}},
+                "schedule": {"interval": "24h"},
+                "journal": {"path": str(tmp / "journal.jsonl")},
+            }
+        )
+    )
+    return {"cert": cert, "web": web, "config": config}
+
+
+class Server:
+    def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str], log: Path) -> None:
+        self.name, self.argv, self.port, self.env, self.log = name, argv, port, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Server:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env, cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not listen on {self.port}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def rss(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+
+def scrape(port: int, tls: ssl.SSLContext | None) -> float | None:
+    """Seconds from connect to the last byte of a 200 with an exposition; None if not."""
+    start = time.monotonic()
+    headers = {"Accept-Encoding": "gzip"}
+    if tls is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=10)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200 or len(body) < 100:
+            return None
+        return time.monotonic() - start
+    except (OSError, http.client.HTTPException, ssl.SSLError):
+        return None
+    finally:
+        conn.close()
+
+
+def run_one(server: Server, tls: ssl.SSLContext | None, args: argparse.Namespace) -> dict[str, object]:
+    attack_argv = [
+        sys.executable, "-m", "tests.support.attack", "--port", str(server.port),
+        "--idle", str(args.idle), "--slowloris", str(args.slowloris), "--stuck", str(args.stuck),
+        *(["--tls"] if tls is not None else []),
+    ]  # fmt: skip
+    attacker = subprocess.Popen(attack_argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    last: dict[str, object] = {}
+
+    def follow() -> None:
+        assert attacker.stdout is not None
+        for line in attacker.stdout:
+            last.update(json.loads(line))
+
+    threading.Thread(target=follow, daemon=True).start()
+    peak = 0
+    try:
+        time.sleep(args.settle)
+        held_before = dict(last.get("open", {}))  # type: ignore[arg-type]
+        times: list[float | None] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.wait(0.1):
+                peak = max(peak, server.rss())
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for _ in range(args.scrapes):
+            times.append(scrape(server.port, tls))
+            time.sleep(0.1)
+        stop.set()
+        sampler.join()
+        held_after = dict(last.get("open", {}))  # type: ignore[arg-type]
+    finally:
+        attacker.send_signal(signal.SIGINT)
+        try:
+            attacker.wait(20)
+        except subprocess.TimeoutExpired:
+            attacker.kill()
+            attacker.wait()
+    ok = sorted(t for t in times if t is not None)
+    return {
+        "ok": len(ok),
+        "of": len(times),
+        "p50": statistics.median(ok) if ok else None,
+        "p99": ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else None,
+        "rss": peak,
+        "held": held_before,
+        "held_after": held_after,
+        "closed": last.get("closed"),
+        "failed": last.get("failed"),
+    }
+
+
+def ms(value: object) -> str:
+    return f"{float(value) * 1000:.0f} ms" if isinstance(value, float) else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--idle", type=int, default=2000)
+    parser.add_argument("--slowloris", type=int, default=300)
+    parser.add_argument("--stuck", type=int, default=50)
+    parser.add_argument("--scrapes", type=int, default=50)
+    parser.add_argument("--settle", type=float, default=15.0, help="seconds of attack before the scrapes")
+    parser.add_argument("--servers", default="bigbinf,node_exporter")
+    parser.add_argument("--modes", default="plain,tls")
+    parser.add_argument("--before", type=Path, help="an older bigbinf's source root (its exporter/ directory)")
+    args = parser.parse_args()
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    servers = args.servers.split(",") + (["bigbinf-before"] if args.before else [])
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-front-door-") as tmpdir:
+        tmp = Path(tmpdir)
+        files = write_files(tmp)
+        client_tls = ssl.create_default_context(cafile=str(files["cert"]))
+        for mode in args.modes.split(","):
+            for name in servers:
+                port = free_port()
+                web = ["--web.config.file", str(files["web"])] if mode == "tls" else []
+                env = dict(os.environ)
+                if name == "node_exporter":
+                    argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--no-collector.systemd", *web]
+                else:
+                    argv = [sys.executable, "-m", "bigbinf", "--config.file", str(files["config"]),
+                            "--web.listen-address", f"127.0.0.1:{port}", *web]  # fmt: skip
+                    if name == "bigbinf-before":
+                        env["PYTHONPATH"] = str(args.before)
+                with Server(name, argv, port, env, tmp / f"{name}-{mode}.log") as server:
+                    result = run_one(server, client_tls if mode == "tls" else None, args)
+                rows.append((name, mode, result))
+                print(name, mode, json.dumps(result), flush=True)
+    print()
+    print(f"attack: {args.idle} idle + {args.slowloris} slowloris + {args.stuck} stuck mid-handshake; "
+          f"{args.scrapes} scrapes, a new connection each")  # fmt: skip
+    print("| server | mode | scrapes ok | p50 | p99 | peak RSS | attack connections held (idle/slowloris/stuck) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for name, mode, r in rows:
+        held = r["held"] if isinstance(r["held"], dict) else {}
+        print(
+            f"| {name} | {'TLS + basic auth' if mode == 'tls' else 'plain'} | {r['ok']}/{r['of']} | {ms(r['p50'])} "
+            f"| {ms(r['p99'])} | {int(r['rss']) / 2**20:.0f} MB "  # type: ignore[call-overload]
+            f"| {held.get('idle', 0)}/{held.get('slowloris', 0)}/{held.get('stuck', 0)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

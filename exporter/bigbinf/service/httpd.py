@@ -1,0 +1,657 @@
+"""The HTTP front door: one event loop holds every connection; a table of routes says
+what is served.
+
+Why this shape (docs/architecture.md): a thread per connection let 256 idle clients shut
+Prometheus out (issue 24).  Here one asyncio loop in one thread holds every connection
+as a few kilobytes of state, HTTP/1.1 is parsed by h11 (python-hyper's state machine,
+also under uvicorn and httpx), and TLS runs through the standard `ssl` module's memory
+BIOs, so that this module decides every deadline and every byte it buffers:
+
+* a TLS handshake must end within HANDSHAKE_SECONDS of the accept, a request's head
+  within HEAD_SECONDS (of the handshake's end, or of the first byte of a kept-alive
+  connection's next request), its body within BODY_SECONDS, and the response must be
+  taken by the client within WRITE_SECONDS; a kept-alive connection may wait IDLE_SECONDS
+  for its next request;
+* a connection buffers at most one read (READ_BYTES), a request head of MAX_HEAD_BYTES
+  (431 beyond), a body of its route's `max_body` (413 beyond), and a response is written
+  in WRITE_CHUNK pieces as the client takes them;
+* at most `capacity` connections are open (from the file descriptor limit, raised to
+  its hard limit at start as Go programs do); at capacity a new connection closes the
+  connection that has waited longest for its client (a handshake, a head, an idle
+  kept-alive connection), never one whose request is being answered;
+* HTTP/0.9, a malformed request line, a negative, non-numeric or conflicting
+  Content-Length, Content-Length with Transfer-Encoding, and obsolete line folding get
+  400, an HTTP version other than 1.x 505;
+* nothing is logged per connection: every refusal is counted by reason
+  (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
+  log line per SUMMARY_SECONDS; and no response carries a `Server` header.
+
+Every route is behind the same authentication (basic auth, when the web config has
+users); pages are rendered elsewhere (service/routes.py) and only registered here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import http
+import logging
+import random
+import re
+import resource
+import socket
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import h11
+
+from bigbinf.service.webconfig import WebConfig, peer_sans
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_SECONDS = 10.0
+HEAD_SECONDS = 10.0
+BODY_SECONDS = 10.0
+# Each connection's handshake and head deadlines are drawn up to this fraction later, so
+# that connections opened together (an attacker's) are not closed together: a thousand
+# closes and reconnections in one turn of the loop would hold up a scrape.
+DEADLINE_SPREAD = 0.5
+WRITE_SECONDS = 60.0
+IDLE_SECONDS = 60.0
+READ_BYTES = 16 * 1024
+MAX_HEAD_BYTES = 16 * 1024
+WRITE_CHUNK = 64 * 1024
+# Descriptors kept for everything else the exporter opens (transfers, captures, journals).
+FD_RESERVE = 256
+BACKLOG = 4096  # the kernel caps it at net.core.somaxconn (4096 on Debian 12)
+MAX_CAPACITY = 16384  # whatever the fd limit: bounds the memory all connections can hold
+SUMMARY_SECONDS = 60.0  # at most one log line about refused connections per this
+FLUSH_SECONDS = 2.0  # the counter reaches /metrics this often (never per connection)
+AUTH_THREADS = 2  # bcrypt checks that missed the cache (the rest never wait for one)
+
+# Why a connection was closed without its request being served (a bounded label set).
+REASONS = (
+    "capacity",  # closed to make room for a new connection (it had waited longest)
+    "tls_handshake_timeout",
+    "tls_error",  # a failed handshake (no or wrong client certificate, no common version)
+    "client_certificate",  # a verified certificate without one of client_allowed_sans
+    "http_to_https",  # plain HTTP to the TLS port
+    "request_timeout",  # the head or the body did not arrive in time
+    "bad_request",  # 400 (malformed) or 505
+    "too_large",  # 431 (head) or 413 (body)
+    "unauthorized",  # 401
+    "write_timeout",  # the client did not take the response in time
+)
+HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^\x00-\x20\x7f]+ HTTP/\d\.\d\r?")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # without the query
+    query: str
+    headers: Mapping[str, str]  # lower-case names; repeated headers joined with ", "
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes | Sequence[bytes] = b""  # chunks: /metrics sends the exposition's own
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False  # close the connection after it (refusals: no body is read)
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One path: the methods it answers (GET implies HEAD), its handler, and what must
+    hold before its body is read.
+
+    `blocking` handlers (a reload reads files) run in a worker thread, the rest in the
+    loop: they must only read state that is ready (the cached exposition).  `precheck`
+    may refuse the request before its body is read (a disabled lifecycle API)."""
+
+    path: str
+    methods: tuple[str, ...]
+    handler: Handler
+    blocking: bool = False
+    max_body: int = 0
+    precheck: Callable[[], Response | None] | None = None
+
+    def allows(self, method: str) -> bool:
+        return method in self.methods or (method == "HEAD" and "GET" in self.methods)
+
+
+class _Refused(Exception):
+    """Ends a connection, counted under `reason`, after sending `answer` (if any)."""
+
+    def __init__(self, reason: str, answer: bytes = b"") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.answer = answer
+
+
+class _Channel(Protocol):
+    async def recv(self) -> bytes: ...
+
+    async def send(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Plain:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes = b"") -> None:
+        self.reader, self.writer, self._first = reader, writer, first
+
+    async def recv(self) -> bytes:
+        if self._first:
+            data, self._first = self._first, b""
+            return data
+        return await self.reader.read(READ_BYTES)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()  # waits while the client has not taken the last piece
+
+    def close(self) -> None:
+        self.writer.transport.abort()  # at once, whatever is still buffered
+
+    async def finish(self, seconds: float) -> None:
+        """Close once what is buffered has gone out (at most `seconds`, then at once)."""
+        self.writer.close()
+        try:
+            async with asyncio.timeout(seconds):
+                await self.writer.wait_closed()
+        except (TimeoutError, OSError):
+            self.close()
+
+
+class _Tls:
+    """TLS over the connection's stream through memory BIOs: the handshake and every
+    record pass through here, so the deadlines above cover them."""
+
+    def __init__(self, plain: _Plain, context: ssl.SSLContext) -> None:
+        self.plain = plain
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+
+    async def _flush(self) -> None:
+        data = self.outgoing.read()
+        if data:
+            await self.plain.send(data)
+
+    async def _fill(self) -> None:
+        data = await self.plain.recv()
+        if not data:
+            raise ConnectionResetError("closed during TLS")
+        self.incoming.write(data)
+
+    async def handshake(self) -> None:
+        while True:
+            try:
+                self.tls.do_handshake()
+                await self._flush()
+                return
+            except ssl.SSLWantReadError:
+                await self._flush()
+                await self._fill()
+            except ssl.SSLError:
+                with contextlib.suppress(OSError):
+                    await self._flush()  # the alert tells the client why
+                raise
+
+    async def recv(self) -> bytes:
+        while True:
+            try:
+                return self.tls.read(READ_BYTES)
+            except ssl.SSLWantReadError:
+                await self._flush()  # TLS 1.3 session tickets, key updates
+                try:
+                    await self._fill()
+                except ConnectionResetError:
+                    return b""
+            except ssl.SSLZeroReturnError:
+                return b""
+
+    async def send(self, data: bytes) -> None:
+        self.tls.write(data)
+        await self._flush()
+
+    def close(self) -> None:
+        self.plain.close()
+
+
+def _spread(seconds: float) -> float:
+    return seconds * (1 + DEADLINE_SPREAD * random.random())
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (as Go's runtime
+    does for node_exporter); returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
+def capacity_for(fd_limit: int) -> int:
+    return max(64, min(fd_limit - FD_RESERVE, MAX_CAPACITY))
+
+
+@dataclass(eq=False)  # hashed by identity: kept in sets and the waiting order
+class _Conn:
+    """A connection's place in the waiting order (for eviction at capacity)."""
+
+    task: asyncio.Task[None] | None = None
+    channel: _Channel | None = None
+    evicted: bool = False
+    peer: str = field(default="", repr=False)
+
+
+class HttpServer:
+    """Listens on one address and serves `routes` with the web config `web()` returns
+    when a connection is accepted (a reload changes it for the connections after)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        routes: Iterable[Route],
+        web: Callable[[], WebConfig],
+        on_rejections: Callable[[Mapping[str, int]], None] = lambda counts: None,
+    ) -> None:
+        self.routes = {route.path: route for route in routes}
+        self.web = web
+        self.on_rejections = on_rejections
+        self.capacity = capacity_for(raise_fd_limit())
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # Bound here, in the caller's thread: a busy port is the caller's error to report.
+        self.sock = socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=False)
+        self.sock.setblocking(False)
+        self.rejected: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self._reported = dict(self.rejected)  # what on_rejections last got
+        self._summarised = dict(self.rejected)  # what the last summary line covered
+        self._waiting: OrderedDict[_Conn, None] = OrderedDict()  # waiting for the client, oldest first
+        self._open: set[_Conn] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._tick_task: asyncio.Task[None] | None = None
+        self._auth_pool = ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="http-auth")
+
+    @property
+    def port(self) -> int:
+        return int(self.sock.getsockname()[1])
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="http", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _serve(self) -> None:
+        # backlog: asyncio listens again with it (its default, 100, would drop SYNs in a
+        # burst of reconnections: a scraper's connect would wait a second for its retry).
+        self._server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_BYTES, backlog=BACKLOG)
+        self._tick_task = asyncio.get_running_loop().create_task(self._tick())
+        self.on_rejections(dict(self.rejected))  # every reason at 0 from the start
+        self._ready.set()
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            self.sock.close()
+            return
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+        self._auth_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._open):
+            if conn.channel is not None:
+                conn.channel.close()
+            if conn.task is not None:
+                conn.task.cancel()
+        self._flush_counts()
+
+    # ------------------------------------------------------------ counting
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+
+    def _flush_counts(self) -> None:
+        if self.rejected != self._reported:
+            self._reported = dict(self.rejected)
+            try:
+                self.on_rejections(self._reported)
+            except Exception:  # a bug in the metrics must not stop the server
+                log.exception("http: recording refused connections failed")
+
+    async def _tick(self) -> None:
+        last_summary = time.monotonic()
+        while True:
+            await asyncio.sleep(FLUSH_SECONDS)
+            self._flush_counts()
+            if time.monotonic() - last_summary >= SUMMARY_SECONDS:
+                last_summary = time.monotonic()
+                new = {r: self.rejected[r] - self._summarised[r] for r in REASONS}
+                if any(new.values()):
+                    self._summarised = dict(self.rejected)
+                    what = ", ".join(f"{n} {reason}" for reason, n in new.items() if n)
+                    log.warning(
+                        "http: %d connections refused in the last %.0f s (%s); %d open now, capacity %d "
+                        "(bigbinf_http_connections_rejected_total)",
+                        sum(new.values()),
+                        SUMMARY_SECONDS,
+                        what,
+                        len(self._open),
+                        self.capacity,
+                    )
+
+    # ------------------------------------------------------------ connections
+
+    def _wait_for_client(self, conn: _Conn) -> None:
+        self._waiting[conn] = None
+        self._waiting.move_to_end(conn)
+
+    def _busy(self, conn: _Conn) -> None:
+        self._waiting.pop(conn, None)
+
+    def _make_room(self) -> None:
+        while len(self._open) >= self.capacity and self._waiting:
+            oldest, _ = self._waiting.popitem(last=False)
+            oldest.evicted = True
+            self._open.discard(oldest)  # gone now (its task ends later): one eviction per new connection
+            if oldest.channel is not None:
+                oldest.channel.close()
+            if oldest.task is not None:
+                oldest.task.cancel()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Conn(task=asyncio.current_task())
+        self._make_room()
+        if len(self._open) >= self.capacity:  # every connection is being answered: refuse this one
+            self._reject("capacity")
+            writer.transport.abort()
+            return
+        self._open.add(conn)
+        self._wait_for_client(conn)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # Responses go out in pieces: a small last one must not wait for a delayed ACK.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        plain = _Plain(reader, writer)
+        conn.channel = plain
+        linger = 0.0  # how long the close may wait for a last answer to go out
+        try:
+            web = self.web()  # the one in force when the connection came
+            channel: _Channel = plain
+            if web.ssl_context is not None:
+                channel = await self._open_tls(conn, plain, web)
+            await self._serve_requests(conn, channel, web)
+            linger = WRITE_SECONDS
+        except _Refused as refused:
+            self._reject(refused.reason)
+            if refused.answer:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1):
+                        await (conn.channel or plain).send(refused.answer)
+                        linger = 1.0
+        except asyncio.CancelledError:
+            if conn.evicted:
+                self._reject("capacity")
+        except (OSError, ssl.SSLError, EOFError):
+            pass  # the client went away
+        except Exception:
+            log.exception("http: serving a connection failed")
+        finally:
+            self._waiting.pop(conn, None)
+            if linger and not conn.evicted:
+                with contextlib.suppress(BaseException):
+                    await plain.finish(linger)
+            plain.close()
+            self._open.discard(conn)
+
+    async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig) -> _Channel:
+        assert web.ssl_context is not None
+        try:
+            async with asyncio.timeout(_spread(HANDSHAKE_SECONDS)):
+                first = await plain.recv()
+                if not first:
+                    raise EOFError
+                if first[:1] != b"\x16" and first[:1].isalpha():
+                    raise _Refused("http_to_https", HTTP_TO_HTTPS)  # as Go's net/http answers
+                plain._first = first
+                tls = _Tls(plain, web.ssl_context)
+                await tls.handshake()
+        except TimeoutError:
+            raise _Refused("tls_handshake_timeout") from None
+        except ssl.SSLError:
+            raise _Refused("tls_error") from None
+        if web.allowed_sans and not set(web.allowed_sans) & set(peer_sans(tls.tls.getpeercert())):
+            raise _Refused("client_certificate")
+        conn.channel = tls
+        return tls
+
+    # ------------------------------------------------------------ requests
+
+    async def _serve_requests(self, conn: _Conn, channel: _Channel, web: WebConfig) -> None:
+        parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        first = True
+        while True:
+            self._wait_for_client(conn)
+            request = await self._read_head(parser, channel, web, first)
+            if request is None:
+                return  # the client closed a kept-alive connection
+            self._busy(conn)
+            first = False
+            response = await self._answer(parser, channel, web, request)
+            await self._respond(parser, channel, web, request, response)
+            if response.close or parser.our_state is not h11.DONE or parser.their_state is not h11.DONE:
+                return
+            parser.start_next_cycle()
+
+    async def _read_head(
+        self, parser: h11.Connection, channel: _Channel, web: WebConfig, first: bool
+    ) -> h11.Request | None:
+        """The next request's head, within its deadline; None if the client closed first."""
+        # The head's bytes so far (a pipelined request's may be in h11's buffer already),
+        # for the checks h11 does not make.
+        seen = parser.trailing_data[0][: MAX_HEAD_BYTES + READ_BYTES]
+        deadline = None if not first else asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
+        idle = None if first else asyncio.get_running_loop().time() + IDLE_SECONDS
+        try:
+            while True:
+                try:
+                    event = parser.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise self._bad(web, exc.error_status_hint) from None
+                if isinstance(event, h11.Request):
+                    self._check_head(event, seen, web)
+                    return event
+                if isinstance(event, h11.ConnectionClosed) or parser.their_state is h11.CLOSED:
+                    return None
+                if event is not h11.NEED_DATA:
+                    raise self._bad(web, 400)
+                async with asyncio.timeout_at(deadline if deadline is not None else idle):
+                    data = await channel.recv()
+                if data and deadline is None:  # a kept-alive connection's next request begins
+                    deadline = asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
+                if len(seen) < MAX_HEAD_BYTES + READ_BYTES:
+                    seen += data
+                    line_end = seen.find(b"\n")
+                    if line_end >= 0 and not _REQUEST_LINE.fullmatch(seen[:line_end]):
+                        raise self._bad(web, 400)  # HTTP/0.9 or a malformed request line, at once
+                parser.receive_data(data)
+        except TimeoutError:
+            if deadline is None:
+                return None  # idle too long between requests: an ordinary close
+            raise _Refused("request_timeout") from None
+
+    def _check_head(self, event: h11.Request, seen: bytes, web: WebConfig) -> None:
+        if event.http_version not in (b"1.0", b"1.1"):
+            raise self._bad(web, 505)
+        names = [name for name, _ in event.headers]
+        if b"content-length" in names and b"transfer-encoding" in names:
+            raise self._bad(web, 400)  # a request smuggler's shape: refused, as Go refuses it
+        end = _HEAD_END.search(seen)
+        if end is None or end.start() > MAX_HEAD_BYTES:
+            raise self._bad(web, 431)  # h11 bounds only a head that is still incomplete
+        if re.search(rb"\n[ \t]", seen[: end.start()]):
+            raise self._bad(web, 400)  # obsolete line folding
+
+    def _bad(self, web: WebConfig, status: int) -> _Refused:
+        reason = "too_large" if status in (413, 431) else "bad_request"
+        return _Refused(reason, _raw_response(status, web))
+
+    async def _answer(self, parser: h11.Connection, channel: _Channel, web: WebConfig, event: h11.Request) -> Response:
+        method = event.method.decode("ascii", "replace")
+        target = event.target.decode("ascii", "replace")
+        path, _, query = target.partition("?")
+        headers: dict[str, str] = {}
+        for name, value in event.headers:
+            key = name.decode("ascii", "replace")
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        request = Request(method, path, query, headers)
+        if not await self._authorised(web, headers.get("authorization", "")):
+            self._reject("unauthorized")
+            return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", "Basic"),), close=True)
+        route = self.routes.get(path)
+        if route is None:
+            return Response(404, b"not found\n", close=True)
+        if not route.allows(method):
+            allowed = ", ".join([*route.methods, *(["HEAD"] if "GET" in route.methods else [])])
+            message = "Only POST requests allowed\n" if route.methods == ("POST",) else "method not allowed\n"
+            return Response(405, message.encode(), headers=(("Allow", allowed),), close=True)
+        if route.precheck is not None and (refusal := route.precheck()) is not None:
+            return refusal
+        declared = int(headers.get("content-length") or 0)  # h11 checked that it is a number
+        body = None if declared > route.max_body else await self._read_body(parser, channel, route.max_body)
+        if body is None:
+            self._reject("too_large")
+            return Response(413, b"request body too large\n", close=True)
+        request = Request(method, path, query, headers, body)
+        if route.blocking:
+            return await asyncio.to_thread(route.handler, request)
+        return route.handler(request)
+
+    async def _authorised(self, web: WebConfig, header: str) -> bool:
+        """Basic auth when basic_auth_users is set.  A remembered success is answered here;
+        anything else costs a bcrypt in the auth threads, never in the loop."""
+        auth = web.auth
+        if not auth.enabled:
+            return True
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        if not sep:
+            return False
+        if auth.remembered(user, password):
+            return True
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._auth_pool, auth.check, user, password)
+
+    async def _read_body(self, parser: h11.Connection, channel: _Channel, limit: int) -> bytes | None:
+        """The request's body, within its deadline; None once it is over `limit`."""
+        body = b""
+        try:
+            async with asyncio.timeout(BODY_SECONDS):
+                while True:
+                    event = parser.next_event()
+                    if isinstance(event, h11.EndOfMessage):
+                        return body
+                    if isinstance(event, h11.Data):
+                        body += event.data
+                        if len(body) > limit:
+                            return None
+                        continue
+                    if event is h11.NEED_DATA:
+                        parser.receive_data(await channel.recv())
+                        continue
+                    raise _Refused("bad_request")
+        except TimeoutError:
+            raise _Refused("request_timeout") from None
+        except h11.RemoteProtocolError as exc:
+            raise _Refused("bad_request", _raw_response(exc.error_status_hint, None)) from None
+
+    async def _respond(
+        self, parser: h11.Connection, channel: _Channel, web: WebConfig, request: h11.Request, response: Response
+    ) -> None:
+        chunks = [response.body] if isinstance(response.body, bytes) else list(response.body)
+        headers = [
+            ("Content-Type", response.content_type),
+            *web.headers,
+            *response.headers,
+            ("Content-Length", str(sum(len(c) for c in chunks))),
+        ]
+        if response.close:
+            headers.append(("Connection", "close"))
+        try:
+            async with asyncio.timeout(WRITE_SECONDS):
+                await channel.send(
+                    parser.send(h11.Response(status_code=response.status, headers=headers, reason=_reason(response)))
+                )
+                if request.method != b"HEAD":
+                    for chunk in chunks:
+                        for start in range(0, len(chunk), WRITE_CHUNK):
+                            await channel.send(parser.send(h11.Data(data=chunk[start : start + WRITE_CHUNK])) or b"")
+                await channel.send(parser.send(h11.EndOfMessage()) or b"")
+        except TimeoutError:
+            raise _Refused("write_timeout") from None
+
+
+def _reason(response: Response) -> bytes:
+    try:
+        return http.HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _raw_response(status: int, web: WebConfig | None) -> bytes:
+    """An error answer written by hand: after a protocol error h11 sends nothing more."""
+    phrase = _reason(Response(status)).decode()
+    body = f"{status} {phrase}\n".encode()
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (web.headers if web else ()))
+    return (
+        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n{extra}"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body

@@ -1,0 +1,125 @@
+"""service/httpd.py in this process, on loopback: strict parsing (answers as Go's
+net/http gives them: node_exporter's), no Server header, bounds, capacity and the
+refusal counter.  tests/e2e/test_web.py runs it in the exporter with TLS and Prometheus."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bigbinf.service import httpd
+from bigbinf.service.httpd import HttpServer, Response, Route
+from bigbinf.service.webconfig import WebConfig
+
+WEB = WebConfig(headers=(("X-Content-Type-Options", "nosniff"),))
+
+
+@pytest.fixture
+def server() -> Iterator[HttpServer]:
+    counts: list[dict[str, int]] = []
+    routes = [
+        Route("/metrics", ("GET",), lambda request: Response(200, [b"a" * 100_000, b"b"])),
+        Route("/-/reload", ("POST",), lambda request: Response(200, b"got %d\n" % len(request.body)), max_body=1000),
+    ]
+    srv = HttpServer("127.0.0.1", 0, routes, lambda: WEB, counts.append)
+    srv.start()
+    srv.counts = counts  # type: ignore[attr-defined]
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def ask(server: HttpServer, data: bytes, timeout: float = 30) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+@pytest.mark.parametrize(
+    ("request_", "status"),
+    [
+        (b"GET /metrics\r\n", b"400"),  # HTTP/0.9: answered at once, no head awaited
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", b"400"),
+        (b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: b\r\n folded\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n", b"505"),
+        (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n", b"431"),
+        (b"\x16\x03\x01\x02\x00", b"400"),  # TLS to the plain port
+        (b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", b"413"),  # before the body
+    ],
+)
+def test_malformed_requests_are_refused_with_the_status_go_gives(
+    server: HttpServer, request_: bytes, status: bytes
+) -> None:
+    answer = ask(server, request_)
+    assert answer.startswith(b"HTTP/1.1 " + status + b" "), answer[:100]
+    assert b"Connection: close" in answer and b"X-Content-Type-Options: nosniff" in answer
+    assert b"aaaa" not in answer
+
+
+def test_a_request_is_served_without_a_server_header_and_kept_alive(server: HttpServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        for _ in range(2):  # the same connection twice: kept alive
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"server:" not in head.lower()
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            body = b""
+            while len(body) < length:
+                body += s.recv(65536)
+            assert body == b"a" * 100_000 + b"b"
+    assert ask(
+        server, b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+    ).endswith(b"got 3\n")
+    assert ask(server, b"HEAD /metrics HTTP/1.0\r\n\r\n").endswith(b"\r\n\r\n")  # HEAD: no body
+
+
+def test_at_capacity_the_longest_waiting_connection_makes_room(
+    server: HttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle connections fill the server; each new one closes the oldest idle one, so a
+    scrape always gets in; every such close is counted, none is logged."""
+    server.capacity = 20
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(20)]
+    try:
+        time.sleep(0.5)
+        for _ in range(5):
+            assert ask(server, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+        idle += [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(10)]
+        assert ask(server, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+        for oldest in idle[:11]:  # closed by the server, oldest first, one per newcomer
+            oldest.settimeout(30)
+            assert oldest.recv(10) == b""
+        # The first scrape's room, nine of the ten newcomers' (the first fitted in the room
+        # the scrapes left), the last scrape's.
+        assert server.rejected["capacity"] == 11
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_request_head_has_a_deadline(server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httpd, "HEAD_SECONDS", 0.5)
+    monkeypatch.setattr(httpd, "FLUSH_SECONDS", 0.2)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+        start = time.monotonic()
+        assert s.recv(100) == b""  # closed by the server, nothing answered
+        assert time.monotonic() - start < 20
+    deadline = time.monotonic() + 30
+    while not any(c.get("request_timeout") for c in server.counts) and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.1)
+    assert server.counts[0] == dict.fromkeys(httpd.REASONS, 0)  # type: ignore[attr-defined]  # primed
+    assert server.counts[-1]["request_timeout"] == 1  # type: ignore[attr-defined]
