@@ -28,7 +28,8 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, path_samples
+from bigbinf.metrics import last_result_samples, path_samples, regression_samples
+from bigbinf.regression import Verdict
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
 
@@ -149,6 +150,8 @@ class ExporterState:
         self.slot_last_overrun: dict[SeriesKey, float] = {}
         self.slots_missed: dict[SeriesKey, int] = {}
         self.mesh_round: MeshRound | None = None
+        # The regression test's verdict of each tested series (bigbinf/regression.py).
+        self.regressions: dict[SeriesKey, Verdict] = {}
         # A mesh site: False while no round can be planned from the loaded mesh (shown as
         # bigbinf_config_last_reload_successful 0, with the load's own result).
         self._load_ok = False
@@ -261,6 +264,11 @@ class ExporterState:
         with self._changing():
             self.sweeps = {name: b for name, b in self.sweeps.items() if name in keep}
 
+    def record_regressions(self, verdicts: dict[SeriesKey, Verdict]) -> None:
+        """Every tested series' verdict, replacing the previous ones (q-values change for all)."""
+        with self._changing():
+            self.regressions = dict(verdicts)
+
     def record_round(self, duration: float, end: float) -> None:
         with self._changing():
             self.rounds_total += 1
@@ -324,6 +332,7 @@ class ExporterState:
             clone.slot_last_overrun = dict(self.slot_last_overrun)
             clone.slots_missed = dict(self.slots_missed)
             clone.mesh_round = self.mesh_round
+            clone.regressions = self.regressions
         return clone
 
 
@@ -348,7 +357,12 @@ class BigbinfCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.state.snapshot()
         families = itertools.chain(
-            self._last_results(s), self._paths(s), self._series_counters(s), self._self_metrics(s), self._sweeps(s)
+            self._last_results(s),
+            self._paths(s),
+            self._series_counters(s),
+            self._self_metrics(s),
+            self._sweeps(s),
+            self._regressions(s),
         )
         if not s.site:
             yield from families
@@ -396,6 +410,16 @@ class BigbinfCollector(Collector):
                     gain.add_metric([name, b.dataset, b.setting], b.gain_ratio)
         yield best
         yield gain
+
+    # -- the regression test: one series per tested series
+
+    @staticmethod
+    def _regressions(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.REGRESSION}
+        for key in sorted(s.regressions, key=_labels):
+            for name, value in regression_samples(s.regressions[key]):
+                fam[name].add_metric(_labels(key), value)
+        yield from fam.values()
 
     # -- last results
 

@@ -41,7 +41,7 @@ from prometheus_client.utils import floatToGoString
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, path_samples
+from bigbinf.metrics import last_result_samples, path_samples, regression_samples
 from bigbinf.result import WAYS, SeriesKey
 from bigbinf.service.collector import ExporterState, Histogram
 
@@ -296,6 +296,15 @@ def render(s: ExporterState) -> tuple[Family, ...]:
                 r.sample(gain, M.SWEEP_GAIN.name, pairs, b.gain_ratio)
     r.family(M.SWEEP_BEST, "gauge", best)
     r.family(M.SWEEP_GAIN, "gauge", gain)
+
+    # The regression test: its gauges per tested series.
+    lines = {spec.name: _Lines() for spec in M.REGRESSION}
+    for key in sorted(s.regressions, key=_series_order):
+        pairs = list(zip(M.SERIES_LABELS, _series_values(key), strict=True))
+        for name, value in regression_samples(s.regressions[key]):
+            r.sample(lines[name], name, pairs, value)
+    for spec in M.REGRESSION:
+        r.family(spec, "gauge", lines[spec.name])
 
     # A mesh site's slots and round plan (only a mesh exporter publishes them).
     if s.site:

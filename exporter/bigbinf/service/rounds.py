@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 from bigbinf.config import Config
@@ -24,6 +24,7 @@ from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.regression import History, point, settings_of, trim
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 
@@ -72,6 +73,47 @@ class RoundRunner:
         # The mesh site whose tests these are (`once --mesh.file M --site S`): set on its
         # results, as the mesh runner sets it on its slots' results.
         self.site = ""
+        # Each series' recent ok runs for the regression test (bigbinf/regression.py),
+        # tested again after each of its results; the lock: a reload swaps it.
+        self._history_lock = threading.Lock()
+        self.history = History(settings_of(config))
+
+    def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
+        """The regression test's history from the journal (at start, or after a reload
+        changed the test's settings): the exporter's own ok runs of the series `keys`;
+        then every verdict is published."""
+        wanted = set(keys)
+        history = History(settings_of(self.config))
+        for r in results:
+            if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
+                history.points.setdefault(r.key, []).append(
+                    point(r.start_timestamp, r.throughput_bytes_per_second, history.zone)
+                )
+        for key in list(history.points):
+            history.points[key] = trim(
+                history.points[key], history.settings, max(p.timestamp for p in history.points[key])
+            )
+            history.retest(key)
+        with self._history_lock:
+            self.history = history
+            verdicts = history.verdicts() if self.config.regression.enabled else {}
+        self.state.record_regressions(verdicts)
+
+    def forget_history(self, keys: Iterable[SeriesKey]) -> None:
+        """Keep only these series' history and verdicts (a reload removed the others)."""
+        with self._history_lock:
+            self.history.keep(keys)
+            verdicts = self.history.verdicts() if self.config.regression.enabled else {}
+        self.state.record_regressions(verdicts)
+
+    def _test_regression(self, r: Result) -> None:
+        if r.source != "exporter" or r.outcome != "ok" or not self.config.regression.enabled:
+            return
+        with self._history_lock:
+            changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
+            verdicts = self.history.verdicts() if changed else None
+        if verdicts is not None:
+            self.state.record_regressions(verdicts)
 
     def run_round(self, specs: list[TransferSpec] | None = None) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running."""
@@ -210,6 +252,7 @@ class RoundRunner:
             )
             self.state.record_journal_failure()
         self.state.record(result)
+        self._test_regression(result)
         self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)

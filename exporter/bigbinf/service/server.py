@@ -48,6 +48,7 @@ from bigbinf.credentials import check_secret_files
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.wire import analyser_worker
 from bigbinf.process import kill_all_active
+from bigbinf.regression import settings_of
 from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
@@ -196,13 +197,21 @@ class Exporter:
                 self.state.record_config(False)
                 log.error("reload failed, keeping the previous configuration:\n%s", exc.render())
                 return False
+            regression_changed = settings_of(config) != settings_of(self.runner.config) or (
+                config.regression.enabled != self.runner.config.regression.enabled
+            )
             self.runner.config = config
             self.web = web  # new connections use it; a connection in progress keeps its own
             self.runner.journal = Journal(config.journal.path)
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
-            self.state.prime(series_of(config, self.runner.lab), self._stale_after(config, mesh))
+            configured = series_of(config, self.runner.lab)
+            self.state.prime(configured, self._stale_after(config, mesh))
+            if regression_changed:  # the test's settings or time zone changed: tested again from the journal
+                self.runner.restore_history(self.runner.journal.read(), configured)
+            else:
+                self.runner.forget_history(configured)
             if self.mesh_runner is not None and mesh is not None:
                 if mesh.listen != self.mesh_runner.mesh.listen:
                     log.warning(
