@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from bigbinf.moveplan import Prediction
 from bigbinf.regression import Verdict
 from bigbinf.result import LIMIT_SIDES, LIMITS, OUTCOMES, PathBaseline, Result
 
@@ -343,6 +344,40 @@ REGRESSION_BASELINE_RUNS = Spec(
     "their times of day)." + TESTED,
     SERIES_LABELS,
 )
+# plan-move's model (bigbinf/moveplan.py) for the config's moves.sizes, per remote.
+MOVE_LABELS = ("remote", "size")
+PREDICTED = (
+    " The recommended option at its best start hour, from the ok transfers to the remote of the last "
+    "moves.history (plan-move's model, docs/report.md); computed when a transfer to the remote ends, never at "
+    "scrape time."
+)
+MOVE_PREDICTED = Spec(
+    PREFIX + "move_predicted_seconds",
+    "gauge",
+    "Predicted duration of moving `size` (moves.sizes) with the remote." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_PREDICTED_LOWER = Spec(
+    PREFIX + "move_predicted_lower_seconds",
+    "gauge",
+    "Lower end of the 90% prediction interval of bigbinf_move_predicted_seconds." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_PREDICTED_UPPER = Spec(
+    PREFIX + "move_predicted_upper_seconds",
+    "gauge",
+    "Upper end of the 90% prediction interval of bigbinf_move_predicted_seconds." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_RECOMMENDATION = Spec(
+    PREFIX + "move_recommendation_info",
+    "gauge",
+    "Always 1; option (a configured protocol, or a protocol with a sweep's setting) and start_hour (local, "
+    "schedule.timezone) say what bigbinf_move_predicted_seconds assumes." + PREDICTED,
+    (*MOVE_LABELS, "option", "start_hour"),
+)
+MOVES = (MOVE_PREDICTED, MOVE_PREDICTED_LOWER, MOVE_PREDICTED_UPPER, MOVE_RECOMMENDATION)
+
 REGRESSION = (
     REGRESSION_RATIO,
     REGRESSION_RATIO_LOWER,
@@ -424,6 +459,7 @@ ALL = (
     BUILD_INFO,
     *SWEEP,
     *REGRESSION,
+    *MOVES,
 )
 ALL_WITH_MESH = (*ALL, *MESH)
 
@@ -530,3 +566,12 @@ def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
     yield REGRESSION_Q.name, v.q_value
     yield REGRESSED.name, 1.0 if v.regressed else 0.0
     yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+
+
+def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:
+    """The move gauges of one remote and size: (metric, labels beyond remote and size,
+    value).  Like the others, the single owner of this mapping."""
+    yield MOVE_PREDICTED.name, (), p.seconds
+    yield MOVE_PREDICTED_LOWER.name, (), p.lower
+    yield MOVE_PREDICTED_UPPER.name, (), p.upper
+    yield MOVE_RECOMMENDATION.name, (("option", p.option), ("start_hour", f"{p.start_hour:02d}")), 1.0

@@ -64,7 +64,7 @@ class RegressionSettings:
     baseline_weeks: float = 4.0
     time_of_day_window_seconds: float = 2 * 3600.0
     min_baseline_runs: int = 8  # per recent run, within its time-of-day window
-    fdr: float = 0.01
+    fdr: float = 0.002
     material_drop: float = 0.10
     confidence: float = 0.95
     timezone: str = "UTC"

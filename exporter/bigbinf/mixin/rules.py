@@ -398,11 +398,7 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         alert(
             s,
             "BigbinfThroughputRegressed",
-            (
-                f"{metrics.REGRESSION_RATIO.name}\n"
-                f"  and on({SERIES_KEY})\n"
-                f"  {metrics.REGRESSED.name} == 1"
-            ),
+            (f"{metrics.REGRESSION_RATIO.name}\n  and on({SERIES_KEY})\n  {metrics.REGRESSED.name} == 1"),
             s.regressed_for,
             "warning",
             f"Throughput regressed (significant): {SERIES_TEXT}",

@@ -28,7 +28,8 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, path_samples, regression_samples
+from bigbinf.metrics import last_result_samples, move_samples, path_samples, regression_samples
+from bigbinf.moveplan import Prediction
 from bigbinf.regression import Verdict
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
@@ -152,6 +153,8 @@ class ExporterState:
         self.mesh_round: MeshRound | None = None
         # The regression test's verdict of each tested series (bigbinf/regression.py).
         self.regressions: dict[SeriesKey, Verdict] = {}
+        # plan-move's prediction per remote and configured size label (bigbinf/moveplan.py).
+        self.moves: dict[tuple[str, str], Prediction] = {}
         # A mesh site: False while no round can be planned from the loaded mesh (shown as
         # bigbinf_config_last_reload_successful 0, with the load's own result).
         self._load_ok = False
@@ -247,6 +250,10 @@ class ExporterState:
             self.record_path(b)
         return n
 
+    def snapshot_paths(self) -> dict[str, PathBaseline]:
+        with self._lock:
+            return dict(self.paths)
+
     def forget_paths(self, remotes: Iterable[str]) -> None:
         """Keep only the paths of configured remotes (after a reload)."""
         keep = set(remotes)
@@ -268,6 +275,18 @@ class ExporterState:
         """Every tested series' verdict, replacing the previous ones (q-values change for all)."""
         with self._changing():
             self.regressions = dict(verdicts)
+
+    def record_moves(self, remote: str, predictions: dict[str, Prediction]) -> None:
+        """The remote's predicted moves (size label -> prediction), replacing its previous ones."""
+        with self._changing():
+            self.moves = {k: v for k, v in self.moves.items() if k[0] != remote}
+            self.moves.update({(remote, size): p for size, p in predictions.items()})
+
+    def forget_moves(self, remotes: Iterable[str], sizes: Iterable[str]) -> None:
+        """Keep only configured remotes and sizes (after a reload)."""
+        keep_r, keep_s = set(remotes), set(sizes)
+        with self._changing():
+            self.moves = {k: v for k, v in self.moves.items() if k[0] in keep_r and k[1] in keep_s}
 
     def record_round(self, duration: float, end: float) -> None:
         with self._changing():
@@ -333,6 +352,7 @@ class ExporterState:
             clone.slots_missed = dict(self.slots_missed)
             clone.mesh_round = self.mesh_round
             clone.regressions = self.regressions
+            clone.moves = self.moves
         return clone
 
 
@@ -363,6 +383,7 @@ class BigbinfCollector(Collector):
             self._self_metrics(s),
             self._sweeps(s),
             self._regressions(s),
+            self._moves(s),
         )
         if not s.site:
             yield from families
@@ -419,6 +440,16 @@ class BigbinfCollector(Collector):
         for key in sorted(s.regressions, key=_labels):
             for name, value in regression_samples(s.regressions[key]):
                 fam[name].add_metric(_labels(key), value)
+        yield from fam.values()
+
+    # -- plan-move's predictions: per remote and configured size
+
+    @staticmethod
+    def _moves(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.MOVES}
+        for remote, size in sorted(s.moves):
+            for name, extra, value in move_samples(s.moves[(remote, size)]):
+                fam[name].add_metric([remote, size, *(v for _, v in extra)], value)
         yield from fam.values()
 
     # -- last results

@@ -2,7 +2,7 @@
 way by the server, `once` and `sweep`: the last result of every configured series (the
 last ok iperf3 test among them gives the path's bandwidth, rounds.RoundRunner), the last
 path baseline of every remote, each configured sweep's last verdict, and the regression
-test's history of every configured series (its verdicts).  A `once` that
+test's history of every configured series (its verdicts), and the predicted moves.  A `once` that
 started from nothing judged its transfers against no bandwidth at all, where the running
 exporter judged the same transfers against the last iperf3 test (issue 23)."""
 
@@ -31,4 +31,6 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     sweeps.restore(state, runner.journal.read(), config)
     # The regression test's history and verdicts (bigbinf/regression.py).
     runner.restore_history(runner.journal.read(), configured)
+    # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
+    runner.note_moves(runner.journal.read(), restore=True)
     return restored

@@ -24,6 +24,7 @@ from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.moveplan import Prediction, Run, plan, runs_to, size_label
 from bigbinf.regression import History, point, settings_of, trim
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
@@ -77,6 +78,9 @@ class RoundRunner:
         # tested again after each of its results; the lock: a reload swaps it.
         self._history_lock = threading.Lock()
         self.history = History(settings_of(config))
+        # Each remote's ok runs of the last moves.history, for plan-move's predictions of
+        # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
+        self.move_runs: dict[str, list[Run]] = {}
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
         """The regression test's history from the journal (at start, or after a reload
@@ -105,6 +109,40 @@ class RoundRunner:
             self.history.keep(keys)
             verdicts = self.history.verdicts() if self.config.regression.enabled else {}
         self.state.record_regressions(verdicts)
+
+    def note_moves(self, results: Iterable[Result], restore: bool = False) -> None:
+        """Ok runs (scheduled or a sweep's) for the move predictions; each remote that got
+        one is predicted again and published.  `restore`: the runs so far are replaced
+        (at start, from the journal)."""
+        moves = self.config.moves
+        zone = self.history.zone
+        with self._history_lock:
+            if restore:
+                self.move_runs = {}
+            changed: set[str] = set(self.move_runs) if restore else set()
+            for r in results:
+                for run in runs_to([r], r.remote, moves.direction):
+                    self.move_runs.setdefault(r.remote, []).append(run)
+                    changed.add(r.remote)
+            if not moves.sizes:
+                return
+            published: dict[str, dict[str, Prediction]] = {}
+            paths = self.state.snapshot_paths()
+            for remote in changed:
+                if remote not in self.config.remotes:
+                    continue
+                runs = self.move_runs[remote]
+                latest = max(run.timestamp for run in runs)
+                runs = self.move_runs[remote] = [run for run in runs if run.timestamp >= latest - moves.history]
+                bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
+                predictions = {}
+                for size in moves.sizes:
+                    best = plan(runs, remote, size, moves.files, zone, bandwidth).best
+                    if best is not None:
+                        predictions[size_label(size)] = best[1]
+                published[remote] = predictions
+        for remote, predictions in published.items():
+            self.state.record_moves(remote, predictions)
 
     def _test_regression(self, r: Result) -> None:
         if r.source != "exporter" or r.outcome != "ok" or not self.config.regression.enabled:
@@ -253,6 +291,8 @@ class RoundRunner:
             self.state.record_journal_failure()
         self.state.record(result)
         self._test_regression(result)
+        if result.source == "exporter":
+            self.note_moves([result])
         self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)

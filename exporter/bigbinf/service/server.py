@@ -47,6 +47,7 @@ from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.credentials import check_secret_files
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.wire import analyser_worker
+from bigbinf.moveplan import size_label
 from bigbinf.process import kill_all_active
 from bigbinf.regression import settings_of
 from bigbinf.service import sweeps
@@ -224,6 +225,8 @@ class Exporter:
             else:
                 self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.forget_sweeps(config.sweeps)
+            self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
+            self.runner.note_moves(self.runner.journal.read(), restore=True)
             sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)
