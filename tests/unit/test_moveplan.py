@@ -146,9 +146,6 @@ def test_the_exporter_publishes_the_predicted_moves(tmp_path: Path) -> None:
         if sample.labels["size"] == "40TiB"
     ]
     assert len(info) == 1 and info[0]["option"] == "http" and info[0]["start_hour"] in {f"{h:02d}" for h in range(24)}
-        in (1.0, None)
-        or True
-    )
     # A new exporter on the same journal publishes the same prediction at start.
     fresh = ExporterState()
     RoundRunner(config, fresh).note_moves(runner.journal.read(), restore=True)
