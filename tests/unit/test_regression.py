@@ -192,3 +192,27 @@ def test_the_round_runner_publishes_verdicts_and_restores_them(tmp_path: Path) -
     keys = [SeriesKey("scp", "lab", dataset, "download") for dataset in ("f32m", "f5m")]
     again.restore_history(again.journal.read(), keys)
     assert fresh.regressions == state.regressions
+
+
+def test_the_regression_and_moves_sections_are_validated_like_the_rest() -> None:
+    from bigbinf.config import ConfigError
+
+    bad = CONFIG.replace("JOURNAL", "/tmp/j.jsonl") + (
+        "regression: {recent_runs: 1, fdr: 2, time_of_day_window: 1d, bogus: 1}\n"
+        "moves: {sizes: [lots, 0], files: 0}\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        parse_config(bad, "t.yaml")
+    text = raised.value.render()
+    for where in (
+        "regression.recent_runs",
+        "regression.fdr",
+        "regression.time_of_day_window",
+        "regression.bogus: unknown key",
+        "moves.sizes[0]",
+        "moves.sizes[1]",
+        "moves.files",
+    ):
+        assert f"t.yaml: {where}" in text, where
+    good = parse_config(CONFIG.replace("JOURNAL", "/tmp/j.jsonl"), "t.yaml")
+    assert good.regression.fdr == RegressionSettings().fdr and good.moves.sizes == []
