@@ -11,6 +11,7 @@ without a drop measure the false alarms.
 
     .venv/bin/python benchmarks/bench_regression.py --journal lab.jsonl [--journal imported-2015.jsonl]
     .venv/bin/python benchmarks/bench_regression.py --journal lab.jsonl --series 240 --days 60 --schedule hourly
+    .venv/bin/python benchmarks/bench_regression.py --cost     # what it costs a round and /metrics
 
 Per detector: the share of drops detected within 3 rounds (the first dropped run is
 round 1), the median delay, and false alarms (alert episodes that start while nothing
@@ -204,7 +205,67 @@ class Score:
         return share, median, rate
 
 
+def cost() -> int:
+    """What the test costs the live path: per result on the round's thread (History.add
+    and the verdicts of the exporter's series), and the /metrics rendering of a
+    2,000-series mesh state with and without every series' verdict (rendered on change,
+    never per scrape)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.mesh import mesh_state
+
+    from bigbinf.regression import Tested, Verdict
+    from bigbinf.service.exposition import build
+
+    rng = np.random.default_rng(1)
+    print("| schedule | ok runs kept per series | series per exporter | per result (median of 50) |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, per_day, series in (
+        ("2 a day (the study)", 2, 12),
+        ("hourly", 24, 12),
+        ("every 5 minutes", 288, 12),
+        ("every minute", 1440, 12),
+        ("2 a day, a large exporter", 2, 2000),
+    ):
+        settings = RegressionSettings()
+        history = History(settings)
+        start = 1_700_006_400.0
+        times = start + np.arange(per_day * 29) * (DAY / per_day)
+        for j in range(series):
+            history.load(j, [(float(t), float(25e6 * math.exp(rng.normal(0, 0.05)))) for t in times])
+            history.retest(j)
+        spent = []
+        t = float(times[-1])
+        for _ in range(50):
+            t += DAY / per_day
+            began = time.perf_counter()
+            history.add(0, t, 25e6)
+            history.verdicts()
+            spent.append(time.perf_counter() - began)
+        kept = len(history.runs[0][0])
+        print(f"| {label} | {kept:,} | {series:,} | {statistics.median(spent) * 1000:.2f} ms |")
+    state = mesh_state(10, 20, 5)
+    keys = sorted(state.series, key=lambda k: (k.protocol, k.remote, k.dataset, k.direction))
+    renders = {}
+    for with_verdicts in (False, True):
+        if with_verdicts:
+            state.record_regressions({k: Verdict(Tested(0.97, 0.9, 1.04, 0.2, 3, 56, 1.7e9), 0.4, False) for k in keys})
+        spent = []
+        for _ in range(3):
+            began = time.perf_counter()
+            build(state.snapshot())
+            spent.append(time.perf_counter() - began)
+        renders[with_verdicts] = min(spent)  # the least disturbed by the machine's other work
+    print(
+        f"\n/metrics rendering of {len(keys):,} series (on change, off the scrape path): "
+        f"{renders[False]:.2f} s without verdicts, {renders[True]:.2f} s with every series' verdict "
+        f"(+{(renders[True] / renders[False] - 1):.0%})"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:] == ["--cost"]:
+        return cost()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", action="append", type=Path, required=True, help="real runs to fit noise from")
     ap.add_argument("--series", type=int, default=144, help="series per (drop, shape, noise) case")

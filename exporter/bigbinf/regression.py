@@ -37,6 +37,7 @@ Pure: numpy only (a core dependency already), no scipy on the live path.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import zoneinfo
@@ -232,55 +233,82 @@ class Untested:
     reason: str
 
 
-def _circular_distance(a: np.ndarray, b: float) -> np.ndarray:
-    d = np.abs(a - b) % DAY
-    return np.minimum(d, DAY - d)
+def _window(sorted_tod: np.ndarray, centre: float, half: float) -> list[slice]:
+    """The positions in `sorted_tod` within `half` of `centre` on the 24-hour circle."""
+    lo, hi = centre - half, centre + half
+    left = functools.partial(np.searchsorted, sorted_tod, side="left")
+    right = functools.partial(np.searchsorted, sorted_tod, side="right")
+    n = len(sorted_tod)
+    if hi - lo >= DAY:
+        return [slice(0, n)]
+    if lo < 0:
+        return [slice(0, int(right(hi))), slice(int(left(lo + DAY)), n)]
+    if hi >= DAY:
+        return [slice(int(left(lo)), n), slice(0, int(right(hi - DAY)))]
+    return [slice(int(left(lo)), int(right(hi)))]
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 3600):02d}:{int(seconds % 3600 // 60):02d}"
 
 
 def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | Untested:
-    """The test of one series from its ok runs (any order; only the last
-    baseline_weeks + the recent ones matter)."""
-    k = settings.recent_runs
+    """The test of one series from its ok runs (any order)."""
     ordered = sorted(points, key=lambda p: p.timestamp)
-    if len(ordered) < k + 1:
-        return Untested(f"{len(ordered)} ok runs; the test needs {k} recent runs and a baseline")
-    recent = ordered[-k:]
-    first = recent[0].timestamp
+    return examine_arrays(
+        np.array([p.timestamp for p in ordered]),
+        np.array([p.time_of_day for p in ordered]),
+        np.array([p.log_throughput for p in ordered]),
+        settings,
+    )
+
+
+def examine_arrays(
+    ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings
+) -> Tested | Untested:
+    """`examine` on a series' runs as arrays in time order (what History keeps): only the
+    last recent_runs and the baseline_weeks before them are used."""
+    k = settings.recent_runs
+    if len(ts) < k + 1:
+        return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
+    first = float(ts[-k])
     since = first - settings.baseline_weeks * WEEK
-    base = [p for p in ordered[:-k] if since <= p.timestamp < first]
-    if not base:
+    start = int(np.searchsorted(ts, since, side="left"))
+    base_tod, base_log = tod[start:-k], logs[start:-k]
+    if not len(base_tod):
         return Untested(f"no ok run in the {settings.baseline_weeks:g} weeks before the recent {k}")
-    base_tod = np.array([p.time_of_day for p in base])
-    base_log = np.array([p.log_throughput for p in base])
+    recent_tod, recent_log = tod[-k:], logs[-k:]
     window = settings.time_of_day_window_seconds
-    # The baseline median of each 15-minute bin's window: every run's expected level.
-    centres = (np.arange(BINS) + 0.5) * BIN_SECONDS
-    medians = np.full(BINS, np.nan)
-    in_window = np.zeros(len(base), dtype=bool)
-    for p in recent:
-        near = _circular_distance(base_tod, p.time_of_day) <= window
-        if int(near.sum()) < settings.min_baseline_runs:
-            clock = f"{int(p.time_of_day // 3600):02d}:{int(p.time_of_day % 3600 // 60):02d}"
+    order = np.argsort(base_tod, kind="stable")
+    sorted_tod, sorted_log = base_tod[order], base_log[order]
+    in_window = np.zeros(len(order), dtype=bool)  # over the sorted baseline
+    for t in recent_tod:
+        slices = _window(sorted_tod, float(t), window)
+        near = sum(sl.stop - sl.start for sl in slices if sl.stop > sl.start)
+        if near < settings.min_baseline_runs:
             return Untested(
-                f"{int(near.sum())} baseline runs within {window / 3600:g} h of {clock} (the time of day of a "
+                f"{near} baseline runs within {window / 3600:g} h of {_clock(float(t))} (the time of day of a "
                 f"recent run); the test needs {settings.min_baseline_runs}"
             )
-        in_window |= near
-    needed = {int(t // BIN_SECONDS) % BINS for t in [*base_tod[in_window], *(p.time_of_day for p in recent)]}
-    for b in needed:
-        near = _circular_distance(base_tod, float(centres[b])) <= window
-        if near.any():
-            medians[b] = np.median(base_log[near])
+        for sl in slices:
+            in_window[sl] = True
+    # The baseline median of each 15-minute bin's window: every run's expected level.
+    medians = np.full(BINS, np.nan)
+    bins = (np.concatenate([sorted_tod[in_window], recent_tod]) // BIN_SECONDS).astype(int) % BINS
+    for b in np.unique(bins):
+        parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
+        values = np.concatenate(parts) if parts else np.zeros(0)
+        if len(values):
+            medians[b] = np.median(values)
 
-    def residuals(tods: np.ndarray, logs: np.ndarray) -> np.ndarray:
+    def residuals(tods: np.ndarray, values: np.ndarray) -> np.ndarray:
         expected: np.ndarray = medians[(tods // BIN_SECONDS).astype(int) % BINS]
-        out: np.ndarray = logs - expected
+        out: np.ndarray = values - expected
         return out
 
-    recent_res = residuals(np.array([p.time_of_day for p in recent]), np.array([p.log_throughput for p in recent]))
-    base_res = residuals(base_tod[in_window], base_log[in_window])
-    keep = ~np.isnan(base_res)
-    base_res = base_res[keep]
+    recent_res = residuals(recent_tod, recent_log)
+    base_res = residuals(sorted_tod[in_window], sorted_log[in_window])
+    base_res = base_res[~np.isnan(base_res)]
     if np.isnan(recent_res).any() or len(base_res) < settings.min_baseline_runs:
         return Untested("too few baseline runs at the recent runs' times of day")
     p_value = mann_whitney_less(recent_res, base_res)
@@ -290,9 +318,9 @@ def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | U
         ratio_lower=math.exp(lower),
         ratio_upper=math.exp(upper),
         p_value=p_value,
-        recent_runs=len(recent),
+        recent_runs=k,
         baseline_runs=len(base_res),
-        at=recent[-1].timestamp,
+        at=float(ts[-1]),
     )
 
 
@@ -324,17 +352,6 @@ def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Ve
     }
 
 
-def trim(points: Iterable[Point], settings: RegressionSettings, latest: float) -> list[Point]:
-    """The points a later test can still use: the last recent_runs, and the baseline
-    weeks before them (kept with a day's margin)."""
-    ordered = sorted(points, key=lambda p: p.timestamp)
-    if len(ordered) <= settings.recent_runs:
-        return ordered
-    first_recent = ordered[-settings.recent_runs].timestamp
-    since = min(first_recent, latest) - settings.baseline_weeks * WEEK - DAY
-    return [p for p in ordered if p.timestamp >= since]
-
-
 def settings_of(config: Config) -> RegressionSettings:
     """The test's parameters from a configuration (its regression section and the
     schedule's time zone, in which times of day are local)."""
@@ -353,31 +370,54 @@ def settings_of(config: Config) -> RegressionSettings:
 
 class History:
     """The ok runs of many series that later tests can still use, and each series' last
-    test: what the exporter keeps (service/regressions.py) and what `backfill` walks
-    through the journal with.  Not thread-safe: its owner locks."""
+    test: what the exporter keeps (service/rounds.py) and what `backfill` walks through
+    the journal with.  Each series' runs are arrays in time order (a test reads them
+    without copying them into objects).  Not thread-safe: its owner locks."""
 
     def __init__(self, settings: RegressionSettings) -> None:
         self.settings = settings
         self.zone = zoneinfo.ZoneInfo(settings.timezone)
-        self.points: dict[Any, list[Point]] = {}
+        self.runs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # timestamps, times of day, logs
         self.tests: dict[Any, Tested] = {}
         self.untested: dict[Any, str] = {}
+
+    def load(self, key: Any, runs: Iterable[tuple[float, float]]) -> None:
+        """Many ok runs (start, throughput) of series `key` at once, without testing it
+        (retest does): the exporter's start, from its journal."""
+        kept = sorted((t, x) for t, x in runs if x > 0 and math.isfinite(x))
+        if not kept:
+            return
+        ts = np.array([t for t, _ in kept])
+        tod = np.array([time_of_day(t, self.zone) for t, _ in kept])
+        logs = np.log(np.array([x for _, x in kept]))
+        self.runs[key] = self._trimmed(ts, tod, logs)
 
     def add(self, key: Any, timestamp: float, throughput: float) -> bool:
         """An ok run of series `key`; True when it changed the series' test (a run that
         predates the series' latest changes its baseline, so it is tested again too)."""
         if not (throughput > 0 and math.isfinite(throughput)):
             return False
-        points = self.points.setdefault(key, [])
-        points.append(point(timestamp, throughput, self.zone))
-        if len(points) > 1 and points[-2].timestamp > timestamp:
-            points.sort(key=lambda p: p.timestamp)
-        self.points[key] = trim(points, self.settings, points[-1].timestamp)
+        ts, tod, logs = self.runs.get(key, (np.zeros(0), np.zeros(0), np.zeros(0)))
+        at = int(np.searchsorted(ts, timestamp, side="right"))
+        ts = np.insert(ts, at, timestamp)
+        tod = np.insert(tod, at, time_of_day(timestamp, self.zone))
+        logs = np.insert(logs, at, math.log(throughput))
+        self.runs[key] = self._trimmed(ts, tod, logs)
         self.retest(key)
         return True
 
+    def _trimmed(self, ts: np.ndarray, tod: np.ndarray, logs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Only what a later test can still use: the last recent_runs and the baseline
+        weeks before them (with a day's margin)."""
+        k = self.settings.recent_runs
+        if len(ts) <= k:
+            return ts, tod, logs
+        since = float(ts[-k]) - self.settings.baseline_weeks * WEEK - DAY
+        start = int(np.searchsorted(ts, since, side="left"))
+        return ts[start:], tod[start:], logs[start:]
+
     def retest(self, key: Any) -> None:
-        outcome = examine(self.points.get(key, []), self.settings)
+        outcome = examine_arrays(*self.runs[key], self.settings) if key in self.runs else Untested("no ok run")
         if isinstance(outcome, Tested):
             self.tests[key] = outcome
             self.untested.pop(key, None)
@@ -388,7 +428,7 @@ class History:
     def keep(self, keys: Iterable[Any]) -> None:
         """Forget every series but these (a reload that removed some)."""
         wanted = set(keys)
-        for table in (self.points, self.tests, self.untested):
+        for table in (self.runs, self.tests, self.untested):
             for key in [k for k in table if k not in wanted]:
                 del table[key]
 

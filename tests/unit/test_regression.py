@@ -137,9 +137,9 @@ def test_history_keeps_only_what_later_tests_use() -> None:
     history = History(settings)
     for t, x in _series(30, (3, 13), 25e6, 0.03, seed=5):
         history.add("s", t, x)
-    kept = history.points["s"]
+    kept = history.runs["s"][0]
     # The baseline week before the recent runs (a day's margin) and the recent runs.
-    assert 8 * DAY <= kept[-1].timestamp - kept[0].timestamp <= 8 * DAY + 1.5 * DAY
+    assert 8 * DAY <= kept[-1] - kept[0] <= 8 * DAY + 1.5 * DAY
     assert not history.add("s", START, 0.0)  # a failed run (no throughput) changes nothing
 
 
@@ -198,8 +198,7 @@ def test_the_regression_and_moves_sections_are_validated_like_the_rest() -> None
     from bigbinf.config import ConfigError
 
     bad = CONFIG.replace("JOURNAL", "/tmp/j.jsonl") + (
-        "regression: {recent_runs: 1, fdr: 2, time_of_day_window: 1d, bogus: 1}\n"
-        "moves: {sizes: [lots, 0], files: 0}\n"
+        "regression: {recent_runs: 1, fdr: 2, time_of_day_window: 1d, bogus: 1}\nmoves: {sizes: [lots, 0], files: 0}\n"
     )
     with pytest.raises(ConfigError) as raised:
         parse_config(bad, "t.yaml")

@@ -25,7 +25,7 @@ from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.moveplan import Prediction, Run, plan, runs_to, size_label
-from bigbinf.regression import History, point, settings_of, trim
+from bigbinf.regression import History, settings_of
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 
@@ -88,15 +88,12 @@ class RoundRunner:
         then every verdict is published."""
         wanted = set(keys)
         history = History(settings_of(self.config))
+        runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
             if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
-                history.points.setdefault(r.key, []).append(
-                    point(r.start_timestamp, r.throughput_bytes_per_second, history.zone)
-                )
-        for key in list(history.points):
-            history.points[key] = trim(
-                history.points[key], history.settings, max(p.timestamp for p in history.points[key])
-            )
+                runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
+        for key, series_runs in runs.items():
+            history.load(key, series_runs)
             history.retest(key)
         with self._history_lock:
             self.history = history
