@@ -236,18 +236,29 @@ class Prediction:
 
 def _steady_seconds(fit_: Fit, size: float, start_hour: int, factor: float, cap: float | None) -> tuple[float, bool]:
     """Seconds to move `size` bytes from `start_hour` on, hour by hour at each hour's
-    rate times `factor` (capped by the path)."""
-    left, seconds, hour, capped = float(size), 0.0, start_hour, False
-    for _ in range(24 * 366 * 10):
-        rate = fit_.rate_at(hour) * factor
+    rate times `factor` (capped by the path); whole days at once (a day moves the same
+    bytes whichever hour it starts at)."""
+    rates = []
+    capped = False
+    for h in range(24):
+        rate = fit_.rate_at(h) * factor
         if cap is not None and rate > cap:
             rate, capped = cap, True
+        rates.append(rate)
+    per_day = sum(rates) * HOUR
+    left, seconds, hour = float(size), 0.0, start_hour
+    for step in range(48):
+        if step == 24:  # a whole day gone by: skip the whole days still to come
+            days = math.floor(left / per_day)
+            seconds += days * DAY
+            left -= days * per_day
+        rate = rates[hour]
         if left <= rate * HOUR:
             return seconds + left / rate, capped
         left -= rate * HOUR
         seconds += HOUR
         hour = (hour + 1) % 24
-    return math.inf, capped
+    return seconds + left / rates[hour], capped
 
 
 def predict(
