@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 import zoneinfo
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,6 +86,34 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
         and r.file_bytes > 0
         and r.duration_seconds > 0
     ]
+
+
+# The exporter keeps at most this many runs per option, size, file count and UTC hour of
+# day (the latest): a month of a minute schedule stays a few thousand runs per option,
+# every hour and size still there, and a prediction after each result stays cheap.
+MAX_PER_CELL = 40
+
+
+class RecentRuns:
+    """Each remote's recent ok runs for the model, thinned per cell (MAX_PER_CELL)."""
+
+    def __init__(self) -> None:
+        self.cells: dict[str, dict[tuple[str, str, int, int, int], deque[Run]]] = {}
+
+    def add(self, remote: str, run: Run) -> None:
+        cell = (run.protocol, run.setting, run.bytes, run.files, int(run.timestamp // HOUR) % 24)
+        self.cells.setdefault(remote, {}).setdefault(cell, deque(maxlen=MAX_PER_CELL)).append(run)
+
+    def remotes(self) -> list[str]:
+        return list(self.cells)
+
+    def runs(self, remote: str, history: float) -> list[Run]:
+        """The remote's runs of the last `history` seconds before its latest."""
+        every = [run for cell in self.cells.get(remote, {}).values() for run in cell]
+        if not every:
+            return []
+        since = max(run.timestamp for run in every) - history
+        return [run for run in every if run.timestamp >= since]
 
 
 @dataclass(frozen=True)
@@ -146,6 +174,20 @@ def local_hour(timestamp: float, zone: zoneinfo.ZoneInfo) -> int:
     return datetime.fromtimestamp(timestamp, zone).hour
 
 
+def local_hours(timestamps: Sequence[float], zone: zoneinfo.ZoneInfo) -> np.ndarray:
+    """The local hour of each timestamp, asking the zone once per UTC hour (a month of
+    minute-schedule runs is 40,000 runs and 700 hours)."""
+    offsets: dict[int, float] = {}
+    out = np.empty(len(timestamps), dtype=int)
+    for i, t in enumerate(timestamps):
+        h = int(t // HOUR)
+        if h not in offsets:
+            offset = datetime.fromtimestamp(h * HOUR, zone).utcoffset()
+            offsets[h] = offset.total_seconds() if offset else 0.0
+        out[i] = int((t + offsets[h]) // HOUR) % 24
+    return out
+
+
 def _circular_hours(a: int, b: int) -> int:
     d = abs(a - b) % 24
     return min(d, 24 - d)
@@ -183,11 +225,12 @@ def fit(runs: Sequence[Run], zone: zoneinfo.ZoneInfo, setup_hint: tuple[float, s
     steady = y - setup - per_file * f
     usable = steady > 0.1 * y  # runs whose time is mostly the steady phase
     log_ratio = np.log(x[usable] * slope / steady[usable]) if usable.any() else np.zeros(0)
-    hours_all = np.array([local_hour(r.timestamp, zone) for r in runs])
+    hours_all = local_hours([r.timestamp for r in runs], zone)
     hours = hours_all[usable]
     effect: list[float | None] = []
     for h in range(24):
-        near = np.array([_circular_hours(int(k), h) <= HOUR_WINDOW for k in hours], dtype=bool)
+        distance = np.abs(hours - h) % 24
+        near = np.minimum(distance, 24 - distance) <= HOUR_WINDOW
         effect.append(float(np.median(log_ratio[near])) if near.sum() >= MIN_HOUR_RUNS else None)
     centre = [e for e in effect if e is not None]
     if centre:  # the line's rate is the all-day rate: effects relative to their median
@@ -195,7 +238,8 @@ def fit(runs: Sequence[Run], zone: zoneinfo.ZoneInfo, setup_hint: tuple[float, s
         rate *= math.exp(mid)
         effect = [None if e is None else e - mid for e in effect]
         log_ratio = log_ratio - mid
-    residuals = [float(e - (effect[int(k)] or 0.0)) for e, k in zip(log_ratio, hours, strict=True)]
+    shift = np.array([e or 0.0 for e in effect])
+    residuals = [float(v) for v in log_ratio - shift[hours]] if len(hours) else []
     n = len(runs)
     if len(sizes) >= 2 and n > 2:
         fitted = setup + per_file * f + x * slope
@@ -262,10 +306,18 @@ def _steady_seconds(fit_: Fit, size: float, start_hour: int, factor: float, cap:
 
 
 def predict(
-    fit_: Fit, size: int, files: int, start_hour: int, level: float = 0.9, cap: float | None = None
+    fit_: Fit,
+    size: int,
+    files: int,
+    start_hour: int,
+    level: float = 0.9,
+    cap: float | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Prediction:
+    """The duration of a move of `size` bytes in `files` files started at `start_hour`;
+    `bounds`: fit_.residual_bounds(level), when the caller predicts many hours."""
     fixed = fit_.setup_seconds + fit_.per_file_seconds * (files - 1)
-    lo, hi = fit_.residual_bounds(level)
+    lo, hi = bounds if bounds is not None else fit_.residual_bounds(level)
     point, capped = _steady_seconds(fit_, size, start_hour, 1.0, cap)
     slow, _ = _steady_seconds(fit_, size, start_hour, math.exp(lo), cap)
     fast, _ = _steady_seconds(fit_, size, start_hour, math.exp(hi), cap)
@@ -289,23 +341,14 @@ class Plan:
         return fit_, min(hours, key=lambda p: (p.seconds, p.upper))
 
 
-def plan(
-    runs: Sequence[Run],
-    remote: str,
-    size: int,
-    files: int = 1,
-    zone: zoneinfo.ZoneInfo | None = None,
-    bandwidth: float | None = None,
-    level: float = 0.9,
-) -> Plan:
-    """Every option to `remote` fitted and ranked by its best start hour's prediction."""
-    zone = zone or zoneinfo.ZoneInfo("UTC")
+def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], dict[str, str]]:
+    """Every option's fit (plain protocols first: a sweep's setting measured at one size
+    borrows their set-up), and why the others have none."""
     by_option: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in runs:
         by_option[(r.protocol, r.setting)].append(r)
     fits: dict[tuple[str, str], Fit] = {}
     refused: dict[str, str] = {}
-    # Plain protocols first: a sweep's setting measured at one size borrows their set-up.
     for key in sorted(by_option, key=lambda k: (k[1] != "", k)):
         hint = None
         own = fits.get((key[0], ""))
@@ -316,12 +359,40 @@ def plan(
             refused[by_option[key][0].option] = result
         else:
             fits[key] = result
+    return list(fits.values()), refused
+
+
+def rank(
+    fits: Sequence[Fit],
+    refused: dict[str, str],
+    remote: str,
+    size: int,
+    files: int = 1,
+    bandwidth: float | None = None,
+    level: float = 0.9,
+) -> Plan:
+    """The fitted options ranked for one move by their best start hour's prediction."""
     ranked = []
-    for f in fits.values():
-        hours = tuple(predict(f, size, files, h, level, bandwidth) for h in range(24))
+    for f in fits:
+        bounds = f.residual_bounds(level)
+        hours = tuple(predict(f, size, files, h, level, bandwidth, bounds) for h in range(24))
         ranked.append((f, hours))
     ranked.sort(key=lambda item: min((p.seconds, p.upper) for p in item[1]))
-    return Plan(remote, size, files, tuple(ranked), refused, bandwidth)
+    return Plan(remote, size, files, tuple(ranked), dict(refused), bandwidth)
+
+
+def plan(
+    runs: Sequence[Run],
+    remote: str,
+    size: int,
+    files: int = 1,
+    zone: zoneinfo.ZoneInfo | None = None,
+    bandwidth: float | None = None,
+    level: float = 0.9,
+) -> Plan:
+    """Every option to `remote` fitted and ranked by its best start hour's prediction."""
+    fits, refused = fit_all(runs, zone or zoneinfo.ZoneInfo("UTC"))
+    return rank(fits, refused, remote, size, files, bandwidth, level)
 
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

@@ -24,7 +24,7 @@ from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
-from bigbinf.moveplan import Prediction, Run, plan, runs_to, size_label
+from bigbinf.moveplan import Prediction, RecentRuns, fit_all, rank, runs_to, size_label
 from bigbinf.regression import History, settings_of
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
@@ -80,7 +80,7 @@ class RoundRunner:
         self.history = History(settings_of(config))
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
         # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
-        self.move_runs: dict[str, list[Run]] = {}
+        self.move_runs = RecentRuns()
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
         """The regression test's history from the journal (at start, or after a reload
@@ -115,11 +115,11 @@ class RoundRunner:
         zone = self.history.zone
         with self._history_lock:
             if restore:
-                self.move_runs = {}
-            changed: set[str] = set(self.move_runs) if restore else set()
+                self.move_runs = RecentRuns()
+            changed: set[str] = set()
             for r in results:
                 for run in runs_to([r], r.remote, moves.direction):
-                    self.move_runs.setdefault(r.remote, []).append(run)
+                    self.move_runs.add(r.remote, run)
                     changed.add(r.remote)
             if not moves.sizes:
                 return
@@ -128,13 +128,12 @@ class RoundRunner:
             for remote in changed:
                 if remote not in self.config.remotes:
                     continue
-                runs = self.move_runs[remote]
-                latest = max(run.timestamp for run in runs)
-                runs = self.move_runs[remote] = [run for run in runs if run.timestamp >= latest - moves.history]
+                runs = self.move_runs.runs(remote, moves.history)
                 bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
                 predictions = {}
+                fits, refused = fit_all(runs, zone)  # once for every size
                 for size in moves.sizes:
-                    best = plan(runs, remote, size, moves.files, zone, bandwidth).best
+                    best = rank(fits, refused, remote, size, moves.files, bandwidth).best
                     if best is not None:
                         predictions[size_label(size)] = best[1]
                 published[remote] = predictions
