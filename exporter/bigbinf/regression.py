@@ -1,7 +1,7 @@
 """The live regression test of a series' throughput (issue 28): is the series' recent
 throughput significantly and materially below what it was at the same time of day?
 
-One place for the rule and for assembling its inputs: the exporter (service/regressions.py)
+One place for the rule and for assembling its inputs: the exporter (service/rounds.py)
 runs it after every result, `backfill` runs it over the journal's history, and the
 benchmark (benchmarks/bench_regression.py) runs it over generated series; all three call
 `examine` and `judge` below, so they cannot disagree.
