@@ -148,9 +148,13 @@ def expected_samples(r: Result, last_ok: float | None) -> dict[tuple[str, tuple[
         samples[(LAST + "retransmits_sender", (("source", "iperf3"),))] = r.reported["retransmits"]
     if r.reported:
         samples[(LAST + "reported_throughput_bytes_per_second", ())] = r.reported["bytes"] / r.reported["seconds"]
-    if r.limited_by:  # the verdict, one of five; the sender's clocks and rates beside it
-        for reason in ("receive_window", "send_buffer", "congestion", "link_capacity", "application"):
+    if r.limited_by:  # the verdict, one of eight, and its side; the sender's clocks and rates beside it
+        reasons = ("receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu")
+        for reason in (*reasons, "disk"):
             samples[(LAST + "limited_by", (("reason", reason),))] = 1.0 if r.limited_by == reason else 0.0
+        if r.limited_side:
+            for side in ("local", "remote", "path"):
+                samples[(LAST + "limited_side", (("side", side),))] = 1.0 if r.limited_side == side else 0.0
     sender = r.tcp_remote if r.direction == "download" else r.tcp_local
     for limit, key in (
         ("busy", "busy_seconds"),
