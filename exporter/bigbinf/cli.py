@@ -50,7 +50,7 @@ from bigbinf.service.schedule import longest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
 from bigbinf.service.sweeps import SweepError, SweepRunner
 from bigbinf.service.webconfig import load_web_config
-from bigbinf.study import backfill, importer, report, sweep_report
+from bigbinf.study import backfill, importer, planmove, report, sweep_report
 
 DEFAULT_CONFIG = "schedules/lab.yaml"
 log = logging.getLogger("bigbinf")
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--sweep", required=True, metavar="NAME", help="the sweep to run (config sweeps.NAME)")
     sweep.set_defaults(func=cmd_sweep)
-    for command in (report, importer, backfill, sweep_report):  # the study's commands
+    for command in (report, importer, backfill, sweep_report, planmove):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
     mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus
     return parser

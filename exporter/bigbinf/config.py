@@ -495,6 +495,31 @@ class MetricsConfig(_Strict):
     payload_histograms: bool = True
 
 
+class RegressionConfig(_Strict):
+    """The live regression test of each series (bigbinf/regression.py, docs/configuration.md)."""
+
+    enabled: bool = True
+    recent_runs: Annotated[int, Field(ge=2, le=20)] = 3  # the recent window: the last N ok runs
+    baseline_weeks: Annotated[float, Field(gt=0, le=13)] = 4.0  # the baseline: the N weeks before it
+    # The baseline runs a recent run is compared with: within this of its time of day
+    # (local time in schedule.timezone), either way.
+    time_of_day_window: Annotated[float, BeforeValidator(parse_duration), Field(ge=60, le=12 * 3600)] = 7200.0
+    min_baseline_runs: Annotated[int, Field(ge=3, le=100_000)] = 8  # per recent run, in its window
+    fdr: Annotated[float, Field(gt=0, lt=1)] = 0.002  # Benjamini-Hochberg q at or below this: significant
+    material_drop: Annotated[float, Field(ge=0, lt=1)] = 0.10  # and the ratio at most 1 - this: regressed
+    confidence: Annotated[float, Field(ge=0.5, lt=1)] = 0.95  # of the ratio's interval
+
+
+class MovesConfig(_Strict):
+    """Moves whose duration the exporter predicts for every remote (bigbinf/moveplan.py,
+    bigbinf_move_predicted_seconds): the sizes people plan to move, e.g. [1TiB, 40TiB]."""
+
+    sizes: list[Annotated[Size, Field(gt=0)]] = []
+    files: Annotated[int, Field(ge=1, le=1_000_000_000)] = 1  # how many files each move is
+    direction: Direction = "download"
+    history: Annotated[float, BeforeValidator(parse_duration), Field(ge=3600)] = 28 * 86400.0  # runs used
+
+
 # A sweep's runs (settings x datasets x repetitions) above this need max_runs raised on purpose.
 SWEEP_MAX_RUNS = 200
 
@@ -533,6 +558,8 @@ class Config(_Strict):
     metrics: MetricsConfig = MetricsConfig()
     lab: LabConfig | None = None
     sweeps: dict[Name, SweepConfig] = {}
+    regression: RegressionConfig = RegressionConfig()
+    moves: MovesConfig = MovesConfig()
 
 
 # ---------------------------------------------------------------- errors

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from bigbinf.moveplan import Prediction
+from bigbinf.regression import Verdict
 from bigbinf.result import LIMIT_SIDES, LIMITS, OUTCOMES, PathBaseline, Result
 
 PREFIX = "bigbinf_"
@@ -307,6 +309,103 @@ SWEEP_GAIN = Spec(
 )
 SWEEP = (SWEEP_BEST, SWEEP_GAIN)
 
+# The live regression test of each series (bigbinf/regression.py; docs/runbook.md,
+# BigbinfThroughputRegressed): published for series old enough to be tested.
+TESTED = (
+    " Computed from the journal by the regression test when an ok transfer of the series ends (q-values and "
+    "regressed: when one of any series ends), never at scrape time; absent while the series is too young to test."
+)
+REGRESSION_RATIO = Spec(
+    PREFIX + "throughput_regression_ratio",
+    "gauge",
+    "Recent over baseline median throughput of the series at the same time of day (Hodges-Lehmann): the "
+    "last regression.recent_runs ok transfers against the regression.baseline_weeks before them." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSION_RATIO_LOWER = Spec(
+    PREFIX + "throughput_regression_ratio_lower",
+    "gauge",
+    "Lower bound of the confidence interval (regression.confidence) of bigbinf_throughput_regression_ratio." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSION_RATIO_UPPER = Spec(
+    PREFIX + "throughput_regression_ratio_upper",
+    "gauge",
+    "Upper bound of the confidence interval (regression.confidence) of bigbinf_throughput_regression_ratio." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSION_P = Spec(
+    PREFIX + "throughput_regression_p_value",
+    "gauge",
+    "One-sided Mann-Whitney p-value that the recent transfers of the series are slower than its baseline at the "
+    "same time of day." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSION_Q = Spec(
+    PREFIX + "throughput_regression_q_value",
+    "gauge",
+    "Benjamini-Hochberg q-value of bigbinf_throughput_regression_p_value across every tested series of this "
+    "exporter." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSED = Spec(
+    PREFIX + "throughput_regressed",
+    "gauge",
+    "1 if the series' throughput regressed: q-value at most regression.fdr and ratio at most 1 - "
+    "regression.material_drop; else 0." + TESTED,
+    SERIES_LABELS,
+)
+REGRESSION_BASELINE_RUNS = Spec(
+    PREFIX + "throughput_regression_baseline_runs",
+    "gauge",
+    "Ok transfers of the series' baseline that the regression test compared the recent ones with (those at "
+    "their times of day)." + TESTED,
+    SERIES_LABELS,
+)
+# plan-move's model (bigbinf/moveplan.py) for the config's moves.sizes, per remote.
+MOVE_LABELS = ("remote", "size")
+PREDICTED = (
+    " The recommended option at its best start hour, from the ok transfers to the remote of the last "
+    "moves.history (plan-move's model, docs/report.md); computed when a transfer to the remote ends, never at "
+    "scrape time."
+)
+MOVE_PREDICTED = Spec(
+    PREFIX + "move_predicted_seconds",
+    "gauge",
+    "Predicted duration of moving `size` (moves.sizes) with the remote." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_PREDICTED_LOWER = Spec(
+    PREFIX + "move_predicted_lower_seconds",
+    "gauge",
+    "Lower end of the 90% prediction interval of bigbinf_move_predicted_seconds." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_PREDICTED_UPPER = Spec(
+    PREFIX + "move_predicted_upper_seconds",
+    "gauge",
+    "Upper end of the 90% prediction interval of bigbinf_move_predicted_seconds." + PREDICTED,
+    MOVE_LABELS,
+)
+MOVE_RECOMMENDATION = Spec(
+    PREFIX + "move_recommendation_info",
+    "gauge",
+    "Always 1; option (a configured protocol, or a protocol with a sweep's setting) and start_hour (local, "
+    "schedule.timezone) say what bigbinf_move_predicted_seconds assumes." + PREDICTED,
+    (*MOVE_LABELS, "option", "start_hour"),
+)
+MOVES = (MOVE_PREDICTED, MOVE_PREDICTED_LOWER, MOVE_PREDICTED_UPPER, MOVE_RECOMMENDATION)
+
+REGRESSION = (
+    REGRESSION_RATIO,
+    REGRESSION_RATIO_LOWER,
+    REGRESSION_RATIO_UPPER,
+    REGRESSION_P,
+    REGRESSION_Q,
+    REGRESSED,
+    REGRESSION_BASELINE_RUNS,
+)
+
 # A mesh exporter's slots (service/mesh_runner.py).  Published only by an exporter that
 # runs for a mesh site (--mesh.file, --site): not in ALL, which is what a single-site
 # exporter publishes (its exposition stays as it was); ALL_WITH_MESH is every metric.
@@ -412,6 +511,8 @@ ALL = (
     HTTP_REJECTED_TOTAL,
     BUILD_INFO,
     *SWEEP,
+    *REGRESSION,
+    *MOVES,
 )
 ALL_WITH_MESH = (*ALL, *MESH)
 
@@ -506,3 +607,24 @@ def path_samples(b: PathBaseline) -> Iterator[tuple[str, Extra, float]]:
                 yield TCP_BUFFER_MAX.name, (("side", side), ("kind", kind)), b.buffers[side][kind]
     for side, algorithm in sorted(b.congestion_control.items()):
         yield TCP_CONGESTION_CONTROL.name, (("side", side), ("algorithm", algorithm)), 1.0
+
+
+def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
+    """The regression gauges one series' verdict sets: (metric, value).  The single owner
+    of this mapping: the collector, the exposition and the backfill use it."""
+    yield REGRESSION_RATIO.name, v.test.ratio
+    yield REGRESSION_RATIO_LOWER.name, v.test.ratio_lower
+    yield REGRESSION_RATIO_UPPER.name, v.test.ratio_upper
+    yield REGRESSION_P.name, v.test.p_value
+    yield REGRESSION_Q.name, v.q_value
+    yield REGRESSED.name, 1.0 if v.regressed else 0.0
+    yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+
+
+def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:
+    """The move gauges of one remote and size: (metric, labels beyond remote and size,
+    value).  Like the others, the single owner of this mapping."""
+    yield MOVE_PREDICTED.name, (), p.seconds
+    yield MOVE_PREDICTED_LOWER.name, (), p.lower
+    yield MOVE_PREDICTED_UPPER.name, (), p.upper
+    yield MOVE_RECOMMENDATION.name, (("option", p.option), ("start_hour", f"{p.start_hour:02d}")), 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from bigbinf.journal import Journal
+from bigbinf.result import Result
 from bigbinf.study import backfill
 from tests.support.prometheus import PROMETHEUS, PrometheusServer
 from tests.support.results import HOUR, expected_samples, imported_result, make_results
@@ -135,3 +137,55 @@ def test_report_reads_the_results_back_from_prometheus(backfilled: Any, capsys: 
         ("scp", "download", "exporter", 2),
         ("http", "upload", "exporter", 1),
     ]
+
+
+@pytest.mark.prometheus
+@needs_prometheus
+def test_backfilled_history_carries_the_regression_verdicts(tmp_path: Path) -> None:
+    """Backfilled history carries the regression test's verdicts, the same as the live
+    exporter published after each result: six days of a run every 2 hours, then three
+    runs at 70% of the rate.  Prometheus, loaded with the blocks, says regressed 0
+    before the drop and 1 at its third run, with the live exporter's numbers."""
+    from bigbinf.config import parse_config
+    from bigbinf.regression import settings_of
+    from bigbinf.service.collector import ExporterState
+    from bigbinf.service.rounds import RoundRunner
+
+    journal = tmp_path / "journal.jsonl"
+    config = parse_config(
+        "remotes: {lab: {address: 127.0.0.1, data_dir: /d, key: /k/id}}\n"
+        "datasets: {f32m: {file: f.bin, size: 32MiB}}\nprotocols: {http: {}}\n"
+        f"journal: {{path: {journal}}}\n",
+        "test",
+    )
+    state = ExporterState()
+    live = RoundRunner(config, state)
+    start = float(int(time.time() - 7 * 86400) // 7200 * 7200)
+    size = 32 * 2**20
+    published = []
+    for i in range(6 * 12 + 3):
+        rate = 25e6 * (1.0 + 0.02 * math.sin(i * 1.7)) * (0.7 if i >= 72 else 1.0)  # no two alike
+        r = Result(
+            "http", "lab", "f32m", "download", start + i * 7200, "ok", duration_seconds=size / rate, file_bytes=size
+        )
+        live.publish(r)  # journals it, then tests it as the exporter does
+        published.append((r.start_timestamp, state.regressions.get(r.key)))
+    assert published[-1][1] is not None and published[-1][1].regressed
+    storage = tmp_path / "tsdb"
+    assert backfill.write_openmetrics(Journal(journal).read(), tmp_path / "h.om", regression=settings_of(config))
+    backfill.create_blocks(tmp_path / "h.om", storage, backfill.find_promtool(None), "24h")
+    with PrometheusServer("global:\n  scrape_interval: 15s\n", tmp_path / "prom", storage=storage) as prom:
+        checked = 0
+        for when, verdict in published:
+            answer = {
+                s["metric"]["__name__"]: float(s["value"][1])
+                for s in prom.query('{__name__=~"bigbinf_throughput_regress.+"}', time=when)
+            }
+            if verdict is None:  # too young: the exporter published nothing, nor does the history
+                assert answer == {}
+                continue
+            assert answer["bigbinf_throughput_regressed"] == (1.0 if verdict.regressed else 0.0)
+            assert answer["bigbinf_throughput_regression_ratio"] == pytest.approx(verdict.test.ratio)
+            assert answer["bigbinf_throughput_regression_q_value"] == pytest.approx(verdict.q_value)
+            checked += 1
+        assert checked >= 30  # tested from the fourth day on

@@ -24,8 +24,10 @@ import pytest
 import yaml
 
 from bigbinf import metrics as M
+from bigbinf.journal import Journal
 from bigbinf.mixin import rules
 from bigbinf.mixin.settings import HOUR_MEAN_7D, Settings
+from bigbinf.result import Result
 
 from ..support.exporter import ExporterProcess
 from ..support.prometheus import PrometheusServer
@@ -265,6 +267,11 @@ def live(make_module_lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     # A bottleneck estimate for the path, so that it has a BDP (the Path dashboard); the
     # lab's link is not shaped here, which would give one too (source lab).
     raw["remotes"]["lab"]["bandwidth"] = "200mbit"
+    # Three weeks of history at this time of day, so that the regression test has a
+    # baseline for every series (the Time of day dashboard's verdicts), and the moves the
+    # Path dashboard predicts.
+    raw["moves"] = {"sizes": ["1GiB", "40TiB"]}
+    seed_history(Path(raw["journal"]["path"]), config)
     (tmp / "exporter.yaml").write_text(yaml.safe_dump(raw))
     # The shipped throughput group is evaluated every 5m; a test cannot wait that long.
     settings = Settings(baseline_interval="1s")
@@ -298,6 +305,32 @@ def live(make_module_lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         # after the next boundary, when the samples so far are still within the lookback.
         at = math.floor(time.time() / 60) * 60 + 61
         yield Live(prom, start, at)
+
+
+def seed_history(journal_path: Path, config: Any) -> None:
+    """Ok results of every series three times a day for 21 days, around this time of day:
+    a baseline for the regression test, and a line through the two sizes that the lab's
+    own runs (1-2 MiB on an unshaped link: mostly set-up time) cannot tip over."""
+    journal = Journal(journal_path)
+    now = time.time()
+    for day in range(21, 0, -1):
+        for k in range(3):
+            for protocol in config.protocols:
+                for name, dataset in config.datasets.items():
+                    rate = 30e6 * (1 + 0.02 * ((day * 7 + k) % 5 - 2))
+                    journal.append(
+                        Result(
+                            protocol,
+                            "lab",
+                            name,
+                            "download",
+                            now - day * 86400 + 600 * k,
+                            "ok",
+                            duration_seconds=0.3 + dataset.size / rate,
+                            file_bytes=dataset.size,
+                            files=1,
+                        )
+                    )
 
 
 def run(live: Live, expr: str, instant: bool) -> list[dict[str, Any]]:
@@ -382,7 +415,7 @@ def test_table_2_and_fingerprint_hold_real_numbers(live: Live) -> None:
 def test_every_rule_evaluates_on_live_data(live: Live) -> None:
     groups = live.prom.api("rules")["groups"]
     live_rules = [r for g in groups for r in g["rules"]]
-    assert len(live_rules) == 29
+    assert len(live_rules) == 30
     assert [(r["name"], r["lastError"]) for r in live_rules if r["health"] != "ok"] == []
     for r in live_rules:
         live.prom.query(r["query"], time=live.at)  # raises on any PromQL or server error

@@ -51,7 +51,7 @@ def test_openmetrics_text(tmp_path: Path) -> None:
     types = [line.split()[2:] for line in lines if line.startswith("# TYPE")]
     assert types == [
         [spec.name, "gauge"] for spec in sorted(metrics.LAST_RESULT, key=lambda s: s.name == backfill.LAST_SUCCESS)
-    ]
+    ] + [[spec.name, "gauge"] for spec in metrics.REGRESSION]
     assert (
         'bigbinf_last_transfer_duration_seconds{protocol="scp",remote="uwc",dataset="5MiB",'
         'direction="download"} 2.5 1700000000.123'

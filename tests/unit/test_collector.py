@@ -8,6 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bigbinf import metrics as M
+from bigbinf.regression import Tested, Verdict
 from bigbinf.result import PAYLOAD_BUCKETS, PathBaseline, Result, SeriesKey, empty_histogram
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 
@@ -115,6 +116,17 @@ def _state() -> ExporterState:
     )
     state.record_path(PATH)
     state.record_round(5.0, 1_763_000_205.0)
+    # The regression test's verdicts: one regressed series, one tested and not.
+    state.record_regressions(
+        {
+            SeriesKey("scp", "lab", "f64m", "download"): Verdict(
+                Tested(0.78125, 0.71, 0.84, 1.2e-05, 3, 56, 1_763_000_100.0), 0.000125, True
+            ),
+            SeriesKey("scp", "lab", "f64m", "upload"): Verdict(
+                Tested(0.98, 0.9, 1.07, 0.31, 3, 40, 1_763_000_150.0), 0.31, False
+            ),
+        }
+    )
     return state
 
 

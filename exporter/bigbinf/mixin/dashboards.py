@@ -712,6 +712,11 @@ def hour_matrix() -> list[DataTransformerConfig]:
     ]
 
 
+def verdict_query(metric: str, ref: str) -> Dataquery:
+    """One column of the regression verdicts' table: `metric` per series (a `transfer` label)."""
+    return query(by_transfer(f"{metric}{sel()}"), ref=ref, instant=True, fmt=PromQueryFormat.TABLE)
+
+
 def time_of_day() -> Dashboard:
     g = Grid()
     d = base(
@@ -791,6 +796,66 @@ def time_of_day() -> Dashboard:
             .min(0)
             .orientation(VizOrientation.HORIZONTAL)
             .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])),
+            12,
+            9,
+        )
+    )
+
+    d.with_row(g.row("Regression test (BigbinfThroughputRegressed)"))
+    verdict = {
+        "Value #A": "ratio",
+        "Value #B": "CI low",
+        "Value #C": "CI high",
+        "Value #D": "q-value",
+        "Value #E": "regressed",
+        "Value #F": "baseline runs",
+    }
+    d.with_panel(
+        g.place(
+            table.Panel()
+            .title("Regression verdicts: recent / baseline median at the same time of day")
+            .description(
+                "The exporter's significance test per series (docs/runbook.md, BigbinfThroughputRegressed): the last "
+                "regression.recent_runs ok transfers against the baseline weeks before them at the same times of "
+                "day.  Ratio: recent over baseline median (Hodges-Lehmann), with its confidence interval; q: the "
+                "Mann-Whitney p-value corrected for the exporter's many series (Benjamini-Hochberg); regressed 1: "
+                "significant and a material drop.  Series too young to test are not listed (the fixed-ratio alerts "
+                "cover them)."
+            )
+            .with_target(verdict_query(metrics.REGRESSION_RATIO.name, "A"))
+            .with_target(verdict_query(metrics.REGRESSION_RATIO_LOWER.name, "B"))
+            .with_target(verdict_query(metrics.REGRESSION_RATIO_UPPER.name, "C"))
+            .with_target(verdict_query(metrics.REGRESSION_Q.name, "D"))
+            .with_target(verdict_query(metrics.REGRESSED.name, "E"))
+            .with_target(verdict_query(metrics.REGRESSION_BASELINE_RUNS.name, "F"))
+            .transformations(merge_and_rename({"transfer": "transfer", **verdict}))
+            .override_by_name(*unit_override("ratio", "percentunit"))
+            .override_by_name(*unit_override("CI low", "percentunit"))
+            .override_by_name(*unit_override("CI high", "percentunit"))
+            .override_by_name(*unit_override("q-value", "sci")),
+            12,
+            9,
+        )
+    )
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Recent / baseline ratio with its confidence interval")
+            .description(
+                "The regression test's ratio over time (it changes when a transfer of the series ends), with its "
+                "confidence interval dashed; below 1 - regression.material_drop with a small q-value fires "
+                "BigbinfThroughputRegressed."
+            )
+            .with_target(query(f"{metrics.REGRESSION_RATIO.name}{sel()}", legend + " ratio"))
+            .with_target(query(f"{metrics.REGRESSION_RATIO_LOWER.name}{sel()}", legend + " CI low", "B"))
+            .with_target(query(f"{metrics.REGRESSION_RATIO_UPPER.name}{sel()}", legend + " CI high", "C"))
+            .override_by_regexp(
+                ".* CI (low|high)",
+                [DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})],
+            )
+            .unit("percentunit")
+            .show_points(VisibilityMode.ALWAYS)
+            .legend(legend_table()),
             12,
             9,
         )
@@ -1354,6 +1419,32 @@ def path() -> Dashboard:
                 [DataTransformerConfig(id_val="organize", options={"excludeByName": {"Time": True, "Value": True}})]
             ),
             8,
+            8,
+        )
+    )
+
+    d.with_row(g.row("Moving data: predicted durations (plan-move)"))
+    d.with_panel(
+        g.place(
+            bargauge.Panel()
+            .title("Predicted move to $remote")
+            .description(
+                "How long moving each of the configured sizes (config moves.sizes) to or from the remote would take: "
+                "the recommended protocol and setting at its best start hour, with the 90% prediction interval, from "
+                "the transfers measured to it (plan-move's model, docs/report.md).  One panel per remote; "
+                "`bigbinf-exporter plan-move --remote R --size S` gives every option and start hour."
+            )
+            .repeat("remote")
+            .repeat_direction("h")
+            .max_per_row(4)
+            .with_target(query(f"{metrics.MOVE_PREDICTED_LOWER.name}{psel()}", "{{size}} fastest (5%)", "A", True))
+            .with_target(query(f"{metrics.MOVE_PREDICTED.name}{psel()}", "{{size}} predicted", "B", True))
+            .with_target(query(f"{metrics.MOVE_PREDICTED_UPPER.name}{psel()}", "{{size}} slowest (95%)", "C", True))
+            .unit("s")
+            .min(0)
+            .orientation(VizOrientation.HORIZONTAL)
+            .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])),
+            12,
             8,
         )
     )

@@ -300,13 +300,45 @@ BDP_TEXT = (
 )
 
 
+SERIES_KEY = "job, instance, protocol, remote, dataset, direction"
+# The regression test's numbers of the alert's series, looked up when the alert is sent.
+SERIES_SELECTOR = "{job=%q, instance=%q, protocol=%q, remote=%q, dataset=%q, direction=%q}"
+SERIES_ARGS = "$labels.job $labels.instance $labels.protocol $labels.remote $labels.dataset $labels.direction"
+
+
+def series_value(metric: str, format_: str) -> str:
+    """A template that prints `metric` of the alert's series (formatted by `format_`)."""
+    return (
+        f'{{{{ range query (printf "{metric}{SERIES_SELECTOR}" {SERIES_ARGS}) }}}}'
+        f"{{{{ .Value | {format_} }}}}{{{{ end }}}}"
+    )
+
+
+# Which regression detector fired (label `detector`): the significance test, or the
+# fixed-ratio fallback for series too young to test.
+SIGNIFICANCE, FIXED_RATIO = "significance", "fixed_ratio"
+# The fallback's condition: no test of the series (its p-value is absent until it is old enough).
+TOO_YOUNG = f"\nunless on({SERIES_KEY})\n  {metrics.REGRESSION_P.name}"
+FALLBACK_NOTE = (
+    " Fixed-ratio fallback: the series is too young for the significance test (BigbinfThroughputRegressed), "
+    "which takes over once it has a baseline at its times of day."
+)
+
+
 def alert(
-    s: Settings, name: str, expr: str, for_: str, severity: str, summary: str, description: str
+    s: Settings,
+    name: str,
+    expr: str,
+    for_: str,
+    severity: str,
+    summary: str,
+    description: str,
+    detector: str = "",
 ) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr}
     if for_ not in ("0s", "0m"):
         rule["for"] = for_
-    rule["labels"] = {"severity": severity}
+    rule["labels"] = {"severity": severity, **({"detector": detector} if detector else {})}
     rule["annotations"] = {"summary": summary, "description": description, "runbook_url": f"{s.runbook}#{anchor(name)}"}
     return rule
 
@@ -363,29 +395,54 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         # whole-day baseline is the 7-day means of the recent transfers' own periods, so
         # the recent window's mix of peak and off-peak cannot fire it (docs/runbook.md,
         # "Which regression alert is primary", "The whole-day baseline").
+        # The significance test's verdict (bigbinf/regression.py, computed by the
+        # exporter from its journal): the primary regression alert wherever the series is
+        # old enough to be tested.  $value is the ratio.
+        alert(
+            s,
+            "BigbinfThroughputRegressed",
+            (f"{metrics.REGRESSION_RATIO.name}\n  and on({SERIES_KEY})\n  {metrics.REGRESSED.name} == 1"),
+            s.regressed_for,
+            "warning",
+            f"Throughput regressed (significant): {SERIES_TEXT}",
+            "The last ok transfers of the series ran at {{ $value | humanizePercentage }} of its baseline at the "
+            "same times of day (confidence interval "
+            + series_value(metrics.REGRESSION_RATIO_LOWER.name, "humanizePercentage")
+            + "-"
+            + series_value(metrics.REGRESSION_RATIO_UPPER.name, "humanizePercentage")
+            + "; Mann-Whitney q = "
+            + series_value(metrics.REGRESSION_Q.name, 'printf "%.2g"')
+            + " across the exporter's series, over "
+            + series_value(metrics.REGRESSION_BASELINE_RUNS.name, 'printf "%.0f"')
+            + " baseline transfers): significant, and a drop of at least the exporter's regression.material_drop.",
+            SIGNIFICANCE,
+        ),
+        # The fixed-ratio fallback for series too young for the test (no p-value yet).
         alert(
             s,
             "BigbinfThroughputRegression",
-            f"{MEAN_RECENT} < {num(s.regression_fraction)} * {BASELINE_7D_RECENT_MIX}",
+            f"{MEAN_RECENT} < {num(s.regression_fraction)} * {BASELINE_7D_RECENT_MIX}{TOO_YOUNG}",
             s.regression_for,
             "warning",
             f"Throughput regressed: {SERIES_TEXT}",
             f"Mean throughput of the ok transfers of the last {s.recent_window} (or of the last ok transfer, "
             f"if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of the series' 7-day mean "
             f"for the same mix of peak and off-peak transfers (peak = transfers started "
-            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).",
+            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).{FALLBACK_NOTE}",
+            FIXED_RATIO,
         ),
         alert(
             s,
             "BigbinfThroughputRegressionTimeOfDay",
-            f"{PERIOD_MEAN_RECENT} < {num(s.regression_fraction)} * {PERIOD_MEAN_7D}",
+            f"{PERIOD_MEAN_RECENT} < {num(s.regression_fraction)} * {PERIOD_MEAN_7D}{TOO_YOUNG}",
             s.regression_for,
             "warning",
             f"Throughput regressed for its time of day ({{{{ $labels.period }}}}): {SERIES_TEXT}",
             f"Mean throughput of the ok {{{{ $labels.period }}}} transfers of the last {s.recent_window} (or of "
             f"the last ok transfer, if none ran in it) is {{{{ $value | humanize1024 }}}}B/s, below {pct}% of "
             f"their 7-day mean (peak = transfers started "
-            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).",
+            f"{s.peak_start:02d}h-{s.peak_end:02d}h at {utc_offset(s)}).{FALLBACK_NOTE}",
+            FIXED_RATIO,
         ),
         alert(
             s,

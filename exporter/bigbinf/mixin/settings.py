@@ -98,7 +98,12 @@ class Settings:
     regression_fraction: float = _opt(
         0.7, "alert when the recent per-transfer mean throughput < this x its 7-day baseline (docs/runbook.md)"
     )
-    regression_for: str = _opt("1h", "for: of both regression alerts")
+    regression_for: str = _opt("1h", "for: of both fixed-ratio regression alerts")
+    regressed_for: str = _opt(
+        "0s",
+        "for: of BigbinfThroughputRegressed (its verdict changes only when a transfer ends and already weighs "
+        "several transfers: docs/runbook.md)",
+    )
     failure_ratio: float = _opt(
         0.2, "alert when more than this share of recent transfers did not end ok (skipped ones excluded)"
     )

@@ -28,7 +28,9 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, path_samples
+from bigbinf.metrics import last_result_samples, move_samples, path_samples, regression_samples
+from bigbinf.moveplan import Prediction
+from bigbinf.regression import Verdict
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
 
@@ -166,6 +168,10 @@ class ExporterState:
         self._held_missed: dict[MissedKey, int] = {}
         self._scraped = False
         self.mesh_round: MeshRound | None = None
+        # The regression test's verdict of each tested series (bigbinf/regression.py).
+        self.regressions: dict[SeriesKey, Verdict] = {}
+        # plan-move's prediction per remote and configured size label (bigbinf/moveplan.py).
+        self.moves: dict[tuple[str, str], Prediction] = {}
         # A mesh site: False while no round can be planned from the loaded mesh (shown as
         # bigbinf_config_last_reload_successful 0, with the load's own result).
         self._load_ok = False
@@ -262,6 +268,10 @@ class ExporterState:
             self.record_path(b)
         return n
 
+    def snapshot_paths(self) -> dict[str, PathBaseline]:
+        with self._lock:
+            return dict(self.paths)
+
     def forget_paths(self, remotes: Iterable[str]) -> None:
         """Keep only the paths of configured remotes (after a reload)."""
         keep = set(remotes)
@@ -278,6 +288,23 @@ class ExporterState:
         keep = set(sweeps)
         with self._changing():
             self.sweeps = {name: b for name, b in self.sweeps.items() if name in keep}
+
+    def record_regressions(self, verdicts: dict[SeriesKey, Verdict]) -> None:
+        """Every tested series' verdict, replacing the previous ones (q-values change for all)."""
+        with self._changing():
+            self.regressions = dict(verdicts)
+
+    def record_moves(self, remote: str, predictions: dict[str, Prediction]) -> None:
+        """The remote's predicted moves (size label -> prediction), replacing its previous ones."""
+        with self._changing():
+            self.moves = {k: v for k, v in self.moves.items() if k[0] != remote}
+            self.moves.update({(remote, size): p for size, p in predictions.items()})
+
+    def forget_moves(self, remotes: Iterable[str], sizes: Iterable[str]) -> None:
+        """Keep only configured remotes and sizes (after a reload)."""
+        keep_r, keep_s = set(remotes), set(sizes)
+        with self._changing():
+            self.moves = {k: v for k, v in self.moves.items() if k[0] in keep_r and k[1] in keep_s}
 
     def record_round(self, duration: float, end: float) -> None:
         with self._changing():
@@ -374,6 +401,8 @@ class ExporterState:
             clone.slot_last_overrun = dict(self.slot_last_overrun)
             clone.slots_missed = dict(self.slots_missed)
             clone.mesh_round = self.mesh_round
+            clone.regressions = self.regressions
+            clone.moves = self.moves
         return clone
 
 
@@ -398,7 +427,13 @@ class BigbinfCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.state.snapshot()
         families = itertools.chain(
-            self._last_results(s), self._paths(s), self._series_counters(s), self._self_metrics(s), self._sweeps(s)
+            self._last_results(s),
+            self._paths(s),
+            self._series_counters(s),
+            self._self_metrics(s),
+            self._sweeps(s),
+            self._regressions(s),
+            self._moves(s),
         )
         if not s.site:
             yield from families
@@ -454,6 +489,26 @@ class BigbinfCollector(Collector):
                     gain.add_metric([name, b.dataset, b.setting], b.gain_ratio)
         yield best
         yield gain
+
+    # -- the regression test: one series per tested series
+
+    @staticmethod
+    def _regressions(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.REGRESSION}
+        for key in sorted(s.regressions, key=_labels):
+            for name, value in regression_samples(s.regressions[key]):
+                fam[name].add_metric(_labels(key), value)
+        yield from fam.values()
+
+    # -- plan-move's predictions: per remote and configured size
+
+    @staticmethod
+    def _moves(s: ExporterState) -> Iterator[Metric]:
+        fam = {spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.MOVES}
+        for remote, size in sorted(s.moves):
+            for name, extra, value in move_samples(s.moves[(remote, size)]):
+                fam[name].add_metric([remote, size, *(v for _, v in extra)], value)
+        yield from fam.values()
 
     # -- last results
 

@@ -1,7 +1,8 @@
 """What an exporter knows from its journals before it measures anything, restored the same
 way by the server, `once` and `sweep`: the last result of every configured series (the
 last ok iperf3 test among them gives the path's bandwidth, rounds.RoundRunner), the last
-path baseline of every remote, and each configured sweep's last verdict.  A `once` that
+path baseline of every remote, each configured sweep's last verdict, and the regression
+test's history of every configured series (its verdicts), and the predicted moves.  A `once` that
 started from nothing judged its transfers against no bandwidth at all, where the running
 exporter judged the same transfers against the last iperf3 test (issue 23)."""
 
@@ -28,4 +29,8 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     state.restore_paths(b for b in runner.baselines.read() if b.remote in remotes)
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
     sweeps.restore(state, runner.journal.read(), config)
+    # The regression test's history and verdicts (bigbinf/regression.py).
+    runner.restore_history(runner.journal.read(), configured)
+    # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
+    runner.note_moves(runner.journal.read(), restore=True)
     return restored

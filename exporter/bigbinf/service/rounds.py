@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,7 +36,9 @@ from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
+from bigbinf.moveplan import Prediction, RecentRuns, fit_all, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
+from bigbinf.regression import History, settings_of
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.round_note import Note, RoundNote
@@ -101,6 +103,80 @@ class RoundRunner:
         # The mesh site whose tests these are (`once --mesh.file M --site S`): set on its
         # results, as the mesh runner sets it on its slots' results.
         self.site = ""
+        # Each series' recent ok runs for the regression test (bigbinf/regression.py),
+        # tested again after each of its results; the lock: a reload swaps it.
+        self._history_lock = threading.Lock()
+        self.history = History(settings_of(config))
+        # Each remote's ok runs of the last moves.history, for plan-move's predictions of
+        # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
+        self.move_runs = RecentRuns()
+
+    def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
+        """The regression test's history from the journal (at start, or after a reload
+        changed the test's settings): the exporter's own ok runs of the series `keys`;
+        then every verdict is published."""
+        wanted = set(keys)
+        history = History(settings_of(self.config))
+        runs: dict[SeriesKey, list[tuple[float, float]]] = {}
+        for r in results:
+            if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
+                runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
+        for key, series_runs in runs.items():
+            history.load(key, series_runs)
+            history.retest(key)
+        with self._history_lock:
+            self.history = history
+            verdicts = history.verdicts() if self.config.regression.enabled else {}
+        self.state.record_regressions(verdicts)
+
+    def forget_history(self, keys: Iterable[SeriesKey]) -> None:
+        """Keep only these series' history and verdicts (a reload removed the others)."""
+        with self._history_lock:
+            self.history.keep(keys)
+            verdicts = self.history.verdicts() if self.config.regression.enabled else {}
+        self.state.record_regressions(verdicts)
+
+    def note_moves(self, results: Iterable[Result], restore: bool = False) -> None:
+        """Ok runs (scheduled or a sweep's) for the move predictions; each remote that got
+        one is predicted again and published.  `restore`: the runs so far are replaced
+        (at start, from the journal)."""
+        moves = self.config.moves
+        zone = self.history.zone
+        with self._history_lock:
+            if restore:
+                self.move_runs = RecentRuns()
+            changed: set[str] = set()
+            for r in results:
+                for run in runs_to([r], r.remote, moves.direction):
+                    self.move_runs.add(r.remote, run)
+                    changed.add(r.remote)
+            if not moves.sizes:
+                return
+            published: dict[str, dict[str, Prediction]] = {}
+            paths = self.state.snapshot_paths()
+            for remote in changed:
+                if remote not in self.config.remotes:
+                    continue
+                runs = self.move_runs.runs(remote, moves.history)
+                bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
+                predictions = {}
+                fits, refused = fit_all(runs, zone)  # once for every size
+                for size in moves.sizes:
+                    best = rank(fits, refused, remote, size, moves.files, bandwidth).best
+                    if best is not None:
+                        predictions[size_label(size)] = best[1]
+                published[remote] = predictions
+        for remote, predictions in published.items():
+            self.state.record_moves(remote, predictions)
+
+    def _test_regression(self, r: Result) -> None:
+        if r.source != "exporter" or r.outcome != "ok" or not self.config.regression.enabled:
+            return
+        with self._history_lock:
+            changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
+            verdicts = self.history.verdicts() if changed else None
+        if verdicts is not None:
+            self.state.record_regressions(verdicts)
 
     def run_round(self, specs: list[TransferSpec] | None = None, wait: bool = False) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running
@@ -356,6 +432,9 @@ class RoundRunner:
             self.state.record_journal_failure()
         self.state.record(result)
         self.record_undo_pending()  # a transfer's undo may have failed (its error says so)
+        self._test_regression(result)
+        if result.source == "exporter":
+            self.note_moves([result])
         self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)

@@ -34,7 +34,9 @@ from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.undo import UndoJournal
 from bigbinf.measure.wire import analyser_worker
+from bigbinf.moveplan import size_label
 from bigbinf.process import kill_all_active
+from bigbinf.regression import settings_of
 from bigbinf.service import sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
@@ -220,6 +222,9 @@ class Exporter:
                 self.state.record_config(False)
                 log.error("reload failed, keeping the previous configuration:\n%s", exc.render())
                 return False
+            regression_changed = settings_of(config) != settings_of(self.runner.config) or (
+                config.regression.enabled != self.runner.config.regression.enabled
+            )
             self.runner.config = config
             self.web = web  # new connections use it; a connection in progress keeps its own
             self.runner.journal = Journal(config.journal.path)
@@ -227,7 +232,12 @@ class Exporter:
             self.runner.undo = UndoJournal.beside(config.journal.path)
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
-            self.state.prime(series_of(config, self.runner.lab), self._stale_after(config, mesh))
+            configured = series_of(config, self.runner.lab)
+            self.state.prime(configured, self._stale_after(config, mesh))
+            if regression_changed:  # the test's settings or time zone changed: tested again from the journal
+                self.runner.restore_history(self.runner.journal.read(), configured)
+            else:
+                self.runner.forget_history(configured)
             if self.mesh_runner is not None and mesh is not None:
                 if mesh.listen != self.mesh_runner.mesh.listen:
                     log.warning(
@@ -240,6 +250,8 @@ class Exporter:
             else:
                 self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.forget_sweeps(config.sweeps)
+            self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
+            self.runner.note_moves(self.runner.journal.read(), restore=True)
             sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)

@@ -328,6 +328,7 @@ class SweepRunner:
         found = bests(results, config)
         if results and not self.runner.stopping.is_set():
             self.state.record_sweep(name, found)
+            self.runner.note_moves(results)  # a sweep's settings are options for the moves too
         for b in found:
             gain = f"{b.gain_ratio:.2f}x the baseline" if b.gain_ratio is not None else "baseline has no ok run"
             self._say(

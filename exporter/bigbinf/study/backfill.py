@@ -29,7 +29,8 @@ from typing import Any, TextIO
 
 from bigbinf import metrics
 from bigbinf.journal import Journal, SkippedLine
-from bigbinf.metrics import Extra, last_result_samples
+from bigbinf.metrics import Extra, last_result_samples, regression_samples
+from bigbinf.regression import History, RegressionSettings
 from bigbinf.result import Result, SeriesKey
 from bigbinf.study.common import (
     IMPORTED,
@@ -123,7 +124,40 @@ def _origin(result: Result) -> Extra:
     return ((ORIGIN_LABEL, IMPORTED),) if result.source == IMPORTED else ()
 
 
-def openmetrics_lines(series: dict[SeriesKey, list[Result]], target: Sequence[tuple[str, str]] = ()) -> Iterator[str]:
+def regression_rows(
+    series: dict[SeriesKey, list[Result]], settings: RegressionSettings
+) -> dict[str, dict[tuple[SeriesKey, Extra], list[tuple[int, float]]]]:
+    """The regression test's gauges (metrics.REGRESSION) through history: the journal
+    walked in time order as the exporter would have recorded it, each series' verdict
+    written at each of its ok results (milliseconds, value), its q-value across the
+    series tested at that moment.  Imported results are their own family of series
+    (origin label), tested and corrected for many series among themselves, never
+    pooled with the exporter's.  A sweep's runs are not here (run() leaves them out)."""
+    rows: dict[str, dict[tuple[SeriesKey, Extra], list[tuple[int, float]]]] = {
+        spec.name: defaultdict(list) for spec in metrics.REGRESSION
+    }
+    histories: dict[Extra, History] = {}
+    ordered = sorted((r for results in series.values() for r in results), key=lambda r: r.start_timestamp)
+    for r in ordered:
+        if r.outcome != "ok":
+            continue
+        origin = _origin(r)
+        history = histories.setdefault(origin, History(settings))
+        if not history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second):
+            continue
+        verdict = history.verdicts().get(r.key)
+        if verdict is None:  # too young to test
+            continue
+        for name, value in regression_samples(verdict):
+            rows[name][(r.key, origin)].append((timestamp_ms(r.start_timestamp), value))
+    return rows
+
+
+def openmetrics_lines(
+    series: dict[SeriesKey, list[Result]],
+    target: Sequence[tuple[str, str]] = (),
+    regression: RegressionSettings | None = None,
+) -> Iterator[str]:
     """OpenMetrics text: each family once, each series' samples together and in time
     order (promtool's parser and the format require both), then `# EOF`."""
     specs = {spec.name: spec for spec in metrics.LAST_RESULT}
@@ -158,18 +192,29 @@ def openmetrics_lines(series: dict[SeriesKey, list[Result]], target: Sequence[tu
             labels = _labels(key, extra, target)
             for sample in samples:
                 yield f"{LAST_SUCCESS}{labels} {sample}\n"
+    verdicts = regression_rows(series, regression or RegressionSettings())
+    for spec in metrics.REGRESSION:
+        yield f"# HELP {spec.name} {_escape(spec.help)}\n"
+        yield f"# TYPE {spec.name} gauge\n"
+        for (key, origin), timed in verdicts[spec.name].items():
+            labels = _labels(key, origin, target)
+            for ms, value in timed:
+                yield f"{spec.name}{labels} {format_value(value)} {format_timestamp(ms)}\n"
     yield "# EOF\n"
 
 
 def write_openmetrics(
-    results: Iterable[Result], path: Path, target: Sequence[tuple[str, str]] = ()
+    results: Iterable[Result],
+    path: Path,
+    target: Sequence[tuple[str, str]] = (),
+    regression: RegressionSettings | None = None,
 ) -> tuple[int, int, int]:
     """Write the file; returns (results written, series, results left out because a later
     one of the same series started in the same millisecond)."""
     left_out: list[Result] = []
     series = by_series(results, left_out)
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(openmetrics_lines(series, target))
+        f.writelines(openmetrics_lines(series, target, regression))
     return sum(len(v) for v in series.values()), len(series), len(left_out)
 
 
@@ -259,6 +304,20 @@ def _read(
     return results, unreadable
 
 
+def _regression_settings(args: argparse.Namespace) -> RegressionSettings:
+    """The regression test's settings: the configuration's (its regression section and
+    schedule time zone) when --config.file is given, else the defaults (UTC)."""
+    if not getattr(args, "config_file", None):
+        return RegressionSettings()
+    from bigbinf.config import ConfigError, load_config
+    from bigbinf.regression import settings_of
+
+    try:
+        return settings_of(load_config(args.config_file))
+    except ConfigError as exc:
+        raise UsageError(f"--config.file {args.config_file}: {exc.render()}", 1) from None
+
+
 def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     stream = stream if stream is not None else sys.stderr
     journal_path, out_dir = Path(args.journal), Path(args.out)
@@ -288,7 +347,7 @@ def run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
             om = Path(args.openmetrics) if args.openmetrics else Path(tmp) / "backfill.om"
             target = [(name, value) for name, value in (("job", args.job), ("instance", args.instance)) if value]
             try:
-                written, series, left_out = write_openmetrics(results, om, target)
+                written, series, left_out = write_openmetrics(results, om, target, _regression_settings(args))
             except OSError as exc:
                 where = f"--openmetrics {om}" if args.openmetrics else f"temporary file {om} (set TMPDIR elsewhere)"
                 raise UsageError(f"{where}: cannot write ({exc.strerror or exc}); choose a writable path", 1) from None

@@ -1,0 +1,210 @@
+"""plan-move's predictions against real moves in the lab (issue 28; needs root).
+
+Two phases, each on its own lab and journal:
+
+1. **steady link** (200 Mbit/s, 20 ms RTT): scheduled rounds of 32, 64, 128 and 256 MiB
+   files with http and gridftp, and a tuning sweep (gridftp parallel 1, 4 on 128 MiB);
+   then plan-move's model predicts a 1 GiB and a 4 GiB move with the recommended option,
+   and the moves are run, alternating, `--trials` in all.
+2. **peak and off-peak**: the same rounds, the link shaped to `--peak-rate` in every other
+   round ("peak") and to 200 Mbit/s in the others ("off-peak").  The lab cannot wait for
+   the afternoon, so a round run while the link is shaped as peak is journaled as if it
+   had started at 13:MM:SS, an off-peak one at 03:MM:SS (the same day, the same minutes):
+   the model sees a link that is slower at 13h, as on a shared research network.  Trials
+   alternate between the two shapings, each compared with the prediction for its hour.
+
+Per trial: the predicted duration and 90% interval (made before the move, from the
+rounds and the sweep only), the actual wall clock, inside or not, and the error.
+
+    sudo .venv/bin/python benchmarks/bench_moveplan.py [--trials 10] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import zoneinfo
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bigbinf import lab
+from bigbinf.config import Config, validate_config
+from bigbinf.journal import Journal
+from bigbinf.lab import network
+from bigbinf.lab.layout import LabLayout
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
+from bigbinf.moveplan import duration_text, plan, predict, runs_to
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.rounds import RoundRunner, run_id
+from bigbinf.service.sweeps import SweepRunner, settings, spec_for
+
+UTC = zoneinfo.ZoneInfo("UTC")
+ROUND_SETS = ("f32m", "f64m", "f128m", "f256m")
+MOVES = ("f1g", "f4g")
+
+
+def make_config(name: str, tmp: Path, rate: str) -> Config:
+    raw: dict[str, Any] = {
+        "lab": {
+            "name": name,
+            "state_dir": str(tmp / "lab"),
+            "client_address": "198.19.29.1",
+            "remote_address": "198.19.29.2",
+            "link": {"rate": rate, "burst": "64KiB", "delay": "10ms"},
+            "servers": ["nginx", "gridftp"],
+        },
+        "remotes": {"lab": {"lab": True}},
+        "datasets": {
+            **{d: {"file": f"{d}.bin", "size": d[1:].replace("m", "MiB")} for d in ROUND_SETS},
+            "f1g": {"file": "f1g.bin", "size": "1GiB"},
+            "f4g": {"file": "f4g.bin", "size": "4GiB"},
+        },
+        "protocols": {"http": {}, "gridftp": {}},
+        "schedule": {
+            "interval": "1h",
+            "transfers": [
+                {"protocol": p, "remote": "lab", "dataset": d} for p in ("http", "gridftp") for d in ROUND_SETS
+            ],
+        },
+        "sweeps": {
+            "streams": {
+                "protocol": "gridftp",
+                "remote": "lab",
+                "datasets": ["f128m"],
+                "options": {"parallel": [1, 4]},
+                "repetitions": 2,
+            }
+        },
+        "transfer": {"timeout": "20m", "workdir": str(tmp / "work")},
+        "capture": {"enabled": False},  # the moves' wall clock is what is predicted, not the wire
+        "journal": {"path": str(tmp / "journal.jsonl")},
+    }
+    return validate_config(raw, "bench_moveplan")
+
+
+def reshape(config: Config, rate: str) -> None:
+    assert config.lab is not None
+    link = config.lab.link.model_copy(update={"rate": rate})
+    network.shape(LabLayout(config.lab.model_copy(update={"link": link})))
+
+
+def at_hour(result: Any, hour: int) -> Any:
+    when = datetime.fromtimestamp(result.start_timestamp, UTC).replace(hour=hour)
+    return dataclasses.replace(result, start_timestamp=when.timestamp())
+
+
+def run_rounds(config: Config, runner: RoundRunner, rounds: int, peak_rate: str | None) -> None:
+    specs = plan_round(config, lab.site(config))
+    for i in range(rounds * (2 if peak_rate else 1)):
+        peak = bool(peak_rate) and i % 2 == 0
+        if peak_rate:
+            reshape(config, peak_rate if peak else "200mbit")
+        round_id = run_id()
+        for spec in specs:
+            r = run_transfer(spec, config, round_id)
+            if peak_rate:
+                r = at_hour(r, 13 if peak else 3)
+            runner.journal.append(r)
+        print(f"  round {i + 1}: {'peak' if peak else 'off-peak' if peak_rate else 'steady'}", flush=True)
+
+
+def trials(config: Config, runner: RoundRunner, n: int, peak_rate: str | None, out: list[dict[str, Any]]) -> None:
+    runs = runs_to(Journal(config.journal.path).read(), "lab")
+    site = lab.site(config)
+    for i in range(n):
+        dataset = MOVES[i % 2]
+        size = config.datasets[dataset].size
+        peak = bool(peak_rate) and (i // 2) % 2 == 0
+        hour = 13 if peak else 3 if peak_rate else datetime.now(UTC).hour
+        if peak_rate:
+            reshape(config, peak_rate if peak else "200mbit")
+        the_plan = plan(runs, "lab", size, 1, UTC, None, 0.9)
+        best = the_plan.ranked[0][0]
+        p = predict(best, size, 1, hour, 0.9)
+        if best.setting:
+            grid = {s.label: s for s in settings(config, "streams")}
+            spec = spec_for(config, "streams", grid[best.setting], dataset, site)
+        else:
+            spec = next(s for s in plan_round(config, site) if s.protocol == best.protocol)
+            spec = dataclasses.replace(spec, dataset=dataset, dataset_config=config.datasets[dataset])
+        r = run_transfer(spec, config, run_id())
+        inside = p.lower <= r.duration_seconds <= p.upper
+        error = abs(r.duration_seconds - p.seconds) / r.duration_seconds
+        row = {
+            "phase": "peak/off-peak" if peak_rate else "steady",
+            "hour": hour,
+            "move": dataset,
+            "option": best.option,
+            "predicted": p.seconds,
+            "lower": p.lower,
+            "upper": p.upper,
+            "actual": r.duration_seconds,
+            "outcome": r.outcome,
+            "inside": inside,
+            "error": error,
+        }
+        out.append(row)
+        print(
+            f"  trial {i + 1}: {dataset} {best.option} at {hour:02d}h: predicted {duration_text(p.seconds)} "
+            f"({duration_text(p.lower)}-{duration_text(p.upper)}), actual {r.duration_seconds:.1f}s "
+            f"{r.outcome}, {'inside' if inside else 'OUTSIDE'}, error {error:.1%}",
+            flush=True,
+        )
+
+
+def phase(name: str, tmp: Path, rounds: int, n: int, peak_rate: str | None, out: list[dict[str, Any]]) -> None:
+    config = make_config(name, tmp, "200mbit")
+    print(f"{name}: lab up", flush=True)
+    lab.up(config)
+    try:
+        runner = RoundRunner(config, ExporterState(), lab=lab.site)
+        run_rounds(config, runner, rounds, peak_rate)
+        if not peak_rate:
+            SweepRunner(runner, progress=sys.stdout).run("streams", wait=0)
+        trials(config, runner, n, peak_rate, out)
+    finally:
+        lab.down(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--peak-rate", default="120mbit")
+    ap.add_argument("--phase", choices=["steady", "peak", "both"], default="both")
+    args = ap.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-moveplan-", dir="/var/tmp") as tmp:
+        Path(tmp).chmod(0o755)  # the lab's servers run as other users
+        if args.phase in ("steady", "both"):
+            phase("bbi28s", Path(tmp) / "steady", args.rounds, args.trials, None, rows)
+            shutil.rmtree(Path(tmp) / "steady", ignore_errors=True)
+        if args.phase in ("peak", "both"):
+            phase("bbi28k", Path(tmp) / "peak", args.rounds, args.trials, args.peak_rate, rows)
+    print("\n| phase | move | start hour | option | predicted | 90% interval | actual | inside | error |")
+    print("| --- | --- | ---: | --- | ---: | --- | ---: | --- | ---: |")
+    for r in rows:
+        print(
+            f"| {r['phase']} | {r['move']} | {r['hour']:02d} | {r['option']} | {r['predicted']:.1f} s | "
+            f"{r['lower']:.1f}-{r['upper']:.1f} s | {r['actual']:.1f} s | {'yes' if r['inside'] else 'no'} | "
+            f"{r['error']:.1%} |"
+        )
+    for ph in sorted({r["phase"] for r in rows}):
+        part = [r for r in rows if r["phase"] == ph]
+        inside = sum(r["inside"] for r in part)
+        median = statistics.median(r["error"] for r in part)
+        print(f"{ph}: {inside} of {len(part)} inside the 90% interval; median error {median:.1%}")
+    print(f"({time.monotonic() - began:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""How long will moving this much data take, with which protocol and setting, started
+when?  The model behind `bigbinf-exporter plan-move` and bigbinf_move_predicted_seconds
+(issue 28; docs/report.md, "plan-move").
+
+From everything measured to one remote (scheduled rounds and tuning sweeps, ok runs in
+one direction), per option (a protocol as configured, or a protocol with a sweep's
+setting):
+
+* **Duration = setup + per-file cost x (files - 1) + bytes / steady-phase rate**: a
+  least-squares line through the runs' (bytes, files, seconds).  Two or more sizes
+  measured separate the setup (connection, authentication, slow start) from the rate;
+  an option measured at one size only (a sweep's setting) borrows the setup of its
+  protocol's own line, or is refused with that reason.  With one file count measured the
+  per-file cost is 0 and a move of many files is said to be extrapolated without it.
+* **Hour of day**: each run's rate relative to the line (log), and per start hour the
+  median of the runs started within 90 minutes of it (local time, schedule.timezone);
+  hours with fewer than 3 runs there use the all-day rate and say so.  A move longer than
+  an hour runs through the hours' rates one after another.
+* **Prediction interval** (90% by default): the 5th and 95th percentiles of the runs'
+  rate residuals after the hour effect (Student's t on their SD below 20 runs), widened
+  by the rate's own standard error; applied to the whole move's rate (a slow day slows
+  all of it: no averaging is assumed).
+* **Capped by the path**: never faster than the path's bandwidth estimate (the last
+  probe's, bigbinf_path_bandwidth_bytes_per_second), and said when capped.
+
+Pure: numpy only.  Everything it extrapolates from is in the Plan (`basis`), so the
+command can say it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import zoneinfo
+from collections import defaultdict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from bigbinf.result import Result
+
+HOUR = 3600.0
+DAY = 86400.0
+HOUR_WINDOW = 1.5  # hours either way: the runs that make a start hour's effect
+MIN_HOUR_RUNS = 3
+MIN_EMPIRICAL = 20  # residuals for empirical percentiles; fewer: Student's t on their SD
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ok transfer to the remote, as the model sees it."""
+
+    protocol: str
+    setting: str  # "" for the protocol as configured; a sweep's setting label
+    bytes: int
+    files: int
+    seconds: float
+    timestamp: float
+    source: str  # exporter | sweep
+
+    @property
+    def option(self) -> str:
+        return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
+
+
+def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
+    """The ok runs to `remote` in `direction` that the model can use: the exporter's own
+    and tuning sweeps' (not imported 2015 results: another measure of time)."""
+    return [
+        Run(
+            r.protocol,
+            r.sweep_label if r.source == "sweep" else "",
+            r.file_bytes,
+            max(r.files, 1),
+            r.duration_seconds,
+            r.start_timestamp,
+            r.source,
+        )
+        for r in results
+        if r.remote == remote
+        and r.direction == direction
+        and r.outcome == "ok"
+        and r.source in ("exporter", "sweep")
+        and r.file_bytes > 0
+        and r.duration_seconds > 0
+    ]
+
+
+# The exporter keeps at most this many runs per option, size, file count and UTC hour of
+# day (the latest): a month of a minute schedule stays a few thousand runs per option,
+# every hour and size still there, and a prediction after each result stays cheap.
+MAX_PER_CELL = 40
+
+
+class RecentRuns:
+    """Each remote's recent ok runs for the model, thinned per cell (MAX_PER_CELL)."""
+
+    def __init__(self) -> None:
+        self.cells: dict[str, dict[tuple[str, str, int, int, int], deque[Run]]] = {}
+
+    def add(self, remote: str, run: Run) -> None:
+        cell = (run.protocol, run.setting, run.bytes, run.files, int(run.timestamp // HOUR) % 24)
+        self.cells.setdefault(remote, {}).setdefault(cell, deque(maxlen=MAX_PER_CELL)).append(run)
+
+    def remotes(self) -> list[str]:
+        return list(self.cells)
+
+    def runs(self, remote: str, history: float) -> list[Run]:
+        """The remote's runs of the last `history` seconds before its latest."""
+        every = [run for cell in self.cells.get(remote, {}).values() for run in cell]
+        if not every:
+            return []
+        since = max(run.timestamp for run in every) - history
+        return [run for run in every if run.timestamp >= since]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One option's line, hour effects and residuals."""
+
+    protocol: str
+    setting: str
+    setup_seconds: float
+    per_file_seconds: float
+    rate: float  # bytes/s, all-day steady phase
+    rate_log_se: float  # standard error of log(rate)
+    hour_effect: tuple[float | None, ...]  # 24 log multipliers of the rate, None: no runs near
+    residuals: tuple[float, ...]  # log rate residuals after the hour effect
+    runs: int
+    sizes: tuple[int, ...]  # distinct byte sizes measured
+    files: tuple[int, ...]  # distinct file counts measured
+    hours: tuple[int, ...]  # start hours measured (local)
+    first: float
+    last: float
+    setup_from: str = ""  # where the setup came from when not from this option's sizes
+
+    @property
+    def option(self) -> str:
+        return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
+
+    def rate_at(self, hour: int) -> float:
+        effect = self.hour_effect[hour % 24]
+        return self.rate * math.exp(effect or 0.0)
+
+    def residual_bounds(self, level: float) -> tuple[float, float]:
+        """Log-rate residual quantiles (lower, upper) for a `level` interval, widened by
+        the rate's standard error."""
+        tail = (1 - level) / 2
+        res = np.array(self.residuals) if self.residuals else np.zeros(1)
+        z = statistics.NormalDist().inv_cdf(1 - tail)
+        if len(res) >= MIN_EMPIRICAL:
+            lo, hi = float(np.quantile(res, tail)), float(np.quantile(res, 1 - tail))
+        else:
+            n = max(len(res), 2)
+            sd = float(np.std(res, ddof=1)) if len(res) > 1 else 0.0
+            spread = _t_quantile(1 - tail, n - 1) * sd * math.sqrt(1 + 1 / n)
+            lo, hi = -spread, spread
+        widen = z * self.rate_log_se
+        return lo - widen, hi + widen
+
+
+def _t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (Cornish-Fisher from the normal: good to ~1% for df >= 3)."""
+    z = statistics.NormalDist().inv_cdf(p)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / df + g2 / df**2 + g3 / df**3
+
+
+def local_hour(timestamp: float, zone: zoneinfo.ZoneInfo) -> int:
+    return datetime.fromtimestamp(timestamp, zone).hour
+
+
+def local_hours(timestamps: Sequence[float], zone: zoneinfo.ZoneInfo) -> np.ndarray:
+    """The local hour of each timestamp, asking the zone once per UTC hour (a month of
+    minute-schedule runs is 40,000 runs and 700 hours)."""
+    offsets: dict[int, float] = {}
+    out = np.empty(len(timestamps), dtype=int)
+    for i, t in enumerate(timestamps):
+        h = int(t // HOUR)
+        if h not in offsets:
+            offset = datetime.fromtimestamp(h * HOUR, zone).utcoffset()
+            offsets[h] = offset.total_seconds() if offset else 0.0
+        out[i] = int((t + offsets[h]) // HOUR) % 24
+    return out
+
+
+def _circular_hours(a: int, b: int) -> int:
+    d = abs(a - b) % 24
+    return min(d, 24 - d)
+
+
+def fit(runs: Sequence[Run], zone: zoneinfo.ZoneInfo, setup_hint: tuple[float, str] | None = None) -> Fit | str:
+    """One option's model from its runs, or why there is none."""
+    x = np.array([r.bytes for r in runs], dtype=float)
+    f = np.array([r.files - 1 for r in runs], dtype=float)
+    y = np.array([r.seconds for r in runs], dtype=float)
+    sizes = tuple(sorted({r.bytes for r in runs}))
+    files = tuple(sorted({r.files for r in runs}))
+    setup_from = ""
+    per_file = 0.0
+    if len(sizes) >= 2:
+        columns = [np.ones_like(x), x] + ([f] if len(files) >= 2 else [])
+        coef, *_ = np.linalg.lstsq(np.column_stack(columns), y, rcond=None)
+        setup, slope = float(coef[0]), float(coef[1])
+        per_file = float(coef[2]) if len(files) >= 2 else 0.0
+        if setup < 0:  # no negative set-up: the line through the origin
+            setup = 0.0
+            rest = y - per_file * f
+            slope = float(np.dot(x, rest) / np.dot(x, x))
+    elif setup_hint is not None:
+        setup, setup_from = setup_hint
+        slope = float(np.median((y - setup) / x))
+    else:
+        return (
+            f"measured at one size only ({_size(sizes[0])}): its set-up and its rate cannot be told apart, "
+            f"and {runs[0].protocol} has no runs at two sizes to lend it a set-up time"
+        )
+    if not slope > 0:
+        return f"its durations do not grow with size ({len(runs)} runs, {', '.join(map(_size, sizes))})"
+    rate = 1.0 / slope
+    steady = y - setup - per_file * f
+    usable = steady > 0.1 * y  # runs whose time is mostly the steady phase
+    log_ratio = np.log(x[usable] * slope / steady[usable]) if usable.any() else np.zeros(0)
+    hours_all = local_hours([r.timestamp for r in runs], zone)
+    hours = hours_all[usable]
+    effect: list[float | None] = []
+    for h in range(24):
+        distance = np.abs(hours - h) % 24
+        near = np.minimum(distance, 24 - distance) <= HOUR_WINDOW
+        effect.append(float(np.median(log_ratio[near])) if near.sum() >= MIN_HOUR_RUNS else None)
+    centre = [e for e in effect if e is not None]
+    if centre:  # the line's rate is the all-day rate: effects relative to their median
+        mid = float(np.median(centre))
+        rate *= math.exp(mid)
+        effect = [None if e is None else e - mid for e in effect]
+        log_ratio = log_ratio - mid
+    shift = np.array([e or 0.0 for e in effect])
+    residuals = [float(v) for v in log_ratio - shift[hours]] if len(hours) else []
+    n = len(runs)
+    if len(sizes) >= 2 and n > 2:
+        fitted = setup + per_file * f + x * slope
+        sigma2 = float(np.sum((y - fitted) ** 2)) / max(n - 2 - (len(files) >= 2), 1)
+        sxx = float(np.sum((x - x.mean()) ** 2))
+        slope_se = math.sqrt(sigma2 / sxx) if sxx > 0 else 0.0
+        rate_log_se = slope_se / slope
+    else:
+        rate_log_se = float(np.std(log_ratio, ddof=1) / math.sqrt(len(log_ratio))) if len(log_ratio) > 1 else 0.0
+    return Fit(
+        runs[0].protocol,
+        runs[0].setting,
+        setup,
+        per_file,
+        rate,
+        rate_log_se,
+        tuple(effect),
+        tuple(residuals),
+        n,
+        sizes,
+        files,
+        tuple(sorted({int(h) for h in hours_all})),
+        min(r.timestamp for r in runs),
+        max(r.timestamp for r in runs),
+        setup_from,
+    )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    option: str
+    start_hour: int
+    seconds: float
+    lower: float
+    upper: float
+    capped: bool  # the path's bandwidth capped the rate at some hour
+
+
+def _steady_seconds(fit_: Fit, size: float, start_hour: int, factor: float, cap: float | None) -> tuple[float, bool]:
+    """Seconds to move `size` bytes from `start_hour` on, hour by hour at each hour's
+    rate times `factor` (capped by the path); whole days at once (a day moves the same
+    bytes whichever hour it starts at)."""
+    rates = []
+    capped = False
+    for h in range(24):
+        rate = fit_.rate_at(h) * factor
+        if cap is not None and rate > cap:
+            rate, capped = cap, True
+        rates.append(rate)
+    per_day = sum(rates) * HOUR
+    left, seconds, hour = float(size), 0.0, start_hour
+    for step in range(48):
+        if step == 24:  # a whole day gone by: skip the whole days still to come
+            days = math.floor(left / per_day)
+            seconds += days * DAY
+            left -= days * per_day
+        rate = rates[hour]
+        if left <= rate * HOUR:
+            return seconds + left / rate, capped
+        left -= rate * HOUR
+        seconds += HOUR
+        hour = (hour + 1) % 24
+    return seconds + left / rates[hour], capped
+
+
+def predict(
+    fit_: Fit,
+    size: int,
+    files: int,
+    start_hour: int,
+    level: float = 0.9,
+    cap: float | None = None,
+    bounds: tuple[float, float] | None = None,
+) -> Prediction:
+    """The duration of a move of `size` bytes in `files` files started at `start_hour`;
+    `bounds`: fit_.residual_bounds(level), when the caller predicts many hours."""
+    fixed = fit_.setup_seconds + fit_.per_file_seconds * (files - 1)
+    lo, hi = bounds if bounds is not None else fit_.residual_bounds(level)
+    point, capped = _steady_seconds(fit_, size, start_hour, 1.0, cap)
+    slow, _ = _steady_seconds(fit_, size, start_hour, math.exp(lo), cap)
+    fast, _ = _steady_seconds(fit_, size, start_hour, math.exp(hi), cap)
+    return Prediction(fit_.option, start_hour, fixed + point, fixed + fast, fixed + slow, capped)
+
+
+@dataclass(frozen=True)
+class Plan:
+    remote: str
+    size: int
+    files: int
+    ranked: tuple[tuple[Fit, tuple[Prediction, ...]], ...]  # best first; 24 start hours each
+    refused: dict[str, str] = field(default_factory=dict)  # option -> why no prediction
+    bandwidth: float | None = None
+
+    @property
+    def best(self) -> tuple[Fit, Prediction] | None:
+        if not self.ranked:
+            return None
+        fit_, hours = self.ranked[0]
+        return fit_, min(hours, key=lambda p: (p.seconds, p.upper))
+
+
+def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], dict[str, str]]:
+    """Every option's fit (plain protocols first: a sweep's setting measured at one size
+    borrows their set-up), and why the others have none."""
+    by_option: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for r in runs:
+        by_option[(r.protocol, r.setting)].append(r)
+    fits: dict[tuple[str, str], Fit] = {}
+    refused: dict[str, str] = {}
+    for key in sorted(by_option, key=lambda k: (k[1] != "", k)):
+        hint = None
+        own = fits.get((key[0], ""))
+        if own is not None and len({r.bytes for r in by_option[key]}) < 2:
+            hint = (own.setup_seconds, f"{key[0]}'s runs at {len(own.sizes)} sizes")
+        result = fit(by_option[key], zone, hint)
+        if isinstance(result, str):
+            refused[by_option[key][0].option] = result
+        else:
+            fits[key] = result
+    return list(fits.values()), refused
+
+
+def rank(
+    fits: Sequence[Fit],
+    refused: dict[str, str],
+    remote: str,
+    size: int,
+    files: int = 1,
+    bandwidth: float | None = None,
+    level: float = 0.9,
+) -> Plan:
+    """The fitted options ranked for one move by their best start hour's prediction."""
+    ranked = []
+    for f in fits:
+        bounds = f.residual_bounds(level)
+        hours = tuple(predict(f, size, files, h, level, bandwidth, bounds) for h in range(24))
+        ranked.append((f, hours))
+    ranked.sort(key=lambda item: min((p.seconds, p.upper) for p in item[1]))
+    return Plan(remote, size, files, tuple(ranked), dict(refused), bandwidth)
+
+
+def plan(
+    runs: Sequence[Run],
+    remote: str,
+    size: int,
+    files: int = 1,
+    zone: zoneinfo.ZoneInfo | None = None,
+    bandwidth: float | None = None,
+    level: float = 0.9,
+) -> Plan:
+    """Every option to `remote` fitted and ranked by its best start hour's prediction."""
+    fits, refused = fit_all(runs, zone or zoneinfo.ZoneInfo("UTC"))
+    return rank(fits, refused, remote, size, files, bandwidth, level)
+
+
+_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def _size(n: float) -> str:
+    for unit, factor in _UNITS:
+        if n >= factor:
+            value = n / factor
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+    return f"{n:.0f}B"
+
+
+size_label = _size  # the `size` label of bigbinf_move_predicted_seconds: "40TiB"
+
+
+def duration_text(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "never"
+    s = round(seconds)
+    if s >= DAY:
+        return f"{s // 86400}d {s % 86400 // 3600}h"
+    if s >= HOUR:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{seconds:.1f}s"

@@ -1,0 +1,436 @@
+"""The live regression test of a series' throughput (issue 28): is the series' recent
+throughput significantly and materially below what it was at the same time of day?
+
+One place for the rule and for assembling its inputs: the exporter (service/rounds.py)
+runs it after every result, `backfill` runs it over the journal's history, and the
+benchmark (benchmarks/bench_regression.py) runs it over generated series; all three call
+`examine` and `judge` below, so they cannot disagree.
+
+The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each choice):
+
+* **Recent**: the series' last `recent_runs` ok runs.  **Baseline**: its ok runs of the
+  `baseline_weeks` before the first recent one, at the same time of day: within
+  `time_of_day_window` (circular, local time in `schedule.timezone`) of a recent run.
+* **Time of day** is taken out first: every run's log throughput minus the median log
+  throughput of the baseline runs around its own time of day (15-minute bins).  A
+  recent window of two peak runs and one night run is then compared with the baseline at
+  those hours, not with the whole day's mix.
+* **Mann-Whitney U**, one-sided (recent lower), on those residuals: throughput is skewed
+  and has heavy tails (a congested afternoon), which a rank test shrugs off, and its
+  exact null distribution holds for three recent runs, where Welch's t on three values
+  would lean on a normality nobody can check.  Exact p (no ties: the Gaussian-binomial
+  generating function, lower tail), else the normal approximation with tie and
+  continuity corrections (as scipy.stats.mannwhitneyu, which the tests compare with).
+* **Effect size**: the Hodges-Lehmann shift of the residuals (the median of every
+  recent-minus-baseline difference) as a ratio, exp(shift): under the shift model it is
+  the recent median over the baseline median at the same time of day.  Its confidence
+  interval is the exact distribution-free one that inverts the same U test (the
+  differences' order statistics at U's critical values), so the CI and the p-value
+  never contradict each other.
+* **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
+  over every tested series' current p-value (`judge`).  A series is **regressed** when
+  its q <= `fdr` and its ratio <= 1 - `material_drop`: significant and large enough to
+  matter.
+
+Pure: numpy only (a core dependency already), no scipy on the live path.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import zoneinfo
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from bigbinf.config import Config
+
+DAY = 86400.0
+WEEK = 7 * DAY
+BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
+BINS = int(DAY // BIN_SECONDS)
+
+
+@dataclass(frozen=True)
+class RegressionSettings:
+    """The test's parameters (config `regression:`, docs/configuration.md)."""
+
+    recent_runs: int = 3
+    baseline_weeks: float = 4.0
+    time_of_day_window_seconds: float = 2 * 3600.0
+    min_baseline_runs: int = 8  # per recent run, within its time-of-day window
+    fdr: float = 0.002
+    material_drop: float = 0.10
+    confidence: float = 0.95
+    timezone: str = "UTC"
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _lower_tail_counts(m: int, n: int, top: int) -> np.ndarray:
+    """Number of arrangements with U = u for u = 0..top (no ties): the coefficients of
+    the Gaussian binomial [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i),
+    truncated at degree `top`.  Floats: the lower tail is a sum of positive terms, and
+    the subtractions only start past degree n, where the terms are of like size."""
+    poly = np.zeros(top + 1)
+    poly[0] = 1.0
+    for i in range(1, m + 1):
+        shift = n + i
+        if shift <= top:
+            poly[shift:] -= poly[: top + 1 - shift].copy()
+        for r in range(min(i, top + 1)):  # divide by (1 - q^i): a cumulative sum with stride i
+            poly[r::i] = np.cumsum(poly[r::i])
+    return poly
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _exact_cdf(m: int, n: int, top: int) -> np.ndarray:
+    """P(U <= u) for u = 0..top under H0, exactly (no ties)."""
+    counts = _lower_tail_counts(m, n, top)
+    return np.cumsum(counts) / math.exp(_log_comb(m + n, m))
+
+
+def _normal_sd(x: np.ndarray, y: np.ndarray) -> float:
+    m, n = len(x), len(y)
+    combined = np.concatenate([x, y])
+    _, tie_counts = np.unique(combined, return_counts=True)
+    total = m + n
+    tie_term = float(np.sum(tie_counts**3 - tie_counts)) / (total * (total - 1))
+    return math.sqrt(m * n / 12.0 * ((total + 1) - tie_term))
+
+
+def _norm_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
+def _u_statistic(x: np.ndarray, y: np.ndarray) -> float:
+    """#{(i, j): x_i > y_j} + half the ties (scipy's U1 of x)."""
+    ys = np.sort(y)
+    below = np.searchsorted(ys, x, side="left")
+    not_above = np.searchsorted(ys, x, side="right")
+    return float(np.sum(below) + 0.5 * np.sum(not_above - below))
+
+
+def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """One-sided p-value of the Mann-Whitney U test that x is stochastically smaller than
+    y: exact without ties, else the normal approximation with tie and continuity
+    corrections (scipy.stats.mannwhitneyu(x, y, alternative="less") with method "exact",
+    resp. "asymptotic")."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    m, n = len(xa), len(ya)
+    if m == 0 or n == 0:
+        raise ValueError("both samples need at least one value")
+    u = _u_statistic(xa, ya)
+    if len(np.unique(np.concatenate([xa, ya]))) == m + n:
+        ui = round(u)
+        half = (m * n) // 2
+        if ui <= half:
+            return float(min(1.0, _exact_cdf(m, n, ui)[ui]))
+        # Symmetry: P(U <= u) = 1 - P(U <= mn - u - 1).
+        rest = m * n - ui - 1
+        return float(max(0.0, 1.0 - _exact_cdf(m, n, rest)[rest])) if rest >= 0 else 1.0
+    sd = _normal_sd(xa, ya)
+    if sd == 0:
+        return 1.0
+    z = (u - m * n / 2.0 + 0.5) / sd  # continuity correction towards the mean
+    return _norm_cdf(z)
+
+
+def _critical_count(m: int, n: int, alpha_half: float, exact: bool, sd: float) -> int:
+    """The largest c with P(U <= c - 1) <= alpha_half (at least 1): the rank of the
+    lower confidence bound among the sorted differences."""
+    if exact:
+        cdf = _exact_cdf(m, n, (m * n) // 2)
+        below = int(np.searchsorted(cdf, alpha_half, side="right"))  # P(U <= c-1) <= a for c <= below
+        return max(1, below)
+    z = statistics.NormalDist().inv_cdf(1 - alpha_half)
+    return max(1, math.floor(m * n / 2.0 - z * sd))
+
+
+def hodges_lehmann(
+    x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """(shift, lower, upper): the median of every x_i - y_j and the distribution-free
+    confidence interval that inverts the two-sided U test at `confidence` (Bauer 1972):
+    the differences' order statistics at U's critical values."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    m, n = len(xa), len(ya)
+    diffs = np.sort((xa[:, None] - ya[None, :]).ravel())
+    shift = float(np.median(diffs))
+    exact = len(np.unique(np.concatenate([xa, ya]))) == m + n
+    c = _critical_count(m, n, (1 - confidence) / 2, exact, 0.0 if exact else _normal_sd(xa, ya))
+    c = min(c, (m * n + 1) // 2)
+    return shift, float(diffs[c - 1]), float(diffs[m * n - c])
+
+
+def bh_qvalues(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the order given
+    (scipy.stats.false_discovery_control(p, method="bh"))."""
+    k = len(pvalues)
+    if k == 0:
+        return []
+    order = sorted(range(k), key=lambda i: pvalues[i])
+    q = [0.0] * k
+    running = 1.0
+    for rank in range(k, 0, -1):
+        i = order[rank - 1]
+        running = min(running, pvalues[i] * k / rank)
+        q[i] = running
+    return q
+
+
+# ---------------------------------------------------------------- one series
+
+
+@dataclass(frozen=True)
+class Point:
+    """One ok run of a series: when it started, its time of day (local seconds since
+    midnight) and its log throughput."""
+
+    timestamp: float
+    time_of_day: float
+    log_throughput: float
+
+
+def time_of_day(timestamp: float, zone: zoneinfo.ZoneInfo) -> float:
+    local = datetime.fromtimestamp(timestamp, zone)
+    return local.hour * 3600.0 + local.minute * 60.0 + local.second + local.microsecond / 1e6
+
+
+def point(timestamp: float, throughput: float, zone: zoneinfo.ZoneInfo) -> Point:
+    return Point(timestamp, time_of_day(timestamp, zone), math.log(throughput))
+
+
+@dataclass(frozen=True)
+class Tested:
+    """A tested series: the effect size with its interval, the p-value, and what it used."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    ratio: float  # recent median / baseline median at the same time of day (Hodges-Lehmann)
+    ratio_lower: float
+    ratio_upper: float
+    p_value: float
+    recent_runs: int
+    baseline_runs: int
+    at: float  # start time of the latest recent run
+
+
+@dataclass(frozen=True)
+class Untested:
+    """Why a series has no test yet (too young, or too few runs at some time of day)."""
+
+    reason: str
+
+
+def _window(sorted_tod: np.ndarray, centre: float, half: float) -> list[slice]:
+    """The positions in `sorted_tod` within `half` of `centre` on the 24-hour circle."""
+    lo, hi = centre - half, centre + half
+    left = functools.partial(np.searchsorted, sorted_tod, side="left")
+    right = functools.partial(np.searchsorted, sorted_tod, side="right")
+    n = len(sorted_tod)
+    if hi - lo >= DAY:
+        return [slice(0, n)]
+    if lo < 0:
+        return [slice(0, int(right(hi))), slice(int(left(lo + DAY)), n)]
+    if hi >= DAY:
+        return [slice(int(left(lo)), n), slice(0, int(right(hi - DAY)))]
+    return [slice(int(left(lo)), int(right(hi)))]
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 3600):02d}:{int(seconds % 3600 // 60):02d}"
+
+
+def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | Untested:
+    """The test of one series from its ok runs (any order)."""
+    ordered = sorted(points, key=lambda p: p.timestamp)
+    return examine_arrays(
+        np.array([p.timestamp for p in ordered]),
+        np.array([p.time_of_day for p in ordered]),
+        np.array([p.log_throughput for p in ordered]),
+        settings,
+    )
+
+
+def examine_arrays(
+    ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings
+) -> Tested | Untested:
+    """`examine` on a series' runs as arrays in time order (what History keeps): only the
+    last recent_runs and the baseline_weeks before them are used."""
+    k = settings.recent_runs
+    if len(ts) < k + 1:
+        return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
+    first = float(ts[-k])
+    since = first - settings.baseline_weeks * WEEK
+    start = int(np.searchsorted(ts, since, side="left"))
+    base_tod, base_log = tod[start:-k], logs[start:-k]
+    if not len(base_tod):
+        return Untested(f"no ok run in the {settings.baseline_weeks:g} weeks before the recent {k}")
+    recent_tod, recent_log = tod[-k:], logs[-k:]
+    window = settings.time_of_day_window_seconds
+    order = np.argsort(base_tod, kind="stable")
+    sorted_tod, sorted_log = base_tod[order], base_log[order]
+    in_window = np.zeros(len(order), dtype=bool)  # over the sorted baseline
+    for t in recent_tod:
+        slices = _window(sorted_tod, float(t), window)
+        near = sum(sl.stop - sl.start for sl in slices if sl.stop > sl.start)
+        if near < settings.min_baseline_runs:
+            return Untested(
+                f"{near} baseline runs within {window / 3600:g} h of {_clock(float(t))} (the time of day of a "
+                f"recent run); the test needs {settings.min_baseline_runs}"
+            )
+        for sl in slices:
+            in_window[sl] = True
+    # The baseline median of each 15-minute bin's window: every run's expected level.
+    medians = np.full(BINS, np.nan)
+    bins = (np.concatenate([sorted_tod[in_window], recent_tod]) // BIN_SECONDS).astype(int) % BINS
+    for b in np.unique(bins):
+        parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
+        values = np.concatenate(parts) if parts else np.zeros(0)
+        if len(values):
+            medians[b] = np.median(values)
+
+    def residuals(tods: np.ndarray, values: np.ndarray) -> np.ndarray:
+        expected: np.ndarray = medians[(tods // BIN_SECONDS).astype(int) % BINS]
+        out: np.ndarray = values - expected
+        return out
+
+    recent_res = residuals(recent_tod, recent_log)
+    base_res = residuals(sorted_tod[in_window], sorted_log[in_window])
+    base_res = base_res[~np.isnan(base_res)]
+    if np.isnan(recent_res).any() or len(base_res) < settings.min_baseline_runs:
+        return Untested("too few baseline runs at the recent runs' times of day")
+    p_value = mann_whitney_less(recent_res, base_res)
+    shift, lower, upper = hodges_lehmann(recent_res, base_res, settings.confidence)
+    return Tested(
+        ratio=math.exp(shift),
+        ratio_lower=math.exp(lower),
+        ratio_upper=math.exp(upper),
+        p_value=p_value,
+        recent_runs=k,
+        baseline_runs=len(base_res),
+        at=float(ts[-1]),
+    )
+
+
+# ---------------------------------------------------------------- across series
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A tested series' test with its q-value and the decision."""
+
+    test: Tested
+    q_value: float
+    regressed: bool
+
+
+def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Verdict]:
+    """Benjamini-Hochberg across every tested series, then the decision per series."""
+    keys = list(tests)
+    qs = bh_qvalues([tests[key].p_value for key in keys])
+    return {
+        key: Verdict(
+            tests[key],
+            q,
+            q <= settings.fdr and tests[key].ratio <= 1.0 - settings.material_drop,
+        )
+        for key, q in zip(keys, qs, strict=True)
+    }
+
+
+def settings_of(config: Config) -> RegressionSettings:
+    """The test's parameters from a configuration (its regression section and the
+    schedule's time zone, in which times of day are local)."""
+    r = config.regression
+    return RegressionSettings(
+        recent_runs=r.recent_runs,
+        baseline_weeks=r.baseline_weeks,
+        time_of_day_window_seconds=r.time_of_day_window,
+        min_baseline_runs=r.min_baseline_runs,
+        fdr=r.fdr,
+        material_drop=r.material_drop,
+        confidence=r.confidence,
+        timezone=config.schedule.timezone,
+    )
+
+
+class History:
+    """The ok runs of many series that later tests can still use, and each series' last
+    test: what the exporter keeps (service/rounds.py) and what `backfill` walks through
+    the journal with.  Each series' runs are arrays in time order (a test reads them
+    without copying them into objects).  Not thread-safe: its owner locks."""
+
+    def __init__(self, settings: RegressionSettings) -> None:
+        self.settings = settings
+        self.zone = zoneinfo.ZoneInfo(settings.timezone)
+        self.runs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # timestamps, times of day, logs
+        self.tests: dict[Any, Tested] = {}
+        self.untested: dict[Any, str] = {}
+
+    def load(self, key: Any, runs: Iterable[tuple[float, float]]) -> None:
+        """Many ok runs (start, throughput) of series `key` at once, without testing it
+        (retest does): the exporter's start, from its journal."""
+        kept = sorted((t, x) for t, x in runs if x > 0 and math.isfinite(x))
+        if not kept:
+            return
+        ts = np.array([t for t, _ in kept])
+        tod = np.array([time_of_day(t, self.zone) for t, _ in kept])
+        logs = np.log(np.array([x for _, x in kept]))
+        self.runs[key] = self._trimmed(ts, tod, logs)
+
+    def add(self, key: Any, timestamp: float, throughput: float) -> bool:
+        """An ok run of series `key`; True when it changed the series' test (a run that
+        predates the series' latest changes its baseline, so it is tested again too)."""
+        if not (throughput > 0 and math.isfinite(throughput)):
+            return False
+        ts, tod, logs = self.runs.get(key, (np.zeros(0), np.zeros(0), np.zeros(0)))
+        at = int(np.searchsorted(ts, timestamp, side="right"))
+        ts = np.insert(ts, at, timestamp)
+        tod = np.insert(tod, at, time_of_day(timestamp, self.zone))
+        logs = np.insert(logs, at, math.log(throughput))
+        self.runs[key] = self._trimmed(ts, tod, logs)
+        self.retest(key)
+        return True
+
+    def _trimmed(self, ts: np.ndarray, tod: np.ndarray, logs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Only what a later test can still use: the last recent_runs and the baseline
+        weeks before them (with a day's margin)."""
+        k = self.settings.recent_runs
+        if len(ts) <= k:
+            return ts, tod, logs
+        since = float(ts[-k]) - self.settings.baseline_weeks * WEEK - DAY
+        start = int(np.searchsorted(ts, since, side="left"))
+        return ts[start:], tod[start:], logs[start:]
+
+    def retest(self, key: Any) -> None:
+        outcome = examine_arrays(*self.runs[key], self.settings) if key in self.runs else Untested("no ok run")
+        if isinstance(outcome, Tested):
+            self.tests[key] = outcome
+            self.untested.pop(key, None)
+        else:
+            self.tests.pop(key, None)
+            self.untested[key] = outcome.reason
+
+    def keep(self, keys: Iterable[Any]) -> None:
+        """Forget every series but these (a reload that removed some)."""
+        wanted = set(keys)
+        for table in (self.runs, self.tests, self.untested):
+            for key in [k for k in table if k not in wanted]:
+                del table[key]
+
+    def verdicts(self) -> dict[Any, Verdict]:
+        return judge(self.tests, self.settings)

@@ -1,0 +1,260 @@
+"""`bigbinf-exporter plan-move --remote R --size 40TiB [--files N] [--by TIME]`: advice for
+the person who has to move the data (issue 28).  The model is bigbinf/moveplan.py's;
+this module reads the journals, prints the ranking, the recommendation and what it
+extrapolates from, or refuses with the reason."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import zoneinfo
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+from bigbinf.config import ConfigError, load_config, parse_size
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.moveplan import Plan, Prediction, duration_text, plan, runs_to, size_label
+from bigbinf.study.common import UsageError, parse_when
+
+LEVEL = 0.9
+
+
+def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    p = subparsers.add_parser(
+        "plan-move",
+        parents=list(parents),
+        help="how long moving SIZE to or from a remote would take, per protocol, setting and start hour",
+        description="Predict a move's duration from everything measured to the remote (scheduled rounds, "
+        "tuning sweeps, the path's bandwidth): the protocols and settings ranked, a 90%% prediction interval "
+        "for each start hour, a recommendation, and what it extrapolates from (docs/report.md, plan-move).",
+    )
+    p.add_argument("--remote", required=True, help="the remote (config remotes.NAME)")
+    p.add_argument("--size", required=True, help="bytes to move: 40TiB, 500GB, 1073741824")
+    p.add_argument("--files", type=int, default=1, help="how many files they are (default 1)")
+    p.add_argument("--by", metavar="WHEN", help="deadline (YYYY-MM-DD[THH:MM], local time of schedule.timezone)")
+    p.add_argument("--direction", choices=["download", "upload"], default="download")
+    p.add_argument("--journal", help="journal to read (default: the configuration's journal.path)")
+    p.add_argument("--json", action="store_true", help="the whole plan as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        return _run(args, out)
+    except (UsageError, ConfigError) as exc:
+        text = exc.render() if isinstance(exc, ConfigError) else str(exc)
+        print(f"plan-move: {text}", file=sys.stderr)
+        return getattr(exc, "code", 2) if isinstance(exc, UsageError) else 1
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    config = load_config(args.config_file)
+    if args.remote not in config.remotes:
+        raise UsageError(
+            f"--remote {args.remote}: not a remote of {args.config_file}; configured: {', '.join(config.remotes)}"
+        )
+    try:
+        size = parse_size(args.size)
+    except ValueError as exc:
+        raise UsageError(f"--size: {exc}") from None
+    if size <= 0 or args.files < 1:
+        raise UsageError("--size must be more than 0 bytes and --files at least 1")
+    zone = zoneinfo.ZoneInfo(config.schedule.timezone)
+    journal = Journal(args.journal or config.journal.path)
+    runs = runs_to(journal.read(), args.remote, args.direction)
+    if not runs:
+        print(
+            f"plan-move: refused: nothing measured to {args.remote} ({args.direction}) in {journal.path}: no ok "
+            "transfer to predict from; let the scheduled rounds run (or run a sweep) first",
+            file=sys.stderr,
+        )
+        return 1
+    bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
+    result = plan(runs, args.remote, size, args.files, zone, bandwidth, LEVEL)
+    deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
+    if args.json:
+        json.dump(as_json(result, runs, zone), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(render(result, runs, zone, deadline, args.direction))
+    return 0 if result.ranked else 1
+
+
+def _offset_hours(zone: zoneinfo.ZoneInfo) -> float:
+    offset = datetime.now(zone).utcoffset()
+    return offset.total_seconds() / 3600 if offset else 0.0
+
+
+def _bandwidth(journal: Any, remote: str) -> float | None:
+    latest = None
+    for b in BaselineJournal(baseline_path(journal)).read():
+        if b.remote == remote and b.bandwidth_bytes_per_second and (latest is None or b.start_timestamp > latest[0]):
+            latest = (b.start_timestamp, b.bandwidth_bytes_per_second)
+    return latest[1] if latest else None
+
+
+def _mb(rate: float) -> str:
+    return f"{rate / 1e6:.2f} MB/s"
+
+
+def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline: float | None, direction: str) -> str:
+    lines = []
+    sizes = sorted({r.bytes for r in runs})
+    hours = sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in runs})
+    sources = {s: sum(1 for r in runs if r.source == s) for s in ("exporter", "sweep")}
+    first, last = min(r.timestamp for r in runs), max(r.timestamp for r in runs)
+    lines.append(
+        f"plan-move: {size_label(result.size)} in {result.files} file{'s' if result.files > 1 else ''} "
+        f"({direction}) with {result.remote}"
+    )
+    lines.append(
+        f"from {len(runs)} ok transfers ({sources['exporter']} scheduled, {sources['sweep']} sweep runs), "
+        f"{_day(first, zone)} to {_day(last, zone)}, sizes {size_label(sizes[0])}-{size_label(sizes[-1])}, "
+        f"started at hours {', '.join(f'{h:02d}' for h in hours)} ({zone.key})"
+    )
+    ratio = result.size / sizes[-1]
+    if ratio > 1:
+        lines.append(
+            f"extrapolates: the move is {ratio:,.0f}x the largest transfer measured; hours without runs within "
+            "90 minutes use the all-day rate"
+        )
+    if result.files > 1 and all(len(f.files) < 2 for f, _ in result.ranked):
+        lines.append("extrapolates: no dataset of many files was measured: no per-file cost is included")
+    if result.bandwidth:
+        lines.append(f"path bandwidth estimate: {_mb(result.bandwidth)} (caps every rate)")
+    lines.append("")
+    header = ("rank", "option", "setup", "rate (all day)", "best start", "predicted", f"{LEVEL:.0%} interval", "runs")
+    rows = [header]
+    for rank, (f, preds) in enumerate(result.ranked, start=1):
+        best = min(preds, key=lambda p: (p.seconds, p.upper))
+        setup = f"{f.setup_seconds:.1f}s" + (" (*)" if f.setup_from else "")
+        rows.append(
+            (
+                str(rank),
+                f.option,
+                setup,
+                _mb(f.rate),
+                f"{best.start_hour:02d}:00",
+                duration_text(best.seconds),
+                f"{duration_text(best.lower)} - {duration_text(best.upper)}",
+                str(f.runs),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for f, _ in result.ranked:
+        if f.setup_from:
+            lines.append(f"(*) {f.option}: measured at one size; its set-up is {f.setup_from}")
+    for option, why in sorted(result.refused.items()):
+        lines.append(f"no prediction for {option}: {why}")
+    if not result.ranked:
+        lines.append(f"plan-move: refused: no option to {result.remote} can be predicted (reasons above)")
+        return "\n".join(lines) + "\n"
+    top, preds = result.ranked[0]
+    lines.append("")
+    lines.append(f"{top.option}, by start hour ({zone.key}):")
+    for p in preds:
+        measured = "" if top.hour_effect[p.start_hour] is not None else "  (no runs near this hour: all-day rate)"
+        capped = "  (capped by the path)" if p.capped else ""
+        lines.append(
+            f"  {p.start_hour:02d}:00  {duration_text(p.seconds):>9}  "
+            f"({duration_text(p.lower)} - {duration_text(p.upper)}){measured}{capped}"
+        )
+    lines.append("")
+    lines.append(_recommendation(result, zone, deadline))
+    return "\n".join(lines) + "\n"
+
+
+def _day(ts: float, zone: zoneinfo.ZoneInfo) -> str:
+    return datetime.fromtimestamp(ts, zone).strftime("%Y-%m-%d %H:%M")
+
+
+def _next_start(hour: int, zone: zoneinfo.ZoneInfo, now: float) -> datetime:
+    current = datetime.fromtimestamp(now, zone)
+    start = current.replace(minute=0, second=0, microsecond=0, hour=hour)
+    return start if start.timestamp() >= now - 3600 else start + timedelta(days=1)
+
+
+def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | None) -> str:
+    now = time.time()
+    if deadline is None:
+        best = result.best
+        assert best is not None
+        f, p = best
+        return (
+            f"recommendation: {f.option}, started at {p.start_hour:02d}:00 {zone.key}: "
+            f"{duration_text(p.seconds)} ({LEVEL:.0%}: {duration_text(p.lower)} - {duration_text(p.upper)})"
+        )
+    # With a deadline: the option and start (within the next day) that meets it with the
+    # most room at the interval's upper end; starting as late as that still allows.
+    choices: list[tuple[float, Prediction, datetime]] = []
+    for _f, preds in result.ranked:
+        for p in preds:
+            start = _next_start(p.start_hour, zone, now)
+            room = deadline - (start.timestamp() + p.upper)
+            choices.append((room, p, start))
+    room, p, start = max(choices, key=lambda c: c[0])
+    when = datetime.fromtimestamp(deadline, zone).strftime("%Y-%m-%d %H:%M")
+    if room < 0:
+        end = datetime.fromtimestamp(start.timestamp() + p.upper, zone)
+        return (
+            f"recommendation: none meets --by {when} at the {LEVEL:.0%} upper bound; fastest: {p.option} "
+            f"from {start:%Y-%m-%d %H:%M}, ends by {end:%Y-%m-%d %H:%M}"
+        )
+    latest = [c for c in choices if c[1].option == p.option and c[0] >= 0]
+    last_start = max(latest, key=lambda c: c[2])[2]
+    return (
+        f"recommendation: {p.option}, start at {start:%Y-%m-%d %H:%M} ({zone.key}): "
+        f"{duration_text(p.seconds)} ({LEVEL:.0%}: up to {duration_text(p.upper)}), done by {when} with "
+        f"{duration_text(room)} to spare; the latest start within the next day that still makes it at the "
+        f"upper bound is {last_start:%Y-%m-%d %H:%M}"
+    )
+
+
+def as_json(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo) -> dict[str, Any]:
+    def num(v: float) -> float | None:
+        return v if math.isfinite(v) else None
+
+    return {
+        "remote": result.remote,
+        "size_bytes": result.size,
+        "files": result.files,
+        "timezone": zone.key,
+        "level": LEVEL,
+        "bandwidth_bytes_per_second": result.bandwidth,
+        "basis": {
+            "runs": len(runs),
+            "sizes_bytes": sorted({r.bytes for r in runs}),
+            "hours": sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in runs}),
+        },
+        "ranked": [
+            {
+                "option": f.option,
+                "protocol": f.protocol,
+                "setting": f.setting,
+                "setup_seconds": f.setup_seconds,
+                "setup_from": f.setup_from,
+                "per_file_seconds": f.per_file_seconds,
+                "rate_bytes_per_second": f.rate,
+                "runs": f.runs,
+                "start_hours": [
+                    {
+                        "hour": p.start_hour,
+                        "seconds": num(p.seconds),
+                        "lower": num(p.lower),
+                        "upper": num(p.upper),
+                        "capped": p.capped,
+                        "hour_measured": f.hour_effect[p.start_hour] is not None,
+                    }
+                    for p in preds
+                ],
+            }
+            for f, preds in result.ranked
+        ],
+        "refused": result.refused,
+    }

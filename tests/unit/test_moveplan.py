@@ -1,0 +1,201 @@
+"""plan-move's model (bigbinf/moveplan.py), its command and its gauge: the line, the hour
+of day, the interval's coverage, the refusals, and the prediction published by the
+exporter for the configured sizes."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import zoneinfo
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bigbinf import metrics as M
+from bigbinf.config import parse_config
+from bigbinf.moveplan import Fit, Run, fit, plan, predict, runs_to
+from bigbinf.result import Result
+from bigbinf.service.collector import BigbinfCollector, ExporterState
+from bigbinf.service.rounds import RoundRunner
+from bigbinf.study import planmove
+
+UTC = zoneinfo.ZoneInfo("UTC")
+DAY = 86400.0
+T0 = 1_760_000_000.0 - 1_760_000_000.0 % DAY
+MIB = 2**20
+
+
+def synthetic(
+    protocol: str = "http",
+    setup: float = 2.0,
+    rate: float = 25e6,
+    peak: float = 1.0,
+    noise: float = 0.03,
+    days: int = 10,
+    sizes: tuple[int, ...] = (32 * MIB, 64 * MIB, 128 * MIB, 256 * MIB),
+    seed: int = 1,
+) -> list[Run]:
+    """Runs at 03h and 13h each day; at 13h the rate is `peak` times the off-peak rate."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for d in range(days):
+        for hour in (3, 13):
+            for size in sizes:
+                r = rate * (peak if hour == 13 else 1.0) * math.exp(rng.normal(0, noise))
+                runs.append(Run(protocol, "", size, 1, setup + size / r, T0 + d * DAY + hour * 3600, "exporter"))
+    return runs
+
+
+def test_the_line_recovers_setup_and_rate() -> None:
+    f = fit(synthetic(), UTC)
+    assert isinstance(f, Fit)
+    assert f.setup_seconds == pytest.approx(2.0, abs=0.3)
+    assert f.rate == pytest.approx(25e6, rel=0.03)
+    assert f.sizes == (32 * MIB, 64 * MIB, 128 * MIB, 256 * MIB) and f.hours == (3, 13)
+
+
+def test_the_hour_of_day_effect_and_long_moves_running_through_the_hours() -> None:
+    f = fit(synthetic(peak=0.6), UTC)
+    assert isinstance(f, Fit)
+    assert f.rate_at(13) / f.rate_at(3) == pytest.approx(0.6, rel=0.05)
+    assert f.hour_effect[8] is None  # no runs within 90 minutes of 08h: the all-day rate
+    one_gib = 2**30
+    assert predict(f, one_gib, 1, 13).seconds > predict(f, one_gib, 1, 3).seconds * 1.5
+    # A move of a day and more passes through every hour: the start hour hardly matters.
+    big = 4 * 2**40
+    spread = [predict(f, big, 1, h).seconds for h in range(24)]
+    assert max(spread) / min(spread) < 1.05
+
+
+def test_the_interval_covers_new_runs_as_often_as_it_says() -> None:
+    f = fit(synthetic(noise=0.05, days=20, seed=3), UTC)
+    assert isinstance(f, Fit)
+    fresh = synthetic(noise=0.05, days=20, seed=4, sizes=(2**30,))
+    inside = 0
+    for run in fresh:
+        p = predict(f, run.bytes, 1, int((run.timestamp % DAY) // 3600), 0.9)
+        inside += p.lower <= run.seconds <= p.upper
+    assert inside / len(fresh) >= 0.85
+
+
+def test_refusals_say_why() -> None:
+    one_size = [r for r in synthetic() if r.bytes == 64 * MIB]
+    why = fit(one_size, UTC)
+    assert isinstance(why, str) and "one size only (64MiB)" in why
+    # A sweep's setting measured at one size borrows its protocol's set-up.
+    setting = [Run("http", "parallel=4", 64 * MIB, 1, 2.0 + 64 * MIB / 40e6, T0 + i * 600, "sweep") for i in range(6)]
+    result = plan(synthetic() + setting, "lab", 2**40)
+    options = {f.option: f for f, _ in result.ranked}
+    assert options["http (parallel=4)"].setup_from.startswith("http's runs at 4 sizes")
+    assert result.best is not None and result.best[0].option == "http (parallel=4)"
+    assert not plan([], "lab", 2**40).ranked
+
+
+def test_the_path_caps_the_rate() -> None:
+    result = plan(synthetic(rate=25e6), "lab", 2**34, bandwidth=10e6)
+    assert result.best is not None and result.best[1].capped
+    assert result.best[1].seconds >= 2**34 / 10e6
+
+
+CONFIG = """
+remotes: {lab: {address: 127.0.0.1, data_dir: /d, key: /k/id}}
+datasets: {f32m: {file: a.bin, size: 32MiB}, f256m: {file: b.bin, size: 256MiB}}
+protocols: {http: {}}
+journal: {path: JOURNAL}
+moves: {sizes: [40TiB, 1GiB]}
+"""
+
+
+def _result(run: Run) -> Result:
+    return Result(
+        run.protocol,
+        "lab",
+        f"f{run.bytes // MIB}m",
+        "download",
+        run.timestamp,
+        "ok",
+        duration_seconds=run.seconds,
+        file_bytes=run.bytes,
+        files=1,
+    )
+
+
+def test_the_exporter_publishes_the_predicted_moves(tmp_path: Path) -> None:
+    config = parse_config(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")), "test")
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    for run in synthetic(sizes=(32 * MIB, 256 * MIB)):
+        runner.publish(_result(run))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    seconds = registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "40TiB"})
+    assert seconds == pytest.approx(2.0 + 2**40 * 40 / 25e6, rel=0.05)
+    lower = registry.get_sample_value(M.MOVE_PREDICTED_LOWER.name, {"remote": "lab", "size": "40TiB"})
+    upper = registry.get_sample_value(M.MOVE_PREDICTED_UPPER.name, {"remote": "lab", "size": "40TiB"})
+    assert lower < seconds < upper
+    assert registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "1GiB"}) < 60
+    info = [
+        sample.labels
+        for family in registry.collect()
+        if family.name == M.MOVE_RECOMMENDATION.name
+        for sample in family.samples
+        if sample.labels["size"] == "40TiB"
+    ]
+    assert len(info) == 1 and info[0]["option"] == "http" and info[0]["start_hour"] in {f"{h:02d}" for h in range(24)}
+    # A new exporter on the same journal publishes the same prediction at start.
+    fresh = ExporterState()
+    RoundRunner(config, fresh).note_moves(runner.journal.read(), restore=True)
+    assert fresh.moves == state.moves
+
+
+def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    planmove.register(p.add_subparsers())
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")))
+    args = p.parse_args(["plan-move", *extra])
+    args.config_file = str(config)
+    return args
+
+
+def test_the_command_ranks_recommends_and_says_what_it_extrapolates_from(tmp_path: Path) -> None:
+    from bigbinf.journal import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    for run in synthetic(sizes=(32 * MIB, 256 * MIB)) + synthetic("gridftp", rate=30e6, sizes=(32 * MIB, 256 * MIB)):
+        journal.append(_result(run))
+    out = io.StringIO()
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB"), out) == 0
+    text = out.getvalue()
+    assert "sizes 32MiB-256MiB" in text and "hours 03, 13" in text
+    assert "163,840x the largest transfer measured" in text
+    assert text.index("gridftp") < text.index("  http")  # ranked: the faster first
+    assert "recommendation: gridftp" in text
+    out = io.StringIO()
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "1GiB", "--json"), out) == 0
+    data = json.loads(out.getvalue())
+    assert [o["option"] for o in data["ranked"]] == ["gridftp", "http"]
+    assert len(data["ranked"][0]["start_hours"]) == 24
+
+
+def test_the_command_refuses_without_measurements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "1TiB"), io.StringIO()) == 1
+    assert "refused: nothing measured to lab" in capsys.readouterr().err
+    assert planmove.run(_args(tmp_path, "--remote", "nope", "--size", "1TiB"), io.StringIO()) == 2
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "lots"), io.StringIO()) == 2
+
+
+def test_runs_to_keeps_the_remotes_ok_scheduled_and_sweep_runs() -> None:
+    ok = Result("http", "lab", "d", "download", T0, "ok", duration_seconds=2.0, file_bytes=100)
+    results = [
+        ok,
+        Result("http", "lab", "d", "download", T0, "failed", duration_seconds=2.0, file_bytes=100),
+        Result("http", "other", "d", "download", T0, "ok", duration_seconds=2.0, file_bytes=100),
+        Result("http", "lab", "d", "download", T0, "ok", duration_seconds=2.0, file_bytes=100, source="import"),
+        Result("http", "lab", "d", "upload", T0, "ok", duration_seconds=2.0, file_bytes=100),
+    ]
+    assert [r.source for r in runs_to(results, "lab")] == ["exporter"]
