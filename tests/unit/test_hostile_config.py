@@ -115,7 +115,7 @@ FIELDS = [
     "transfer.workdir", "transfer.timeout", "capture.directory", "capture.tool", "journal.path",
     "lab.name", "lab.state_dir", "lab.client_address", "lab.link.rate", "lab.servers[0]", "lab.datasets[0]",
     "sweeps.s1.protocol", "sweeps.s1.remote", "sweeps.s1.datasets[0]", "sweeps.s1.congestion[0]",
-    "sweeps.s1.schedule[0]", "sweeps.s1.direction", "sweeps.<key>",
+    "sweeps.s1.schedule[0]", "sweeps.s1.direction", "moves.direction", "sweeps.<key>",
 ]  # fmt: skip
 MESH_FIELDS = [
     "name", "sites.a.address", "sites.a.user", "sites.a.key", "sites.a.ssh_config", "sites.a.password_env",
