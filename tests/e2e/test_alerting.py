@@ -34,7 +34,13 @@ from bigbinf.mixin.settings import Settings
 
 from ..conftest import lab_config
 from ..support.exporter import ExporterProcess
-from ..support.prometheus import LoopbackServer, PrometheusServer, free_port
+from ..support.prometheus import (
+    LoopbackServer,
+    PrometheusServer,
+    committed_rule_groups,
+    free_port,
+    loaded_rule_groups,
+)
 
 pytestmark = [pytest.mark.prometheus]
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,9 +179,7 @@ def test_exporter_down_reaches_alertmanager(
 ) -> None:
     exporter, prom, am, webhook = stack
     # Prometheus loaded every rule and found the demo's Alertmanager.
-    groups = prom.api("rules")["groups"]
-    assert {g["name"] for g in groups} == {"bigbinf.series", "bigbinf.throughput", "bigbinf.alerts"}
-    assert sum(len(g["rules"]) for g in groups) == 29
+    assert loaded_rule_groups(prom) == committed_rule_groups()
     active = prom.wait_for(
         lambda: prom.api("alertmanagers")["activeAlertmanagers"], timeout=30, what="Prometheus to discover Alertmanager"
     )

@@ -86,7 +86,7 @@ def _context(config: Config, spec: TransferSpec, workdir: Path, **values: str) -
             {
                 k: v
                 for k, v in base.items()
-                if k in ("binary", "local_dir", "host", "port", "ssh_config", "key", "user")
+                if k in ("binary", "local_dir", "host", "url_host", "port", "ssh_config", "key", "user")
             },
         ),
         timeout_seconds=60,

@@ -74,7 +74,9 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
     # The mechanism depends on the kernel; the latency must not.
     assert Path("/run/netns", layout.wan_ns).exists() == (not network.netem_available())
 
-    rtt = _handshake_seconds(config)
+    # The least of a few handshakes: the delay line's own latency, without the waits for a
+    # CPU that a busy machine adds to any one of them.
+    rtt = min(_handshake_seconds(config) for _ in range(5))
     assert 2 * ONE_WAY_SECONDS <= rtt < 2 * ONE_WAY_SECONDS + 0.010, rtt
 
     spec = plan_round(config, lab.site(config))[0]
@@ -102,7 +104,9 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
         text=True,
         check=True,
     ).stdout.split()
-    assert irtt and 2 * ONE_WAY_SECONDS <= float(irtt[0]) < 2 * ONE_WAY_SECONDS + 0.010, irtt
+    # One handshake, so a busy machine's wait for a CPU is in it (54 ms seen with two CPU
+    # burners): the delay is there once each way, not twice (that would be 80 ms).
+    assert irtt and 2 * ONE_WAY_SECONDS <= float(irtt[0]) < 3 * ONE_WAY_SECONDS, irtt
 
     status_ok, lines = lab.status(config)
     assert status_ok, lines

@@ -21,6 +21,24 @@ from pathlib import Path
 from typing import Any
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+RULES = Path(__file__).resolve().parents[2] / "prometheus" / "rules"
+
+
+def committed_rule_groups() -> dict[str, int]:
+    """Each group of the committed rule files (prometheus/rules/*.yml, what the tests'
+    Prometheus servers load) and its number of rules."""
+    import yaml
+
+    return {
+        group["name"]: len(group["rules"])
+        for path in sorted(RULES.glob("*.yml"))
+        for group in yaml.safe_load(path.read_text())["groups"]
+    }
+
+
+def loaded_rule_groups(prom: PrometheusServer) -> dict[str, int]:
+    """The same, as a live Prometheus loaded them."""
+    return {group["name"]: len(group["rules"]) for group in prom.api("rules")["groups"]}
 
 
 def free_port() -> int:

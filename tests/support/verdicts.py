@@ -337,7 +337,7 @@ CAUSES = [
     # The path (tests/lab/test_verdicts_paths.py).
     Cause("loss on the data path", "lossy", "http-cubic", "f2m", "download", "congestion", "path"),
     Cause("loss on the data path", "lossy", "iperf3-cubic", "f2m", "upload", "congestion", "path"),
-    Cause("buffer cap plus loss", "lossy", "http-cubic", "f2m", "download", "congestion", "path",
+    Cause("buffer cap plus loss", "lossy", "http-cubic", "f8m", "download", "congestion", "path",
           capped("local", RMEM)),
     Cause("loss on the ACK path only", "shaped", "http", "f32m", "download", "link_capacity", "path", ack_loss),
     Cause("loss on the ACK path only", "shaped", "iperf3", "f32m", "download", "link_capacity", "path", ack_loss),
