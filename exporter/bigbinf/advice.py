@@ -155,17 +155,35 @@ def _probed_buffers(baseline: PathBaseline) -> tuple[dict[str, dict[str, float]]
     return dict(baseline.buffers), notes
 
 
-def path_advice(
-    config: Config, lab: LabSite | None, remote: str, baseline: PathBaseline | None, results: Sequence[Result]
-) -> str:
+@dataclass(frozen=True)
+class Paths:
+    """A config's remotes, resolved, and the directions each is measured in: what
+    `path_advice` needs of the plan (a mesh's plan has thousands of transfers: made once
+    per configuration, not per page)."""
+
+    remotes: dict[str, Remote]
+    directions: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, config: Config, lab: LabSite | None) -> Paths:
+        directions: dict[str, set[str]] = {}
+        for spec in plan_round(config, lab):
+            directions.setdefault(spec.remote.name, set()).add(spec.direction)
+        return cls(
+            {r.name: r for r in plan_remotes(config, lab)},
+            {name: sorted(found) for name, found in directions.items()},
+        )
+
+
+def path_advice(paths: Paths, remote: str, baseline: PathBaseline | None, results: Sequence[Result]) -> str:
     """What `advise` says for one path, from what the exporter holds (its recent results,
     the baseline given) instead of the journals, and without reading anything live."""
-    remotes = {r.name: r for r in plan_remotes(config, lab)}
-    if remote not in remotes:
+    if remote not in paths.remotes:
         return f"remote {remote} is no longer configured: no advice"
-    directions = sorted({spec.direction for spec in plan_round(config, lab) if spec.remote.name == remote})
     mine = [r for r in results if r.source == "exporter"]
-    return _path_advice(remotes[remote], baseline, _recent(mine, remote, 1), directions, live=False)
+    return _path_advice(
+        paths.remotes[remote], baseline, _recent(mine, remote, 1), paths.directions.get(remote, []), live=False
+    )
 
 
 def _path_advice(

@@ -459,7 +459,8 @@ def capture_table(r: Result, downloadable: bool, key: str) -> str:
 
 
 def config_page(data: Mapping[str, Any], source: str, loaded: float | None, web: str, secrets: Sequence[str]) -> bytes:
-    shown = yaml.safe_dump(redact(data, secrets), sort_keys=False, allow_unicode=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: ~20x faster on a mesh's config
+    shown = yaml.dump(redact(data, secrets), Dumper=dumper, sort_keys=False, allow_unicode=True)
     body = (
         pairs((("file", source), ("loaded", utc(loaded)), ("web config", web)))
         + "<p>Secrets are shown as &lt;redacted&gt;; the web config's password hashes are never shown.</p>"

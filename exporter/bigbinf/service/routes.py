@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from bigbinf.advice import path_advice
+from bigbinf.advice import Paths, path_advice
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.credentials import taken_passwords
 from bigbinf.measure.plan import LabSite
@@ -70,12 +71,48 @@ class Site(Protocol):
     def web_summary(self) -> str: ...
 
 
+class PerConfig:
+    """What the pages derive from the configuration alone, made once per configuration
+    (a reload swaps the object): the resolved paths, the rendered /config page."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._config: Config | None = None
+        self._loaded: float | None = None
+        self._paths: Paths | None = None
+        self._page: bytes | None = None
+
+    def _current(self, site: Site) -> Config:
+        config, loaded = site.config, site.config_loaded()
+        if config is not self._config or loaded != self._loaded:
+            self._config, self._loaded, self._paths, self._page = config, loaded, None, None
+        return config
+
+    def paths(self, site: Site) -> Paths:
+        with self._lock:
+            config = self._current(site)
+            if self._paths is None:
+                self._paths = Paths.of(config, site.lab_site())
+            return self._paths
+
+    def config_page(self, site: Site) -> bytes:
+        with self._lock:
+            config = self._current(site)
+            if self._page is None:
+                data = config.model_dump(mode="json")
+                self._page = pages.config_page(
+                    data, site.config_source, self._loaded, site.web_summary(), taken_passwords()
+                )
+            return self._page
+
+
 def routes(site: Site) -> list[Route]:
+    cache = PerConfig()
     return [
         page("/", lambda request: front_page(site)),
-        page("/config", lambda request: config_page(site)),
+        page("/config", lambda request: pages_response(cache.config_page(site))),
         page("/sweeps", lambda request: pages_response(pages.sweeps_page(site.recent.sweeps()))),
-        page(TRANSFER, lambda request: transfer(site, request), prefix=True),
+        page(TRANSFER, lambda request: transfer(site, cache, request), prefix=True),
         Route("/metrics", ("GET",), lambda request: metrics(site, request)),
         Route(
             "/-/reload",
@@ -138,13 +175,7 @@ def front_page(site: Site) -> Response:
     )
 
 
-def config_page(site: Site) -> Response:
-    data = site.config.model_dump(mode="json")
-    body = pages.config_page(data, site.config_source, site.config_loaded(), site.web_summary(), taken_passwords())
-    return pages_response(body)
-
-
-def transfer(site: Site, request: Request) -> Response:
+def transfer(site: Site, cache: PerConfig, request: Request) -> Response:
     """/transfer/ID (its page) and /transfer/ID/pcap (its kept capture): ID strictly as
     recent.TRANSFER_ID, and only one of the last transfers; the pcap only from inside the
     directory captures are kept in."""
@@ -171,7 +202,7 @@ def transfer(site: Site, request: Request) -> Response:
     recent = [result for _, result in site.recent.transfers()]
     baseline = site.recent.baseline_for(r)
     try:
-        advice = path_advice(config, site.lab_site(), r.remote, baseline, recent)
+        advice = path_advice(cache.paths(site), r.remote, baseline, recent)
     except Exception as exc:  # a config that no longer plans (a lab gone): the page still shows
         advice = f"no advice: {exc}"
     view = pages.TransferView(key, r, baseline, advice, pcap, taken_passwords())
