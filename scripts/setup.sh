@@ -26,6 +26,7 @@ APT_PACKAGES=(
   openssl util-linux passwd               # the tests: a CA for the web config's TLS; setpriv, unshare; useradd
   nftables e2fsprogs mount                # the verdict matrix: a policer, a loop-mounted slow disk
   systemd                                 # systemd-analyze verify of packaging/ (nothing is started)
+  chromium chromium-driver                # the exporter's pages, tested in a real browser (selenium)
 )
 
 missing=()

@@ -148,7 +148,53 @@ def _live_buffers(remote: Remote, baseline: PathBaseline | None) -> tuple[dict[s
     return buffers, notes
 
 
-def _path_advice(remote: Remote, baseline: PathBaseline | None, recent: list[Result], directions: list[str]) -> str:
+def _probed_buffers(baseline: PathBaseline) -> tuple[dict[str, dict[str, float]], list[str]]:
+    notes = [f"buffers as the path probe read them at {baseline.start_utc} (`advise` reads them live)"]
+    if baseline.remote_note:
+        notes.append(f"remote: {baseline.remote_note}")
+    return dict(baseline.buffers), notes
+
+
+@dataclass(frozen=True)
+class Paths:
+    """A config's remotes, resolved, and the directions each is measured in: what
+    `path_advice` needs of the plan (a mesh's plan has thousands of transfers: made once
+    per configuration, not per page)."""
+
+    remotes: dict[str, Remote]
+    directions: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, config: Config, lab: LabSite | None) -> Paths:
+        directions: dict[str, set[str]] = {}
+        for spec in plan_round(config, lab):
+            directions.setdefault(spec.remote.name, set()).add(spec.direction)
+        return cls(
+            {r.name: r for r in plan_remotes(config, lab)},
+            {name: sorted(found) for name, found in directions.items()},
+        )
+
+
+def path_advice(paths: Paths, remote: str, baseline: PathBaseline | None, results: Sequence[Result]) -> str:
+    """What `advise` says for one path, from what the exporter holds (its recent results,
+    the baseline given) instead of the journals, and without reading anything live."""
+    if remote not in paths.remotes:
+        return f"remote {remote} is no longer configured: no advice"
+    mine = [r for r in results if r.source == "exporter"]
+    return _path_advice(
+        paths.remotes[remote], baseline, _recent(mine, remote, 1), paths.directions.get(remote, []), live=False
+    )
+
+
+def _path_advice(
+    remote: Remote,
+    baseline: PathBaseline | None,
+    recent: list[Result],
+    directions: list[str],
+    live: bool = True,
+) -> str:
+    """`live`: read both ends' buffers now (the command); else as the path probe read them
+    (the exporter's page, which must not open a session to the remote per view)."""
     where = f" (network namespace {remote.netns})" if remote.netns else ""
     lines = [f"== path {remote.name} ({remote.address})"]
     if baseline is None:
@@ -190,7 +236,7 @@ def _path_advice(remote: Remote, baseline: PathBaseline | None, recent: list[Res
         )
         if r.limited_next_step:
             lines.append(f"       next: {r.limited_next_step}")
-    buffers, notes = _live_buffers(remote, b)
+    buffers, notes = _live_buffers(remote, b) if live else _probed_buffers(b)
     lines += [f"   note: {n}" for n in notes]
     for side in sorted(buffers):
         values = buffers[side]

@@ -485,6 +485,12 @@ def capture_directory(config: Config) -> Path:
     return config.capture.directory or workdir.with_name(workdir.name + "-captures")
 
 
+def kept_pcap_directory(config: Config) -> Path:
+    """Where captures are kept (capture.keep): beside the journal, and nowhere else: the
+    exporter's page serves a kept pcap only from inside this directory."""
+    return config.journal.path.parent / "pcaps"
+
+
 class JournalConfig(_Strict):
     path: LocalPath = Path("/var/lib/bigbinf/journal.jsonl")
 
@@ -493,6 +499,14 @@ class MetricsConfig(_Strict):
     # false drops bigbinf_transfer_payload_size_bytes, a third of each series' samples
     # (docs/metrics.md): for meshes where the exposition's size matters.
     payload_histograms: bool = True
+
+
+class PagesConfig(_Strict):
+    """The exporter's own pages (service/pages.py, docs/pages.md)."""
+
+    # The last N transfers the pages list (each with its own page): held in memory, so
+    # bounded; restored from the journal's end at start.
+    recent_transfers: Annotated[int, Field(ge=1, le=10_000)] = 100
 
 
 class RegressionConfig(_Strict):
@@ -556,6 +570,7 @@ class Config(_Strict):
     capture: CaptureConfig = CaptureConfig()
     journal: JournalConfig = JournalConfig()
     metrics: MetricsConfig = MetricsConfig()
+    pages: PagesConfig = PagesConfig()
     lab: LabConfig | None = None
     sweeps: dict[Name, SweepConfig] = {}
     regression: RegressionConfig = RegressionConfig()

@@ -117,3 +117,8 @@ def password(variable: str | None) -> str:
     if variable in os.environ:
         _passwords[variable] = os.environ.pop(variable)
     return _passwords.get(variable, "")
+
+
+def taken_passwords() -> list[str]:
+    """Every password taken so far: what a page must never show (service/pages.py)."""
+    return [value for value in _passwords.values() if value]

@@ -129,6 +129,9 @@ class Result(_Journaled):
     client_address: str = ""  # the two hosts the capture was filtered on
     remote_address: str = ""
     pcap_path: str = ""  # set only when captures are kept
+    # The transfer command as run (a password, where one reached it, replaced by ***): for
+    # the transfer's page (service/pages.py); [] for records written before it was kept.
+    argv: list[str] = field(default_factory=list)
     packets_path: str = ""  # per-packet list (JSON lines) of an imported 2015 .dump
     # TCP state of the transfer's sockets from each end's kernel (measure/tcp/state.py's
     # summary values, base units); tcp_remote stays empty when the remote cannot be
@@ -319,6 +322,7 @@ _TYPE_CHECKS: dict[str, tuple[str, Any]] = {
     "dict[str, list[int]]": ("an object of lists of whole numbers", _is_histogram),
     "dict[str, float]": ("an object of finite numbers", _is_number_map),
     "dict[str, str]": ("an object of strings", _is_str_map),
+    "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
     "dict[str, dict[str, float]]": ("an object of objects of finite numbers", _is_number_maps),
 }
 

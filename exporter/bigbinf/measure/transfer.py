@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bigbinf import credentials
-from bigbinf.config import Config, DatasetConfig, capture_directory
+from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
@@ -649,6 +649,7 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         reported=dict(reported),
         rtt_seconds=reported.get("mean_rtt_seconds"),
         pcap_path=str(pcap_path) if pcap_path else "",
+        argv=[_redact(arg, [prepared.password]) for arg in prepared.context.argv],
         tcp_local=dict(ran.tcp_local.values) if ran.tcp_local else {},
         tcp_remote=dict(ran.tcp_remote.values) if ran.tcp_remote else {},
         tcp_remote_note=ran.tcp_remote_note,
@@ -977,7 +978,7 @@ def _sender_congestion_control(prepared: Prepared, ran: Ran) -> str:
 
 
 def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:
-    keep_dir = config.journal.path.parent / "pcaps"
+    keep_dir = kept_pcap_directory(config)
     keep_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
     name = f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"

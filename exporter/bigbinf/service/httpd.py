@@ -131,6 +131,9 @@ class Route:
     blocking: bool = False
     max_body: int = 0
     precheck: Callable[[], Response | None] | None = None
+    # A path ending in "/" that also answers every path below it (/transfer/ID): its
+    # handler reads the rest from request.path and must validate it.
+    prefix: bool = False
 
     def allows(self, method: str) -> bool:
         return method in self.methods or (method == "HEAD" and "GET" in self.methods)
@@ -278,6 +281,7 @@ class HttpServer:
         on_rejections: Callable[[Mapping[str, int]], None] = lambda counts: None,
     ) -> None:
         self.routes = {route.path: route for route in routes}
+        self.prefixes = sorted((r for r in self.routes.values() if r.prefix), key=lambda r: -len(r.path))
         self.web = web
         self.on_rejections = on_rejections
         self.capacity = capacity_for(raise_fd_limit())
@@ -551,7 +555,7 @@ class HttpServer:
         if not await self._authorised(web, headers.get("authorization", "")):
             self._reject("unauthorized")
             return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", "Basic"),), close=True)
-        route = self.routes.get(path)
+        route = self.route_for(path)
         if route is None:
             return Response(404, b"not found\n", close=True)
         if not route.allows(method):
@@ -569,6 +573,13 @@ class HttpServer:
         if route.blocking:
             return await asyncio.to_thread(route.handler, request)
         return route.handler(request)
+
+    def route_for(self, path: str) -> Route | None:
+        """The route of `path`: its own, else the longest prefix route above it."""
+        route = self.routes.get(path)
+        if route is not None:
+            return route
+        return next((r for r in self.prefixes if path.startswith(r.path)), None)
 
     async def _authorised(self, web: WebConfig, header: str) -> bool:
         """Basic auth when basic_auth_users is set.  A remembered success is answered here;

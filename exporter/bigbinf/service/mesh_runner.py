@@ -511,7 +511,11 @@ class MeshRunner:
             if self.stopping.is_set():
                 return None
             log.info("round %s: slot %s-%s: %s", rid, _utc(slot.start), _utc(slot.end), spec.label)
-            result = self.transfer(spec, config, rid, baseline)
+            runner.recent.running(f"round {rid}: slot {_utc(slot.start)}-{_utc(slot.end)}: {spec.label}")
+            try:
+                result = self.transfer(spec, config, rid, baseline)
+            finally:
+                runner.recent.running(None)
             if self.stopping.is_set():
                 log.info("%s interrupted by shutdown: not recorded", spec.label)
                 return None

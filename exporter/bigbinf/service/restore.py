@@ -26,7 +26,14 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     restored = state.restore(r for r in runner.journal.read() if r.source == "exporter" and r.key in configured)
     log.info("restored %d results from %s", restored, config.journal.path)
     remotes = set(config.remotes)
-    state.restore_paths(b for b in runner.baselines.read() if b.remote in remotes)
+    baselines = [b for b in runner.baselines.read() if b.remote in remotes]
+    state.restore_paths(baselines)
+    # The pages' last transfers (a round's, a slot's, a sweep's run) and baselines.
+    runner.recent.restore(
+        (r for r in runner.journal.read() if r.source == "sweep" or (r.source == "exporter" and r.key in configured)),
+        baselines,
+        config.sweeps,
+    )
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
     sweeps.restore(state, runner.journal.read(), config)
     # The regression test's history and verdicts (bigbinf/regression.py).

@@ -41,6 +41,7 @@ from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.regression import History, settings_of
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
+from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.round_note import Note, RoundNote
 from bigbinf.service.schedule import longest_gap_seconds
 
@@ -96,6 +97,8 @@ class RoundRunner:
         self.undo = UndoJournal.beside(config.journal.path)
         self.note = RoundNote(config.journal.path)
         self.on_result = on_result
+        # The last transfers, baselines and sweep runs, for the exporter's pages.
+        self.recent = RecentTransfers(config.pages.recent_transfers)
         self._lock = threading.Lock()
         self._file_lock: BinaryIO | None = None  # the journal's lock file while held (_take)
         self.stopping = threading.Event()
@@ -318,7 +321,11 @@ class RoundRunner:
             if self.stopping.is_set():
                 return None
             log.info("round %s: %s", round_id, spec.label)
-            result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name))
+            self.recent.running(f"round {round_id}: {spec.label}")
+            try:
+                result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name))
+            finally:
+                self.recent.running(None)
             if self.stopping.is_set():
                 # Killed by our own shutdown: not a measurement of the remote.
                 log.info("%s interrupted by shutdown: not recorded", spec.label)
@@ -418,6 +425,7 @@ class RoundRunner:
             log.error("journal %s: cannot write (%s)", self.baselines.path, exc)
             self.state.record_journal_failure()
         self.state.record_path(baseline)
+        self.recent.add_baseline(baseline)
 
     def publish(self, result: Result) -> None:
         _log_result(result)
@@ -431,6 +439,7 @@ class RoundRunner:
             )
             self.state.record_journal_failure()
         self.state.record(result)
+        self.recent.add(result)
         self.record_undo_pending()  # a transfer's undo may have failed (its error says so)
         self._test_regression(result)
         if result.source == "exporter":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import ssl
 import threading
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.measure.plan import LabSite
 from bigbinf.measure.undo import UndoJournal
 from bigbinf.measure.wire import analyser_worker
 from bigbinf.moveplan import size_label
@@ -42,6 +44,7 @@ from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
+from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.restore import restore
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
@@ -114,6 +117,39 @@ class Exporter:
     @property
     def config(self) -> Config:
         return self.runner.config
+
+    # ------------------------------------------------------------ what the pages read
+
+    @property
+    def config_source(self) -> str:
+        return str(self.config_path) + (f" (site {self.site})" if self.site else "")
+
+    @property
+    def recent(self) -> RecentTransfers:
+        return self.runner.recent
+
+    def config_loaded(self) -> float | None:
+        return self.state.config_ok_timestamp
+
+    def lab_site(self) -> LabSite | None:
+        return self.runner.lab(self.config)
+
+    def site_name(self) -> str:
+        return self.site or ""
+
+    def web_summary(self) -> str:
+        """The web config as the pages may show it: never its users' hashes."""
+        web = self.web
+        users = len(web.auth.users)
+        return (
+            f"{web.source or 'none'}: {web.scheme}"
+            + (
+                ", client certificates required"
+                if web.ssl_context and web.ssl_context.verify_mode == ssl.CERT_REQUIRED
+                else ""
+            )
+            + (f", basic auth ({users} user{'s' if users != 1 else ''})" if web.auth.enabled else ", no basic auth")
+        )
 
     def _load_mesh(self) -> SiteView | None:
         """The site's view of the mesh file (None for a single-site exporter); ConfigError if invalid."""
@@ -250,6 +286,8 @@ class Exporter:
             else:
                 self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
             self.state.forget_sweeps(config.sweeps)
+            self.runner.recent.resize(config.pages.recent_transfers)
+            self.runner.recent.forget_sweeps(config.sweeps)
             self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
             self.runner.note_moves(self.runner.journal.read(), restore=True)
             sweeps.schedule_all(self.scheduler, self.sweeper, config)

@@ -303,7 +303,11 @@ class SweepRunner:
                 break
             setting = grid[index]
             spec = specs[(index, dataset)]
-            result = run_transfer(spec, config, sweep_id, paths.get(spec.remote.name))
+            self.runner.recent.running(f"sweep {sweep_id}: {spec.label} ({setting.label})")
+            try:
+                result = run_transfer(spec, config, sweep_id, paths.get(spec.remote.name))
+            finally:
+                self.runner.recent.running(None)
             if self.runner.stopping.is_set():
                 break  # killed by our own shutdown: not a measurement
             result = dataclasses.replace(
@@ -342,6 +346,7 @@ class SweepRunner:
         except OSError as exc:
             log.error("journal %s: cannot write (%s)", self.runner.journal.path, exc)
             self.state.record_journal_failure()
+        self.runner.recent.add(result)
 
     def _say(self, line: str) -> None:
         if self.progress is not None:  # the `sweep` command: the terminal, once

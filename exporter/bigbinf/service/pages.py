@@ -1,0 +1,562 @@
+"""The exporter's own pages, rendered as plain HTML: the front page (what runs now, what
+runs next, the last transfers), a transfer's page (its settings, command, log lines, the
+path baseline of its round, both ends' TCP evidence, what `advise` says, its capture),
+the running configuration, and each sweep's ranking.
+
+Pure functions of what they are given (service/routes.py gathers it): every value from a
+config, a journal or a remote is escaped here (`esc`), at the one place it becomes HTML.
+The pages fetch nothing (inline CSS and SVG; the Content-Security-Policy routes.py sends
+forbids any fetch), so they work on an isolated network and no injected markup can load
+anything.  docs/pages.md describes them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import math
+import re
+import shlex
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bigbinf import DOCS_URL, __version__
+from bigbinf.moveplan import _t_quantile
+from bigbinf.result import PathBaseline, Result
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+HTML = "text/html; charset=utf-8"
+REDACTED = "<redacted>"
+# Config keys whose values are secrets wherever they appear (a protocol's options are free
+# form).  password_env is not one: it names a variable, and the variable is never shown.
+SECRET_KEY = re.compile(r"(?i)pass(word|wd|phrase)?|secret|token|credential|api_?key|private_?key")
+# A secret given inline in a command or option string: --password=x, token:x.
+SECRET_INLINE = re.compile(r"(?i)((?:pass(?:word|wd)?|secret|token|api_?key)[=:])[^\s&;,]+")
+CONFIDENCE = 0.95
+# Student's t two-sided 95% quantiles for 1..10 degrees of freedom (a sweep repeats each
+# setting 2 to 100 times); beyond, moveplan's Cornish-Fisher expansion is within 0.1%.
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
+nav a{margin-right:1em}
+table{border-collapse:collapse;margin:.5em 0}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}
+.ok{color:#176117}.failed,.timeout{color:#a11}.skipped{color:#777}
+.cause{background:#fee;border-left:4px solid #a11;padding:.3em .6em}
+svg{vertical-align:middle}
+"""
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# ---------------------------------------------------------------- units
+
+
+def human_bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def human_rate(value: float | None) -> str:
+    """Bytes per second as MB/s and Mbit/s (decimal units, as the transfers' tools say)."""
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f} MB/s ({value * 8 / 1e6:.1f} Mbit/s)"
+
+
+def human_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    if value < 120:
+        return f"{value:.2f} s"
+    return f"{int(value // 60)} min {value % 60:.0f} s"
+
+
+def utc(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def retransmits(r: Result) -> str:
+    """Both views, named: the capture's count (both ways) and the sender's own."""
+    wire = f"wire {r.retransmits_wire}" if r.wire_measured else "wire -"
+    if r.retransmits_sender is None:
+        return f"{wire}, sender -"
+    return f"{wire}, sender {r.retransmits_sender} ({r.retransmits_sender_source or 'unknown'})"
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return SECRET_INLINE.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def redact(value: Any, secrets: Sequence[str] = ()) -> Any:
+    """A copy of a config's plain data with every secret-named value and every known or
+    inline secret replaced."""
+    if isinstance(value, Mapping):
+        return {
+            k: (REDACTED if _secret_key(k) and v not in (None, "") else redact(v, secrets)) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact(v, secrets) for v in value]
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    return value
+
+
+def _secret_key(key: object) -> bool:
+    return isinstance(key, str) and SECRET_KEY.search(key) is not None and not key.endswith("_env")
+
+
+# ---------------------------------------------------------------- files
+
+
+def inside(path: str, directory: Path) -> Path | None:
+    """`path` resolved, if it is a regular file inside `directory` (after every symlink
+    is followed); None otherwise: a journal line must not make the exporter serve
+    /etc/shadow."""
+    if not path:
+        return None
+    try:
+        real = Path(path).resolve(strict=True)
+        root = directory.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not real.is_relative_to(root) or real == root or not real.is_file():
+        return None
+    return real
+
+
+# ---------------------------------------------------------------- layout
+
+
+def document(title: str, body: str, up: str = "") -> bytes:
+    """A whole page; `up` leads from the page's URL back to the root ("../" below it)."""
+    nav = (
+        f"<nav><a href='{up or './'}'>Transfers</a><a href='{up}config'>Configuration</a>"
+        f"<a href='{up}sweeps'>Sweeps</a><a href='{up}metrics'>Metrics</a></nav>"
+    )
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        # No favicon request (a 404 in the console): an empty icon from a data: URL.
+        f"<link rel='icon' href='data:,'><title>{esc(title)} - bigbinf</title><style>{CSS}</style></head>"
+        f"<body>{nav}<h1>{esc(title)}</h1>{body}"
+        f"<footer><p>bigbinf exporter {esc(__version__)} · <a href='{DOCS_URL}/pages.md'>Documentation</a></p>"
+        "</footer></body></html>"
+    ).encode()
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = ()) -> str:
+    """`rows` hold HTML already escaped (cells may carry links)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td class='n'>{c}</td>" if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def pairs(items: Iterable[tuple[str, object]]) -> str:
+    return table(("", ""), ((esc(k), esc(v)) for k, v in items))
+
+
+def sparkline(values: Sequence[float], width: int = 90, height: int = 18) -> str:
+    """An inline SVG line of `values` (oldest first), scaled to its own maximum."""
+    if not values:
+        return ""
+    top = max(values) or 1.0
+    step = width / max(len(values) - 1, 1)
+    points = " ".join(f"{i * step:.1f},{height - 1 - v / top * (height - 2):.1f}" for i, v in enumerate(values))
+    last = values[-1]
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='throughput, last {human_rate(last)}'>"
+        f"<polyline fill='none' stroke='#2a6' stroke-width='1.5' points='{points}'/></svg>"
+    )
+
+
+def outcome(r: Result) -> str:
+    return f"<span class='{esc(r.outcome)}'>{esc(r.outcome)}</span>"
+
+
+def series(r: Result) -> str:
+    return f"{r.protocol} {r.remote}/{r.dataset} {r.direction}"
+
+
+def verdict(r: Result) -> str:
+    if not r.limited_by:
+        return ""
+    side = f" ({r.limited_side})" if r.limited_side else ""
+    return f"<b>{esc(r.limited_by)}</b>{esc(side)}: {esc(r.limited_evidence)}"
+
+
+# ---------------------------------------------------------------- the front page
+
+
+@dataclass(frozen=True)
+class Front:
+    site: str  # a mesh site's name, "" for a single-site exporter
+    running: str  # what runs now ("" nothing), and since when
+    next_round: str
+    config_loaded: float | None
+    transfers: Sequence[tuple[str, Result]]  # (id, result), newest first
+    capacity: int  # pages.recent_transfers
+
+
+def front_page(front: Front) -> bytes:
+    now = f"{esc(front.running)}" if front.running else "nothing (waiting for the next round)"
+    where = f" of mesh site {esc(front.site)}" if front.site else ""
+    head = f"<p>Scheduled, packet-captured bulk-transfer measurements{where}.</p>" + pairs(
+        (
+            ("Running now", now if front.running else "nothing"),
+            ("Next", front.next_round),
+            ("Configuration loaded", utc(front.config_loaded)),
+        )
+    )
+    by_series: dict[str, list[Result]] = {}
+    for _key, r in reversed(front.transfers):  # oldest first
+        by_series.setdefault(series(r), []).append(r)
+    series_rows = (
+        (
+            esc(name),
+            sparkline([r.throughput_bytes_per_second for r in runs if r.outcome == "ok"]),
+            human_rate(runs[-1].throughput_bytes_per_second) if runs[-1].outcome == "ok" else outcome(runs[-1]),
+            esc(sum(r.outcome == "ok" for r in runs)) + " of " + esc(len(runs)),
+        )
+        for name, runs in sorted(by_series.items())
+    )
+    rows = (
+        (
+            f"<a href='transfer/{key}'>{esc(utc(r.start_timestamp))}</a>",
+            esc(series(r)) + (f" <small>(sweep {esc(r.sweep_label)})</small>" if r.source == "sweep" else ""),
+            outcome(r),
+            esc(human_seconds(r.duration_seconds)),
+            esc(human_rate(r.throughput_bytes_per_second) if r.outcome == "ok" else "-"),
+            esc(f"{r.byte_ratio:.4f}" if r.wire_measured and r.byte_ratio else "-"),
+            esc(retransmits(r)),
+            verdict(r) if r.outcome == "ok" else f"<span class='cause'>{esc(r.error)}</span>",
+        )
+        for key, r in front.transfers
+    )
+    body = (
+        head
+        + "<h2>Series in the last transfers</h2>"
+        + table(("series", "throughput (ok runs)", "last", "ok"), series_rows)
+        + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
+        + table(
+            (
+                "started",
+                "series",
+                "outcome",
+                "duration",
+                "throughput",
+                "byte ratio",
+                "retransmits",
+                "limited by / cause",
+            ),
+            rows,
+            numeric=(3, 4, 5),
+        )
+    )
+    return document("bigbinf exporter", body)
+
+
+# ---------------------------------------------------------------- a transfer's page
+
+
+@dataclass(frozen=True)
+class TransferView:
+    key: str
+    result: Result
+    baseline: PathBaseline | None
+    advice: str
+    pcap: Path | None  # the kept capture, if it may be served
+    secrets: Sequence[str] = ()
+
+
+def log_lines(r: Result) -> list[tuple[str, str]]:
+    """(kind, line): the error's parts (a failed command's stderr tail among them: one
+    line per diagnostic, joined by "; " in the journal), and every note."""
+    lines = [("error" if r.outcome != "ok" else "warning", part) for part in r.error.split("; ") if part.strip()]
+    for kind, text in (("note", r.tcp_remote_note), ("note", r.import_note)):
+        if text:
+            lines.append((kind, text))
+    return lines
+
+
+def transfer_page(view: TransferView) -> bytes:
+    r = view.result
+    parts = []
+    if r.outcome != "ok":
+        parts.append(f"<p class='cause'><b>{esc(r.outcome)}</b>: {esc(redact_text(r.error, view.secrets))}</p>")
+    parts.append(
+        pairs(
+            (
+                ("started", utc(r.start_timestamp)),
+                ("outcome", r.outcome),
+                ("duration", human_seconds(r.duration_seconds)),
+                ("throughput", human_rate(r.throughput_bytes_per_second) if r.outcome == "ok" else "-"),
+                ("file bytes", f"{human_bytes(r.file_bytes)} in {r.files} file(s), verified: {r.verified}"),
+                ("byte ratio (wire / file)", f"{r.byte_ratio:.4f}" if r.wire_measured else "-"),
+                ("retransmits", retransmits(r)),
+            )
+        )
+    )
+    if r.limited_by:
+        parts.append("<h2>What limited it</h2>")
+        parts.append(
+            pairs(
+                (
+                    ("limited by", r.limited_by),
+                    ("where", r.limited_side or "-"),
+                    ("evidence", r.limited_evidence),
+                    ("next step", r.limited_next_step or "-"),
+                )
+            )
+        )
+    settings: list[tuple[str, object]] = [
+        ("protocol", r.protocol),
+        ("remote", f"{r.remote} ({r.remote_address or 'address unknown'}), from {r.client_address or '?'}"),
+        ("dataset", r.dataset),
+        ("direction", r.direction),
+        ("source", r.source),
+        ("round", r.round_id or "-"),
+        ("congestion control", f"asked {r.congestion_requested or 'host default'}, used {r.congestion_control or '?'}"),
+        ("tcp_buffer_max", "host's own" if r.tcp_buffer_max_bytes is None else human_bytes(r.tcp_buffer_max_bytes)),
+    ]
+    if r.site:
+        settings.append(("mesh site", r.site))
+        settings.append(("slot", f"{utc(r.slot_start_timestamp)} - {utc(r.slot_end_timestamp)}"))
+        settings.append(("slot overrun", human_seconds(r.slot_overrun_seconds)))
+    if r.source == "sweep":
+        settings.append(("sweep", f"{r.sweep_name} run {r.sweep}, setting {r.sweep_label}, rep {r.sweep_repetition}"))
+    parts.append("<h2>Settings</h2>" + pairs(settings))
+    command = shlex.join(redact_text(a, view.secrets) for a in r.argv) if r.argv else "(not journaled with this result)"
+    parts.append(f"<h2>Command</h2><pre>{esc(command)}</pre>")
+    lines = log_lines(r)
+    parts.append("<h2>Log</h2>")
+    parts.append(
+        table(("kind", "line"), ((esc(k), esc(redact_text(t, view.secrets))) for k, t in lines))
+        if lines
+        else "<p>Nothing said: no error, warning or note.</p>"
+    )
+    parts.append("<h2>Path baseline of its round</h2>" + baseline_table(view.baseline))
+    parts.append("<h2>TCP evidence</h2>" + tcp_table(r))
+    if r.programs:
+        keys = sorted({k for values in r.programs.values() for k in values})
+        parts.append(
+            "<h2>Programs</h2>"
+            + table(
+                ("program", *keys),
+                (
+                    (esc(name), *(esc(_number(values.get(k))) for k in keys))
+                    for name, values in sorted(r.programs.items())
+                ),
+            )
+        )
+    parts.append(f"<h2>What <code>advise</code> says for its path</h2><pre>{esc(view.advice)}</pre>")
+    parts.append("<h2>Capture</h2>" + capture_table(r, view.pcap is not None, view.key))
+    return document(f"{series(r)} at {utc(r.start_timestamp)}", "".join(parts), up="../")
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def baseline_table(b: PathBaseline | None) -> str:
+    if b is None:
+        return "<p>No baseline of this path from before this transfer is held (probes disabled, or rotated out).</p>"
+    rtt = "/".join(human_seconds(v) for v in (b.rtt_min_seconds, b.rtt_avg_seconds, b.rtt_max_seconds))
+    return pairs(
+        (
+            ("probed", f"{utc(b.start_timestamp)}, {b.probes_sent} {b.method} probes to {b.address}"),
+            ("RTT min/avg/max", rtt),
+            ("loss", f"{b.loss_ratio:.1%}"),
+            ("MTU", b.mtu_bytes or "unknown"),
+            ("bandwidth", f"{human_rate(b.bandwidth_bytes_per_second)} ({b.bandwidth_source or 'none'})"),
+            ("BDP", human_bytes(b.bdp_bytes)),
+            ("congestion control", ", ".join(f"{k} {v}" for k, v in sorted(b.congestion_control.items())) or "-"),
+            ("probe error", b.error or "-"),
+            ("remote note", b.remote_note or "-"),
+        )
+    )
+
+
+def tcp_table(r: Result) -> str:
+    keys = sorted(set(r.tcp_local) | set(r.tcp_remote))
+    note = f"<p>Remote: {esc(r.tcp_remote_note)}</p>" if r.tcp_remote_note else ""
+    if not keys:
+        return note + "<p>No TCP state was read (not TCP, or the sockets were not seen).</p>"
+    sender = "remote" if r.direction == "download" else "this host"
+    return (
+        f"<p>The sender is {esc(sender)}.</p>"
+        + note
+        + table(
+            ("value", "this host", "remote"),
+            ((esc(k), esc(_number(r.tcp_local.get(k))), esc(_number(r.tcp_remote.get(k)))) for k in keys),
+            numeric=(1, 2),
+        )
+    )
+
+
+def capture_table(r: Result, downloadable: bool, key: str) -> str:
+    if r.pcap_path and downloadable:
+        kept = f"<a href='{esc(key)}/pcap' download>download the pcap</a>"
+    elif r.pcap_path:
+        kept = "kept, but not where this exporter keeps captures now (or removed): not served"
+    else:
+        kept = "not kept (capture.keep: false)"
+    rows = [
+        ("wire numbers", esc("measured" if r.wire_measured else "absent (no capture, or one not read whole)")),
+        ("transport", esc(f"{r.transport or '-'}, {r.data_flows} data flow(s); expected {r.expected or '-'}")),
+        ("packets down/up", esc(f"{r.packets_down} / {r.packets_up}")),
+        ("wire bytes down/up", esc(f"{human_bytes(r.wire_bytes_down)} / {human_bytes(r.wire_bytes_up)}")),
+        ("payload bytes down/up", esc(f"{human_bytes(r.payload_bytes_down)} / {human_bytes(r.payload_bytes_up)}")),
+        (
+            "as captured",
+            esc(f"{r.captured_packets_down} / {r.captured_packets_up} frames, {r.superframes} super-frames"),
+        ),
+        ("dropped by the kernel", esc(r.capture_dropped)),
+        ("packet span", esc(f"{utc(r.first_packet_timestamp)} - {utc(r.last_packet_timestamp)}")),
+        ("pcap", kept),
+    ]
+    return table(("", ""), rows)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def config_page(data: Mapping[str, Any], source: str, loaded: float | None, web: str, secrets: Sequence[str]) -> bytes:
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml's: ~20x faster on a mesh's config
+    shown = yaml.dump(redact(data, secrets), Dumper=dumper, sort_keys=False, allow_unicode=True)
+    body = (
+        pairs((("file", source), ("loaded", utc(loaded)), ("web config", web)))
+        + "<p>Secrets are shown as &lt;redacted&gt;; the web config's password hashes are never shown.</p>"
+        + f"<pre>{esc(shown)}</pre>"
+    )
+    return document("Configuration", body)
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+@dataclass(frozen=True)
+class Ranked:
+    setting: str
+    runs: int  # all of them
+    ok: int
+    mean: float | None
+    low: float | None
+    high: float | None
+    baseline: bool
+
+
+def t95(df: int) -> float:
+    return T95[df - 1] if df <= len(T95) else _t_quantile((1 + CONFIDENCE) / 2, df)
+
+
+def ranking(runs: Sequence[Result]) -> list[Ranked]:
+    """One dataset's settings by mean throughput of their ok runs, with the mean's 95%
+    interval (Student's t, as sweep-report gives it); settings without an ok run last."""
+    by_setting: dict[str, list[Result]] = {}
+    for r in runs:
+        by_setting.setdefault(r.sweep_label, []).append(r)
+    out = []
+    for label, rs in by_setting.items():
+        v = [r.throughput_bytes_per_second for r in rs if r.outcome == "ok"]
+        mean = statistics.fmean(v) if v else None
+        low = high = None
+        if len(v) >= 2 and mean is not None:
+            half = t95(len(v) - 1) * statistics.stdev(v) / math.sqrt(len(v))
+            low, high = mean - half, mean + half
+        base = any(r.sweep_setting.get("baseline") == label for r in rs)
+        out.append(Ranked(label, len(rs), len(v), mean, low, high, base))
+    return sorted(out, key=lambda x: (x.mean is None, -(x.mean or 0.0), x.setting))
+
+
+def sweeps_page(sweeps: Mapping[str, Sequence[Result]]) -> bytes:
+    if not sweeps:
+        return document("Sweeps", "<p>No sweep has run (config <code>sweeps</code>).</p>")
+    parts = []
+    for name in sorted(sweeps):
+        runs = sweeps[name]
+        first = runs[0]
+        parts.append(
+            f"<h2>{esc(name)}</h2><p>run {esc(first.sweep)}: {esc(first.protocol)} to {esc(first.remote)}, "
+            f"{esc(first.direction)}, {len(runs)} runs, {esc(utc(first.start_timestamp))} - "
+            f"{esc(utc(runs[-1].start_timestamp))}</p>"
+        )
+        for dataset in sorted({r.dataset for r in runs}):
+            ranked = ranking([r for r in runs if r.dataset == dataset])
+            top = max((x.high or x.mean or 0.0 for x in ranked), default=0.0) or 1.0
+            parts.append(f"<h3>{esc(dataset)}</h3>")
+            parts.append(
+                table(
+                    ("rank", "setting", "ok runs", "mean", "95% interval", ""),
+                    (
+                        (
+                            str(i),
+                            esc(x.setting) + (" <small>(baseline)</small>" if x.baseline else ""),
+                            f"{x.ok} of {x.runs}",
+                            esc(human_rate(x.mean)),
+                            esc(f"{human_rate(x.low)} - {human_rate(x.high)}" if x.low is not None else "-"),
+                            interval_bar(x, top),
+                        )
+                        for i, x in enumerate(ranked, start=1)
+                    ),
+                    numeric=(0, 3),
+                )
+            )
+    return document("Sweeps", "".join(parts))
+
+
+def interval_bar(x: Ranked, top: float, width: int = 120, height: int = 12) -> str:
+    """The mean as a bar and its interval as a line, on a scale shared by the dataset's settings."""
+    if x.mean is None:
+        return ""
+
+    def at(v: float) -> float:
+        return max(0.0, min(width, v / top * width))
+
+    line = ""
+    if x.low is not None and x.high is not None:
+        line = (
+            f"<line x1='{at(x.low):.1f}' x2='{at(x.high):.1f}' y1='{height / 2}' y2='{height / 2}' "
+            "stroke='#222' stroke-width='1.5'/>"
+        )
+    return (
+        f"<svg width='{width}' height='{height}' role='img' aria-label='mean and interval'>"
+        f"<rect x='0' y='2' width='{at(x.mean):.1f}' height='{height - 4}' fill='#9cd'/>{line}</svg>"
+    )

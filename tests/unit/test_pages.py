@@ -1,0 +1,309 @@
+"""The exporter's pages (service/pages.py, service/routes.py, service/recent.py): escaping,
+units, redaction, ids, the pcap's directory, the ring's bound, and the routes of an
+exporter built from a seeded journal (not listening: its handlers are called).
+tests/e2e/test_page_browser.py loads the same pages in Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bigbinf.result import PathBaseline, Result
+from bigbinf.service import pages
+from bigbinf.service.httpd import HttpServer, Request, Response, Route
+from bigbinf.service.recent import RecentTransfers, transfer_id, valid_id
+from bigbinf.service.routes import routes
+from bigbinf.service.server import Exporter
+from bigbinf.service.webconfig import WebConfig
+
+from ..support.pages import HOSTILE, SECRET, STDERR_CAUSE, Seeded, seed
+
+
+def result(start: float, outcome: str = "ok", **kw: object) -> Result:
+    return Result("http", "site", "a", "download", start, outcome, **kw)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def test_units_are_human_and_decimal() -> None:
+    assert pages.human_rate(12.5e6) == "12.50 MB/s (100.0 Mbit/s)"
+    assert pages.human_bytes(1_100_000) == "1.10 MB"
+    assert pages.human_bytes(512) == "512 B"
+    assert pages.human_seconds(0.0123) == "12.3 ms"
+    assert pages.human_seconds(150) == "2 min 30 s"
+    assert pages.human_rate(None) == "-"
+    r = result(0, retransmits_wire=3, retransmits_sender=2, retransmits_sender_source="kernel")
+    assert pages.retransmits(r) == "wire 3, sender 2 (kernel)"
+    assert pages.retransmits(result(0, wire_measured=False)) == "wire -, sender -"
+
+
+def test_every_value_is_escaped_on_every_page() -> None:
+    r = result(1e9, "failed", error=HOSTILE, limited_by=HOSTILE, argv=[HOSTILE], tcp_remote_note=HOSTILE)
+    front = pages.front_page(pages.Front(HOSTILE, HOSTILE, HOSTILE, None, [("1-abc", r)], 10)).decode()
+    view = pages.TransferView("1-abc", r, None, HOSTILE, None)
+    one = pages.transfer_page(view).decode()
+    config = pages.config_page({"x": HOSTILE}, HOSTILE, None, HOSTILE, ()).decode()
+    for page in (front, one, config):
+        assert "<script>" not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_secrets_are_redacted_by_name_by_value_and_inline() -> None:
+    data = {
+        "remotes": {"s": {"password_env": "SITE_PASSWORD", "key": "/k"}},
+        "protocols": {"p": {"options": {"api_token": "t0k", "Password": "p", "nested": {"secret": [1]}}}},
+        "cmd": ["x", "--password=abc", f"--banner={SECRET}", "token:xyz"],
+    }
+    shown = pages.redact(data, [SECRET])
+    assert shown["remotes"]["s"] == {"password_env": "SITE_PASSWORD", "key": "/k"}  # a variable's name, a path
+    assert shown["protocols"]["p"]["options"] == {
+        "api_token": pages.REDACTED,
+        "Password": pages.REDACTED,
+        "nested": {"secret": pages.REDACTED},
+    }
+    assert shown["cmd"] == ["x", "--password=<redacted>", "--banner=<redacted>", "token:<redacted>"]
+    assert SECRET not in repr(shown) and "abc" not in repr(shown) and "xyz" not in repr(shown)
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("1780000010000-0123456789", True),
+        ("0-abcdefabcd", True),
+        ("1780000010000-012345678", False),  # short digest
+        ("1780000010000-0123456789/", False),
+        ("1780000010000-ABCDEFABCD", False),
+        ("../../etc/passwd", False),
+        ("1780000010000-0123456789%00", False),
+        ("1780000010000-0123456789\n", False),
+        ("12345678901234567-0123456789", False),
+        ("", False),
+    ],
+)
+def test_transfer_ids_are_validated_strictly(text: str, ok: bool) -> None:
+    assert valid_id(text) is ok
+
+
+def test_an_id_is_stable_and_tells_series_and_runs_apart() -> None:
+    a, b = result(1780000010.5), result(1780000010.5, "failed")
+    assert transfer_id(a) == transfer_id(b)  # the same transfer, journaled: the same id after a restart
+    assert valid_id(transfer_id(a))
+    other = Result("http", "site", "b", "download", 1780000010.5, "ok")
+    assert transfer_id(other) != transfer_id(a)
+    assert transfer_id(result(1780000010.5, source="sweep", sweep="s1")) != transfer_id(a)
+
+
+def test_a_pcap_is_served_only_from_inside_its_directory(tmp_path: Path) -> None:
+    kept = tmp_path / "pcaps"
+    kept.mkdir()
+    inside = kept / "a.pcap"
+    inside.write_bytes(b"x")
+    outside = tmp_path / "secret"
+    outside.write_bytes(b"s")
+    (kept / "link.pcap").symlink_to(outside)
+    (kept / "sub").mkdir()
+    assert pages.inside(str(inside), kept) == inside.resolve()
+    for path in (
+        str(outside),
+        str(kept / ".." / "secret"),
+        str(kept / "link.pcap"),  # a symlink out of it
+        str(kept / "sub"),  # not a file
+        str(kept),
+        str(kept / "missing.pcap"),
+        "/etc/passwd",
+        "",
+    ):
+        assert pages.inside(path, kept) is None, path
+    assert pages.inside(str(inside), tmp_path / "nowhere") is None
+
+
+def test_the_ring_keeps_the_last_n_and_forgets_their_ids() -> None:
+    ring = RecentTransfers(5)
+    results = [result(1000.0 + i) for i in range(8)]
+    for r in results:
+        ring.add(r)
+    ring.add(result(2000.0, "skipped"))  # nothing ran: not a transfer to look at
+    held = ring.transfers()
+    assert [r for _, r in held] == results[:2:-1]  # newest first, the last 5
+    assert ring.get(transfer_id(results[0])) is None
+    assert ring.get(transfer_id(results[-1])) == results[-1]
+    ring.resize(2)
+    assert [r for _, r in ring.transfers()] == [results[-1], results[-2]]
+    assert ring.get(transfer_id(results[-3])) is None
+
+
+def test_the_baseline_of_a_transfer_is_its_rounds_probe() -> None:
+    ring = RecentTransfers(10)
+    early, late, other = PathBaseline("site", 100.0), PathBaseline("site", 200.0), PathBaseline("elsewhere", 150.0)
+    for b in (early, late, other):
+        ring.add_baseline(b)
+    assert ring.baseline_for(result(150.0)) == early
+    assert ring.baseline_for(result(250.0)) == late
+    assert ring.baseline_for(result(50.0)) is None
+
+
+def test_a_sweeps_new_run_replaces_its_last() -> None:
+    ring = RecentTransfers(3)
+    first = [result(float(i), source="sweep", sweep_name="s", sweep="run1", sweep_label="x") for i in range(4)]
+    for r in first:
+        ring.add(r)
+    assert len(ring.sweeps()["s"]) == 4  # a sweep's run is kept whole, beyond the ring
+    second = result(10.0, source="sweep", sweep_name="s", sweep="run2", sweep_label="x")
+    ring.add(second)
+    assert ring.sweeps()["s"] == (second,)
+
+
+def test_the_sweeps_interval_is_students_t() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 5, 10, 11, 30, 99):
+        assert pages.t95(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=2e-3)
+    speeds = [5e6, 5.5e6, 6e6]
+    runs = [
+        result(float(i), source="sweep", sweep_label="a", duration_seconds=(1 << 20) / s, file_bytes=1 << 20)
+        for i, s in enumerate(speeds)
+    ]
+    (ranked,) = pages.ranking(runs)
+    low, high = stats.t.interval(0.95, 2, loc=statistics.fmean(speeds), scale=stats.sem(speeds))
+    assert ranked.low == pytest.approx(low, rel=1e-3) and ranked.high == pytest.approx(high, rel=1e-3)
+
+
+def test_a_prefix_route_answers_below_it_and_an_exact_route_wins() -> None:
+    exact = Route("/transfer/x", ("GET",), lambda request: Response(200, b"exact"))
+    prefix = Route("/transfer/", ("GET",), lambda request: Response(200, b"prefix"), prefix=True)
+    plain = Route("/config", ("GET",), lambda request: Response(200, b"config"))
+    server = HttpServer("127.0.0.1", 0, [exact, prefix, plain], lambda: WebConfig())
+    try:
+        assert server.route_for("/transfer/x") is exact
+        assert server.route_for("/transfer/1-2/pcap") is prefix
+        assert server.route_for("/transfer") is None
+        assert server.route_for("/config/x") is None  # not a prefix route
+        assert server.route_for("/config") is plain
+    finally:
+        server.sock.close()
+
+
+# ---------------------------------------------------------------- the routes of a seeded exporter
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Iterator[tuple[Seeded, dict[str, Route], Exporter]]:
+    s = seed(tmp_path)
+    exporter = Exporter(s.config, listen="127.0.0.1:0")
+    yield s, {r.path: r for r in routes(exporter)}, exporter
+
+
+def get(table: dict[str, Route], path: str) -> Response:
+    route = table.get(path) or table["/transfer/"]
+    response = route.handler(Request("GET", path, "", {}))
+    assert route.blocking  # never rendered in the server's event loop
+    return response
+
+
+def text(response: Response) -> str:
+    assert isinstance(response.body, bytes)
+    return response.body.decode()
+
+
+def test_the_front_page_lists_the_journaled_transfers_with_their_verdicts(
+    seeded: tuple[Seeded, dict[str, Route], Exporter],
+) -> None:
+    s, table, _ = seeded
+    response = get(table, "/")
+    page = text(response)
+    assert response.status == 200 and dict(response.headers)["Content-Security-Policy"].startswith("default-src 'none'")
+    ids = re.findall(r"href='transfer/([^']+)'", page)
+    assert len(ids) == 9  # the sweep's 6 runs (newest, first) and the 3 scheduled transfers
+    assert ids[-3:] == [transfer_id(r) for r in (s.hostile, s.failed, s.ok)]
+    assert "receive_window</b> (local): rwnd_limited 81% of busy time" in page
+    assert "0.52 MB/s (4.2 Mbit/s)" in page  # 1 MiB in 2 s
+    assert "wire 3, sender 2 (kernel)" in page
+    assert STDERR_CAUSE in page
+    assert "&lt;script&gt;" in page and "<script>" not in page
+    assert "<svg" in page and "href='metrics'" in page
+
+
+def test_a_failed_transfers_page_shows_its_cause_and_command(seeded: tuple[Seeded, dict[str, Route], Exporter]) -> None:
+    s, table, _ = seeded
+    page = text(get(table, f"/transfer/{transfer_id(s.failed)}"))
+    assert f"<p class='cause'><b>failed</b>: curl exited 7: {STDERR_CAUSE}</p>" in page
+    assert "curl --fail -o /var/tmp/bigbinf/a.bin http://198.18.9.2/a.bin" in page
+    assert "download the pcap" not in page
+
+
+def test_an_ok_transfers_page_has_baseline_tcp_advice_and_its_pcap(
+    seeded: tuple[Seeded, dict[str, Route], Exporter],
+) -> None:
+    s, table, _ = seeded
+    key = transfer_id(s.ok)
+    page = text(get(table, f"/transfer/{key}"))
+    assert "10.0 ms/11.0 ms/15.0 ms" in page  # the baseline probed before it
+    assert "<td>rwnd_limited_seconds</td><td class='n'>1.6</td><td class='n'>1.6</td>" in page
+    assert "== path site (198.18.9.2)" in page and "BDP 125.00 kB" in page  # advise's own text
+    assert "buffers as the path probe read them" in page
+    assert f"href='{key}/pcap'" in page
+    pcap = get(table, f"/transfer/{key}/pcap")
+    assert pcap.status == 200 and pcap.body == s.pcap.read_bytes()
+    assert pcap.content_type == "application/vnd.tcpdump.pcap"
+    assert dict(pcap.headers)["Content-Disposition"] == 'attachment; filename="http_site_a_download.pcap"'
+
+
+def test_a_pcap_outside_the_kept_directory_is_never_served(
+    seeded: tuple[Seeded, dict[str, Route], Exporter], tmp_path: Path
+) -> None:
+    s, table, exporter = seeded
+    outside = tmp_path / "secret.pcap"
+    outside.write_bytes(b"not yours")
+    for path in (str(outside), str(s.pcap.parent / ".." / "secret.pcap"), "/etc/passwd"):
+        forged = result(s.ok.start_timestamp + 1000 + len(path), pcap_path=path)
+        exporter.recent.add(forged)
+        key = transfer_id(forged)
+        assert get(table, f"/transfer/{key}/pcap").status == 404, path
+        assert "not where this exporter keeps captures" in text(get(table, f"/transfer/{key}"))
+    os.symlink(outside, s.pcap.parent / "link.pcap")
+    forged = result(s.ok.start_timestamp + 5000, pcap_path=str(s.pcap.parent / "link.pcap"))
+    exporter.recent.add(forged)
+    assert get(table, f"/transfer/{transfer_id(forged)}/pcap").status == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/transfer/",
+        "/transfer/..",
+        "/transfer/../config",
+        "/transfer/1-0123456789",  # well formed, not held
+        "/transfer/%2e%2e%2fetc%2fpasswd",
+        "/transfer/1-0123456789/pcap/x",
+        "/transfer/1-0123456789/other",
+    ],
+)
+def test_anything_else_under_transfer_is_404(seeded: tuple[Seeded, dict[str, Route], Exporter], path: str) -> None:
+    _, table, _ = seeded
+    assert get(table, path).status == 404
+
+
+def test_config_page_shows_the_config_as_text_with_secrets_redacted(
+    seeded: tuple[Seeded, dict[str, Route], Exporter],
+) -> None:
+    s, table, _ = seeded
+    page = text(get(table, "/config"))
+    assert "--title=&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>" not in page
+    assert SECRET not in page
+    assert "--password=&lt;redacted&gt;" in page
+    assert f"<td>file</td><td>{s.config}</td>" in page
+    assert "recent_transfers: 100" in page
+
+
+def test_sweeps_page_ranks_settings_with_intervals(seeded: tuple[Seeded, dict[str, Route], Exporter]) -> None:
+    _, table, _ = seeded
+    page = text(get(table, "/sweeps"))
+    bbr, cubic = page.index("streams=4"), page.index("streams=1")
+    assert bbr < cubic  # ranked by mean: streams=4 at 8 MB/s first
+    assert "(baseline)" in page[cubic : cubic + 40]
+    assert page.count("3 of 3") == 2 and page.count("<line") == 2  # each mean's interval drawn
