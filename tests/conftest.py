@@ -38,18 +38,24 @@ def _needs_root_and_tools() -> str | None:
 # scripts/test.sh) each module goes whole to a worker in collection order, so these are
 # collected first: started last, one of them would be the run's tail on its own.  Only an
 # order: a module missing here runs as well, after them.
-SLOWEST_FIRST = (
-    "tests/e2e/test_rules.py",  # promtool: CPU-bound, 80 s quiet, 210 s with the CPUs busy
-    "tests/e2e/test_mesh_prometheus.py",
-    "tests/e2e/test_dashboards.py",
+SLOWEST_FIRST = (  # the longest modules first (--durations=0 summed per file, 2 cores, busy)
     "tests/lab/test_protocols.py",
-    "tests/lab/test_ipv6.py",
+    "tests/lab/test_verdicts_programs.py",  # the confusion matrix: 3 runs of every cause
+    "tests/lab/test_verdicts_buffers.py",
+    "tests/lab/test_verdicts_paths.py",
+    "tests/e2e/test_rules.py",  # promtool: CPU-bound, one process per file
     "tests/lab/test_sweeps.py",
     "tests/lab/test_mesh_proof.py",
+    "tests/e2e/test_dashboards.py",
+    "tests/e2e/test_mesh_prometheus.py",
+    "tests/lab/test_ipv6.py",
     "tests/lab/test_why_slow.py",
     "tests/lab/test_tuning.py",
-    "tests/lab/test_mesh_exporter.py",
+    "tests/lab/test_regression_lab.py",
+    "tests/lab/test_leftovers.py",
+    "tests/lab/test_analyser_worker.py",
     "tests/e2e/test_mesh_slots.py",  # two exporters' rounds of 4 s, one killed: ~40 s, ~65 s busy
+    "tests/lab/test_mesh_exporter.py",
     "tests/lab/test_transfer.py",
     "tests/e2e/test_web.py",
 )
