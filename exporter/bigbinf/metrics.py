@@ -279,6 +279,19 @@ UNDO_PENDING = Spec(
     "mid-transfer or an undo that failed; replayed at start and at every round until it succeeds.",
     ("kind",),
 )
+# Why a connection was closed without its request being served (a bounded label set).
+HTTP_REJECT_REASONS = (
+    "capacity",  # closed to make room for a new connection (it had waited longest)
+    "tls_handshake_timeout",
+    "tls_error",  # a failed handshake (no or wrong client certificate, no common version)
+    "client_certificate",  # a verified certificate without one of client_allowed_sans
+    "http_to_https",  # plain HTTP to the TLS port
+    "request_timeout",  # the head or the body did not arrive in time
+    "bad_request",  # 400 (malformed) or 505
+    "too_large",  # 431 (head) or 413 (body)
+    "unauthorized",  # 401
+    "write_timeout",  # the client did not take the response in time
+)
 HTTP_REJECTED_TOTAL = Spec(
     PREFIX + "http_connections_rejected_total",
     "counter",

@@ -146,7 +146,8 @@ class ExporterState:
         self.rounds_total = 0
         self.rounds_skipped = 0
         # The HTTP server's refused connections by reason (service/httpd.py REASONS).
-        self.http_rejected: dict[str, int] = {}
+        # Every reason from the start, at 0: a counter's series exists before its first increase.
+        self.http_rejected: dict[str, int] = dict.fromkeys(M.HTTP_REJECT_REASONS, 0)
         self.round_duration = Histogram(M.DURATION_BUCKETS)
         self.last_round_end: float | None = None
         self.config_ok = False

@@ -53,6 +53,7 @@ from typing import Protocol
 
 import h11
 
+from bigbinf import metrics as M
 from bigbinf.service.webconfig import WebConfig, peer_sans
 
 log = logging.getLogger(__name__)
@@ -77,19 +78,7 @@ SUMMARY_SECONDS = 60.0  # at most one log line about refused connections per thi
 FLUSH_SECONDS = 2.0  # the counter reaches /metrics this often (never per connection)
 AUTH_THREADS = 2  # bcrypt checks that missed the cache (the rest never wait for one)
 
-# Why a connection was closed without its request being served (a bounded label set).
-REASONS = (
-    "capacity",  # closed to make room for a new connection (it had waited longest)
-    "tls_handshake_timeout",
-    "tls_error",  # a failed handshake (no or wrong client certificate, no common version)
-    "client_certificate",  # a verified certificate without one of client_allowed_sans
-    "http_to_https",  # plain HTTP to the TLS port
-    "request_timeout",  # the head or the body did not arrive in time
-    "bad_request",  # 400 (malformed) or 505
-    "too_large",  # 431 (head) or 413 (body)
-    "unauthorized",  # 401
-    "write_timeout",  # the client did not take the response in time
-)
+REASONS = M.HTTP_REJECT_REASONS
 HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^\x00-\x20\x7f]+ HTTP/\d\.\d\r?")

@@ -18,6 +18,7 @@ import math
 import re
 import shlex
 import statistics
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,14 +176,18 @@ def document(title: str, body: str, up: str = "") -> bytes:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = ()) -> str:
     """`rows` hold HTML already escaped (cells may carry links)."""
+    return table_of(header, (row_html(row, numeric) for row in rows))
+
+
+def table_of(header: Sequence[str], rows: Iterable[str]) -> str:
+    """A table of rows made already (row_html)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td class='n'>{c}</td>" if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def row_html(row: Sequence[str], numeric: Sequence[int] = ()) -> str:
+    cells = "".join(f"<td class='n'>{c}</td>" if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+    return f"<tr>{cells}</tr>"
 
 
 def pairs(items: Iterable[tuple[str, object]]) -> str:
@@ -253,25 +258,13 @@ def front_page(front: Front) -> bytes:
         )
         for name, runs in sorted(by_series.items())
     )
-    rows = (
-        (
-            f"<a href='transfer/{key}'>{esc(utc(r.start_timestamp))}</a>",
-            esc(series(r)) + (f" <small>(sweep {esc(r.sweep_label)})</small>" if r.source == "sweep" else ""),
-            outcome(r),
-            esc(human_seconds(r.duration_seconds)),
-            esc(human_rate(r.throughput_bytes_per_second) if r.outcome == "ok" else "-"),
-            esc(f"{r.byte_ratio:.4f}" if r.wire_measured and r.byte_ratio else "-"),
-            esc(retransmits(r)),
-            verdict(r) if r.outcome == "ok" else f"<span class='cause'>{esc(r.error)}</span>",
-        )
-        for key, r in front.transfers
-    )
+    rows = (transfer_row(key, r) for key, r in front.transfers)
     body = (
         head
         + "<h2>Series in the last transfers</h2>"
         + table(("series", "throughput (ok runs)", "last", "ok"), series_rows)
         + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
-        + table(
+        + table_of(
             (
                 "started",
                 "series",
@@ -283,10 +276,41 @@ def front_page(front: Front) -> bytes:
                 "limited by / cause",
             ),
             rows,
-            numeric=(3, 4, 5),
         )
     )
     return document("bigbinf exporter", body)
+
+
+# A transfer's row never changes (its id names one result): made once, kept while it may
+# be on the page (at most pages.recent_transfers' upper bound of them, the oldest made
+# first dropped), so the front page costs joins, not formatting, per row.
+_ROWS: dict[str, str] = {}
+_ROWS_KEPT = 10_000
+_rows_lock = threading.Lock()
+
+
+def transfer_row(key: str, r: Result) -> str:
+    row = _ROWS.get(key)
+    if row is not None:
+        return row
+    row = row_html(
+        (
+            f"<a href='transfer/{key}'>{esc(utc(r.start_timestamp))}</a>",
+            esc(series(r)) + (f" <small>(sweep {esc(r.sweep_label)})</small>" if r.source == "sweep" else ""),
+            outcome(r),
+            esc(human_seconds(r.duration_seconds)),
+            esc(human_rate(r.throughput_bytes_per_second) if r.outcome == "ok" else "-"),
+            esc(f"{r.byte_ratio:.4f}" if r.wire_measured and r.byte_ratio else "-"),
+            esc(retransmits(r)),
+            verdict(r) if r.outcome == "ok" else f"<span class='cause'>{esc(r.error)}</span>",
+        ),
+        numeric=(3, 4, 5),
+    )
+    with _rows_lock:
+        _ROWS[key] = row
+        while len(_ROWS) > _ROWS_KEPT:
+            del _ROWS[next(iter(_ROWS))]
+    return row
 
 
 # ---------------------------------------------------------------- a transfer's page
