@@ -128,7 +128,9 @@ def test_scp_download_sender_retransmits_equal_the_remote_kernels_count(lossy: C
 
     # The sender is the remote's sshd: its count is the kernel's, socket for socket.
     assert up.retransmits == after[0] - before[0] > 0
-    assert down.retransmits == after[1] - before[1]  # the client's few (its requests, acks are never resent)
+    # The client's few (its requests; acks are never resent).  One of them may come after
+    # the socket's last state was read (seen once with the CPUs busy: 1 against 2).
+    assert after[1] - before[1] - 1 <= down.retransmits <= after[1] - before[1]
     assert up.sockets == down.sockets == 1  # scp's one ssh connection
     assert up.values["retransmits"] == up.retransmits
     # One connection seen from both ends: what the sender had acknowledged is what the
