@@ -12,7 +12,7 @@ echo "test: ruff check, ruff format --check, mypy"
 # module's shared lab is built once; labs have unique names, servers free ports.  Most
 # of the lab and e2e tiers wait on shaped links and on Prometheus, so more workers than
 # cores pay (docs/benchmarks.md, "The test suite").  BIGBINF_TEST_WORKERS=0 runs serially.
-workers=${BIGBINF_TEST_WORKERS:-4}
+workers=${BIGBINF_TEST_WORKERS:-3}
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
 exec .venv/bin/python -m pytest -ra "${parallel[@]}" "$@"

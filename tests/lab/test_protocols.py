@@ -220,6 +220,12 @@ def _tree_data_flows(protocol: str, direction: str) -> int | None:
     return None
 
 
+def _allowed_flows(protocol: str, flows: int) -> tuple[int, ...]:
+    # FTP's control connection carries about 64 KiB for 1000 files, the data-flow
+    # threshold: counted or not (1001 of 1002 seen once with the CPUs busy).
+    return (flows - 1, flows) if protocol == "ftp" else (flows,)
+
+
 @pytest.mark.parametrize("protocol", TREE_PROTOCOLS)
 def test_many_small_files_move_completely(lab: Config, protocol: str) -> None:
     result = _transfer_checked(lab, _spec(lab, protocol, "many", "download"))
@@ -228,7 +234,7 @@ def test_many_small_files_move_completely(lab: Config, protocol: str) -> None:
     assert result.file_bytes == MANY_BYTES
     assert result.payload_bytes_down >= MANY_BYTES
     if (flows := _tree_data_flows(protocol, "download")) is not None:
-        assert result.data_flows == flows
+        assert result.data_flows in _allowed_flows(protocol, flows)
 
 
 UPLOAD_TREE_PROTOCOLS = ["scp", "rsync", "gridftp-cc4", "gridftp-pp", "sftp", "ftp", "xrootd", "rsyncd"]
@@ -245,7 +251,7 @@ def test_many_small_files_upload(lab: Config, protocol: str) -> None:
     assert result.payload_bytes_up >= MANY_BYTES
     assert result.retransmits_sender_source == "kernel"
     if (flows := _tree_data_flows(protocol, "upload")) is not None:
-        assert result.data_flows == flows
+        assert result.data_flows in _allowed_flows(protocol, flows)
 
 
 def _tcp_streams(pcap: Path) -> dict[str, dict]:

@@ -243,7 +243,10 @@ def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path:
     config = _plain_remote_config(wan, tmp_path, "root")
     remote_ns = LabLayout(wan.lab).remote_ns
     before = nstat_retrans(remote_ns)
-    result, baseline = measure(config, "scp", "f16m", "download")
+    # 64 MiB: long enough for the listings through ssh to name the transfer's owners and
+    # then read their clocks twice, also when each ssh session waits for a CPU (16 MiB
+    # was over before that once).
+    result, baseline = measure(config, "scp", "f64m", "download")
     assert baseline.method == "tcp" and baseline.rtt_min_seconds is not None
     assert abs(baseline.rtt_min_seconds - 0.040) < 0.002
     assert set(baseline.buffers) == {"local", "remote"} and baseline.remote_note == ""
