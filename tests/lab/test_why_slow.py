@@ -214,7 +214,7 @@ def test_a_dropping_link_is_congestion_with_the_senders_retransmits(make_lab) ->
 # ---------------------------------------------------------------- a plain remote and its stats command
 
 
-def _plain_remote_config(config: Config, tmp: Path, stats_user: str) -> Config:
+def _plain_remote_config(config: Config, tmp: Path, stats_user: str, dataset: str = "f16m") -> Config:
     """The lab as a user would point bigbinf at a real site: address, key and ssh_config,
     not `lab: true`; the remote's stats over ssh."""
     layout = LabLayout(config.lab)
@@ -234,13 +234,13 @@ def _plain_remote_config(config: Config, tmp: Path, stats_user: str) -> Config:
         }
     }
     raw["protocols"] = {"scp": {}}
-    raw["datasets"] = {"f16m": DATASETS["f16m"]}
+    raw["datasets"] = {dataset: DATASETS[dataset]}
     raw["journal"] = {"path": str(tmp / "plain.jsonl")}
     return parse_config(yaml.safe_dump(raw), "plain.yaml")
 
 
 def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path: Path) -> None:
-    config = _plain_remote_config(wan, tmp_path, "root")
+    config = _plain_remote_config(wan, tmp_path, "root", "f64m")
     remote_ns = LabLayout(wan.lab).remote_ns
     before = nstat_retrans(remote_ns)
     # 64 MiB: long enough for the listings through ssh to name the transfer's owners and
