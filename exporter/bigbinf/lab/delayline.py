@@ -101,6 +101,9 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # A name of its own in ps, top and process accounting (not one more "python3").
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write("bigbinf-delay")
     try:
         fd_a, fd_b = open_tun(tun_a), open_tun(tun_b)
     except (OSError, subprocess.CalledProcessError) as exc:
