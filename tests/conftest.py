@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,6 +192,20 @@ def veth_counters(config: Config) -> dict[str, int]:
         "packets_down": stats["rx"]["packets"],
         "packets_up": stats["tx"]["packets"],
     }
+
+
+def quiet_veth_counters(config: Config, settle: float = 0.5, timeout: float = 15.0) -> dict[str, int]:
+    """veth_counters once they have not moved for `settle` seconds: the last packets of
+    connections made before (an sshd's banner and FIN after a connect probe, 20 ms late
+    through a delay line, later on a busy machine) must not fall into a transfer's window."""
+    last, deadline = veth_counters(config), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = veth_counters(config)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def nstat_retrans(ns: str) -> int:

@@ -22,8 +22,9 @@ from bigbinf.lab import LabLayout, network
 from bigbinf.lab.servers import SERVERS
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.process import in_netns
 
-from ..conftest import lab_config, nstat_retrans, veth_counters
+from ..conftest import lab_config, nstat_retrans, quiet_veth_counters, veth_counters
 from ..support.exporter import ROOT
 
 pytestmark = pytest.mark.lab
@@ -63,7 +64,13 @@ def _lasting_pids(namespaces: tuple[str, ...]) -> dict[str, list[str]]:
     return {ns: sorted(first[ns] & set(_pids_in(ns))) for ns in namespaces}
 
 
+def _ehash(ns: str | None = None, name: str = "tcp_ehash_entries") -> str:
+    argv = ["sysctl", "-n", f"net.ipv4.{name}"]
+    return subprocess.run(in_netns(ns, argv) if ns else argv, capture_output=True, text=True).stdout.strip()
+
+
 def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> None:
+    host_child_table = _ehash(name="tcp_child_ehash_entries")
     config = make_lab(
         link={"rate": "200mbit", "delay": "20ms"},
         servers=["sshd"],
@@ -71,6 +78,12 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
         datasets={"f8m": {"file": "f8m.bin", "size": "8MiB"}},
     )
     layout = LabLayout(config.lab)
+    # Each lab namespace has a TCP hash table of its own (ss walks all of it per listing),
+    # and the host's setting for new namespaces is as it was.
+    if host_child_table:  # kernel >= 5.19
+        for ns in (layout.client_ns, layout.remote_ns):
+            assert _ehash(ns) == str(network.LAB_TCP_HASH_BUCKETS)
+        assert _ehash(name="tcp_child_ehash_entries") == host_child_table
     # The mechanism depends on the kernel; the latency must not.
     assert Path("/run/netns", layout.wan_ns).exists() == (not network.netem_available())
 
@@ -80,7 +93,7 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
     assert 2 * ONE_WAY_SECONDS <= rtt < 2 * ONE_WAY_SECONDS + 0.010, rtt
 
     spec = plan_round(config, lab.site(config))[0]
-    before = veth_counters(config)
+    before = quiet_veth_counters(config)  # the handshakes' last packets are in, not in the window
     result = run_transfer(spec, config, "test")
     after = veth_counters(config)
     assert result.outcome == "ok", result.error

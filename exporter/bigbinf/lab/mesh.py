@@ -119,7 +119,7 @@ def _ns(layout: MeshLabLayout, ns: str) -> None:
         with layout.namespaces_file.open("a") as record:
             record.write(ns + "\n")
     if not netns_exists(ns):
-        network.ip("netns", "add", ns, what=f"create namespace {ns}")
+        network.add_namespace(ns)
     network.ip("-n", ns, "link", "set", "lo", "up", what=f"bring up lo in {ns}")
 
 
