@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -75,6 +76,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if "lab" in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
     # In CI a lab test must run: a skipped lab test would make the suite pass vacuously.
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With BIGBINF_TEST_CPU=DIR, each test's wall time and the CPU time of this worker and
+    of the children it waited for (exporters, analysers, promtool) go to DIR/<pid>.jsonl:
+    where the suite's time goes on a CPU-bound machine (docs/benchmarks.md)."""
+    out_dir = os.environ.get("BIGBINF_TEST_CPU")
+    if not out_dir:
+        yield
+        return
+    start = time.monotonic()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    yield
+    own_after, children_after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    record = {
+        "test": item.nodeid,
+        "wall": round(time.monotonic() - start, 3),
+        "self": round(own_after.ru_utime + own_after.ru_stime - own.ru_utime - own.ru_stime, 3),
+        "children": round(children_after.ru_utime + children_after.ru_stime - children.ru_utime - children.ru_stime, 3),
+    }
+    with open(Path(out_dir) / f"{os.getpid()}.jsonl", "a") as sink:
+        sink.write(json.dumps(record) + "\n")
 
 
 # A skip whose reason starts with this is a real "does not apply on this machine"

@@ -21,9 +21,10 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   kept-alive connection), never one whose request is being answered;
 * HTTP/0.9, a malformed request line, a negative, non-numeric or conflicting
   Content-Length, Content-Length with Transfer-Encoding, and obsolete line folding get
-  400, an HTTP version other than 1.x 505; after such an answer (and a 413 or 431) the
-  connection stays open, its bytes read and dropped, until its client closes it or a
-  head's deadline passes, so that garbage sent in a loop costs what silence costs;
+  400, an HTTP version other than 1.x 505; bytes that cannot begin a request line (a
+  TLS client at the plain port) are answered, as Go answers them, once a line has ended
+  or the head's deadline has passed: answered at once, such a client came back at once,
+  and fifty of them kept a core busy with reconnections while scrapes waited;
 * nothing is logged per connection: every refusal is counted by reason
   (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
   log line per SUMMARY_SECONDS; and no response carries a `Server` header.
@@ -81,10 +82,6 @@ FLUSH_SECONDS = 2.0  # the counter reaches /metrics this often (never per connec
 AUTH_THREADS = 2  # bcrypt checks that missed the cache (the rest never wait for one)
 
 REASONS = M.HTTP_REJECT_REASONS
-# Refusals of bytes that are not a request this server takes: the connection is held
-# after the answer (_hold_refused).  Not http_to_https: its answer, as Go's, has no
-# length, so its client reads until the close.
-HELD_REFUSALS = frozenset({"bad_request", "too_large"})
 HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^\x00-\x20\x7f]+ HTTP/\d\.\d\r?")
@@ -231,6 +228,19 @@ class _Tls:
 
     def close(self) -> None:
         self.plain.close()
+
+
+async def _until_line_end(channel: _Channel, deadline: float, read: int) -> None:
+    """Read and drop bytes until a line ends, the client closes, MAX_HEAD_BYTES have come
+    or `deadline` (the loop's clock) passes: what Go's server waits for before it judges
+    a request line."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(deadline):
+            while read < MAX_HEAD_BYTES:
+                data = await channel.recv()
+                if not data or b"\n" in data:
+                    return
+                read += len(data)
 
 
 def _spread(seconds: float) -> float:
@@ -435,8 +445,6 @@ class HttpServer:
                     async with asyncio.timeout(1):
                         await (conn.channel or plain).send(refused.answer)
                         linger = 1.0
-                if refused.reason in HELD_REFUSALS:
-                    await self._hold_refused(conn, conn.channel or plain)
         except asyncio.CancelledError:
             if conn.evicted:
                 self._reject("capacity")
@@ -451,25 +459,6 @@ class HttpServer:
                     await plain.finish(linger)
             plain.close()
             self._open.discard(conn)
-
-    async def _hold_refused(self, conn: _Conn, channel: _Channel) -> None:
-        """Keep a refused connection open, reading and dropping what it sends, until its
-        client closes it (an HTTP client does on `Connection: close`) or a head's deadline
-        passes: bytes that are not HTTP then cost the server no more than silence does.
-        Closed at once, a connection that sent garbage comes back at once, and a few dozen
-        such clients kept one core busy with closes (46,580 in a 45 s benchmark) while
-        scrapes waited.  Held connections are the first to make room at capacity."""
-        self._waiting[conn] = None
-        self._waiting.move_to_end(conn, last=False)
-        try:
-            async with asyncio.timeout(_spread(HEAD_SECONDS)):
-                while await channel.recv():
-                    pass
-        except asyncio.CancelledError:
-            if not conn.evicted:
-                raise  # the server is stopping
-        except (TimeoutError, OSError, ssl.SSLError, EOFError):
-            pass
 
     async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig) -> _Channel:
         assert web.ssl_context is not None
@@ -524,6 +513,8 @@ class HttpServer:
                 try:
                     event = parser.next_event()
                 except h11.RemoteProtocolError as exc:
+                    if b"\n" not in seen and deadline is not None:
+                        await _until_line_end(channel, deadline, len(seen))
                     raise self._bad(web, exc.error_status_hint) from None
                 if isinstance(event, h11.Request):
                     self._check_head(event, seen, web)
