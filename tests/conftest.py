@@ -40,26 +40,41 @@ def _needs_root_and_tools() -> str | None:
 # scripts/test.sh) each module goes whole to a worker in collection order, so these are
 # collected first: started last, one of them would be the run's tail on its own.  Only an
 # order: a module missing here runs as well, after them.
-SLOWEST_FIRST = (  # the longest modules first (--durations=0 summed per file, 2 cores, busy)
-    "tests/lab/test_protocols.py",
-    "tests/lab/test_verdicts_programs.py",  # the confusion matrix: 3 runs of every cause
-    "tests/lab/test_verdicts_buffers.py",
-    "tests/lab/test_verdicts_paths.py",
-    "tests/e2e/test_rules.py",  # promtool: CPU-bound, one process per file
-    "tests/lab/test_sweeps.py",
-    "tests/lab/test_mesh_proof.py",
-    "tests/e2e/test_dashboards.py",
-    "tests/e2e/test_mesh_prometheus.py",
-    "tests/lab/test_ipv6.py",
-    "tests/lab/test_why_slow.py",
-    "tests/lab/test_tuning.py",
-    "tests/lab/test_regression_lab.py",
-    "tests/lab/test_leftovers.py",
-    "tests/lab/test_analyser_worker.py",
-    "tests/e2e/test_mesh_slots.py",  # two exporters' rounds of 4 s, one killed: ~40 s, ~65 s busy
-    "tests/lab/test_mesh_exporter.py",
-    "tests/lab/test_transfer.py",
-    "tests/e2e/test_web.py",
+# The longest modules first (longest-processing-time-first: no worker is left with a long
+# module at the end while the others idle).  Each module's wall time in a CI run (3
+# workers, 2 cores; BIGBINF_TEST_CPU, docs/benchmarks.md "The test suite"); scripts/test.sh
+# passes --no-loadscope-reorder, without which xdist orders modules by their test count.
+SLOWEST_FIRST = (
+    "tests/lab/test_protocols.py",  # 190 s
+    "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data
+    "tests/e2e/test_mesh_prometheus.py",  # 167 s: three sites' rounds, a central Prometheus
+    "tests/lab/test_verdicts_paths.py",  # 150 s: the confusion matrix, 3 runs of every cause
+    "tests/lab/test_sweeps.py",  # 148 s
+    "tests/lab/test_mesh_proof.py",  # 142 s
+    "tests/lab/test_verdicts_programs.py",  # 109 s
+    "tests/lab/test_why_slow.py",  # 107 s
+    "tests/e2e/test_rules.py",  # 104 s: promtool, one process per file (132 CPU-s)
+    "tests/lab/test_verdicts_buffers.py",  # 103 s
+    "tests/lab/test_tuning.py",  # 78 s
+    "tests/lab/test_regression_lab.py",  # 78 s
+    "tests/e2e/test_web.py",  # 77 s
+    "tests/unit/test_analyse.py",  # 66 s
+    "tests/lab/test_leftovers.py",  # 60 s
+    "tests/lab/test_mesh_exporter.py",  # 44 s
+    "tests/lab/test_transfer.py",  # 41 s
+    "tests/e2e/test_mesh_slots.py",  # 37 s
+    "tests/lab/test_probe.py",  # 35 s
+    "tests/unit/test_exposition.py",  # 34 s
+    "tests/unit/test_rounds.py",  # 31 s
+    "tests/lab/test_offloads.py",  # 31 s
+    "tests/lab/test_lab.py",  # 28 s
+    "tests/unit/test_analyser_worker.py",  # 27 s
+    "tests/e2e/test_prometheus.py",  # 26 s
+    "tests/unit/test_mesh_runner.py",  # 26 s
+    "tests/lab/test_ipv6.py",  # 25 s
+    "tests/e2e/test_service.py",  # 24 s
+    "tests/lab/test_mesh_lab.py",  # 24 s
+    "tests/lab/test_tcpstate.py",  # 22 s
 )
 
 
