@@ -8,6 +8,8 @@ TcpRetransSegs, /proc and `ip netns`.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +20,7 @@ import pytest
 
 from bigbinf import lab
 from bigbinf.config import Config
-from bigbinf.lab import LabLayout, network
+from bigbinf.lab import LabLayout, delayline, network
 from bigbinf.lab.servers import SERVERS
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
@@ -86,6 +88,14 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
         assert _ehash(name="tcp_child_ehash_entries") == host_child_table
     # The mechanism depends on the kernel; the latency must not.
     assert Path("/run/netns", layout.wan_ns).exists() == (not network.netem_available())
+    if not network.netem_available():
+        # The delay line's devices queue what it has not read yet (a busy machine), and it
+        # is ahead of user processes for the CPU, as netem in the kernel would be.
+        for tun in (layout.tun_to_remote, layout.tun_to_client):
+            info = json.loads(network.ip("-n", layout.wan_ns, "-j", "link", "show", "dev", tun, what="read tun"))
+            assert info[0]["txqlen"] == delayline.TUN_QUEUE
+        pid = network.delay_line_pid(layout)
+        assert pid is not None and os.getpriority(os.PRIO_PROCESS, pid) == delayline.NICE
 
     # The least of a few handshakes: the delay line's own latency, without the waits for a
     # CPU that a busy machine adds to any one of them.

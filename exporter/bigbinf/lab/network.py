@@ -4,6 +4,8 @@ The link is made to behave like a WAN link and to be measurable:
 - offloads (TSO/GSO/GRO) off, so captured frames are real wire-sized frames;
 - IPv6 off and static neighbour entries, so no ND/ARP chatter enters the interface
   counters that tests compare captures against;
+- a TCP hash table of each namespace's own (add_namespace), so that `ss` costs
+  microseconds there, not milliseconds;
 - a tbf rate limit (and queue limit) on both ends; delay and loss through netem where the
   kernel has it.  Where it has not, the veth pair is cut in two by a third namespace,
   `<name>-wan`, that routes every packet through a userspace delay line (delayline.py,
