@@ -207,7 +207,10 @@ def test_cubic_and_bbr_on_a_lossy_link_each_used_as_asked(lossy: Config, directi
             # The test's own listing of the sender's sockets agrees, for every data socket.
             assert _algorithms(sender.data_sockets("bytes_acked")) == {algorithm}
             assert retransmitted > 0  # the link is lossy: the kernel retransmitted
-            assert result.retransmits_sender == retransmitted
+            # The kernel's count, socket for socket; one may come after the socket's last
+            # state was read (a lost FIN resent after the close; seen beside CPU burners: 66
+            # against 67).
+            assert retransmitted - 1 <= result.retransmits_sender <= retransmitted
 
 
 def test_reno_on_a_download_is_set_on_the_remote_and_only_for_this_path(lossy: Config) -> None:
