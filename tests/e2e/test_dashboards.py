@@ -58,6 +58,12 @@ MAY_BE_EMPTY = {
     },
 }
 PANELS_MAY_BE_EMPTY = {("bigbinf-overview", "Firing alerts")}
+# Instant targets whose latest value may be absent but which must have shown data in the
+# test's time range: with no rule met a transfer's verdict is empty (measure/tcp/limits.py),
+# and beside two CPU burners the last 2 MiB scp download met none once.
+SEEN_IN_RANGE = {
+    ("bigbinf-path", "Last verdict and the TCP evidence", "A"): "the last transfer's verdict may be empty",
+}
 # The Mesh dashboard reads a mesh's central Prometheus (site, mesh labels; the sites'
 # baselines): tests/e2e/test_mesh_prometheus.py runs every query of it against one.
 MESH = "mesh.json"
@@ -382,6 +388,8 @@ def test_every_panel_query_runs_and_shows_data(live: Live, choice: str) -> None:
         for t in targets(dashboard):
             expr = substitute(t.expr, dashboard, {**CHOICES[choice], **peak_hours(live)[0]})
             result = run(live, expr, t.instant)  # raises on any PromQL or server error
+            if not result and t.instant and (t.dashboard, t.panel, t.ref) in SEEN_IN_RANGE:
+                result = run(live, expr, instant=False)
             key = (t.dashboard, t.panel)
             shown[key] = shown.get(key, False) or bool(result)
             if not result and (t.dashboard, t.panel, t.ref) not in MAY_BE_EMPTY:
