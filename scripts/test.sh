@@ -14,7 +14,7 @@ echo "test: ruff check, ruff format --check, mypy"
 # cores pay (docs/benchmarks.md, "The test suite").  BIGBINF_TEST_WORKERS=0 runs serially.
 # --no-loadscope-reorder: the modules in tests/conftest.py's order, longest first (xdist
 # would order them by their number of tests).
-workers=${BIGBINF_TEST_WORKERS:-4}
+workers=${BIGBINF_TEST_WORKERS:-3}
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 exec .venv/bin/python -m pytest -ra "${parallel[@]}" "$@"
