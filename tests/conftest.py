@@ -42,8 +42,9 @@ def _needs_root_and_tools() -> str | None:
 # order: a module missing here runs as well, after them.
 # The longest modules first (longest-processing-time-first: no worker is left with a long
 # module at the end while the others idle).  Each module's wall time in a CI run (3
-# workers, 2 cores; BIGBINF_TEST_CPU, docs/benchmarks.md "The test suite"); scripts/test.sh
-# passes --no-loadscope-reorder, without which xdist orders modules by their test count.
+# workers, 2 cores; BIGBINF_TEST_CPU, docs/benchmarks.md "The test suite").  It applies
+# serially and with --no-loadscope-reorder; scripts/test.sh leaves xdist its own order
+# (by test count), the last configuration in which the verdict matrix held its 95%.
 SLOWEST_FIRST = (
     "tests/lab/test_protocols.py",  # 190 s
     "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data
