@@ -49,6 +49,7 @@ from tests.support.wire_truth import (
     TSHARK,
     FrameCapture,
     Frames,
+    dropped_frames,
     frames_per_way,
     in_ns,
     interface_counters,
@@ -200,11 +201,15 @@ class Run:
     client: Frames  # the client capture read by tshark: the super-frames as captured
     client_dropped: int
     truth_dropped: int | None
+    path_dropped: int  # frames the veths between the two captures dropped (either way)
 
 
 def _transfer(path: OffloadPath, family: int, direction: str, tmp: Path) -> Run:
     client, remote, _ = ADDRESSES[family]
     client_pcap, truth_pcap = tmp / "client.pcap", tmp / "truth.pcap"
+    veths = [(path.client_ns, path.client_if), (path.middle_ns, path.middle_client_if),
+             (path.middle_ns, path.middle_remote_if), (path.remote_ns, path.remote_if)]  # fmt: skip
+    dropped_before = dropped_frames(veths)
     remote_role, client_role = ("recv", "send") if direction == "upload" else ("send", "recv")
     server = subprocess.Popen(
         ["ip", "netns", "exec", path.remote_ns, sys.executable, "-c", SERVER, remote, str(PORT), remote_role,
@@ -226,6 +231,7 @@ def _transfer(path: OffloadPath, family: int, direction: str, tmp: Path) -> Run:
         if server.poll() is None:
             server.kill()
             server.wait()
+    path_dropped = dropped_frames(veths) - dropped_before
     assert int(done.stdout) == SIZE and int(server_said) == SIZE, (done.stdout, server_said)
     assert capture.stats is not None
     analysis = analyse_pcap(client_pcap, client, remote, engine="python")
@@ -238,6 +244,7 @@ def _transfer(path: OffloadPath, family: int, direction: str, tmp: Path) -> Run:
         client=frames_per_way(client_pcap, client, remote),
         client_dropped=capture.stats.dropped,
         truth_dropped=truth_capture.dropped,
+        path_dropped=path_dropped,
     )
 
 
@@ -253,11 +260,16 @@ def _report(label: str, r: Run) -> None:
             f" payload {a.payload_bytes[way]} B",
             end="",
         )
-    print()
+    print(f"\n{label}: frames the path dropped between the captures {r.path_dropped}")
 
 
-def _close(ours: int, truth: int) -> bool:
-    return abs(ours - truth) <= TOLERANCE * truth
+def _close(ours: int, truth: int, dropped: int = 0, frame: int = 0) -> bool:
+    """Within 0.1%, once the frames the path dropped between truth and capture (each at
+    most `frame` long) are allowed for: a busy host's veth drops some when the receiving
+    side waits for a CPU (0.7% of a download's frames once on a loaded CI host), and the
+    sender retransmits them, so the far end's truth holds both copies and the client's
+    capture one."""
+    return abs(ours - truth) <= TOLERANCE * truth + dropped * frame
 
 
 @pytest.mark.skipif(TSHARK is None, reason="tshark is not installed (scripts/setup.sh installs it)")
@@ -284,8 +296,9 @@ def test_wire_bytes_with_offloads_on_equal_the_frames_that_crossed(
     assert a.payload_bytes[sending] >= SIZE
     # The frames that crossed the wire, each way, within 0.1%.
     for way in ("down", "up"):
-        assert _close(a.wire_bytes[way], r.truth.bytes[way]), (way, a.wire_bytes[way], r.truth.bytes[way])
-        assert _close(a.packets[way], r.truth.packets[way]), (way, a.packets[way], r.truth.packets[way])
+        wire, frames, dropped = a.wire_bytes[way], a.packets[way], r.path_dropped
+        assert _close(wire, r.truth.bytes[way], dropped, ETHERNET_MTU_FRAME), (way, wire, r.truth.bytes[way], dropped)
+        assert _close(frames, r.truth.packets[way], dropped, 1), (way, frames, r.truth.packets[way], dropped)
     # The analyser says it split super-frames, and keeps the figures as captured: what
     # tshark reads in the same file.
     assert a.superframes[sending] > 0
@@ -340,15 +353,20 @@ def test_run_transfer_with_client_offloads_on_publishes_the_frames_that_crossed(
     client, remote = config.lab.client_address, config.lab.remote_address
     (spec,) = [s for s in plan_round(config, lab.site(config)) if s.direction == direction]
     assert run("ip", "netns", "list").stdout.count(layout.wan_ns) == 1  # the delay line is on the path
+    path = [(layout.client_ns, layout.client_if), (layout.wan_ns, layout.wan_client_if),
+            (layout.wan_ns, layout.tun_to_remote), (layout.wan_ns, layout.tun_to_client),
+            (layout.wan_ns, layout.wan_remote_if), (layout.remote_ns, layout.remote_if)]  # fmt: skip
     truth_pcap = tmp_path / "truth.pcap"
     set_offloads(layout.client_ns, layout.client_if, on=True)
     try:
         assert offloads(layout.client_ns, layout.client_if) == {"tso": True, "gso": True, "gro": True}
         before = interface_counters(layout.remote_ns, layout.remote_if)
+        dropped_before = dropped_frames(path)
         with FrameCapture(layout.remote_ns, layout.remote_if, truth_pcap, client, remote) as truth_capture:
             result = run_transfer(spec, config, "offloads")
             time.sleep(0.1 + 2 * config.lab.link.delay)  # the last frames reach the far end
         after = interface_counters(layout.remote_ns, layout.remote_if)
+        dropped = dropped_frames(path) - dropped_before
     finally:
         set_offloads(layout.client_ns, layout.client_if, on=False)  # as the lab had it
     assert offloads(layout.client_ns, layout.client_if) == {"tso": False, "gso": False, "gro": False}
@@ -364,7 +382,7 @@ def test_run_transfer_with_client_offloads_on_publishes_the_frames_that_crossed(
         f"{truth.packets['down']} (largest {truth.largest['down']}), up {truth.bytes['up']} B/{truth.packets['up']}"
         f" (largest {truth.largest['up']}) | remote veth rx {after['rx_bytes'] - before['rx_bytes']} B/"
         f"{after['rx_packets'] - before['rx_packets']}, tx {after['tx_bytes'] - before['tx_bytes']} B/"
-        f"{after['tx_packets'] - before['tx_packets']}"
+        f"{after['tx_packets'] - before['tx_packets']} | dropped between the captures {dropped}"
     )
 
     assert result.outcome == "ok", result.error
@@ -382,8 +400,8 @@ def test_run_transfer_with_client_offloads_on_publishes_the_frames_that_crossed(
     wire = {"down": result.wire_bytes_down, "up": result.wire_bytes_up}
     assert {"down": result.payload_bytes_down, "up": result.payload_bytes_up}[sending] >= LAB_SIZE
     for way in ("down", "up"):
-        assert _close(wire[way], truth.bytes[way]), (way, wire[way], truth.bytes[way])
-        assert _close(packets[way], truth.packets[way]), (way, packets[way], truth.packets[way])
+        assert _close(wire[way], truth.bytes[way], dropped, ETHERNET_MTU_FRAME), (way, wire[way], truth.bytes[way])
+        assert _close(packets[way], truth.packets[way], dropped, 1), (way, packets[way], truth.packets[way])
     # The client's capture saw super-frames in the sending way, and the result says so.
     captured_packets = {"down": result.captured_packets_down, "up": result.captured_packets_up}
     assert result.superframes > 0

@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,3 +143,18 @@ def interface_counters(ns: str, ifname: str) -> dict[str, int]:
     names = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets")
     out = in_ns(ns, "cat", *(f"/sys/class/net/{ifname}/statistics/{n}" for n in names)).stdout.split()
     return dict(zip(names, map(int, out), strict=True))
+
+
+def dropped_frames(ends: Iterable[tuple[str, str]]) -> int:
+    """Frames the kernel dropped at these interfaces, summed over rx and tx.
+
+    A veth counts a frame it could not hand to its peer (the peer's NAPI ring full, or
+    its backlog past netdev_max_backlog: both happen when the receiving side waits for a
+    CPU) as tx_dropped on the sending end, after that end's taps saw it: a capture at the
+    sender counts it, a capture at the receiver never can."""
+    names = ("rx_dropped", "tx_dropped")
+    total = 0
+    for ns, ifname in ends:
+        out = in_ns(ns, "cat", *(f"/sys/class/net/{ifname}/statistics/{n}" for n in names)).stdout.split()
+        total += sum(map(int, out))
+    return total
