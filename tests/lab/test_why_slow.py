@@ -8,6 +8,7 @@ Link: 200 Mbit/s (tbf) with 20 ms each way through the delay line: RTT 40 ms, BD
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ DATASETS = {"f64m": {"file": "f64m.bin", "size": "64MiB"}, "f16m": {"file": "f16
 CURL = ["{binary}", "-sS", "--fail"]
 PROTOCOLS = {
     "http": {"directions": ["download", "upload"]},
+    "scp": {"directions": ["download"]},
     # The application throttles itself: curl sends at most 4 MB/s.
     "http-throttled": {
         "module": "http",
@@ -260,6 +262,43 @@ def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path:
     # named it; its shell read /proc after ss): sampled through the transfer.
     sshd = result.programs.get("remote sshd")
     assert sshd is not None and sshd["samples"] >= 2 and sshd["cpu_seconds"] > 0, result.programs
+
+
+@contextmanager
+def cores_taken() -> Iterator[None]:
+    """A busy loop pinned to every core for the body of a `with` (a shared CI host)."""
+    burners = [
+        subprocess.Popen(["taskset", "-c", str(core), "sh", "-c", "while :; do :; done"])
+        for core in sorted(os.sched_getaffinity(0))
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+def _queued_before_data(result: Result) -> dict[str, float]:
+    return {name: v["run_queue_seconds_before_data"] for name, v in result.programs.items()}
+
+
+def test_set_up_queued_for_a_cpu_is_measured_on_both_ends(wan: Config) -> None:
+    # ssh's key exchange is CPU work at both ends: with every core taken by a busy loop,
+    # ssh and the remote's sshd queue for one before the first data.  Each can have queued
+    # no longer than it lived before the first data (schedstat counts from birth).
+    quiet, _ = measure(wan, "scp", "f16m", "download")
+    with cores_taken():
+        busy, _ = measure(wan, "scp", "f16m", "download")
+    for label, result in (("quiet", quiet), ("cores taken", busy)):
+        queued, start = _queued_before_data(result), result.tcp_local["data_start_seconds"]
+        print(f"\n{label}: set-up {start:.3f} s, queued {queued}; {result.limited_by}: {result.limited_evidence}")
+        assert {"local ssh", "remote sshd"} <= set(queued), result.programs
+        assert all(0.0 <= q <= start + 0.01 for q in queued.values()), (queued, start)
+    assert queued["local ssh"] + queued["remote sshd"] >= 0.02, (queued, busy.tcp_local["data_start_seconds"])
+    # Whatever the verdict, set-up that waited for a core is not blamed on the start alone.
+    if busy.limited_by == "startup" and sum(queued.values()) >= 0.01:
+        assert "queued for a CPU" in busy.limited_evidence, busy.limited_evidence
 
 
 def test_a_failing_stats_command_leaves_the_remote_side_absent_and_says_so_once(

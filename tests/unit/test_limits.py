@@ -442,3 +442,39 @@ def test_a_short_transfer_whose_ssh_was_busy_logging_in_is_startup() -> None:
     )  # fmt: skip
     limit = judge_limit(r, PATH)
     assert limit is not None and limit.reason == "startup" and "connection set-up 1.65 s" in limit.evidence
+
+
+def test_set_up_spent_queued_for_a_cpu_is_not_startup() -> None:
+    # A full link (steady 23.9 MB/s of 25), 64 MiB in 3.8 s: 0.96 s of set-up before the
+    # first data, on a host whose cores were taken (seen beside two CPU burners).
+    def full_link(queued: dict[str, float]) -> Result:
+        programs = {
+            name: {"seconds": 3.7, "cpu_share": 0.2, "runnable_share": 0.5, "io_wait_share": 0.0, "samples": 30.0,
+                   "run_queue_seconds_before_data": seconds}
+            for name, seconds in queued.items()
+        }  # fmt: skip
+        return download(
+            duration_seconds=3.8,
+            tcp_remote=sender(busy_seconds=2.8),
+            tcp_local={"steady_rate_bytes_per_second": 23.9e6, "data_start_seconds": 0.96, "data_end_seconds": 3.78},
+            programs=programs,
+        )
+
+    lost = 3.8 - 64 * MiB / 23.9e6  # 0.99 s, 26% of the transfer
+    # Its programs queued 0.3 + 0.45 s of the set-up for a core: what is left (0.24 s) is
+    # under the 20% a start must cost; the steady phase's limit is the verdict.
+    busy = judge_limit(full_link({"local ssh": 0.3, "remote sshd": 0.45}), PATH)
+    assert busy is not None and busy.reason == "link_capacity", busy
+    # Queued for less: the start still cost over 20%, and the evidence says how much was the CPU's.
+    some = judge_limit(full_link({"local ssh": 0.1}), PATH)
+    assert some is not None and some.reason == "startup", some
+    assert (
+        f"cost {lost:.2f} s" in some.evidence
+        and "set-up 0.96 s before the first data (0.10 s of it queued for a CPU)" in some.evidence
+    )
+    # Never more than the set-up itself: a program's queueing over the whole transfer is not the set-up's.
+    capped = judge_limit(full_link({"local ssh": 5.0}), PATH)
+    assert capped is not None and capped.reason == "link_capacity"
+    # Without the measurement (a remote host's programs, older records): as before.
+    plain = judge_limit(full_link({}), PATH)
+    assert plain is not None and plain.reason == "startup" and "queued for a CPU" not in plain.evidence

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -40,10 +40,21 @@ class ProgramLife:
     samples: int = 0
     io_waits: int = 0  # samples in state D
     start_ticks: int = 0  # /proc/PID/stat starttime: a reused pid is another process
+    # Where its run-queue time counts from: 0 for a process born after its watch started
+    # (schedstat counts from birth, so a set-up helper's waits before its first sample
+    # count too), else its wait at the first sample.
+    wait_base: float = 0.0
+    waits: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, wait) per sample
 
     @property
     def seconds(self) -> float:
         return self.last_seen - self.first_seen
+
+    def queued_before(self, cut: float) -> float:
+        """Seconds it queued for a core between its watch's start and `cut` (monotonic),
+        as of its last sample by then (0 if none was)."""
+        seen = [wait for at, wait in self.waits if at <= cut]
+        return max(0.0, seen[-1] - self.wait_base) if seen else 0.0
 
     def values(self) -> dict[str, float]:
         """The journaled summary (base units): over the time the samples saw it."""
@@ -105,18 +116,22 @@ def record(
     stat: tuple[str, int, str, int],
     clocks: tuple[float, float],
     now: float,
+    born_after: int | None = None,
 ) -> None:
     """One sample of a process into `lives` (keyed by pid and start time: a reused pid is
-    another process)."""
+    another process).  `born_after`: the start ticks of the watch's start where the
+    process's start ticks are on the same clock (this host's)."""
     comm, _session, state, start_ticks = stat
     cpu, waited = clocks
     life = lives.get((pid, start_ticks))
     if life is None:
+        newborn = born_after is not None and start_ticks >= born_after
         life = lives[(pid, start_ticks)] = ProgramLife(
-            comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks
+            comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks, wait_base=0.0 if newborn else waited
         )
     # The name as it is now: `ip netns exec` and taskset exec the program they run.
     life.name, life.last_seen, life.cpu_last, life.wait_last = comm, now, cpu, waited
+    life.waits.append((now, waited))
     life.samples += 1
     life.io_waits += state == "D"
 
@@ -134,6 +149,7 @@ class ProgramWatch:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
+        self._started_ticks: int | None = None  # the start, on /proc/PID/stat's clock
 
     def add_session(self, sid: int) -> None:
         with self._lock:
@@ -146,6 +162,9 @@ class ProgramWatch:
 
     def __enter__(self) -> ProgramWatch:
         self._started = time.monotonic()
+        # starttime counts clock ticks since boot (CLOCK_BOOTTIME); a tick early, so a
+        # process started in the same tick counts as born after.
+        self._started_ticks = int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLOCK_TICKS) - 1
         self._thread = threading.Thread(target=self._run, name="program-watch", daemon=True)
         self._thread.start()
         return self
@@ -180,26 +199,34 @@ class ProgramWatch:
             if clocks is None:
                 continue
             with self._lock:
-                record(self._lives, pid, stat, clocks, now)
+                record(self._lives, pid, stat, clocks, now, self._started_ticks)
 
     def lives(self) -> list[ProgramLife]:
         with self._lock:
             return list(self._lives.values())
 
 
-def summary(lives: Iterable[ProgramLife], side: str) -> dict[str, dict[str, float]]:
+def summary(lives: Iterable[ProgramLife], side: str, data_start: float | None = None) -> dict[str, dict[str, float]]:
     """The journaled programs of one side: per program name (`SIDE NAME`), the process of
     that name that was runnable the largest share of its life (the one a verdict names),
-    seen for at least two samples (one sample says nothing about a share)."""
+    seen for at least two samples (one sample says nothing about a share).  With the
+    monotonic time of the transfer's first data, also the seconds it queued for a core
+    before then (run_queue_seconds_before_data: set-up that waited for a busy host's CPU,
+    not for the path)."""
     best: dict[str, dict[str, float]] = {}
     for life in lives:
         if life.samples < 2 or life.seconds <= 0:
             continue
         values = life.values()
+        if data_start is not None:
+            values["run_queue_seconds_before_data"] = life.queued_before(data_start)
         key = f"{side} {life.name}"
         if key not in best or values["runnable_share"] > best[key]["runnable_share"]:
             best[key] = values
     return best
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's starttime unit
 
 
 def adaptive_interval(longest: float, elapsed: float) -> float:

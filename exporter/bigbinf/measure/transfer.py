@@ -503,6 +503,11 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         )
     sender = tcp_remote if spec.direction == "download" else tcp_local
     retransmits, source = _sender_retransmits(sender, outcome)
+    # The first data, on the programs' clock: what they queued for a core before it was
+    # set-up slowed by a busy host (measure/tcp/limits.py's startup discounts it).
+    progress = [s.values.get("data_start_seconds") for s in (tcp_local, tcp_remote) if s]
+    first_data = min((v for v in progress if v is not None), default=None)
+    data_start = started + first_data if first_data is not None else None
     stats = capture.stats if capture else None
     return Ran(
         outcome=outcome,
@@ -517,10 +522,12 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         tcp_remote=tcp_remote,
         tcp_remote_note=remote_note,
         programs={
-            **program_summary(local_programs.lives(), "local"),
+            **program_summary(local_programs.lives(), "local", data_start),
             # The remote's: sampled here (a namespace of this host) or by its listings (ssh).
             **program_summary(
-                [*remote_programs.lives(), *(remote_watch.program_lives() if remote_watch else [])], "remote"
+                [*remote_programs.lives(), *(remote_watch.program_lives() if remote_watch else [])],
+                "remote",
+                data_start,
             ),
         },
         capture_tool=cap_cfg.tool,

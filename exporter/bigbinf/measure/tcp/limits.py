@@ -26,7 +26,8 @@ waits (measure/programs.py).  The rules, in order (docs/metrics.md, "Why was it 
    keep up); before congestion, so a few segments lost in slow start never outrank it;
 7. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
-of its time or more below its steady rate (connection set-up, slow start).  Nothing else
+of its time or more below its steady rate (connection set-up, slow start; set-up its
+programs spent queued for a CPU does not count: a busy host's, not the start's).  Nothing else
 is a guess: with no rule met the verdict is empty and the evidence says what was seen.
 """
 
@@ -88,6 +89,9 @@ class Inputs:
     receiver_side: str
     ceilings: dict[str, str]  # kind -> evidence that the buffer reached its maximum ("" if not)
     programs: Mapping[str, Mapping[str, float]]
+    # Seconds the transfer's programs (both ends, where sampled) queued for a core before
+    # the first data: set-up a busy host slowed, not the path's or the protocol's.
+    setup_queued: float
     retransmits: int
     segments: int
     loss_source: str
@@ -139,6 +143,7 @@ class Inputs:
                 ),
             },
             programs=r.programs,
+            setup_queued=sum(v.get("run_queue_seconds_before_data", 0.0) for v in r.programs.values()),
             retransmits=retransmits,
             segments=segments,
             loss_source=counted,
@@ -411,7 +416,11 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
     if not steady or steady <= i.rate:
         return None
     lost = i.duration - i.file_bytes / steady
-    if lost < STARTUP_SHARE * i.duration:
+    setup = max(0.0, i.data_start) if i.data_start is not None else None
+    # Set-up spent queued for a core is the host's business, not the start's: a larger
+    # file or a persistent connection would not have saved it.
+    queued = min(setup, i.setup_queued) if setup is not None else 0.0
+    if lost - queued < STARTUP_SHARE * i.duration:
         return None
     if steady_limit.reason in ("cpu", "disk") and measured:
         # A program's own pace: the steady rate is not the network's.  (Over in a few
@@ -421,10 +430,10 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
         # The steady phase's own limit cost file/steady - file/bandwidth; unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
         steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
-        if steady_cost >= lost:
+        if steady_cost >= lost - queued:
             return None
-    setup = max(0.0, i.data_start) if i.data_start is not None else None
-    parts = [f"connection set-up {setup:.2f} s before the first data" if setup is not None else ""]
+    waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
+    parts = [f"connection set-up {setup:.2f} s before the first data{waited}" if setup is not None else ""]
     ramp = lost - (setup or 0.0) - (max(0.0, i.duration - i.data_end) if i.data_end is not None else 0.0)
     if ramp >= 0.01:
         parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s")
