@@ -12,10 +12,9 @@ echo "test: ruff check, ruff format --check, mypy"
 # module's shared lab is built once; labs have unique names, servers free ports.  Most
 # of the lab and e2e tiers wait on shaped links and on Prometheus, so more workers than
 # cores pay (docs/benchmarks.md, "The test suite").  BIGBINF_TEST_WORKERS=0 runs serially.
-# xdist orders the modules by their number of tests (tests/conftest.py's longest-first
-# list applies with --no-loadscope-reorder: 13-14 minutes, but the verdict matrix, then
-# run beside the other long modules, missed its 95%: docs/benchmarks.md).
-workers=${BIGBINF_TEST_WORKERS:-3}
+# --no-loadscope-reorder: the modules go out in tests/conftest.py's order, longest first
+# (xdist would order them by their number of tests, leaving a long module for the end).
+workers=${BIGBINF_TEST_WORKERS:-4}
 parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile)
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 exec .venv/bin/python -m pytest -ra "${parallel[@]}" "$@"

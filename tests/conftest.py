@@ -36,15 +36,12 @@ def _needs_root_and_tools() -> str | None:
 
 
 # The modules that take longest (seconds of wall clock, mostly waiting on shaped links and
-# on Prometheus' evaluation), longest first.  Under pytest-xdist (`-n N --dist loadfile`,
-# scripts/test.sh) each module goes whole to a worker in collection order, so these are
-# collected first: started last, one of them would be the run's tail on its own.  Only an
-# order: a module missing here runs as well, after them.
-# The longest modules first (longest-processing-time-first: no worker is left with a long
-# module at the end while the others idle).  Each module's wall time in a CI run (3
-# workers, 2 cores; BIGBINF_TEST_CPU, docs/benchmarks.md "The test suite").  It applies
-# serially and with --no-loadscope-reorder; scripts/test.sh leaves xdist its own order
-# (by test count), the last configuration in which the verdict matrix held its 95%.
+# on Prometheus' evaluation), longest first: longest-processing-time-first, so no worker
+# is left with a long module at the end while the others idle.  Under pytest-xdist
+# (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each module goes whole
+# to a worker in collection order.  Only an order: a module missing here runs as well,
+# after them.  Each module's wall time in a CI run (3 workers, 2 cores; BIGBINF_TEST_CPU,
+# docs/benchmarks.md "The test suite").
 SLOWEST_FIRST = (
     "tests/lab/test_protocols.py",  # 190 s
     "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data

@@ -242,3 +242,21 @@ def test_a_half_routed_delay_line_is_reported_and_completed_by_up(make_lab) -> N
     ok, lines = lab.status(config)
     assert ok, lines
     assert 0.010 <= _handshake_seconds(config) < 0.020
+
+
+def test_a_device_is_up_only_once_it_is_set_up() -> None:
+    # The delay line creates its TUN devices, then sets them up: routes wait for the
+    # second (a device that exists but is down takes no route: "Device for nexthop is not up").
+    ns = "bbt" + uuid.uuid4().hex[:7]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        assert not network.device_up(ns, "probe0") and not network.link_exists(ns, "probe0")
+        subprocess.run(["ip", "-n", ns, "tuntap", "add", "dev", "probe0", "mode", "tun"], check=True)
+        assert network.link_exists(ns, "probe0") and not network.device_up(ns, "probe0")
+        refused = subprocess.run(["ip", "-n", ns, "route", "add", "default", "dev", "probe0"], capture_output=True)
+        assert refused.returncode != 0
+        subprocess.run(["ip", "-n", ns, "link", "set", "probe0", "up"], check=True)
+        assert network.device_up(ns, "probe0")
+        subprocess.run(["ip", "-n", ns, "route", "add", "default", "dev", "probe0"], check=True)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -22,7 +22,7 @@ DEMO = [
     Cause("the demo's plain link", "demo", protocol, "f32m", direction, "link_capacity", "path")
     for protocol, direction in (("iperf3", "download"), ("http", "download"), ("iperf3", "upload"), ("http", "upload"))
 ]
-matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right = verdicts.module_tests(
+matrix_labs, test_the_verdict_names_the_cause, test_the_hit_rate_is_not_below_95_percent = verdicts.module_tests(
     CAUSES, (*LABS, "demo"), also=tuple(DEMO)
 )
 

@@ -12,6 +12,6 @@ from ..support import verdicts
 pytestmark = pytest.mark.lab
 LABS = ("wan", "open")
 CAUSES = [c for c in verdicts.CAUSES if c.lab in LABS and "buffer cap (" not in c.name and "streams" not in c.name]
-matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right = verdicts.module_tests(
+matrix_labs, test_the_verdict_names_the_cause, test_the_hit_rate_is_not_below_95_percent = verdicts.module_tests(
     CAUSES, LABS
 )

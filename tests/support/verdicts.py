@@ -21,6 +21,7 @@ Every cause is induced by what really causes it, never by editing a result:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shutil
@@ -453,6 +454,19 @@ def hit_rate(outcomes: list[Outcome]) -> tuple[int, int]:
     return sum(o.right(r) for o in outcomes for r in o.results), sum(len(o.results) for o in outcomes)
 
 
+GOAL = 0.95  # of the runs right (issue 23)
+ALPHA = 0.05  # the chance of failing a verdict whose hit rate is the goal exactly
+
+
+def below_goal_p(right: int, runs: int, goal: float = GOAL) -> float:
+    """The chance of `right` or fewer of `runs` right if each run were right with the
+    chance `goal` (the exact one-sided binomial test).  A module's 27 runs cannot tell 95%
+    from 97% by counting: a verdict right 97% of the time misses twice or more in 19% of
+    modules.  Below ALPHA, the runs say the hit rate is under the goal: 4 misses of 27 (p
+    0.045), not 3 (0.15).  benchmarks/verdict_matrix.py measures the rate itself."""
+    return sum(math.comb(runs, k) * goal**k * (1 - goal) ** (runs - k) for k in range(right + 1))
+
+
 def module_tests(causes: list[Cause], labs: tuple[str, ...], also: tuple[Cause, ...] = ()) -> tuple[Any, Any, Any]:
     """A test module's share of the matrix: (the labs fixture, the per-cause test, the
     module's hit-rate test), to be bound to names in the module (pytest collects them
@@ -468,7 +482,7 @@ def module_tests(causes: list[Cause], labs: tuple[str, ...], also: tuple[Cause, 
     def test_the_verdict_names_the_cause(matrix_labs: dict[str, Config], cause: Cause) -> None:
         check_cause(matrix_labs[cause.lab], cause, outcomes)
 
-    def test_at_least_95_percent_of_the_runs_are_right() -> None:
+    def test_the_hit_rate_is_not_below_95_percent() -> None:
         right, runs = hit_rate(outcomes)
         assert runs, "no cause ran"
         wrong = [
@@ -477,6 +491,7 @@ def module_tests(causes: list[Cause], labs: tuple[str, ...], also: tuple[Cause, 
             for r in o.results
             if not o.right(r)
         ]
-        assert right >= 0.95 * runs, f"{right} of {runs}; wrong: {wrong}"
+        p = below_goal_p(right, runs)
+        assert p >= ALPHA, f"{right} of {runs} (p {p:.3f} if {GOAL:.0%} were right); wrong: {wrong}"
 
-    return matrix_labs, test_the_verdict_names_the_cause, test_at_least_95_percent_of_the_runs_are_right
+    return matrix_labs, test_the_verdict_names_the_cause, test_the_hit_rate_is_not_below_95_percent

@@ -80,6 +80,15 @@ def link_exists(ns: str, ifname: str) -> bool:
     return subprocess.run(["ip", "-n", ns, "link", "show", ifname], capture_output=True).returncode == 0
 
 
+def device_up(ns: str, ifname: str) -> bool:
+    """Whether namespace ns has a device named ifname, set up (administratively)."""
+    shown = subprocess.run(["ip", "-n", ns, "-j", "link", "show", ifname], capture_output=True, text=True)
+    try:
+        return shown.returncode == 0 and "UP" in json.loads(shown.stdout)[0].get("flags", [])
+    except (ValueError, IndexError, AttributeError):
+        return False
+
+
 def veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
     """Create the veth pair if_a (in ns_a) / if_b (in ns_b)."""
     ip(
@@ -269,7 +278,9 @@ def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
         )
     pidfile.write_text(f"{proc.pid} {params}\n")
     deadline = time.monotonic() + timeout
-    while not all(link_exists(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
+    # Up, not only there: the line creates each device, then sets it up (a route into a
+    # device that is not up yet fails: seen beside two CPU burners).
+    while not all(device_up(ns, t) for t in (layout.tun_to_remote, layout.tun_to_client)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()  # a half-started delay line must not be taken for a running one
             proc.wait()
