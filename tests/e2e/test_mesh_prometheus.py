@@ -438,6 +438,14 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     central = live.central
     dashboard = mesh_dashboard()
     test_every_sites_series_arrive_with_their_site(live)  # everything has arrived
+    panels = {p["title"]: p for p in dashboard["panels"] if p["type"] != "row"}
+    ratio = panels["Latest throughput / 7-day baseline"]
+    ratio_expr = substitute(ratio["targets"][0]["expr"], dashboard, CHOICE)
+    # ... and the sites' recording rules' outputs it needs (evaluated at each site, then
+    # forwarded: a rule interval and a remote_write batch later, later on a busy machine).
+    central.wait_for(
+        lambda: set(grid_cells(central, ratio_expr)) == set(pairs()), timeout=60, what="every pair's ratio cell"
+    )
     # Variables: the values the central Prometheus offers.
     for v in dashboard["templating"]["list"]:
         m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"])
@@ -465,9 +473,7 @@ def test_mesh_dashboard_runs_on_the_central_prometheus(live: Mesh) -> None:
     print(f"{runs} Mesh dashboard queries returned data on the central Prometheus")
     assert runs == 10
 
-    panels = {p["title"]: p for p in dashboard["panels"] if p["type"] != "row"}
-    ratio = panels["Latest throughput / 7-day baseline"]
-    cells = grid_cells(central, substitute(ratio["targets"][0]["expr"], dashboard, CHOICE))
+    cells = grid_cells(central, ratio_expr)
     assert set(cells) == set(pairs())  # one cell per (from, to) pair
     steps = ratio["fieldConfig"]["defaults"]["thresholds"]["steps"]
     red_below, green_from = steps[1]["value"], steps[2]["value"]

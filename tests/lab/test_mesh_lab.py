@@ -41,7 +41,7 @@ ONE_WAY = 0.005  # gamma's delay, each way
 CONNECT = (
     "import socket, sys, time\n"
     "samples = []\n"
-    "for _ in range(5):\n"
+    "for _ in range(10):\n"
     "    t = time.monotonic(); s = socket.create_connection((sys.argv[1], 22)); samples.append(time.monotonic() - t)\n"
     "    s.close(); time.sleep(0.02)\n"
     "print(min(samples))\n"
@@ -226,7 +226,10 @@ def test_delay_is_on_the_delayed_sites_link_only(mesh_lab: tuple[MeshConfig, Mes
     # Round trip = gamma's delay both ways; the delay line's timers add up to ~1 ms.
     assert 2 * ONE_WAY <= rtt(alpha, gamma) < 2 * ONE_WAY + 0.004
     assert 2 * ONE_WAY <= rtt(gamma, beta) < 2 * ONE_WAY + 0.004
-    assert rtt(alpha, beta) < 0.002
+    # No delay between alpha and beta: well under one way of gamma's (quiet, under 1 ms;
+    # 3.9 ms once beside two CPU burners, the least of five handshakes timed by a Python
+    # that waited for a core).
+    assert rtt(alpha, beta) < ONE_WAY
 
 
 def test_the_mesh_key_logs_in_between_every_pair(mesh_lab: tuple[MeshConfig, MeshLabLayout]) -> None:

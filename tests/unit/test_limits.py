@@ -478,3 +478,27 @@ def test_set_up_spent_queued_for_a_cpu_is_not_startup() -> None:
     # Without the measurement (a remote host's programs, older records): as before.
     plain = judge_limit(full_link({}), PATH)
     assert plain is not None and plain.reason == "startup" and "queued for a CPU" not in plain.evidence
+
+
+def test_the_steady_rate_is_never_below_the_capture_s_average() -> None:
+    # A full 25 MB/s link: the capture carried 64 MiB of payload in 2.8 s (24 MB/s), but
+    # the listings' fit said 20 MB/s (sparse listings, each late by its wait for a CPU).
+    # Slow start only lowers an average: the steady rate was at least 24 MB/s.
+    def full(first: float, duration: float = 3.0) -> Result:
+        return download(
+            duration_seconds=duration,
+            tcp_remote=sender(busy_seconds=2.9),
+            tcp_local={"steady_rate_bytes_per_second": 20e6, "data_start_seconds": 0.1, "data_end_seconds": 2.95},
+            wire_measured=True,
+            payload_bytes_down=64 * MiB,
+            wire_bytes_down=int(64 * MiB * 1.05),
+            first_packet_timestamp=first,
+            last_packet_timestamp=2.9,
+        )
+
+    limit = judge_limit(full(0.1), PATH)
+    assert limit is not None and limit.reason == "link_capacity", limit
+    # Where the capture's average (and the file's over the wall clock) is no higher than
+    # the fit, the fit stands: 64 MiB over 4 s is 16.8 MB/s; 20 MB/s is 84% on the wire.
+    slow = judge_limit(full(-1.1, duration=4.2), PATH)
+    assert slow is not None and slow.reason != "link_capacity", slow

@@ -12,7 +12,8 @@ waits (measure/programs.py).  The rules, in order (docs/metrics.md, "Why was it 
 1. cpu: a program of the transfer was on a core or queued for one for CPU_SHARE of its
    life (ssh's cipher on one core: the case that motivated HPN-scp);
 2. disk: a program of the transfer waited on storage in DISK_SHARE of the samples;
-3. link_capacity: the steady rate reached LINK_SHARE of the path's bandwidth (said with
+3. link_capacity: the steady rate (never below the transfer's average) reached
+   LINK_SHARE of the path's bandwidth (said with
    the loss, when the sender lost more than LOSS_SHARE: a policer or a short queue);
    never against an estimate made by iperf3 for iperf3 itself (circular);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
@@ -264,7 +265,10 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
 
 def _steady_limit(i: Inputs) -> Limit:
     """The limit of the transfer's steady phase (rules 1-7 of the module docstring)."""
-    steady = i.steady or i.rate
+    # Never below the average over the packet span: slow start and gaps only lower that.
+    # The listings' fit can be (a few sparse listings, each late by its wait for a CPU:
+    # a full 200 Mbit/s link fitted at under 90% of it beside two CPU burners).
+    steady = max(i.steady or 0.0, i.rate)
     rate_words = f"delivery rate {human_rate(i.rate)}{i.share_of_path(i.rate)}"
     link = _link(i, steady)
     # An estimate from iperf3 can itself be held down by the hosts' buffers: then only
