@@ -50,7 +50,13 @@ from collections.abc import Iterable, Iterator
 
 MARKER = "BIGBINF_OWNER"
 GRACE_SECONDS = 2.0  # between SIGTERM and SIGKILL: a capture drains, scp removes its temp file
-_PASSES = 3  # processes started while the first pass ended others (a shell's last fork)
+# After the exporter ended, scan until this long has passed with nothing found: a child it
+# forked just before carries the marker in /proc only once it has executed its program
+# (until then /proc shows the exporter's own first environment, without it), and a
+# shell's last fork may come while others are ended.  Beside two CPU burners an `ss -E`
+# forked as the exporter was killed executed after three back-to-back passes and ran on.
+LATE_EXEC_SECONDS = 1.0
+LONGEST_SCAN_SECONDS = 10.0  # a respawning process does not keep the guardian forever
 
 
 def identity(pid: int | str = "self") -> str:
@@ -174,12 +180,17 @@ def guard(owner: str, lifeline: int = 0) -> int:
             break
         said += chunk
     ended = 0
-    for _ in range(_PASSES):
+    began = quiet_since = time.monotonic()
+    while time.monotonic() - began < LONGEST_SCAN_SECONDS:
         targets = [pid for pid, o in marked() if o == owner and pid != os.getpid()]
-        if not targets:
+        if targets:
+            end(targets)
+            ended += len(targets)
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= LATE_EXEC_SECONDS:
             break
-        end(targets)
-        ended += len(targets)
+        else:
+            time.sleep(0.05)
     stop_masters(_ssh_commands(said))
     return ended
 

@@ -152,7 +152,8 @@ class Result(_Journaled):
     limited_side: str = ""  # where the limit is (LIMIT_SIDES): this host, the remote host, the path
     limited_next_step: str = ""  # what to do about it (measure/tcp/limits.py's next_step)
     # The transfer's programs (measure/programs.py), per "SIDE NAME": seconds seen,
-    # cpu_seconds, run_queue_seconds, cpu_share, runnable_share, io_wait_share, samples.
+    # cpu_seconds, run_queue_seconds, cpu_share, runnable_share, io_wait_share, samples,
+    # and run_queue_seconds_before_data where the listings saw the first data.
     programs: dict[str, dict[str, float]] = field(default_factory=dict)
     source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run

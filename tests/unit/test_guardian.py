@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +176,25 @@ def test_a_marker_is_judged_by_pid_and_start_time_and_only_in_this_pid_namespace
     assert not guardian.alive(f"{ns}.{pid}.{int(start) + 1}")  # the pid, reused by another process
     assert guardian.alive(f"{int(ns) + 1}.{pid}.{int(start) + 1}")  # another pid namespace: not ours to judge
     assert guardian.alive("garbage")  # nor a marker that does not read
+
+
+def test_a_child_that_executes_after_the_exporter_ended_is_ended_too() -> None:
+    # A child forked just before the exporter ended shows the marker in /proc only once it
+    # has executed its program: here one executes 0.3 s after the lifeline closed.
+    owner = f"{guardian._pid_namespace()}.999999999.1"  # no such exporter: only this test's child has it
+    read_end, write_end = os.pipe()
+    ended: list[int] = []
+    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end)))
+    watcher.start()
+    os.close(write_end)  # the exporter has ended
+    time.sleep(0.3)
+    late = subprocess.Popen(["sleep", "60"], env={**os.environ, guardian.MARKER: owner}, start_new_session=True)
+    try:
+        watcher.join(guardian.LATE_EXEC_SECONDS + guardian.GRACE_SECONDS + 5)
+        assert not watcher.is_alive() and ended == [1], ended
+        assert late.wait(1) == -signal.SIGTERM
+    finally:
+        os.close(read_end)
+        if late.poll() is None:
+            late.kill()
+            late.wait()
