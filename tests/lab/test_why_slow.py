@@ -250,7 +250,9 @@ def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path:
     # was over before that once).
     result, baseline = measure(config, "scp", "f64m", "download")
     assert baseline.method == "tcp" and baseline.rtt_min_seconds is not None
-    assert abs(baseline.rtt_min_seconds - 0.040) < 0.002
+    # The delay line holds each packet 20 ms each way; a busy machine only adds (42.1 ms
+    # once in a CI run with four workers).
+    assert 0.0395 <= baseline.rtt_min_seconds < 0.045, baseline.rtt_min_seconds
     assert set(baseline.buffers) == {"local", "remote"} and baseline.remote_note == ""
     assert baseline.bandwidth_bytes_per_second is None and baseline.bdp_bytes is None  # nothing configured
     # The remote sender's own count, over ssh, equals its namespace's kernel counter.
