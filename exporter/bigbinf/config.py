@@ -657,7 +657,8 @@ def pydantic_issues(exc: ValidationError, root: type[BaseModel]) -> list[ConfigI
         elif kind == "missing":
             message = "required key is missing"
         elif kind == "literal_error":
-            message = f"{err['input']!r} is not allowed; {err['msg'].lower()}"
+            # Only the first letter lowered: the allowed values keep their case ('TLS12').
+            message = f"{err['input']!r} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
         elif kind.startswith("value_error"):
             message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
         elif kind == "list_type" and isinstance(err["input"], str) and str(loc[-1]).endswith("command"):

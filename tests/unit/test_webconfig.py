@@ -122,6 +122,14 @@ def test_every_error_is_gathered_with_its_place_and_fix(tmp_path: Path) -> None:
     assert len(errors) == len(expected), errors
 
 
+def test_a_refused_value_is_told_the_allowed_ones_as_they_must_be_written(tmp_path: Path) -> None:
+    """The message once suggested 'tls12', which is itself refused (issue 24)."""
+    errors = _errors(_write(tmp_path, {"tls_server_config": {"min_version": "tls12"}}))
+    message = next(e for e in errors if "min_version" in e)
+    assert message.endswith("'tls12' is not allowed; input should be 'TLS10', 'TLS11', 'TLS12' or 'TLS13'"), message
+    assert "'tls12'" not in message.partition(";")[2]
+
+
 def test_a_password_written_instead_of_a_hash_is_never_echoed(tmp_path: Path) -> None:
     errors = _errors(_write(tmp_path, {"basic_auth_users": {"a": "Sup3rSecret!", "b": 918273645}}))
     assert len(errors) == 2 and all("not a bcrypt hash" in e for e in errors)
