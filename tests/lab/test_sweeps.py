@@ -184,13 +184,26 @@ def lossy_lab(make_module_lab) -> Config:
 
 def test_cubic_and_bbr_on_a_lossy_link(lossy_lab: Config) -> None:
     runs, _state = _sweep(lossy_lab, "cc")
+    confirmed: dict[str, int] = {"cubic": 0, "bbr": 0}
     for r in runs:
         _verified(r, lossy_lab)
-        # The sender's kernel confirms the algorithm asked for (measure/tcp/tuning.py's read-back).
-        assert r.congestion_requested == r.sweep_setting["congestion"]
-        assert r.congestion_control == r.sweep_setting["congestion"]
+        asked = r.sweep_setting["congestion"]
+        assert r.congestion_requested == asked
         # 1% loss each way: the sender retransmitted, and its kernel said how often.
         assert r.retransmits_sender is not None and r.retransmits_sender > 0
+        if r.outcome == "ok":
+            # The sender's kernel confirms the algorithm asked for (measure/tcp/tuning.py's read-back).
+            assert r.congestion_control == asked
+            confirmed[asked] += 1
+        else:
+            # Only the close events saw the remote sender's socket (they carry no algorithm's
+            # name): through ssh each listing is a session, and beside busy CPUs a 0.9 s bbr
+            # transfer ended between two.  The run is then failed, saying so - never passed
+            # unconfirmed, never judged by another algorithm's name.
+            assert r.error.startswith(f"congestion: asked for {asked} on the sender") and r.error.endswith(
+                "nothing confirms it"
+            ), r.error
+    assert min(confirmed.values()) >= 2, confirmed
     v = sweep_report.verdict(runs)
     (d,) = v.datasets
     rows = {row.values["congestion"]: row for row in d.rows}
@@ -198,7 +211,7 @@ def test_cubic_and_bbr_on_a_lossy_link(lossy_lab: Config) -> None:
     for algorithm, row in rows.items():
         assert row.congestion_control == algorithm
         assert row.retransmit_rate is not None and row.retransmit_rate > 0.001
-        assert row.n == 3 and row.mean is not None
+        assert row.n == confirmed[algorithm] and row.failed == 3 - confirmed[algorithm] and row.mean is not None
         print(
             f"{algorithm}: {row.mean / MB:.2f} MB/s [{(row.ci_low or 0) / MB:.2f}, {(row.ci_high or 0) / MB:.2f}], "
             f"retransmission rate {row.retransmit_rate:.2%}",

@@ -5,6 +5,7 @@ own_children and start children the ways the exporter does); the truth is /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -198,3 +199,45 @@ def test_a_child_that_executes_after_the_exporter_ended_is_ended_too() -> None:
         if late.poll() is None:
             late.kill()
             late.wait()
+
+
+def test_an_ssh_executed_after_the_masters_were_asked_to_exit_is_ended_and_they_are_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An ssh forked as the exporter was killed may execute after the masters were asked to
+    # exit: it finds none to join and becomes one (hidden from the marker once detached).
+    # Here a marked process starts 0.3 s after the first ask; it must be ended, and the
+    # masters asked again after it.
+    owner = f"{guardian._pid_namespace()}.999999999.1"
+    asks: list[tuple[list[list[str]], bool]] = []
+    late: list[subprocess.Popen[bytes]] = []
+
+    def start_late() -> None:
+        env = {**os.environ, guardian.MARKER: owner}
+        late.append(subprocess.Popen(["sleep", "60"], env=env, start_new_session=True))
+
+    def ask(commands: list[list[str]]) -> None:
+        asks.append((commands, bool(late) and late[0].poll() is not None))
+        if len(asks) == 1:
+            threading.Timer(0.3, start_late).start()
+
+    monkeypatch.setattr(guardian, "stop_masters", ask)
+    read_end, write_end = os.pipe()
+    command = ["ssh", "-o", "ControlPath=/nonexistent/%C", "root@198.18.0.9"]
+    os.write(write_end, f"{guardian.SSH_PREFIX}{json.dumps(command)}\n".encode())
+    ended: list[int] = []
+    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end)))
+    watcher.start()
+    os.close(write_end)
+    try:
+        watcher.join(3 * guardian.LATE_EXEC_SECONDS + guardian.GRACE_SECONDS + 5)
+        assert not watcher.is_alive() and ended == [1], ended
+        assert late and late[0].wait(1) == -signal.SIGTERM
+        # First before the late one ran, then once it had been ended; each with the command.
+        assert asks == [([command], False), ([command], True)], asks
+    finally:
+        os.close(read_end)
+        for proc in late:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
