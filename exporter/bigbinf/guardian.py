@@ -47,6 +47,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 MARKER = "BIGBINF_OWNER"
 GRACE_SECONDS = 2.0  # between SIGTERM and SIGKILL: a capture drains, scp removes its temp file
@@ -164,10 +165,16 @@ def reap(me: str) -> list[tuple[int, str, str]]:
     return found
 
 
-def guard(owner: str, lifeline: int = 0) -> int:
+class Ended(NamedTuple):
+    processes: int  # carrying the marker
+    masters: int  # ssh masters that said they exit
+    seconds: float  # from the exporter's end to the guardian's
+
+
+def guard(owner: str, lifeline: int = 0) -> Ended:
     """Wait until `lifeline` reaches EOF (the exporter has ended), then end every process
     carrying `owner`'s marker, and the ssh masters of the commands the exporter named on
-    the lifeline meanwhile.  Returns how many processes were ended."""
+    the lifeline meanwhile."""
     said = b""
     while True:
         try:
@@ -179,7 +186,7 @@ def guard(owner: str, lifeline: int = 0) -> int:
         if not chunk:
             break
         said += chunk
-    ended = 0
+    ended = masters = 0
     commands = _ssh_commands(said)
     masters_asked = False  # since the last marked process was ended
     began = quiet_since = time.monotonic()
@@ -201,12 +208,12 @@ def guard(owner: str, lifeline: int = 0) -> int:
             # marker as soon as it detaches (a ControlPersist master beside two CPU
             # burners outlived a guardian that had asked the old one to exit).  Seen
             # marked, it is ended, and the masters are asked again.
-            stop_masters(commands)
+            masters += stop_masters(commands)
             masters_asked = True
             quiet_since = time.monotonic()
     if not masters_asked:
-        stop_masters(commands)
-    return ended
+        masters += stop_masters(commands)
+    return Ended(ended, masters, time.monotonic() - began)
 
 
 # An ssh ControlMaster with ControlPersist runs on after the command that started it, as a
@@ -228,11 +235,11 @@ def _ssh_commands(said: bytes) -> list[list[str]]:
     return commands
 
 
-def stop_masters(commands: list[list[str]]) -> None:
+def stop_masters(commands: list[list[str]]) -> int:
     """Ask the ControlMaster of each ssh command (`[...] ssh [options] destination`,
     possibly behind `ip netns exec NS`) to exit: `ssh -O exit` with the same options, all
     at once, each for at most MASTER_EXIT_SECONDS.  Nothing happens where there is none
-    (no ControlPath, or no master running)."""
+    (no ControlPath, or no master running).  Returns how many masters said they exit."""
     asked = []
     for argv in commands:
         at = next((i for i, word in enumerate(argv) if os.path.basename(word) == "ssh"), None)
@@ -254,6 +261,7 @@ def stop_masters(commands: list[list[str]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    return sum(proc.returncode == 0 for proc in asked)
 
 
 def main(argv: list[str]) -> int:
@@ -264,8 +272,13 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     ended = guard(argv[0])
-    if ended:
-        print(f"bigbinf guardian: the exporter ended; ended {ended} of its processes", file=sys.stderr, flush=True)
+    if ended.processes or ended.masters:  # in the exporter's log: what it left, and how long ending it took
+        print(
+            f"bigbinf guardian: the exporter ended; ended {ended.processes} of its processes and "
+            f"{ended.masters} ssh masters in {ended.seconds:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

@@ -210,7 +210,7 @@ def test_an_exporter_killed_at_random_moments_leaves_nothing_once_started_again(
         run.stop(first)
         time.sleep(1)
         before = run.snapshot()
-        seed = random.randrange(1 << 30)
+        seed = int(os.environ.get("BIGBINF_CHAOS_SEED") or random.randrange(1 << 30))  # a failure's seed replays it
         # Kills from the start up to a round's end (the first round also compiled the analyser).
         report = chaos.chaos(run, kills=4, seed=seed, horizon=min(seconds, 8.0 * len(run.transfers) + 4))
         time.sleep(1)

@@ -267,6 +267,9 @@ class Chaos:
         return proc, time.time() - start
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Stop the exporter as a service manager does, and wait for its guardian too: it
+        scans for a while after any end (guardian.py), and a snapshot taken meanwhile
+        would count it as left running."""
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -274,6 +277,9 @@ class Chaos:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        deadline = time.monotonic() + guardian.LONGEST_SCAN_SECONDS + guardian.MASTER_EXIT_SECONDS
+        while marked_by({proc.pid}) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def kill_at(self, seconds: float) -> Cycle:
         """Start the exporter, SIGKILL it after `seconds`, and see what it leaves: what still

@@ -185,7 +185,7 @@ def test_a_child_that_executes_after_the_exporter_ended_is_ended_too() -> None:
     owner = f"{guardian._pid_namespace()}.999999999.1"  # no such exporter: only this test's child has it
     read_end, write_end = os.pipe()
     ended: list[int] = []
-    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end)))
+    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end).processes))
     watcher.start()
     os.close(write_end)  # the exporter has ended
     time.sleep(0.3)
@@ -216,17 +216,18 @@ def test_an_ssh_executed_after_the_masters_were_asked_to_exit_is_ended_and_they_
         env = {**os.environ, guardian.MARKER: owner}
         late.append(subprocess.Popen(["sleep", "60"], env=env, start_new_session=True))
 
-    def ask(commands: list[list[str]]) -> None:
+    def ask(commands: list[list[str]]) -> int:
         asks.append((commands, bool(late) and late[0].poll() is not None))
         if len(asks) == 1:
             threading.Timer(0.3, start_late).start()
+        return 0
 
     monkeypatch.setattr(guardian, "stop_masters", ask)
     read_end, write_end = os.pipe()
     command = ["ssh", "-o", "ControlPath=/nonexistent/%C", "root@198.18.0.9"]
     os.write(write_end, f"{guardian.SSH_PREFIX}{json.dumps(command)}\n".encode())
     ended: list[int] = []
-    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end)))
+    watcher = threading.Thread(target=lambda: ended.append(guardian.guard(owner, read_end).processes))
     watcher.start()
     os.close(write_end)
     try:
