@@ -95,7 +95,9 @@ def test_a_capture_cut_short_by_a_full_disk_is_failed_with_no_wire_numbers(make_
         while not any(p.suffix == ".pcap" for p in disk.iterdir()) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # part of the transfer captured
-        with open(disk / "filler", "wb") as f:
+        # Unbuffered: the write that finds the disk full raises here, not the close's flush
+        # after (an exception in this thread that the test never saw).
+        with open(disk / "filler", "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(bytes(MiB))

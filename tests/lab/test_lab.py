@@ -8,6 +8,7 @@ TcpRetransSegs, /proc and `ip netns`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -71,8 +72,23 @@ def _ehash(ns: str | None = None, name: str = "tcp_ehash_entries") -> str:
     return subprocess.run(in_netns(ns, argv) if ns else argv, capture_output=True, text=True).stdout.strip()
 
 
+def _host_child_table() -> str:
+    """The host's setting for new namespaces, read under the lock that add_namespace holds
+    while it has the setting changed (another worker's lab may be coming up: read without
+    it, the setting was 8192 once, beside four workers)."""
+    try:
+        fd = os.open(network._CHILD_EHASH, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return os.pread(fd, 64, 0).decode().strip()
+    finally:
+        os.close(fd)
+
+
 def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> None:
-    host_child_table = _ehash(name="tcp_child_ehash_entries")
+    host_child_table = _host_child_table()
     config = make_lab(
         link={"rate": "200mbit", "delay": "20ms"},
         servers=["sshd"],
@@ -85,7 +101,7 @@ def test_delay_gives_the_round_trip_and_transfers_stay_measurable(make_lab) -> N
     if host_child_table:  # kernel >= 5.19
         for ns in (layout.client_ns, layout.remote_ns):
             assert _ehash(ns) == str(network.LAB_TCP_HASH_BUCKETS)
-        assert _ehash(name="tcp_child_ehash_entries") == host_child_table
+        assert _host_child_table() == host_child_table
     # The mechanism depends on the kernel; the latency must not.
     assert Path("/run/netns", layout.wan_ns).exists() == (not network.netem_available())
     if not network.netem_available():
