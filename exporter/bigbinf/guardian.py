@@ -205,9 +205,10 @@ def guard(owner: str, lifeline: int = 0) -> Ended:
             # The masters go once nothing marked has run for a while, and the scan goes
             # on for as long again: an ssh executed late (forked as the exporter was
             # killed) finds no master to join and becomes one itself, hidden from the
-            # marker as soon as it detaches (a ControlPersist master beside two CPU
-            # burners outlived a guardian that had asked the old one to exit).  Seen
-            # marked, it is ended, and the masters are asked again.
+            # marker as soon as it detaches (one way a ControlPersist master could
+            # outlive a guardian that had asked the old one to exit: seen twice beside CPU
+            # burners, its cause not yet confirmed).  Seen marked, it is ended, and the
+            # masters are asked again.
             masters += stop_masters(commands)
             masters_asked = True
             quiet_since = time.monotonic()

@@ -257,7 +257,10 @@ def test_a_plain_remote_is_read_through_its_stats_command(wan: Config, tmp_path:
     assert baseline.bandwidth_bytes_per_second is None and baseline.bdp_bytes is None  # nothing configured
     # The remote sender's own count, over ssh, equals its namespace's kernel counter.
     assert result.retransmits_sender_source == "kernel"
-    assert result.retransmits_sender == nstat_retrans(remote_ns) - before
+    # The kernel's count, socket for socket; the namespace's counter may hold one more,
+    # sent after the socket's last state was read (a FIN resent: a CI run, 0 against 1).
+    kernel = nstat_retrans(remote_ns) - before
+    assert kernel - 1 <= result.retransmits_sender <= kernel
     assert result.tcp_remote["bytes_acked"] >= 16 * MiB
     assert result.limited_evidence  # judged by the kernel counters even without a BDP
     # The remote's sshd, its CPU clocks read by the stats command's own listings (ss -p
