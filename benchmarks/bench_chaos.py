@@ -89,6 +89,10 @@ def main() -> int:
             print(f"/metrics against the journal: {report['published'] or 'equal'}")
             print(f"leftovers (before/after differences): {chaos.dumps(differences) if differences else 0}")
             print(f"undo journal left: {run.undo.exists()}; round left unfinished: {run.marker.exists()}")
+            said = [line for line in run.log.read_text().splitlines() if line.startswith("bigbinf guardian:")]
+            unusual = [line for line in said if "did not reach" in line or "ask failed" in line]
+            print(f"the guardian's lines: {len(said)}; a master ended by its title or an ask failed: {len(unusual)}")
+            print(*unusual, sep="\n")
             running = any(c.gone_seconds is None for c in run.cycles)
             return 1 if differences or report["journal"] or report["published"] or running else 0
         finally:

@@ -169,6 +169,8 @@ class Ended(NamedTuple):
     processes: int  # carrying the marker
     masters: int  # ssh masters that said they exit
     seconds: float  # from the exporter's end to the guardian's
+    hidden: int = 0  # ssh masters still running after the asks, ended by their title
+    failures: tuple[str, ...] = ()  # what ssh said of each ask that failed
 
 
 def guard(owner: str, lifeline: int = 0) -> Ended:
@@ -187,9 +189,17 @@ def guard(owner: str, lifeline: int = 0) -> Ended:
             break
         said += chunk
     ended = masters = 0
+    failures: list[str] = []
     commands = _ssh_commands(said)
     masters_asked = False  # since the last marked process was ended
     began = quiet_since = time.monotonic()
+
+    def ask() -> None:
+        nonlocal masters
+        asked = stop_masters(commands)
+        masters += asked.exited
+        failures.extend(f for f in asked.failures if f not in failures)
+
     while time.monotonic() - began < LONGEST_SCAN_SECONDS:
         targets = [pid for pid, o in marked() if o == owner and pid != os.getpid()]
         if targets:
@@ -205,24 +215,31 @@ def guard(owner: str, lifeline: int = 0) -> Ended:
             # The masters go once nothing marked has run for a while, and the scan goes
             # on for as long again: an ssh executed late (forked as the exporter was
             # killed) finds no master to join and becomes one itself, hidden from the
-            # marker as soon as it detaches (one way a ControlPersist master could
-            # outlive a guardian that had asked the old one to exit: seen twice beside CPU
-            # burners, its cause not yet confirmed).  Seen marked, it is ended, and the
-            # masters are asked again.
-            masters += stop_masters(commands)
+            # marker as soon as it detaches.  Seen marked, it is ended, and the masters
+            # are asked again.
+            ask()
             masters_asked = True
             quiet_since = time.monotonic()
     if not masters_asked:
-        masters += stop_masters(commands)
-    return Ended(ended, masters, time.monotonic() - began)
+        ask()
+    # A master the asks did not reach still runs, hidden from the marker: one whose
+    # control socket is gone (removed by a /tmp cleaner, or never linked), one that
+    # detached after the last ask, or one that did not answer in time.  Seen beside CPU
+    # burners and in CI: a master of a killed exporter ran for its whole ControlPersist
+    # after an ask that had failed.  It is found by the title it gives itself.
+    hidden = masters_on(control_paths(commands)) if commands else []
+    end(hidden)
+    return Ended(ended, masters, time.monotonic() - began, len(hidden), tuple(failures))
 
 
 # An ssh ControlMaster with ControlPersist runs on after the command that started it, as a
 # daemon that rewrites its own environment and command line (setproctitle): no marker to
 # find it by.  The exporter names its ssh commands on the lifeline (SSH_PREFIX and the
-# argv as JSON, a line each); once it has ended, each one's master is asked to exit.
+# argv as JSON, a line each); once it has ended, each one's master is asked to exit, and
+# one that still runs is found by its title, `ssh: CONTROL_PATH [mux]`.
 SSH_PREFIX = "ssh-command "
 MASTER_EXIT_SECONDS = 5.0
+SSH_SAID_BYTES = 300  # of an ask's error, in the exporter's log
 
 
 def _ssh_commands(said: bytes) -> list[list[str]]:
@@ -236,33 +253,83 @@ def _ssh_commands(said: bytes) -> list[list[str]]:
     return commands
 
 
-def stop_masters(commands: list[list[str]]) -> int:
-    """Ask the ControlMaster of each ssh command (`[...] ssh [options] destination`,
-    possibly behind `ip netns exec NS`) to exit: `ssh -O exit` with the same options, all
-    at once, each for at most MASTER_EXIT_SECONDS.  Nothing happens where there is none
-    (no ControlPath, or no master running).  Returns how many masters said they exit."""
-    asked = []
-    for argv in commands:
-        at = next((i for i, word in enumerate(argv) if os.path.basename(word) == "ssh"), None)
-        if at is None:
-            continue
+def _with_ssh_option(argv: list[str], *option: str) -> list[str] | None:
+    """`argv` (`[...] ssh [options] destination`, possibly behind `ip netns exec NS`) with
+    `option` given to ssh first; None if it runs no ssh."""
+    at = next((i for i, word in enumerate(argv) if os.path.basename(word) == "ssh"), None)
+    return None if at is None else [*argv[: at + 1], *option, *argv[at + 1 :]]
+
+
+def _run_all(argvs: list[list[str]]) -> list[subprocess.CompletedProcess[bytes]]:
+    """Run the commands at once, each for at most MASTER_EXIT_SECONDS (killed then: its
+    return code is negative); those that cannot be started are left out."""
+    started = []
+    for argv in argvs:
         with contextlib.suppress(OSError):
-            asked.append(
-                subprocess.Popen(
-                    [*argv[: at + 1], "-O", "exit", *argv[at + 1 :]],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            started.append((argv, proc))
     deadline = time.monotonic() + MASTER_EXIT_SECONDS
-    for proc in asked:
+    done = []
+    for argv, proc in started:
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
+            out, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-    return sum(proc.returncode == 0 for proc in asked)
+            out, err = proc.communicate()
+        done.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+    return done
+
+
+class Asked(NamedTuple):
+    exited: int  # masters that said they exit
+    failures: list[str]  # what ssh said of each ask that failed (none running is not one)
+
+
+def stop_masters(commands: list[list[str]]) -> Asked:
+    """Ask the ControlMaster of each ssh command to exit: `ssh -O exit` with the same
+    options, all at once.  Nothing happens where there is none (no ControlPath, or no
+    master running)."""
+    asks = [a for a in (_with_ssh_option(c, "-O", "exit") for c in commands) if a is not None]
+    exited, failures = 0, []
+    for done in _run_all(asks):
+        said = done.stderr.decode("utf-8", "replace").strip()
+        if done.returncode == 0:
+            exited += 1
+        elif done.returncode < 0:
+            failures.append(f"`ssh -O exit` gave no answer in {MASTER_EXIT_SECONDS:.0f} s")
+        elif "No such file or directory" not in said and "Connection refused" not in said:
+            failures.append(said[:SSH_SAID_BYTES] or f"`ssh -O exit` exited {done.returncode}")
+    return Asked(exited, failures)
+
+
+def control_paths(commands: list[list[str]]) -> list[str]:
+    """The ControlPath of each ssh command as ssh expands it (`ssh -G`: the configuration
+    read and printed, no connection), where there is one."""
+    paths = []
+    for done in _run_all([a for a in (_with_ssh_option(c, "-G") for c in commands) if a is not None]):
+        for line in done.stdout.decode("utf-8", "replace").splitlines():
+            key, _, value = line.partition(" ")
+            if done.returncode == 0 and key == "controlpath" and value not in ("", "none") and value not in paths:
+                paths.append(value)
+    return paths
+
+
+def masters_on(paths: list[str]) -> list[int]:
+    """Running processes titled as an ssh ControlMaster on one of `paths`
+    (`ssh: PATH [mux]`: what a master sets once it has detached)."""
+    titles = {os.fsencode(f"ssh: {path} [mux]") for path in paths}
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                title = f.read().split(b"\0", 1)[0].rstrip(b" ")
+            if title in titles and _running(int(name), _start_time(int(name))):
+                found.append(int(name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
 
 
 def main(argv: list[str]) -> int:
@@ -273,10 +340,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     ended = guard(argv[0])
-    if ended.processes or ended.masters:  # in the exporter's log: what it left, and how long ending it took
+    if (
+        ended.processes or ended.masters or ended.hidden or ended.failures
+    ):  # in the exporter's log: what it left, and how long
+        hidden = f"; {ended.hidden} ssh masters the asks did not reach, ended by their title" if ended.hidden else ""
+        said = "".join(f"; an ask failed: {failure}" for failure in ended.failures)
         print(
             f"bigbinf guardian: the exporter ended; ended {ended.processes} of its processes and "
-            f"{ended.masters} ssh masters in {ended.seconds:.1f} s",
+            f"{ended.masters} ssh masters in {ended.seconds:.1f} s{hidden}{said}",
             file=sys.stderr,
             flush=True,
         )

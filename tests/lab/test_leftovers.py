@@ -8,6 +8,7 @@ benchmarks/bench_chaos.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -22,12 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from bigbinf import guardian
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.measure.tcp.state import TcpWatch
 
 from ..support import chaos
 from ..support.chaos import Chaos, naming, processes_in
+from ..support.owners import live_owner
 
 pytestmark = pytest.mark.lab
 SOURCE = Path(__file__).resolve().parents[2] / "exporter"
@@ -203,6 +206,40 @@ def test_a_watch_through_a_control_master_ends_on_the_remote_when_its_process_is
         holder.wait()
 
 
+def _remote_sessions(site: Config) -> set[tuple[int, str]]:
+    return {(pid, c) for pid, c in processes_in(LabLayout(site.lab).remote_ns) if c.startswith("sshd: root@notty")}
+
+
+def test_a_master_whose_control_socket_is_gone_is_ended_by_the_guardian(site: Config, control: Path) -> None:
+    # A real ControlMaster of a command named to the guardian, its socket then removed (as
+    # a /tmp cleaner does): `ssh -O exit` cannot reach it, and it hides its marker.
+    before = _remote_sessions(site)
+    prefix = [
+        "ControlPersist=600" if w.startswith("ControlPersist=") else w
+        for w in _prefix(site, LabLayout(site.lab).ssh_config, control, site.lab.remote_address)
+    ]
+    subprocess.run([*prefix, "true"], check=True, capture_output=True, timeout=60)
+    masters = naming(str(control))
+    assert len(masters) == 1 and len(_remote_sessions(site) - before) == 1, masters
+    for socket in control.iterdir():
+        socket.unlink()
+    read_end, write_end = os.pipe()
+    os.write(write_end, f"{guardian.SSH_PREFIX}{json.dumps(prefix)}\n".encode())
+    os.close(write_end)  # an exporter that named this command has ended
+    try:
+        with live_owner() as owner:
+            ended = guardian.guard(owner, read_end)
+    finally:
+        os.close(read_end)
+    assert (ended.masters, ended.hidden) == (0, 1), ended
+    assert _wait_nothing_left(site, control, 5) == set()
+    # Its session on the remote ended with it.
+    deadline = time.monotonic() + 5
+    while _remote_sessions(site) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _remote_sessions(site) - before == set()
+
+
 def test_an_exporter_killed_at_random_moments_leaves_nothing_once_started_again(site: Config, tmp_path: Path) -> None:
     run = Chaos(site, tmp_path, chaos.LEAN)
     try:
@@ -218,6 +255,7 @@ def test_an_exporter_killed_at_random_moments_leaves_nothing_once_started_again(
         print(chaos.dumps({"seed": seed, "round_seconds": seconds, **chaos.summary(run.cycles), **report}))
         for cycle in run.cycles:
             print(chaos.dumps(cycle))
+        print(*(line for line in run.log.read_text().splitlines() if "guardian" in line), sep="\n")
         # Every child died with the exporter, within the guardian's grace.
         assert [c.left_running for c in run.cycles if c.gone_seconds is None] == []
         assert chaos.differences(before, after) == {}

@@ -502,3 +502,59 @@ def test_the_steady_rate_is_never_below_the_capture_s_average() -> None:
     # the fit, the fit stands: 64 MiB over 4 s is 16.8 MB/s; 20 MB/s is 84% on the wire.
     slow = judge_limit(full(-1.1, duration=4.2), PATH)
     assert slow is not None and slow.reason != "link_capacity", slow
+
+
+def test_a_receiver_that_sleeps_more_than_it_waits_on_storage_paces_itself() -> None:
+    # curl --limit-rate beside other writers: its queue stood full, it waited on storage in
+    # 36% of its samples and slept in most of the rest: its own pace, not its disk.
+    def reading(curl: dict[str, float]) -> Result:
+        return download(
+            tcp_remote=sender(rwnd_limited_seconds=17.0),
+            tcp_local={"rcv_queue_ratio_avg": 0.9},
+            programs={"local curl": curl},
+        )
+
+    paced = {"seconds": 19.0, "cpu_share": 0.01, "runnable_share": 0.02, "io_wait_share": 0.36, "samples": 40.0}
+    limit = judge_limit(reading(paced), PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "local"), limit
+    # One that rarely sleeps with data waiting is held by its storage.
+    writing = {**paced, "runnable_share": 0.3, "io_wait_share": 0.6}
+    limit = judge_limit(reading(writing), PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("disk", "local"), limit
+    assert "curl (this host) waited on storage in 60% of 40 samples" in limit.evidence
+
+
+def test_a_steady_rate_fitted_above_the_path_is_not_a_reason_for_startup() -> None:
+    # A policer's bursts (or listings each late for a CPU) fitted a steady rate at 185% of
+    # the path's 25 MB/s; the transfer averaged 93% of it, lossless.
+    fitted = {"steady_rate_bytes_per_second": 1.85 * 25e6, "data_start_seconds": 0.05, "data_end_seconds": 1.43}
+    r = download(
+        duration_seconds=64 * MiB / (0.93 * 25e6),
+        tcp_remote=sender(busy_seconds=2.8),
+        tcp_local=fitted,
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "link_capacity", limit
+    assert "(100% of the path's 25.00 MB/s" in limit.evidence, limit.evidence
+
+
+def test_a_data_phase_stretched_by_waits_for_a_cpu_is_not_startup() -> None:
+    # 64 MiB at a steady 24 MB/s takes 2.8 s; it took 4.4 s, and curl queued for a core
+    # 1.2 s of it after the first data (CPU burners): the host's time, not slow start's.
+    progress = {"steady_rate_bytes_per_second": 24e6, "data_start_seconds": 0.05, "data_end_seconds": 4.38}
+    curl = {"seconds": 4.4, "cpu_share": 0.1, "runnable_share": 0.4, "io_wait_share": 0.0, "samples": 40.0}
+
+    def took(queued: float) -> Result:
+        program = {**curl, "run_queue_seconds": queued, "run_queue_seconds_before_data": 0.01}
+        return download(
+            duration_seconds=4.4,
+            tcp_remote=sender(busy_seconds=4.3),
+            tcp_local=progress,
+            programs={"local curl": program},
+        )
+
+    limit = judge_limit(took(1.2), PATH)
+    assert limit is not None and limit.reason == "link_capacity", limit
+    # Without those waits, 1.6 s of 4.4 s below the steady rate is the start's.
+    limit = judge_limit(took(0.01), PATH)
+    assert limit is not None and limit.reason == "startup", limit

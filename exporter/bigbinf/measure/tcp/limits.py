@@ -28,7 +28,8 @@ waits (measure/programs.py).  The rules, in order (docs/metrics.md, "Why was it 
 7. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
-programs spent queued for a CPU does not count: a busy host's, not the start's).  Nothing else
+programs spent queued for a CPU does not count, nor the longest any one of them queued in
+the data phase: a busy host's, not the start's).  Nothing else
 is a guess: with no rule met the verdict is empty and the evidence says what was seen.
 """
 
@@ -93,6 +94,9 @@ class Inputs:
     # Seconds the transfer's programs (both ends, where sampled) queued for a core before
     # the first data: set-up a busy host slowed, not the path's or the protocol's.
     setup_queued: float
+    # Seconds the one of them that queued longest for a core did so after the first data:
+    # a data phase a busy host stretched (the programs overlap: the longest, not the sum).
+    data_queued: float
     retransmits: int
     segments: int
     loss_source: str
@@ -145,6 +149,13 @@ class Inputs:
             },
             programs=r.programs,
             setup_queued=sum(v.get("run_queue_seconds_before_data", 0.0) for v in r.programs.values()),
+            data_queued=max(
+                (
+                    max(0.0, v.get("run_queue_seconds", 0.0) - v.get("run_queue_seconds_before_data", 0.0))
+                    for v in r.programs.values()
+                ),
+                default=0.0,
+            ),
             retransmits=retransmits,
             segments=segments,
             loss_source=counted,
@@ -164,6 +175,16 @@ class Inputs:
             on_wire = f"{human_rate(rate * self.wire_factor)} on the wire: " if self.wire_factor > 1 else ""
             return f" ({on_wire}{share:.0%} of the path's {human_rate(self.bandwidth)}, {self.bandwidth_note})"
         return f" ({self.bandwidth_note})" if self.bandwidth_note else ""
+
+    @property
+    def steady_fit(self) -> float | None:
+        """The listings' steady rate, never above the path's bandwidth (as data): a fit
+        above it is the bottleneck's bursts (a policer's bucket: 122% and 185% of the
+        policed rate beside CPU burners) or listings each late by a wait for a CPU, not a
+        rate the path sustains."""
+        if self.steady and self.bandwidth:
+            return min(self.steady, self.bandwidth / self.wire_factor)
+        return self.steady
 
     @property
     def loss(self) -> float:
@@ -255,7 +276,7 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
                 f"the receiving program reads slower than the network delivers ({host}): lift its rate limit "
                 "(curl --limit-rate, a consumer that does not keep up)"
             )
-        steady = i.steady or i.rate
+        steady = i.steady_fit or i.rate
         return (
             f"the sending program sent at {human_rate(steady)} ({host}): a rate limit (nginx limit_rate, "
             "--limit-rate, a QoS policy) or a program that does not keep up; lift it there"
@@ -268,7 +289,7 @@ def _steady_limit(i: Inputs) -> Limit:
     # Never below the average over the packet span: slow start and gaps only lower that.
     # The listings' fit can be (a few sparse listings, each late by its wait for a CPU:
     # a full 200 Mbit/s link fitted at under 90% of it beside two CPU burners).
-    steady = max(i.steady or 0.0, i.rate)
+    steady = max(i.steady_fit or 0.0, i.rate)
     rate_words = f"delivery rate {human_rate(i.rate)}{i.share_of_path(i.rate)}"
     link = _link(i, steady)
     # An estimate from iperf3 can itself be held down by the hosts' buffers: then only
@@ -294,7 +315,7 @@ def _steady_limit(i: Inputs) -> Limit:
             f"{window}, but the receiver's queue stood {behind:.0%} full: its program reads slower than the "
             "network delivers"
         )
-        return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=(i.receiver_side,)) or Limit(
+        return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=(i.receiver_side,), fed=True) or Limit(
             "application", f"{why}; {rate_words}", i.receiver_side
         )
     lossy = bool(sender) and i.loss >= LOSS_SHARE
@@ -364,10 +385,15 @@ def _program_limit(
     rate_words: str,
     sides: tuple[str, ...] = ("local", "remote"),
     disk: bool = True,
+    fed: bool = False,
 ) -> Limit | None:
     """cpu or disk naming the transfer's program (on `sides`) that was on a core or
     queued for one for `threshold` of its life, or waited on storage in DISK_SHARE of its
-    samples; `why` (what TCP showed, "" for none) leads the evidence, the rate ends it."""
+    samples; `why` (what TCP showed, "" for none) leads the evidence, the rate ends it.
+    `fed`: its input stood waiting for it (a receiver whose queue stood full), so one
+    that slept more often than it waited on storage paced itself (curl --limit-rate
+    beside other writers: 36% of its samples on storage, the rest mostly asleep), and its
+    storage is not why."""
     program = _busiest(i.programs, "runnable_share", threshold, i.duration, sides)
     if program:
         name, side, v = program
@@ -378,6 +404,12 @@ def _program_limit(
         )
         return Limit("cpu", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
     waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides) if disk else None
+    if (
+        waiting
+        and fed
+        and 1.0 - waiting[2]["runnable_share"] - waiting[2]["io_wait_share"] > waiting[2]["io_wait_share"]
+    ):
+        waiting = None
     if waiting:
         name, side, v = waiting
         said = (
@@ -412,7 +444,7 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
     STARTUP_SHARE of the transfer and more than the steady phase's own limit cost."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
         return None  # with loss, a slow ramp is the loss's doing: congestion says so
-    steady, measured = i.steady, True
+    steady, measured = i.steady_fit, True
     if i.bandwidth and i.short:
         # Too short for a steady rate to show (what the listings saw was slow start): the
         # path's rate (as data) stands in for it.
@@ -421,10 +453,12 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
         return None
     lost = i.duration - i.file_bytes / steady
     setup = max(0.0, i.data_start) if i.data_start is not None else None
-    # Set-up spent queued for a core is the host's business, not the start's: a larger
-    # file or a persistent connection would not have saved it.
+    # Time spent queued for a core is the host's business, not the start's: a larger file
+    # or a persistent connection would not have saved it.  Set-up's, and the data phase's
+    # (the longest any one program waited then: a slow start stretched to 1.59 s of 4.39 s
+    # beside CPU burners, on a path where it takes a tenth of a second).
     queued = min(setup, i.setup_queued) if setup is not None else 0.0
-    if lost - queued < STARTUP_SHARE * i.duration:
+    if lost - queued - i.data_queued < STARTUP_SHARE * i.duration:
         return None
     if steady_limit.reason in ("cpu", "disk") and measured:
         # A program's own pace: the steady rate is not the network's.  (Over in a few
@@ -434,13 +468,14 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
         # The steady phase's own limit cost file/steady - file/bandwidth; unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
         steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
-        if steady_cost >= lost - queued:
+        if steady_cost >= lost - queued - i.data_queued:
             return None
     waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
     parts = [f"connection set-up {setup:.2f} s before the first data{waited}" if setup is not None else ""]
     ramp = lost - (setup or 0.0) - (max(0.0, i.duration - i.data_end) if i.data_end is not None else 0.0)
     if ramp >= 0.01:
-        parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s")
+        stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
+        parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
     # A file averages within 10% of the steady rate when the lost time is a tenth of it:
     # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
     reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * lost
@@ -465,6 +500,11 @@ def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
         "path",
         reach_bytes=reach,
     )
+
+
+def _asleep(program: Mapping[str, float]) -> float:
+    """The share of a program's life neither on a core, queued for one, nor on storage."""
+    return max(0.0, 1.0 - program.get("runnable_share", 0.0) - program.get("io_wait_share", 0.0))
 
 
 def _busiest(
