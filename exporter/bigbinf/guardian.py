@@ -4,13 +4,14 @@ them when the exporter ends, and the reaper that ends those of an exporter gone 
     python3 -I guardian.py OWNER        (its standard input is the lifeline)
 
 Every process the exporter starts (captures, transfer commands and whatever they start,
-ss watchers, ssh masters, the analyser worker, multiprocessing's resource tracker)
-inherits one environment variable, ``BIGBINF_OWNER=<pid namespace>.<pid>.<start time>``:
+ss watchers, ssh masters, the analyser worker, multiprocessing's resource tracker; not
+the guardian) inherits one environment variable, ``BIGBINF_OWNER=<pid namespace>.<pid>.<start time>``:
 the exporter's own identity, which no other process has or will have (a pid is reused,
 never with the same start time).  From it:
 
 * the guardian, a small process the exporter starts first (process.own_children),
-  blocks reading a pipe whose other end only the exporter holds.  When the exporter
+  without the marker (it works on after the exporter has ended, when any start would
+  end what carries it), blocks reading a pipe whose other end only the exporter holds.  When the exporter
   ends, however it ends (SIGKILL, the OOM killer, a crash, a normal exit), the kernel
   closes that end, the read returns, and the guardian ends every process carrying the
   exporter's marker, and the process groups they lead: SIGTERM, then SIGKILL after a

