@@ -210,7 +210,10 @@ def test_a_dropping_link_is_congestion_with_the_senders_retransmits(make_lab) ->
     assert result.limited_by == "congestion", result.limited_evidence
     assert result.congestion_control == "reno"
     assert result.retransmits_sender_source == "kernel"
-    assert result.retransmits_sender == retransmitted > 0
+    # The kernel's count, socket for socket; the namespace's counter may hold one more, sent
+    # after the socket's last state was read (beside CPU burners: 112 against 113).
+    assert retransmitted - 1 <= result.retransmits_sender <= retransmitted
+    assert result.retransmits_sender > 0
 
 
 # ---------------------------------------------------------------- a plain remote and its stats command
