@@ -225,9 +225,10 @@ def guard(owner: str, lifeline: int = 0) -> Ended:
         ask()
     # A master the asks did not reach still runs, hidden from the marker: one whose
     # control socket is gone (removed by a /tmp cleaner, or never linked), one that
-    # detached after the last ask, or one that did not answer in time.  Seen beside CPU
-    # burners and in CI: a master of a killed exporter ran for its whole ControlPersist
-    # after an ask that had failed.  It is found by the title it gives itself.
+    # detached after the last ask, or one that did not answer in time.  It is found by the
+    # title it gives itself.  (The master left after kills beside CPU burners and in CI
+    # was another matter: this guardian, then carrying the marker, ended by another
+    # exporter's start before it could ask; process.ensure_guardian.)
     hidden = masters_on(control_paths(commands)) if commands else []
     end(hidden)
     return Ended(ended, masters, time.monotonic() - began, len(hidden), tuple(failures))
