@@ -155,6 +155,18 @@ class Result(_Journaled):
     # cpu_seconds, run_queue_seconds, cpu_share, runnable_share, io_wait_share, samples,
     # and run_queue_seconds_before_data where the listings saw the first data.
     programs: dict[str, dict[str, float]] = field(default_factory=dict)
+    # How the remote host was seen while the transfer ran (measure/: the remote's
+    # listings through ssh): listings_expected, listings_received, listing_late_max_seconds
+    # (how far the latest listing came behind its schedule), programs_seen (remote
+    # programs found doing the work, through the data sockets' owners and their process
+    # tree), cpu_throttled_share (of the transfer, the remote programs' cgroup was held by
+    # its CPU quota: cgroup v1 cpu.stat throttled_time, v2 throttled_usec).  {} = not asked.
+    remote_view: dict[str, float] = field(default_factory=dict)
+    # This host's waits for a CPU while the transfer ran, as shares of the transfer's
+    # duration: transfer_programs (its programs' run-queue time), capture (tcpdump's),
+    # delay_line (the lab's userspace delay line, where there is one), and load1 (the
+    # load average at the end).  {} = not measured.
+    host_busy: dict[str, float] = field(default_factory=dict)
     source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
     # (one per `sweep` command or scheduled start), the setting's values by dimension
