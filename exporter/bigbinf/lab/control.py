@@ -273,6 +273,8 @@ class LabSite:
             stats_command=("ip", "netns", "exec", layout.remote_ns),
             # ... and its routes and sysctls set there (a protocol's congestion, tcp_buffer_max).
             tcp_command=("ip", "netns", "exec", layout.remote_ns),
+            # The delay line, where the link has one: its waits for a CPU are this host's.
+            path_pid_file=layout.run_dir / f"{network.DELAY_LINE}.pid",
             **_lab_bandwidth(self.config.lab.link.rate),
         )
 

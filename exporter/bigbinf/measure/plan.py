@@ -43,6 +43,9 @@ class Remote:
     # argv (rendered) that runs a command as root on the remote, to set a transfer's
     # congestion control or buffer cap there (measure/tcp/tuning.py): () = it cannot be set.
     tcp_command: tuple[str, ...] = ()
+    # The pid file of a userspace program on this host that carries the path (the lab's
+    # delay line): its waits for a CPU are this host's (Result.host_busy).  None: none.
+    path_pid_file: Path | None = None
 
     def tcp_argv(self, argv: list[str]) -> list[str]:
         """`argv` run as root on the remote through the tcp command; [] if there is none."""

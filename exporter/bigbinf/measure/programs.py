@@ -11,19 +11,35 @@ kernel's I/O wait: the share of samples in D says how much of its life went ther
 
 Which programs: on this host, every process of the transfer command's session (the
 command runs in a session of its own, process.py; `observe` hears of each one as it
-starts), and any process given by pid (the remote's socket owners when the remote is a
-namespace on this host, as in the lab: measure/tcp/state.py reads them from `ss -p`).
+starts), and any process given by pid with its descendants (the remote's socket owners
+when the remote is a namespace on this host, as in the lab: measure/tcp/state.py reads
+them from `ss -p`).  The descendants matter: the program that writes an upload to a
+remote's disk does not hold the socket.  sshd's session process holds it and hands the
+data to a child through pipes: `scp -t`, sftp-server, or sshd's own internal-sftp child
+(OpenSSH's scp speaks SFTP), the one in state D under a slow disk.  nginx workers,
+GridFTP's and xrootd's children hold their sockets themselves.  The tree is found from
+each process's parent (/proc/PID/stat), which every kernel has (/proc/PID/task/TID/children
+needs CONFIG_PROC_CHILDREN).  sshd's children all carry the name "sshd": one that serves
+internal-sftp says so in its title (cmdline "sshd: USER@internal-sftp") and is named
+`internal-sftp`.
+
+Each process's CPU quota and the time its cgroup was throttled are read too
+(measure/cgroups.py): a program held by a quota is short of CPU however idle the host.
 Sampled at the same adaptive pace as the TCP listings; a process that lived between two
 samples is not seen (it did no bulk work).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from bigbinf.measure.cgroups import CpuBandwidth, cpu_dirs, file_reader, read_groups
 
 
 @dataclass
@@ -44,7 +60,37 @@ class ProgramLife:
     # (schedstat counts from birth, so a set-up helper's waits before its first sample
     # count too), else its wait at the first sample.
     wait_base: float = 0.0
+    pid: int = 0
     waits: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, wait) per sample
+    # Its cgroups' CPU bandwidth (measure/cgroups.py): the directories read (its own group
+    # and its ancestors), each one's throttled seconds at the first and last reading and
+    # when those were taken, and the smallest quota of them (cores; None: no limit).
+    cgroup_dirs: tuple[str, ...] = ()
+    cgroups_known: bool = False  # its /proc/PID/cgroup was read (once: a process rarely moves)
+    throttled: dict[str, tuple[float, float]] = field(default_factory=dict)
+    throttle_span: tuple[float, float] | None = None
+    quota_cores: float | None = None
+
+    def record_cgroups(self, readings: Mapping[str, CpuBandwidth], now: float) -> None:
+        """One reading of its groups' bandwidth (those of cgroup_dirs that were read)."""
+        mine = {d: readings[d] for d in self.cgroup_dirs if d in readings}
+        if not mine:
+            return
+        for d, bandwidth in mine.items():
+            first = self.throttled.get(d, (bandwidth.throttled_seconds, 0.0))[0]
+            self.throttled[d] = (first, bandwidth.throttled_seconds)
+        self.throttle_span = (self.throttle_span[0] if self.throttle_span else now, now)
+        quotas = [b.quota_cores for b in mine.values() if b.quota_cores is not None]
+        if quotas:
+            self.quota_cores = min(quotas)
+
+    def throttled_share(self) -> float | None:
+        """The share of the time between its first and last cgroup readings its groups
+        were throttled (the most of any of them; cut to 1), None with fewer than two."""
+        if self.throttle_span is None or self.throttle_span[1] <= self.throttle_span[0]:
+            return None
+        span = self.throttle_span[1] - self.throttle_span[0]
+        return min(1.0, max(max(last - first for first, last in self.throttled.values()) / span, 0.0))
 
     @property
     def seconds(self) -> float:
@@ -69,6 +115,10 @@ class ProgramLife:
             else 0.0,
             "io_wait_share": self.io_waits / self.samples if self.samples else 0.0,
             "samples": float(self.samples),
+            # Where its cgroups could be read: the share its CPU quota held it back, and
+            # the quota (cores) where there is one.
+            **({"cpu_throttled_share": share} if (share := self.throttled_share()) is not None else {}),
+            **({"cpu_quota_cores": self.quota_cores} if self.quota_cores is not None else {}),
         }
 
 
@@ -81,6 +131,49 @@ def parse_stat(text: str) -> tuple[str, int, str, int] | None:
         return head.partition("(")[2], int(fields[3]), fields[0], int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+def parse_parent(text: str) -> int | None:
+    """The parent pid of a /proc/PID/stat line (or of its head "PID (comm) S PPID"), or None."""
+    fields = text.rpartition(")")[2].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(roots: Iterable[int], parents: Mapping[int, int], limit: int = 256) -> set[int]:
+    """`roots` and every process whose chain of parents reaches one of them (pid ->
+    parent pid, as /proc/PID/stat says), at most `limit` in all (a fork bomb under a
+    server must not make the watch read thousands of processes)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        if pid != parent:
+            children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = sorted(set(roots))
+    while todo and len(found) < limit:
+        pid = todo.pop(0)
+        if pid in found:
+            continue
+        found.add(pid)
+        if pid != 1:  # init holding a socket (socket activation) does not make every process the transfer's
+            todo.extend(sorted(children.get(pid, ())))
+    return found
+
+
+INTERNAL_SFTP = "internal-sftp"
+_SSHD_NAMES = frozenset({"sshd", "sshd-session"})  # OpenSSH 9.8 runs sessions as sshd-session
+
+
+def program_name(comm: str, cmdline: str | None) -> str:
+    """The name a program is journaled under: its comm, except sshd's internal-sftp child
+    (the same comm as every sshd process), which sshd titles "sshd: USER@internal-sftp"."""
+    if comm in _SSHD_NAMES and cmdline:
+        title = cmdline.split("\0")[0].strip()
+        if title.endswith("@" + INTERNAL_SFTP):
+            return INTERNAL_SFTP
+    return comm
 
 
 def parse_schedstat(text: str) -> tuple[float, float] | None:
@@ -117,31 +210,50 @@ def record(
     clocks: tuple[float, float],
     now: float,
     born_after: int | None = None,
-) -> None:
+    cmdline: str | None = None,
+) -> ProgramLife:
     """One sample of a process into `lives` (keyed by pid and start time: a reused pid is
-    another process).  `born_after`: the start ticks of the watch's start where the
-    process's start ticks are on the same clock (this host's)."""
+    another process); the life it went to.  `born_after`: the start ticks of the watch's
+    start where the process's start ticks are on the same clock (this host's).
+    `cmdline`: its /proc/PID/cmdline where read (sshd's children are named by it)."""
     comm, _session, state, start_ticks = stat
     cpu, waited = clocks
     life = lives.get((pid, start_ticks))
     if life is None:
         newborn = born_after is not None and start_ticks >= born_after
         life = lives[(pid, start_ticks)] = ProgramLife(
-            comm, now, now, cpu, cpu, waited, waited, start_ticks=start_ticks, wait_base=0.0 if newborn else waited
+            comm,
+            now,
+            now,
+            cpu,
+            cpu,
+            waited,
+            waited,
+            start_ticks=start_ticks,
+            wait_base=0.0 if newborn else waited,
+            pid=pid,
         )
-    # The name as it is now: `ip netns exec` and taskset exec the program they run.
-    life.name, life.last_seen, life.cpu_last, life.wait_last = comm, now, cpu, waited
+    # The name as it is now: `ip netns exec` and taskset exec the program they run, sshd
+    # titles its child once it knows what the child serves.
+    life.name, life.last_seen, life.cpu_last, life.wait_last = program_name(comm, cmdline), now, cpu, waited
     life.waits.append((now, waited))
     life.samples += 1
     life.io_waits += state == "D"
+    return life
 
 
 class ProgramWatch:
-    """Samples the processes of the sessions it is told of (`add_session`) and the pids
-    it is given (`add_pids`), every `interval()` seconds, until stop()."""
+    """Samples the processes of the sessions it is told of (`add_session`) and the pids it
+    is given with their descendants (`add_pids`), every `interval()` seconds, until
+    stop().  `descend`: False reads the pids alone (a process known to work alone, where
+    reading every process's stat each sample would cost more than it tells).  `root`:
+    where /proc and /sys are (a test's fake tree)."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, root: Path = Path("/"), descend: bool = True) -> None:
         self.interval = interval
+        self.root = root
+        self.descend = descend
+        self._read = file_reader(root)
         self._sessions: set[int] = set()
         self._pids: set[int] = set()
         self._lives: dict[tuple[int, int], ProgramLife] = {}  # (pid, start ticks)
@@ -185,21 +297,43 @@ class ProgramWatch:
     def sample(self) -> None:
         now = time.monotonic()
         with self._lock:
-            sessions, pids = set(self._sessions), set(self._pids)
-        if not sessions and not pids:
+            sessions, roots = set(self._sessions), set(self._pids)
+        if not sessions and not roots:
             return
-        candidates = set(pids)
-        if sessions:
-            candidates.update(int(p) for p in os.listdir("/proc") if p.isdigit())
-        for pid in candidates:
-            stat = read_stat(pid)
-            if stat is None or (pid not in pids and stat[1] not in sessions):
+        # Every process's stat: for the sessions' members and the roots' descendants.
+        texts: dict[int, str] = {}
+        listed: list[int] = []
+        if sessions or self.descend:
+            with contextlib.suppress(OSError):
+                listed = [int(p) for p in os.listdir(self.root / "proc") if p.isdigit()]
+        for pid in {*listed, *roots}:
+            text = self._read(f"/proc/{pid}/stat")
+            if text is not None:
+                texts[pid] = text
+        stats = {pid: stat for pid, text in texts.items() if (stat := parse_stat(text)) is not None}
+        parents = {pid: parent for pid, text in texts.items() if (parent := parse_parent(text)) is not None}
+        wanted = descendants(roots, parents) if self.descend else set(roots)
+        wanted |= {pid for pid, stat in stats.items() if stat[1] in sessions}
+        sampled: list[ProgramLife] = []
+        for pid in sorted(wanted):
+            stat = stats.get(pid)
+            clocks = parse_schedstat(self._read(f"/proc/{pid}/schedstat") or "")
+            if stat is None or clocks is None:
                 continue
-            clocks = read_schedstat(pid)
-            if clocks is None:
-                continue
+            cmdline = self._read(f"/proc/{pid}/cmdline") if stat[0] in _SSHD_NAMES else None
             with self._lock:
-                record(self._lives, pid, stat, clocks, now, self._started_ticks)
+                life = record(self._lives, pid, stat, clocks, now, self._started_ticks, cmdline)
+                known = life.cgroups_known
+            if not known:
+                dirs = cpu_dirs(self._read(f"/proc/{pid}/cgroup") or "")
+                with self._lock:
+                    life.cgroup_dirs, life.cgroups_known = dirs, True
+            sampled.append(life)
+        # Each group's bandwidth once per sample, however many of the programs are in it.
+        readings = read_groups(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs), self._read)
+        with self._lock:
+            for life in sampled:
+                life.record_cgroups(readings, now)
 
     def lives(self) -> list[ProgramLife]:
         with self._lock:
@@ -224,6 +358,77 @@ def summary(lives: Iterable[ProgramLife], side: str, data_start: float | None = 
         if key not in best or values["runnable_share"] > best[key]["runnable_share"]:
             best[key] = values
     return best
+
+
+def remote_view(listings: Mapping[str, float], lives: Iterable[ProgramLife]) -> dict[str, float]:
+    """Result.remote_view: how the remote's listings kept to their schedule (TcpWatch's
+    listing_view), programs_seen (the remote processes sampled at least twice: the data
+    sockets' owners and their descendants), and where their cgroups could be read,
+    cpu_throttled_share (the most any of them was held by its CPU quota, as a share of the
+    time it was watched) and cpu_quota_cores (the smallest quota among them)."""
+    seen = [life for life in lives if life.samples >= 2]
+    view = {**listings, "programs_seen": float(len(seen))}
+    shares = [share for life in seen if (share := life.throttled_share()) is not None]
+    if shares:
+        view["cpu_throttled_share"] = max(shares)
+    quotas = [life.quota_cores for life in seen if life.quota_cores is not None]
+    if quotas:
+        view["cpu_quota_cores"] = min(quotas)
+    return view
+
+
+class BusyHost:
+    """This host's waits for a CPU beside a transfer (Result.host_busy): those of the
+    programs that carry it without being the transfer's own (the capture, given by pid
+    once it runs; a userspace program on the path, given by its pid file: the lab's delay
+    line), sampled by a ProgramWatch of their own; the transfer's own programs' from the
+    transfer's ProgramWatch.  A host so busy that these queue for a core stretches the
+    transfer whatever the path and the remote do."""
+
+    def __init__(self, interval: float, path_pid_file: Path | None = None) -> None:
+        self._watch = ProgramWatch(interval, descend=False)
+        self._roles: dict[int, str] = {}
+        self._path_pid_file = path_pid_file
+
+    def __enter__(self) -> BusyHost:
+        self._watch.__enter__()
+        pid = _pid_in(self._path_pid_file) if self._path_pid_file else None
+        if pid is not None:
+            self.add("delay_line", pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._watch.stop()
+
+    def add(self, role: str, pid: int) -> None:
+        """Watch process `pid` as `role` (a Result.host_busy key)."""
+        self._roles[pid] = role
+        self._watch.add_pids([pid])
+        self._watch.sample()
+
+    def values(self, transfer_programs: Iterable[ProgramLife], duration: float) -> dict[str, float]:
+        """Result.host_busy: per role, the share of its observed life it queued for a core;
+        transfer_programs, the most any of the transfer's programs on this host queued, as
+        a share of the transfer's `duration`; load1 now."""
+        found: dict[str, float] = {}
+        queued = [life.values()["run_queue_seconds"] for life in transfer_programs if life.samples >= 2]
+        if queued and duration > 0:
+            found["transfer_programs"] = min(1.0, max(queued) / duration)
+        for life in self._watch.lives():
+            role = self._roles.get(life.pid)
+            if role is not None and life.samples >= 2 and life.seconds > 0:
+                found[role] = min(1.0, max(found.get(role, 0.0), life.values()["run_queue_seconds"] / life.seconds))
+        found["load1"] = os.getloadavg()[0]
+        return found
+
+
+def _pid_in(path: Path) -> int | None:
+    """The pid a pid file's first word names, if it runs."""
+    try:
+        pid = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if read_stat(pid) is not None else None
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's starttime unit

@@ -27,7 +27,7 @@ from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
-from bigbinf.measure.programs import ProgramWatch
+from bigbinf.measure.programs import BusyHost, ProgramWatch, remote_view
 from bigbinf.measure.programs import summary as program_summary
 from bigbinf.measure.tcp.limits import human_bytes, judge_limit
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
@@ -141,6 +141,8 @@ class Ran:
     # The remote was asked and listed no socket to us: why is known once the capture is
     # (_remote_note): NAT or a server elsewhere, or no connection was made at all.
     remote_listed_none: bool = False
+    remote_view: dict[str, float] = field(default_factory=dict)  # Result.remote_view
+    host_busy: dict[str, float] = field(default_factory=dict)  # Result.host_busy
 
 
 @dataclass(frozen=True)
@@ -441,6 +443,7 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     # host too (a namespace: the lab), else by its stats command's listings (ssh).
     local_programs = ProgramWatch(config.transfer.tcp_interval)
     remote_programs = ProgramWatch(remote_interval)
+    busy = BusyHost(config.transfer.tcp_interval, spec.remote.path_pid_file)  # the capture's and the path's waits
     remote_prefix = spec.remote.stats_argv([])
     local_watch = TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, local_interval) if tcp else None
     # A remote watcher ends with its lifeline; at the latest once the transfer cannot be running.
@@ -468,6 +471,9 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                 raise _CaptureStartError(str(exc)) from None
         watching.enter_context(local_programs)
         watching.enter_context(remote_programs)
+        watching.enter_context(busy)
+        if capture and capture.proc:
+            busy.add("capture", capture.proc.pid)
         try:
             started = time.monotonic()
             for watch in (local_watch, remote_watch):
@@ -532,6 +538,13 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         },
         capture_tool=cap_cfg.tool,
         remote_listed_none=remote_listed_none,
+        remote_view=remote_view(
+            remote_watch.listing_view(),
+            [*remote_programs.lives(), *remote_watch.program_lives()],
+        )
+        if remote_watch
+        else {},
+        host_busy=busy.values(local_programs.lives(), outcome.duration_seconds),
     )
 
 
@@ -661,6 +674,8 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         tcp_remote=dict(ran.tcp_remote.values) if ran.tcp_remote else {},
         tcp_remote_note=ran.tcp_remote_note,
         programs=ran.programs,
+        remote_view=ran.remote_view,
+        host_busy=ran.host_busy,
         congestion_control=_sender_congestion_control(prepared, ran),
     )
     if wire is None:  # no capture, or none that could be read: the wire fields keep their defaults

@@ -37,7 +37,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.measure.programs import ProgramLife, adaptive_interval, parse_schedstat, parse_stat, record
+from bigbinf.measure.cgroups import cpu_dirs, cpu_files, printed_reader, read_groups
+from bigbinf.measure.programs import (
+    ProgramLife,
+    adaptive_interval,
+    descendants,
+    parse_parent,
+    parse_schedstat,
+    parse_stat,
+    record,
+)
 from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
@@ -523,6 +532,12 @@ def _put(
 # ---------------------------------------------------------------- running ss
 
 _PROGRAMS_MARK = "@bigbinf-programs@"  # between ss's listing and the processes' clocks (through ssh)
+_TREE_MARK = "@bigbinf-tree@"  # between the processes' files and every process's parent
+_PROC_FILES = ("stat", "schedstat", "cgroup", "cmdline")  # read of each remote program
+# What of a /proc/PID/stat line the tree needs (grep -o, a basic regex): "PID (comm) S
+# PPID"; comm ends at the last ')' (it may hold spaces and parentheses).
+_STAT_HEAD = "^[0-9]* (.*) . [0-9]*"
+_REMOTE_PROGRAMS = 32  # at most this many remote processes read per listing
 _START_SECONDS = 0.2  # ss subscribes to socket-destroy events within milliseconds
 _READY_SECONDS = 5.0  # at most this long for a remote watcher to log in before sampling starts
 # Seen within milliseconds here; past this, something is off and the fixed wait is used.
@@ -704,7 +719,17 @@ class TcpWatch:
         # Through ssh, the remote's socket owners are sampled by the listings themselves
         # (measure/programs.py's clocks, read by the remote's shell after ss).
         self._program_pids: set[int] = set()
+        self._program_tree: set[int] = set()  # their descendants, as the last listing showed
         self._programs: dict[tuple[int, int], ProgramLife] = {}
+        # How the listings kept to their schedule (listing_view): when the sampler started
+        # and the watch stopped, the listings answered after the first, the longest any
+        # one came after it was due (answered or given up), each answered one's duration.
+        self._sampling_since: float | None = None
+        self._stopped_at: float | None = None
+        self._first_seconds: float | None = None
+        self._answered = 0
+        self._late_max: float | None = None
+        self._durations: list[float] = []
         self._readers: list[threading.Thread] = []
         self._sampler: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -731,6 +756,8 @@ class TcpWatch:
         except TcpStateError as exc:
             self.error = str(exc)
             return
+        finally:
+            self._first_seconds = time.monotonic() - self._started_at
         # The watcher starts after the first listing: a socket that closes in between
         # was there before the watch and must not count as the transfer's.
         try:
@@ -770,19 +797,28 @@ class TcpWatch:
     def _list(self, timeout: float) -> Listing:
         with self._lock:
             ask_owners = self._ask_owners
-            program_pids = sorted(self._program_pids)
+            program_pids = sorted(self._program_pids | self._program_tree)
+            group_dirs = sorted({d for life in self._programs.values() for d in life.cgroup_dirs})
         now = time.monotonic()
         at = now - self._started_at
         argv = self.owners_argv if ask_owners else self.list_argv
-        if program_pids:
-            # Plain words the remote's shell runs after ss: a marker, then each process's
-            # stat and schedstat prefixed with their file names (grep -H), whatever exits.
-            files = [f"/proc/{pid}/{name}" for pid in program_pids for name in ("stat", "schedstat")]
-            argv = [*argv, ";", "echo", _PROGRAMS_MARK, ";", "grep", "-sH", "-e", ".", *files, ";", "true"]
+        files: list[str] = []
+        if program_pids or (ask_owners and self._ssh):
+            # Words the remote's shell runs after ss: a marker, then each process's files
+            # and its cgroups' CPU files prefixed with their names (grep -H; -a: cmdline
+            # holds NULs), then every process's "PID (comm) S PPID" (the tree: the owners'
+            # children, found again each listing, and at once with the owners), whatever
+            # exits.  Paths a remote's cgroup names gave are quoted for its shell; the
+            # glob is the shell's.
+            files = [f"/proc/{pid}/{name}" for pid in program_pids for name in _PROC_FILES] + cpu_files(group_dirs)
+            read_files = ["grep", "-asH", "-e", ".", *map(shlex.quote, files), ";"] if files else []
+            tree = ["grep", "-sho", "-e", shlex.quote(_STAT_HEAD), "/proc/[0-9]*/stat"]
+            argv = [*argv, ";", "echo", _PROGRAMS_MARK, ";", *read_files, "echo", _TREE_MARK, ";", *tree, ";", "true"]
         own, text = _split_own(_run(argv, timeout, "stats command"))
         text, _, clocks = text.partition(_PROGRAMS_MARK + "\n")
-        if clocks:
-            self._record_programs(clocks, now)
+        clocks, _, tree_text = clocks.partition(_TREE_MARK + "\n")
+        if files:
+            self._record_programs(clocks, files, now)
         if own and self._ssh:
             with self._lock:
                 self._own.add(own)
@@ -798,6 +834,8 @@ class TcpWatch:
                     self._program_pids.update(pids)
             elif pids and self.on_owners is not None:
                 self.on_owners(pids)
+        if tree_text:
+            self._grow_tree(tree_text)
         with self._lock:
             # The next listing asks again if this one shows a socket whose owners no
             # listing has asked for (the transfer's, once it connects).
@@ -808,13 +846,16 @@ class TcpWatch:
     def _sample(self) -> None:
         """List every `interval` seconds, one listing at a time (a slow one is followed by
         the next at once), and once more when asked to stop."""
-        due = time.monotonic() + self._pace()
+        self._sampling_since = time.monotonic()
+        due = self._sampling_since + self._pace()
         timed_out = False
         while True:
             stopping = self._stopping.wait(max(0.0, due - time.monotonic()))
             if stopping and timed_out:
                 return  # the remote stopped answering: a last listing would only wait as long again
+            scheduled = min(due, time.monotonic())  # the last one is due when asked to stop
             due = max(due + self._pace(), time.monotonic())
+            asked = time.monotonic()
             try:
                 listing = self._list(self.timeout)
             except TcpStateError as exc:
@@ -825,24 +866,85 @@ class TcpWatch:
                 timed_out = False
                 with self._lock:
                     self._listings.append(listing)
+                    self._answered += 1
+                    self._durations.append(time.monotonic() - asked)
+            with self._lock:
+                self._late_max = max(self._late_max or 0.0, time.monotonic() - scheduled)
             if stopping:
                 return
 
-    def _record_programs(self, text: str, now: float) -> None:
-        """The remote processes' stat and schedstat lines (`/proc/PID/stat:...`) of one
-        listing, as samples of their lives."""
-        read: dict[int, dict[str, str]] = {}
-        for line in text.splitlines():
-            name, sep, content = line.partition(":")
-            parts = name.split("/")
-            if sep and len(parts) == 4 and parts[1] == "proc" and parts[2].isdigit():
-                read.setdefault(int(parts[2]), {})[parts[3]] = content
-        for pid, files in read.items():
-            stat = parse_stat(files.get("stat", ""))
-            clocks = parse_schedstat(files.get("schedstat", ""))
-            if stat is not None and clocks is not None:
-                with self._lock:
-                    record(self._programs, pid, stat, clocks, now)
+    def listing_view(self) -> dict[str, float]:
+        """How the listings kept to their schedule (Result.remote_view's listing keys),
+        once stopped: listings_expected (the first, one per due time from the sampler's
+        start to the stop at the watch's pace, and the last at the stop),
+        listings_received (those answered), listing_late_max_seconds (the longest from
+        when a listing after the first was due until it was answered or given up; the
+        first's own time where it failed: it logs in), listing_seconds_median (the
+        answered ones' after the first, for comparison: a healthy remote's)."""
+        if not self._started or self._stopped_at is None:
+            return {}
+        with self._lock:
+            since = self._sampling_since
+            answered, late, durations = self._answered, self._late_max, list(self._durations)
+        first_ok = self._baseline is not None
+        begin = since if since is not None else self._started_at
+        slots, elapsed = 0, self._pace_at(0.0)
+        while elapsed <= self._stopped_at - begin and slots < 100_000:
+            slots += 1
+            elapsed += self._pace_at(elapsed)
+        view = {
+            "listings_expected": float(1 + slots + (1 if since is not None else 0)),
+            "listings_received": float(answered + first_ok),
+        }
+        if late is None and not first_ok and self._first_seconds is not None:
+            late = self._first_seconds
+        if late is not None:
+            view["listing_late_max_seconds"] = late
+        if durations:
+            view["listing_seconds_median"] = statistics.median(durations)
+        return view
+
+    def _pace_at(self, elapsed: float) -> float:
+        return adaptive_interval(self.interval, elapsed) if self.adaptive else self.interval
+
+    def _record_programs(self, text: str, files: Sequence[str], now: float) -> None:
+        """The remote processes' files (`PATH:line`, grep -H, for the paths asked: `files`)
+        of one listing, as samples of their lives and their cgroups' CPU bandwidth."""
+        printed: dict[str, str] = {}
+        asked = sorted(files, key=len, reverse=True)  # the longest first: a path may prefix another's
+        for line in text.split("\n"):
+            path = next((f for f in asked if line.startswith(f + ":")), None)
+            if path is not None:
+                printed[path] = printed.get(path, "") + line[len(path) + 1 :] + "\n"
+        read = printed_reader(printed)
+        sampled: list[ProgramLife] = []
+        pids = {int(f.split("/")[2]) for f in printed if f.startswith("/proc/")}
+        for pid in sorted(pids):
+            stat = parse_stat(printed.get(f"/proc/{pid}/stat", ""))
+            clocks = parse_schedstat(printed.get(f"/proc/{pid}/schedstat", ""))
+            if stat is None or clocks is None:
+                continue
+            with self._lock:
+                life = record(self._programs, pid, stat, clocks, now, cmdline=printed.get(f"/proc/{pid}/cmdline"))
+                if not life.cgroups_known and f"/proc/{pid}/cgroup" in printed:
+                    life.cgroup_dirs, life.cgroups_known = cpu_dirs(printed[f"/proc/{pid}/cgroup"]), True
+            sampled.append(life)
+        readings = read_groups(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs), read)
+        with self._lock:
+            for life in sampled:
+                life.record_cgroups(readings, now)
+
+    def _grow_tree(self, text: str) -> None:
+        """The socket owners' descendants, from every remote process's "PID (comm) S PPID"."""
+        parents: dict[int, int] = {}
+        for line in text.split("\n"):
+            pid, _, rest = line.strip().partition(" ")
+            parent = parse_parent(rest)
+            if pid.isdigit() and parent is not None:
+                parents[int(pid)] = parent
+        if parents:
+            with self._lock:
+                self._program_tree = descendants(self._program_pids, parents, _REMOTE_PROGRAMS) - self._program_pids
 
     def program_lives(self) -> list[ProgramLife]:
         """The remote's socket owners as the listings through ssh sampled them."""
@@ -850,15 +952,14 @@ class TcpWatch:
             return list(self._programs.values())
 
     def _pace(self) -> float:
-        if not self.adaptive:
-            return self.interval
-        return adaptive_interval(self.interval, time.monotonic() - self._started_at)
+        return self._pace_at(time.monotonic() - self._started_at)
 
     def stop(self) -> TcpSummary | None:
         """Stop; the summary, or None when nothing could be read (then `error` says why)."""
         if self._stopped or not self._started:
             return self.summary
         self._stopped = True
+        self._stopped_at = time.monotonic()
         if self._baseline is None:  # the first listing failed: nothing was started
             return None
         self._stopping.set()
