@@ -5,6 +5,7 @@ real subprocesses through fake prefixes (no root, no mocks)."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -542,6 +543,97 @@ def test_remote_that_stops_answering_is_given_up_on(tmp_path: Path) -> None:
     assert watch.stop() is None
     assert time.monotonic() - start < 2  # no last listing after one that timed out
     assert watch.error.startswith("stats command ") and watch.error.endswith("did not finish in 0.5s")
+    # Evidence in itself: only the first listing came back, the next was given up after
+    # its timeout, and more were due meanwhile.
+    view = watch.listing_view()
+    assert view["listings_received"] == 1 and view["listings_expected"] >= 3, view
+    assert view["listing_late_max_seconds"] >= 0.5, view
+    assert "listing_seconds_median" not in view  # none answered after the first
+
+
+def test_a_remote_that_never_answers_is_counted_too() -> None:
+    hang = TcpWatch([sys.executable, "-c", "import time; time.sleep(60)"], "198.18.0.1", interval=0.1)
+    hang.start_timeout = 0.5
+    with hang:
+        time.sleep(0.3)
+    view = hang.listing_view()
+    assert view["listings_received"] == 0 and view["listings_expected"] >= 1
+    assert view["listing_late_max_seconds"] >= 0.5  # the first listing's own wait
+
+
+# ---------------------------------------------------------------- the remote's programs through its stats command
+
+# An "ssh" whose remote is this host: it runs the words it is given as ssh's server
+# does, joined into one command line for a shell (globs, `;` and quoting included), in
+# a session whose SSH_CONNECTION names a port no socket has.
+FAKE_SSH = textwrap.dedent(
+    """\
+    #!/bin/sh
+    shift
+    SSH_CONNECTION="127.0.0.1 1 127.0.0.1 22" exec sh -c "$*"
+    """
+)
+
+# A server as sshd is laid out: the process holding the connection hands the work to a
+# child that holds no socket (here `sleep`), and waits.
+SERVER = textwrap.dedent(
+    """\
+    import socket, subprocess, sys
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    print(listener.getsockname()[1], flush=True)
+    conn, _ = listener.accept()
+    listener.close()
+    worker = subprocess.Popen(["sleep", "30"])
+    while conn.recv(65536):
+        pass
+    worker.kill()
+    """
+)
+
+
+def test_the_remote_programs_are_the_socket_owners_and_their_children(tmp_path: Path) -> None:
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with TcpWatch([str(ssh), "host"], "127.0.0.1", interval=0.1) as watch:
+            client = socket.create_connection(("127.0.0.1", port))
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                client.sendall(b"x" * 200_000)  # a data flow: its owners are asked for
+                names = {life.name: life for life in watch.program_lives() if life.samples >= 2}
+                if "sleep" in names and (not V1_CPU_STAT or names["sleep"].throttled_share() is not None):
+                    break
+                time.sleep(0.05)
+            client.close()
+        watch.stop()
+    finally:
+        server.kill()
+        server.wait()
+    lives = watch.program_lives()
+    by_pid = {life.pid: life for life in lives}
+    # The server (socket owner), this test (the client end, also to 127.0.0.1), and the
+    # server's child found through the tree: sampled at least twice.
+    assert server.pid in by_pid, [(life.pid, life.name) for life in lives]
+    (worker,) = [life for life in lives if life.name == "sleep"]
+    assert worker.samples >= 2
+    assert worker.cgroups_known and worker.cgroup_dirs  # this host's /proc/PID/cgroup, read through the "remote"
+    if V1_CPU_STAT:  # and its group's cpu.stat, read twice by later listings: not throttled
+        assert worker.throttled_share() == 0.0
+    view = watch.listing_view()
+    assert view["listings_received"] >= 4 and view["listings_expected"] >= view["listings_received"], view
+
+
+# The test's own group's cpu.stat where the kernel mounts cgroup v1's cpu (v2's root has no
+# throttling count): then the throttling is read through the fake remote too.
+V1_CPU_STAT = "throttled_time" in (
+    Path("/sys/fs/cgroup/cpu/cpu.stat").read_text() if Path("/sys/fs/cgroup/cpu/cpu.stat").exists() else ""
+)
 
 
 def test_watch_interval_must_be_positive() -> None:
