@@ -161,6 +161,10 @@ class Result(_Journaled):
     # programs found doing the work, through the data sockets' owners and their process
     # tree), cpu_throttled_share (of the transfer, the remote programs' cgroup was held by
     # its CPU quota: cgroup v1 cpu.stat throttled_time, v2 throttled_usec).  {} = not asked.
+    # Also (measure/programs.py remote_view): listing_seconds_median (how long the answered
+    # listings took: a healthy remote's, beside the late one) and cpu_quota_cores (the
+    # smallest CPU quota over the remote programs' cgroups).  The throttling keys only where
+    # the remote's cgroups could be read; programs' own values carry the same two per program.
     remote_view: dict[str, float] = field(default_factory=dict)
     # This host's waits for a CPU while the transfer ran, as shares of the transfer's
     # duration: transfer_programs (its programs' run-queue time), capture (tcpdump's),
