@@ -65,7 +65,9 @@ def _ssh(layout: LabLayout, control: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def plain_remote(lab_config: Config, tmp: Path, control: Path, upload_dir: Path | None = None) -> Config:
+def plain_remote(
+    lab_config: Config, tmp: Path, control: Path, upload_dir: Path | None = None, port: int = 22
+) -> Config:
     """The lab as a user would point bigbinf at a site: address, key and ssh_config, not
     `lab: true`; the remote's stats over ssh through a ControlMaster."""
     assert lab_config.lab is not None
@@ -75,6 +77,7 @@ def plain_remote(lab_config: Config, tmp: Path, control: Path, upload_dir: Path 
     raw["remotes"] = {
         "site": {
             "address": lab_config.lab.remote_address,
+            "port": port,
             "key": str(layout.client_key),
             "ssh_config": str(layout.ssh_config),
             "data_dir": str(layout.data_dir),
@@ -116,6 +119,55 @@ def master(lab_config: Config, control: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run([*ssh, "-O", "exit", host], check=False, timeout=30, capture_output=True)
+
+
+DEFAULT_SFTP_PORT = 2222
+SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")  # Debian's default `Subsystem sftp`
+
+
+@pytest.fixture(scope="module")
+def default_sftp_sshd(lab_config: Config) -> Iterator[int]:
+    """A second sshd in the lab's remote namespace, configured as a distribution ships it:
+    `Subsystem sftp /usr/lib/openssh/sftp-server` (the writer of an upload is then
+    sftp-server, sshd's child through the user's shell), on DEFAULT_SFTP_PORT; its pid."""
+    assert lab_config.lab is not None
+    layout = LabLayout(lab_config.lab)
+    conf = layout.run_dir / "sshd-default-sftp.conf"
+    lines = []
+    for line in layout.sshd_config.read_text().splitlines():
+        if line.startswith("Subsystem "):
+            line = f"Subsystem sftp {SFTP_SERVER}"
+        elif line.startswith("Port "):
+            line = f"Port {DEFAULT_SFTP_PORT}"
+        elif line.startswith("PidFile "):
+            line = f"PidFile {layout.run_dir / 'sshd-default-sftp.pid'}"
+        lines.append(line)
+    conf.write_text("\n".join(lines) + "\n")
+    conf.chmod(0o600)
+    sshd = subprocess.Popen(
+        ["ip", "netns", "exec", layout.remote_ns, "/usr/sbin/sshd", "-D", "-f", str(conf), "-E",
+         str(layout.run_dir / "sshd-default-sftp.log")],
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            listening = subprocess.run(
+                ["ip", "netns", "exec", layout.remote_ns, "ss", "-tlnH", "sport", f"= :{DEFAULT_SFTP_PORT}"],
+                capture_output=True, text=True, check=False,
+            ).stdout  # fmt: skip
+            if listening.strip():
+                break
+            time.sleep(0.05)
+        yield sshd.pid  # `ip netns exec` execs sshd: the same process
+    finally:
+        sshd.terminate()
+        try:
+            sshd.wait(10)
+        except subprocess.TimeoutExpired:
+            sshd.kill()
+            sshd.wait()
+        conf.unlink(missing_ok=True)
 
 
 def _sshd_pid(lab_config: Config) -> int:
@@ -257,16 +309,22 @@ def slow_remote_disk(lab_config: Config, pid: int, size: int) -> Iterator[tuple[
 
 
 @pytest.mark.skipif(not _v1(BLKIO, "blkio.throttle.write_bps_device"), reason="needs cgroup v1's blkio throttle")
+@pytest.mark.parametrize("subsystem", ["internal-sftp", "sftp-server"])
 def test_the_remote_writer_of_an_upload_to_a_slow_disk_waits_on_it(
-    lab_config: Config, control_dir: Path, tmp_path: Path
+    lab_config: Config, control_dir: Path, tmp_path: Path, request: pytest.FixtureRequest, subsystem: str
 ) -> None:
-    pid = _sshd_pid(lab_config)
+    # The lab's own sshd serves sftp in-process (internal-sftp); the distribution's
+    # default runs sftp-server: either way the writer holds no socket.
+    if subsystem == "internal-sftp":
+        pid, port = _sshd_pid(lab_config), 22
+    else:
+        pid, port = request.getfixturevalue("default_sftp_sshd"), DEFAULT_SFTP_PORT
     with (
         slow_remote_disk(lab_config, pid, 8 << 20) as (mount, device),
         master(lab_config, control_dir),
         listener_in_group(BLKIO, pid, "blkio") as group,
     ):
-        config = plain_remote(lab_config, tmp_path, control_dir, upload_dir=mount)
+        config = plain_remote(lab_config, tmp_path, control_dir, upload_dir=mount, port=port)
         (group / "blkio.throttle.write_bps_device").write_text(f"{device} {SLOW_WRITES}")
         (group / "cgroup.procs").write_text(str(pid))
         result = run(config, "f8m", "upload")
@@ -275,8 +333,8 @@ def test_the_remote_writer_of_an_upload_to_a_slow_disk_waits_on_it(
     assert result.outcome == "ok", result.error
     assert any(line.startswith(f"{device} Write") and int(line.split()[2]) > 0 for line in throttled.splitlines())
     # The writer holds no socket: found through the tree below the socket's owners, and
-    # named for what it serves.
-    writer = result.programs.get("remote internal-sftp")
+    # named for what it is.
+    writer = result.programs.get(f"remote {subsystem}")
     assert writer is not None, result.programs
     assert writer["io_wait_share"] > 0, writer
     assert result.remote_view["programs_seen"] >= 2, result.remote_view  # the session's sshd, its writer
