@@ -245,7 +245,8 @@ def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | Non
             at_once = next(q for q in result.ranked[0][1] if q.start_hour == result.now_hour)
             line = (
                 f"recommendation: {f.option}, started at {start:%Y-%m-%d %H:%M} {zone.key}: "
-                f"{duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)}); started now: {duration_text(at_once.seconds)}"
+                f"{duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)}); "
+                f"started now: {duration_text(at_once.seconds)}"
             )
         return line
     # With a deadline: the option and start (within the next day) that meets it with the
