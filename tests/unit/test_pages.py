@@ -5,14 +5,17 @@ tests/e2e/test_page_browser.py loads the same pages in Chromium."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bigbinf.result import LIMITS, PathBaseline, Result
 from bigbinf.service import logtail, pages
@@ -23,6 +26,7 @@ from bigbinf.service.server import Exporter
 from bigbinf.service.webconfig import WebConfig
 
 from ..support.pages import HOSTILE, SECRET, STDERR_CAUSE, Seeded, seed
+from ..support.prometheus import free_port
 
 
 def result(start: float, outcome: str = "ok", **kw: object) -> Result:
@@ -369,8 +373,7 @@ def test_the_sparkline_draws_every_run_in_its_verdicts_colour() -> None:
 
 def test_one_time_format_on_every_page(seeded: tuple[Seeded, dict[str, Route], Exporter]) -> None:
     """UTC to the second, never an ISO offset or microseconds."""
-    s, table, exporter = seeded
-    exporter.start_scheduler_for_test = None  # type: ignore[attr-defined]
+    s, table, _ = seeded
     for path in ("/", "/sweeps", "/log", f"/transfer/{transfer_id(s.ok)}", f"/transfer/{transfer_id(s.udp)}"):
         page = text(get(table, path))
         assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d|\+00:00|\dT\d{2}:", page), path
@@ -404,3 +407,23 @@ def test_the_sweeps_page_says_how_to_configure_one() -> None:
     assert "No sweep is configured" in page and "sweeps:" in page and "options: {parallel: [1, 4, 8]}" in page
     assert "No sweep has run (config" not in page
     assert "Configured: streams; none has run yet" in pages.sweeps_page({}, ["streams"]).decode()
+
+
+def test_the_next_round_is_the_first_round_the_log_says(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With schedule.start_delay the first round comes before the schedule's: the front
+    page and the log say its time (the demo's "next round at" was the schedule's)."""
+    s = seed(tmp_path)
+    raw = yaml.safe_load(s.config.read_text())
+    raw["schedule"] = {"interval": "1h", "start_delay": "20m"}  # neither comes while the test runs
+    s.config.write_text(yaml.safe_dump(raw))
+    exporter = Exporter(s.config, listen=f"127.0.0.1:{free_port()}")
+    caplog.set_level(logging.INFO, logger="bigbinf")
+    before = time.time()
+    exporter.start()
+    try:
+        shown = exporter.next_round()
+    finally:
+        exporter.stop()
+    when = dt.datetime.strptime(shown, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=dt.UTC).timestamp()
+    assert before + 1200 - 1 <= when <= time.time() + 1200  # the first round's, not the hour's
+    assert f"next round at {shown}" in caplog.text
