@@ -72,7 +72,9 @@ for name in prometheus node-exporter webhook alertmanager exporter; do
   fi
 done
 
-# The first round's time as the exporter schedules it (schedule.start_delay after its start).
+# The first round's time as the exporter schedules it (schedule.start_delay after its
+# start), once it has said it (after restoring its journal: up to 30 s is waited for).
+for _ in $(seq 60); do grep -q "next round at" "$STATE/exporter.log" && break; sleep 0.5; done
 FIRST=$(sed -n 's/.*next round at //p' "$STATE/exporter.log" | tail -n 1)
 cat <<MSG
 
