@@ -98,14 +98,15 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating the Python venv in .venv"
   "$PYTHON" -m venv .venv
 fi
-# The demo and the exporter need the package alone (~60 MB of wheels); the tests also its
-# [test] extras and the report's [report] (~600 MB more: Grafana's SDK, scipy, matplotlib).
+# The demo and the exporter need the package alone (measured from a fresh clone: 320 MB in
+# .venv, numba's llvmlite the most of it, 46 s); the tests also its [test] extras and the
+# report's [report] (750 MB in .venv: Grafana's SDK, scipy, matplotlib, mypy, ...).
 if [ "$FOR_TESTS" = 1 ]; then
   target='.[test,report]'
-  echo "setup: installing bigbinf with the tests' and the report's Python packages into .venv (about 700 MB; a few minutes)"
+  echo "setup: installing bigbinf with the tests' and the report's Python packages into .venv (about 750 MB in .venv; a few minutes)"
 else
   target='.'
-  echo "setup: installing bigbinf and its Python packages into .venv (about 60 MB; under a minute on a fast link)"
+  echo "setup: installing bigbinf and its Python packages into .venv (about 320 MB in .venv; about a minute on a fast link)"
 fi
 .venv/bin/pip install -q --upgrade pip >/dev/null
 if ! .venv/bin/pip install -q --progress-bar off -e "$target"; then
