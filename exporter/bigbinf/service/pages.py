@@ -86,6 +86,7 @@ UNJUDGED_COLOUR = "#999"
 # least USUAL_RUNS of them on the page) is marked "below usual".
 USUAL_SHARE = 0.8
 USUAL_RUNS = 3
+ONE_LINE = 90  # characters of a cause shown in the transfers' table
 
 
 def esc(value: object) -> str:
@@ -310,8 +311,8 @@ def cause_text(r: Result) -> tuple[str, str]:
     else:
         full = r.limited_evidence or "no evidence was recorded"
     first = full.split("\n")[0].split("; ")[0]
-    if len(first) > 110:
-        first = first[:107].rstrip() + "..."
+    if len(first) > ONE_LINE:  # at a word's end: the rest is one click away
+        first = first[: first.rfind(" ", 0, ONE_LINE - 3) if " " in first[: ONE_LINE - 3] else ONE_LINE - 3] + " ..."
     return first, full
 
 
@@ -419,14 +420,40 @@ def front_page(front: Front) -> bytes:
     return document("bigbinf exporter", body)
 
 
+# A transfer's row never changes (its id names one result): made once, kept while it may
+# be on the page (at most pages.recent_transfers' upper bound of them, the oldest made
+# first dropped), so the front page costs joins, not formatting, per row.  A series' row
+# likewise, per window of its runs.
+_ROWS: dict[str, str] = {}
+_SERIES_ROWS: dict[tuple[str, str, str, int, bool, float | None], str] = {}
+_ROWS_KEPT = 10_000
+_rows_lock = threading.Lock()
+
+
 def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front) -> str:
+    """A series' row, kept while its runs on the page (the first and the last, by id,
+    and their count: a window of the ring), its regression and its path are the same."""
+    last_key = runs[-1][0]
+    regressed = regression_open(front.regressions.get(name))
+    key = (name, runs[0][0], last_key, len(runs), regressed, front.bandwidths.get(last_key))
+    row = _SERIES_ROWS.get(key)
+    if row is None:
+        row = _series_row(name, runs, front, regressed)
+        with _rows_lock:
+            _SERIES_ROWS[key] = row
+            while len(_SERIES_ROWS) > _ROWS_KEPT:
+                del _SERIES_ROWS[next(iter(_SERIES_ROWS))]
+    return row
+
+
+def _series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, regressed: bool) -> str:
     results = [r for _, r in runs]
     last_key, last = runs[-1]
     marks = []
     share = below_usual(results)
     if share is not None:
         marks.append(f"below usual ({share:.0%} of its median)")
-    if regression_open(front.regressions.get(name)):
+    if regressed:
         marks.append("regression open")
     cells = (
         esc(name),
@@ -439,14 +466,6 @@ def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front) -> s
     )
     row = row_html(cells, numeric=(2, 3, 5))
     return row.replace("<tr>", "<tr class='slow'>", 1) if marks else row
-
-
-# A transfer's row never changes (its id names one result): made once, kept while it may
-# be on the page (at most pages.recent_transfers' upper bound of them, the oldest made
-# first dropped), so the front page costs joins, not formatting, per row.
-_ROWS: dict[str, str] = {}
-_ROWS_KEPT = 10_000
-_rows_lock = threading.Lock()
 
 
 def transfer_row(key: str, r: Result, bandwidth: float | None = None, secrets: Sequence[str] = ()) -> str:
