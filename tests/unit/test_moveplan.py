@@ -307,3 +307,14 @@ def test_the_command_says_unknown_collapses_equal_hours_and_refuses_a_past_deadl
     p = argparse.ArgumentParser()
     planmove.register(p.add_subparsers())
     assert "%%" not in p.format_help() + p._subparsers._group_actions[0].choices["plan-move"].format_help()  # type: ignore[union-attr]
+
+
+def test_a_start_is_never_in_the_past() -> None:
+    """The current hour starts now (not at its top, minutes ago); any other hour at its
+    next beginning."""
+    now = T0 + 13 * 3600 + 25 * 60 + 7.5  # 13:25:07.5
+    start = planmove._next_start(13, UTC, now)
+    assert now - 1 < start.timestamp() <= now + 1
+    for hour in (0, 12, 14, 23):
+        later = planmove._next_start(hour, UTC, now)
+        assert now < later.timestamp() < now + DAY and later.hour == hour and later.minute == 0
