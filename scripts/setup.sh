@@ -51,7 +51,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   # How much, before any of it: apt's own count and sizes, with the dependencies.
-  plan=$(apt-get install --no-install-recommends --assume-no "${missing[@]}" 2>/dev/null || true)
+  plan=$(LC_ALL=C apt-get install --no-install-recommends --assume-no "${missing[@]}" 2>/dev/null || true)
   total=$(sed -n 's/.* \([0-9][0-9]*\) newly installed.*/\1/p' <<<"$plan")
   sed -n 's/^\(Need to get .*\)/setup: \1/p; s/^\(After this operation, .*\)/setup: \1/p' <<<"$plan"
   echo "setup: ${total:-?} packages with their dependencies; a few minutes on a fast mirror (each is shown as it is set up)"
@@ -61,7 +61,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ -e /usr/sbin/policy-rc.d ]; then cp -p /usr/sbin/policy-rc.d /usr/sbin/policy-rc.d.bigbinf-saved; fi
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'if [ -e /usr/sbin/policy-rc.d.bigbinf-saved ]; then mv /usr/sbin/policy-rc.d.bigbinf-saved /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi' EXIT
-  apt-get install -y -q --no-install-recommends "${missing[@]}" 2>&1 \
+  LC_ALL=C apt-get install -y -q --no-install-recommends "${missing[@]}" 2>&1 \
     | awk -v total="${total:-?}" '/^Setting up / {n++; printf "setup: [%d/%s] %s\n", n, total, $3; fflush()}
                                  /^(E|W): / {print; fflush()}'
   step_done "Debian packages installed" "$step"
