@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import statistics
 import zoneinfo
 from collections import defaultdict, deque
@@ -80,8 +81,24 @@ class Run:
         return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
 
 
+# What differs between two runs of one command: each transfer's private directory
+# (measure/leftovers.py's new_workdir: bigbinf-OWNER-XXXXXXXX, or mkdtemp's 8 characters)
+# and an upload's unique remote name (FILE.<12 hex digits>, measure/transfer.py).
+_PER_RUN = (
+    (re.compile(r"bigbinf-(?:\d+\.\d+\.\d+-)?\w{8}"), "bigbinf-RUN"),
+    (re.compile(r"\.[0-9a-f]{12}(?=$|[/\s])"), ".UPLOAD"),
+)
+
+
 def command_digest(argv: Sequence[str]) -> str:
-    return hashlib.sha256("\0".join(argv).encode()).hexdigest()[:16] if argv else ""
+    """A digest of a run's command, equal for two runs of the same command (the parts
+    that differ per run replaced first)."""
+    if not argv:
+        return ""
+    text = "\0".join(argv)
+    for pattern, same in _PER_RUN:
+        text = pattern.sub(same, text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:

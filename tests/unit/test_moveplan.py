@@ -281,7 +281,11 @@ def test_a_setting_that_runs_the_protocols_own_command_is_merged() -> None:
         for r in own
     ]
     other = [dataclasses.replace(r, sweep_label="parallel=4", argv=["globus-url-copy", "-p", "4"]) for r in sweep]
-    results = [dataclasses.replace(r, argv=argv) for r in own + sweep] + other
+    # Each run in its own private directory (measure/leftovers.py), as the exporter runs them.
+    results = [
+        dataclasses.replace(r, argv=[*argv[:-1], f"file:///w/bigbinf-1.2.{i}-{i:08d}/a"])
+        for i, r in enumerate(own + sweep)
+    ] + other
     fits, _ = fit_all(runs_to(results, "lab"), UTC)
     options = {f.option: f for f in fits}
     assert set(options) == {"gridftp", "gridftp (parallel=4)"}
