@@ -15,6 +15,7 @@ WEBHOOK_PORT=${WEBHOOK_PORT:-5001}
 PIDS="$STATE/pids"
 EXPORTER=.venv/bin/bigbinf-exporter
 
+echo "demo: installing what the demo needs first (scripts/setup.sh; nothing when it is there)"
 scripts/setup.sh
 
 for pair in PROMETHEUS_PORT:$PROMETHEUS_PORT ALERTMANAGER_PORT:$ALERTMANAGER_PORT \
@@ -71,9 +72,14 @@ for name in prometheus node-exporter webhook alertmanager exporter; do
   fi
 done
 
+# The first round's time as the exporter schedules it (schedule.start_delay after its
+# start), once it has said it (after restoring its journal: up to 30 s is waited for).
+for _ in $(seq 60); do grep -q "next round at" "$STATE/exporter.log" && break; sleep 0.5; done
+FIRST=$(sed -n 's/.*next round at //p' "$STATE/exporter.log" | tail -n 1)
 cat <<MSG
 
-bigbinf demo is running (a round of transfers every minute against the lab).
+bigbinf demo is running: the first round of transfers at ${FIRST:-(see the log)}, then one every minute, against the lab.
+  the exporter's pages http://127.0.0.1:$EXPORTER_PORT/ (the last transfers, why each was slow; its log)
   exporter metrics   http://127.0.0.1:$EXPORTER_PORT/metrics
   Prometheus         http://127.0.0.1:$PROMETHEUS_PORT/graph?g0.expr=bigbinf_last_transfer_throughput_bytes_per_second
   Alertmanager       http://127.0.0.1:$ALERTMANAGER_PORT/
@@ -82,6 +88,7 @@ bigbinf demo is running (a round of transfers every minute against the lab).
   journal            $(grep -A1 '^journal:' "$CONFIG" | awk '/path:/ {print $2}')
   logs               $STATE/*.log
   one round now      $EXPORTER --config.file $CONFIG once
+  left behind        $STATE (journal, Prometheus data, logs) and the transfers' workdir: README.md, "Removing the demo"
 Stop with Ctrl-C (or 'make demo-stop' from another terminal).
 MSG
 

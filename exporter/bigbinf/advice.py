@@ -11,6 +11,7 @@ maximum; net.core.rmem_max/wmem_max cap only the buffers an application sets its
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ def _live_buffers(remote: Remote, baseline: PathBaseline | None) -> tuple[dict[s
         except TcpStateError as exc:
             if baseline and side in baseline.buffers:
                 buffers[side] = baseline.buffers[side]
-                notes.append(f"{side}: {exc}; using the values read at {baseline.start_utc}")
+                notes.append(f"{side}: {exc}; using the values read at {_when(baseline.start_timestamp)}")
             else:
                 notes.append(f"{side}: {exc}")
     if not remote.stats_command:
@@ -148,8 +149,13 @@ def _live_buffers(remote: Remote, baseline: PathBaseline | None) -> tuple[dict[s
     return buffers, notes
 
 
+def _when(timestamp: float) -> str:
+    """UTC to the second: the one time format of the exporter's pages, which show this text."""
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _probed_buffers(baseline: PathBaseline) -> tuple[dict[str, dict[str, float]], list[str]]:
-    notes = [f"buffers as the path probe read them at {baseline.start_utc} (`advise` reads them live)"]
+    notes = [f"buffers as the path probe read them at {_when(baseline.start_timestamp)} (`advise` reads them live)"]
     if baseline.remote_note:
         notes.append(f"remote: {baseline.remote_note}")
     return dict(baseline.buffers), notes
@@ -201,7 +207,7 @@ def _path_advice(
         lines.append("   no path baseline yet: run a round first (`once`, or wait for the schedule)")
         return "\n".join(lines)
     b = baseline
-    lines.append(f"   probed {b.start_utc} ({b.probes_sent} {b.method} probes)")
+    lines.append(f"   probed {_when(b.start_timestamp)} ({b.probes_sent} {b.method} probes)")
     if b.probes_answered:
         rtts = "/".join(f"{(v or 0) * 1000:.2f}" for v in (b.rtt_min_seconds, b.rtt_avg_seconds, b.rtt_max_seconds))
         lines.append(
@@ -232,7 +238,8 @@ def _path_advice(
     for r in recent:
         where = f" ({r.limited_side})" if r.limited_side else ""
         lines.append(
-            f"     {r.protocol}/{r.dataset}/{r.direction} {r.start_utc}: {r.limited_by}{where}: {r.limited_evidence}"
+            f"     {r.protocol}/{r.dataset}/{r.direction} {_when(r.start_timestamp)}: "
+            f"{r.limited_by}{where}: {r.limited_evidence}"
         )
         if r.limited_next_step:
             lines.append(f"       next: {r.limited_next_step}")

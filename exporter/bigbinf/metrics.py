@@ -638,6 +638,7 @@ def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:
     """The move gauges of one remote and size: (metric, labels beyond remote and size,
     value).  Like the others, the single owner of this mapping."""
     yield MOVE_PREDICTED.name, (), p.seconds
-    yield MOVE_PREDICTED_LOWER.name, (), p.lower
-    yield MOVE_PREDICTED_UPPER.name, (), p.upper
+    if p.interval_known:  # too few runs for an interval: no bound, rather than a made-up one
+        yield MOVE_PREDICTED_LOWER.name, (), p.lower
+        yield MOVE_PREDICTED_UPPER.name, (), p.upper
     yield MOVE_RECOMMENDATION.name, (("option", p.option), ("start_hour", f"{p.start_hour:02d}")), 1.0

@@ -19,7 +19,15 @@ setting):
 * **Prediction interval** (90% by default): the 5th and 95th percentiles of the runs'
   rate residuals after the hour effect (Student's t on their SD below 20 runs), widened
   by the rate's own standard error; applied to the whole move's rate (a slow day slows
-  all of it: no averaging is assumed).
+  all of it: no averaging is assumed).  The residuals' degrees of freedom are the runs
+  less the parameters the line took from them (two runs at two sizes fit a line
+  exactly: a spread of zero that says nothing); below MIN_INTERVAL_DOF the interval is
+  **unknown** (NaN bounds, said so, no bound published), never a narrow one.
+* **Which option, which hour**: options with a known interval before those without
+  (never preferred for having fewer runs), then by point prediction; start hours whose
+  prediction is within TIE of the best are ties, broken toward the earliest start from
+  now.  A sweep's setting whose command is the protocol's own (the same argv at the same
+  sizes) is the same option: its runs are merged into the protocol's.
 * **Capped by the path**: never faster than the path's bandwidth estimate (the last
   probe's, bigbinf_path_bandwidth_bytes_per_second), and said when capped.
 
@@ -29,12 +37,14 @@ command can say it.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 import statistics
 import zoneinfo
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -46,6 +56,11 @@ DAY = 86400.0
 HOUR_WINDOW = 1.5  # hours either way: the runs that make a start hour's effect
 MIN_HOUR_RUNS = 3
 MIN_EMPIRICAL = 20  # residuals for empirical percentiles; fewer: Student's t on their SD
+# Residual degrees of freedom (runs less the line's parameters) below which no interval
+# is given: with one, Student's t at 90% is 6.3 SDs of a single difference, and with
+# none there is no spread at all.
+MIN_INTERVAL_DOF = 2
+TIE = 0.01  # start hours predicted within 1% of the best are ties: the earliest start wins
 
 
 @dataclass(frozen=True)
@@ -59,10 +74,31 @@ class Run:
     seconds: float
     timestamp: float
     source: str  # exporter | sweep
+    command: str = ""  # a digest of the run's argv ("" not journaled): equal settings merge
 
     @property
     def option(self) -> str:
         return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
+
+
+# What differs between two runs of one command: each transfer's private directory
+# (measure/leftovers.py's new_workdir: bigbinf-OWNER-XXXXXXXX, or mkdtemp's 8 characters)
+# and an upload's unique remote name (FILE.<12 hex digits>, measure/transfer.py).
+_PER_RUN = (
+    (re.compile(r"bigbinf-(?:\d+\.\d+\.\d+-)?\w{8}"), "bigbinf-RUN"),
+    (re.compile(r"\.[0-9a-f]{12}(?=$|[/\s])"), ".UPLOAD"),
+)
+
+
+def command_digest(argv: Sequence[str]) -> str:
+    """A digest of a run's command, equal for two runs of the same command (the parts
+    that differ per run replaced first)."""
+    if not argv:
+        return ""
+    text = "\0".join(argv)
+    for pattern, same in _PER_RUN:
+        text = pattern.sub(same, text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
@@ -77,6 +113,7 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
             r.duration_seconds,
             r.start_timestamp,
             r.source,
+            command_digest(r.argv),
         )
         for r in results
         if r.remote == remote
@@ -135,10 +172,16 @@ class Fit:
     first: float
     last: float
     setup_from: str = ""  # where the setup came from when not from this option's sizes
+    dof: int = 0  # residual degrees of freedom: residuals less the parameters fitted
+    merged: tuple[str, ...] = ()  # sweep settings whose command is this option's own
 
     @property
     def option(self) -> str:
         return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
+
+    @property
+    def interval_known(self) -> bool:
+        return self.dof >= MIN_INTERVAL_DOF
 
     def rate_at(self, hour: int) -> float:
         effect = self.hour_effect[hour % 24]
@@ -146,16 +189,21 @@ class Fit:
 
     def residual_bounds(self, level: float) -> tuple[float, float]:
         """Log-rate residual quantiles (lower, upper) for a `level` interval, widened by
-        the rate's standard error."""
+        the rate's standard error; (nan, nan) when the runs leave too few degrees of
+        freedom to say (interval_known)."""
+        if not self.interval_known:
+            return math.nan, math.nan
         tail = (1 - level) / 2
-        res = np.array(self.residuals) if self.residuals else np.zeros(1)
+        res = np.array(self.residuals)
         z = statistics.NormalDist().inv_cdf(1 - tail)
         if len(res) >= MIN_EMPIRICAL:
             lo, hi = float(np.quantile(res, tail)), float(np.quantile(res, 1 - tail))
         else:
-            n = max(len(res), 2)
-            sd = float(np.std(res, ddof=1)) if len(res) > 1 else 0.0
-            spread = _t_quantile(1 - tail, n - 1) * sd * math.sqrt(1 + 1 / n)
+            n = len(res)
+            # The SD on the residual degrees of freedom, not n - 1: the line's parameters
+            # were taken from these same runs.
+            sd = math.sqrt(float(np.sum((res - res.mean()) ** 2)) / self.dof)
+            spread = _t_quantile(1 - tail, self.dof) * sd * math.sqrt(1 + 1 / n)
             lo, hi = -spread, spread
         widen = z * self.rate_log_se
         return lo - widen, hi + widen
@@ -241,6 +289,7 @@ def fit(runs: Sequence[Run], zone: zoneinfo.ZoneInfo, setup_hint: tuple[float, s
     shift = np.array([e or 0.0 for e in effect])
     residuals = [float(v) for v in log_ratio - shift[hours]] if len(hours) else []
     n = len(runs)
+    parameters = (2 + (len(files) >= 2)) if len(sizes) >= 2 else 1
     if len(sizes) >= 2 and n > 2:
         fitted = setup + per_file * f + x * slope
         sigma2 = float(np.sum((y - fitted) ** 2)) / max(n - 2 - (len(files) >= 2), 1)
@@ -265,6 +314,7 @@ def fit(runs: Sequence[Run], zone: zoneinfo.ZoneInfo, setup_hint: tuple[float, s
         min(r.timestamp for r in runs),
         max(r.timestamp for r in runs),
         setup_from,
+        max(len(residuals) - parameters, 0),
     )
 
 
@@ -276,6 +326,19 @@ class Prediction:
     lower: float
     upper: float
     capped: bool  # the path's bandwidth capped the rate at some hour
+
+    @property
+    def interval_known(self) -> bool:
+        return not (math.isnan(self.lower) or math.isnan(self.upper))
+
+
+def best_start(predictions: Sequence[Prediction], now_hour: int) -> Prediction:
+    """The start hour to recommend: the fastest, and among hours within TIE of it (a
+    flat day: every hour the same) the earliest from `now_hour` on, never one hours
+    away for no gain."""
+    fastest = min(p.seconds for p in predictions)
+    ties = [p for p in predictions if p.seconds <= fastest * (1 + TIE)]
+    return min(ties, key=lambda p: (p.start_hour - now_hour) % 24)
 
 
 def _steady_seconds(fit_: Fit, size: float, start_hour: int, factor: float, cap: float | None) -> tuple[float, bool]:
@@ -319,6 +382,8 @@ def predict(
     fixed = fit_.setup_seconds + fit_.per_file_seconds * (files - 1)
     lo, hi = bounds if bounds is not None else fit_.residual_bounds(level)
     point, capped = _steady_seconds(fit_, size, start_hour, 1.0, cap)
+    if math.isnan(lo) or math.isnan(hi):
+        return Prediction(fit_.option, start_hour, fixed + point, math.nan, math.nan, capped)
     slow, _ = _steady_seconds(fit_, size, start_hour, math.exp(lo), cap)
     fast, _ = _steady_seconds(fit_, size, start_hour, math.exp(hi), cap)
     return Prediction(fit_.option, start_hour, fixed + point, fixed + fast, fixed + slow, capped)
@@ -332,13 +397,14 @@ class Plan:
     ranked: tuple[tuple[Fit, tuple[Prediction, ...]], ...]  # best first; 24 start hours each
     refused: dict[str, str] = field(default_factory=dict)  # option -> why no prediction
     bandwidth: float | None = None
+    now_hour: int = 0  # the local hour the plan was made at: ties start then
 
     @property
     def best(self) -> tuple[Fit, Prediction] | None:
         if not self.ranked:
             return None
         fit_, hours = self.ranked[0]
-        return fit_, min(hours, key=lambda p: (p.seconds, p.upper))
+        return fit_, best_start(hours, self.now_hour)
 
 
 def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], dict[str, str]]:
@@ -347,6 +413,11 @@ def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], di
     by_option: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for r in runs:
         by_option[(r.protocol, r.setting)].append(r)
+    merged: dict[str, list[str]] = defaultdict(list)
+    for key in [k for k in by_option if k[1] and (k[0], "") in by_option]:
+        if same_command(by_option[key], by_option[(key[0], "")]):
+            merged[key[0]].append(by_option[key][0].option)
+            by_option[(key[0], "")].extend(by_option.pop(key))
     fits: dict[tuple[str, str], Fit] = {}
     refused: dict[str, str] = {}
     for key in sorted(by_option, key=lambda k: (k[1] != "", k)):
@@ -358,8 +429,23 @@ def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], di
         if isinstance(result, str):
             refused[by_option[key][0].option] = result
         else:
-            fits[key] = result
+            fits[key] = replace(result, merged=tuple(sorted(merged.get(key[0], ())))) if not key[1] else result
     return list(fits.values()), refused
+
+
+def same_command(setting: Sequence[Run], own: Sequence[Run]) -> bool:
+    """A sweep's setting runs the protocol's own command: at every size and file count
+    both measured, the setting's commands are among the protocol's (and at least one
+    such size, and every command journaled)."""
+    commands: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for r in own:
+        commands[(r.bytes, r.files)].add(r.command)
+    shared = [r for r in setting if (r.bytes, r.files) in commands]
+    return (
+        bool(shared)
+        and all(r.command for r in setting)
+        and all(r.command in commands[(r.bytes, r.files)] for r in shared)
+    )
 
 
 def rank(
@@ -370,15 +456,18 @@ def rank(
     files: int = 1,
     bandwidth: float | None = None,
     level: float = 0.9,
+    now_hour: int = 0,
 ) -> Plan:
-    """The fitted options ranked for one move by their best start hour's prediction."""
+    """The fitted options ranked for one move: those with a known interval first (an
+    option is never preferred for having too few runs to have one), then by their best
+    start hour's point prediction."""
     ranked = []
     for f in fits:
         bounds = f.residual_bounds(level)
         hours = tuple(predict(f, size, files, h, level, bandwidth, bounds) for h in range(24))
         ranked.append((f, hours))
-    ranked.sort(key=lambda item: min((p.seconds, p.upper) for p in item[1]))
-    return Plan(remote, size, files, tuple(ranked), dict(refused), bandwidth)
+    ranked.sort(key=lambda item: (not item[0].interval_known, min(p.seconds for p in item[1]), item[0].option))
+    return Plan(remote, size, files, tuple(ranked), dict(refused), bandwidth, now_hour)
 
 
 def plan(
@@ -389,10 +478,11 @@ def plan(
     zone: zoneinfo.ZoneInfo | None = None,
     bandwidth: float | None = None,
     level: float = 0.9,
+    now_hour: int = 0,
 ) -> Plan:
     """Every option to `remote` fitted and ranked by its best start hour's prediction."""
     fits, refused = fit_all(runs, zone or zoneinfo.ZoneInfo("UTC"))
-    return rank(fits, refused, remote, size, files, bandwidth, level)
+    return rank(fits, refused, remote, size, files, bandwidth, level, now_hour)
 
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
@@ -410,6 +500,8 @@ size_label = _size  # the `size` label of bigbinf_move_predicted_seconds: "40TiB
 
 
 def duration_text(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "unknown"
     if not math.isfinite(seconds):
         return "never"
     s = round(seconds)

@@ -5,11 +5,19 @@ as a process behind basic auth, started on a seeded journal (tests/support/pages
 What a browser proves that the unit tests cannot: the pages load with no console error
 (a CSP violation, a failed fetch, a script error all land there), the links lead where
 they say, a failed transfer's cause is on its page, and hostile text from the config and
-the journal is shown as text: no alert opens and no script element exists."""
+the journal is shown as text: no alert opens and no script element exists.  And what a
+person sees (issue 38): each transfer's verdict tag equal to the journal's, its evidence
+one click away (a <details> opened with a click, no script), judged, unjudged, failed and
+UDT transfers, a series in an open regression marked, one time format, the exporter's
+log.  Each page is screenshot whole (scripts/page-screenshots.sh writes them to docs/
+for docs/pages.md: set BIGBINF_SCREENSHOTS to a directory)."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import re
 import secrets
 import shutil
 import urllib.error
@@ -24,7 +32,7 @@ import yaml
 from bigbinf.service.recent import transfer_id
 
 from ..support.exporter import ExporterProcess
-from ..support.pages import HOSTILE, SECRET, STDERR_CAUSE, Seeded, seed
+from ..support.pages import HOSTILE, SECRET, STDERR_CAUSE, UNJUDGED_EVIDENCE, Seeded, seed
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
@@ -62,7 +70,7 @@ class Pages:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pages]:
     tmp = tmp_path_factory.mktemp("pages")
-    seeded = seed(tmp)
+    seeded = seed(tmp, regressed=True)
     password = secrets.token_urlsafe(12)
     web = tmp / "web.yml"
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=6)).decode()
@@ -129,7 +137,7 @@ def test_front_page_links_to_a_failed_transfer_that_shows_its_cause(site: Pages)
     assert cause == f"failed: curl exited 7: {STDERR_CAUSE}"
     assert "curl --fail -o /var/tmp/bigbinf/a.bin http://198.18.9.2/a.bin" in driver.page_source  # type: ignore[attr-defined]
     # Every link of the navigation leads to a page that loads.
-    for name, path in (("Configuration", "config"), ("Sweeps", "sweeps"), ("Transfers", "")):
+    for name, path in (("Configuration", "config"), ("Sweeps", "sweeps"), ("Log", "log"), ("Transfers", "")):
         driver.find_element(By.LINK_TEXT, name).click()  # type: ignore[attr-defined]
         assert driver.current_url == site.base + path  # type: ignore[attr-defined]
         assert_clean(site)
@@ -158,3 +166,130 @@ def test_hostile_text_shows_as_text(site: Pages) -> None:
     load(site, "/sweeps")
     rows = site.driver.find_elements(By.CSS_SELECTOR, "tbody tr")  # type: ignore[attr-defined]
     assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == ["streams=4", "streams=1 (baseline)"]
+
+
+# ---------------------------------------------------------------- what a person sees (issue 38)
+
+TIME = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?: ?UTC|[+-]\d{2}:\d{2})?")
+ONE_FORMAT = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC")
+
+
+def screenshot(site: Pages, name: str) -> Path:
+    """The whole page as a PNG (Chromium's own capture beyond the viewport): into
+    $BIGBINF_SCREENSHOTS when set (docs/), else beside the test's files."""
+    out = Path(os.environ.get("BIGBINF_SCREENSHOTS") or site.seeded.config.parent / "screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    driver = site.driver
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]  # type: ignore[attr-defined]
+    clip = {"x": 0, "y": 0, "width": min(size["width"], 1400), "height": min(size["height"], 4000), "scale": 1}
+    shot = driver.execute_cdp_cmd(  # type: ignore[attr-defined]
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path = out / f"page-{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    return path
+
+
+def journal(site: Pages) -> dict[str, dict[str, object]]:
+    """The journal as written: by transfer id, its JSON (the truth the page is held to)."""
+    from bigbinf.result import Result
+
+    out = {}
+    for line in site.seeded.journal.read_text().splitlines():
+        r = Result.from_json(json.loads(line))
+        out[transfer_id(r)] = json.loads(line)
+    return out
+
+
+def assert_one_time_format(text: str, where: str) -> None:
+    times = TIME.findall(text)
+    assert times, where
+    odd = [t for t in times if not ONE_FORMAT.fullmatch(t)]
+    assert odd == [], (where, odd)
+
+
+def test_the_front_page_says_what_is_slow_and_why(site: Pages) -> None:
+    site.driver.set_window_size(1400, 1000)  # type: ignore[attr-defined]
+    load(site, "/")
+    driver = site.driver
+    truth = journal(site)
+    rows = driver.find_elements(By.CSS_SELECTOR, "h2 + p + table tbody tr")  # type: ignore[attr-defined]
+    seen = set()
+    for row in rows:
+        link = row.find_elements(By.CSS_SELECTOR, "td:first-child a")
+        if not link:
+            continue
+        key = link[0].get_attribute("href").rsplit("/", 1)[1]
+        r = truth[key]
+        tag = row.find_element(By.CSS_SELECTOR, "span.tag").text
+        expected = r["limited_by"] if r["outcome"] == "ok" and r["limited_by"] else r["outcome"]
+        if r["outcome"] == "ok" and not r["limited_by"]:
+            expected = "not judged"
+        assert tag == expected, (key, tag, r["limited_by"], r["outcome"])
+        cells = row.find_elements(By.TAG_NAME, "td")
+        if r["outcome"] == "ok":  # the share of the path's 12.5 MB/s, from the journal's own numbers
+            rate = r["file_bytes"] / r["duration_seconds"]  # type: ignore[operator]
+            assert cells[4].text == f"{rate / 12.5e6:.0%}", key
+        seen.add(expected)
+    assert {"receive_window", "congestion", "application", "not judged", "failed"} <= seen
+    body = driver.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
+    # Not judged: what was seen; UDT: no TCP state.
+    assert UNJUDGED_EVIDENCE.split("; ")[0] in body
+    assert "no TCP state (UDP on the wire)" in body
+    # The evidence is one click away: hidden, then shown by a click on its summary.
+    ok = transfer_id(site.seeded.ok)
+    row = driver.find_element(By.XPATH, f"//a[@href='transfer/{ok}']/ancestor::tr")  # type: ignore[attr-defined]
+    detail = row.find_element(By.CSS_SELECTOR, "details > div")
+    assert not detail.is_displayed()
+    row.find_element(By.TAG_NAME, "summary").click()
+    assert detail.is_displayed() and "next step: raise net.ipv4.tcp_rmem's maximum on this host" in detail.text
+    # The series in an open regression is marked (the exporter's own test, on the journal's weeks).
+    slow = driver.find_elements(By.CSS_SELECTOR, "tr.slow")  # type: ignore[attr-defined]
+    assert [r.find_element(By.TAG_NAME, "td").text for r in slow] == [site.seeded.regressed]
+    assert "regression open" in slow[0].text and "below usual" in slow[0].text
+    assert slow[0].find_element(By.CSS_SELECTOR, "span.tag").text == "congestion"
+    dots = slow[0].find_elements(By.CSS_SELECTOR, "svg circle")
+    assert len(dots) == 30 - 6 - 5  # every run of the series on the page: 30 less the sweep's and the others
+    # No empty header row; one time format.
+    for head in driver.find_elements(By.CSS_SELECTOR, "thead tr"):  # type: ignore[attr-defined]
+        assert head.text.strip(), "an empty header row"
+    assert_one_time_format(body, "/")
+    assert_clean(site)
+    screenshot(site, "front")
+
+
+def test_every_page_has_one_time_format_and_is_screenshot(site: Pages) -> None:
+    site.driver.set_window_size(1400, 1000)  # type: ignore[attr-defined]
+    for name, path in (
+        ("transfer", f"/transfer/{transfer_id(site.seeded.ok)}"),
+        ("transfer-udt", f"/transfer/{transfer_id(site.seeded.udp)}"),
+        ("transfer-failed", f"/transfer/{transfer_id(site.seeded.failed)}"),
+        ("sweeps", "/sweeps"),
+        ("config", "/config"),
+        ("log", "/log"),
+    ):
+        load(site, path)
+        body = site.driver.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
+        if name != "config":  # the config's YAML has no time in it
+            assert_one_time_format(body, path)
+        for head in site.driver.find_elements(By.CSS_SELECTOR, "thead tr"):  # type: ignore[attr-defined]
+            assert head.text.strip(), (path, "an empty header row")
+        screenshot(site, name)
+    load(site, f"/transfer/{transfer_id(site.seeded.udp)}")
+    body = site.driver.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
+    assert "What limited it\nnot judged no TCP state (UDP on the wire)" in body
+
+
+def test_the_log_page_shows_the_exporters_own_log_redacted(site: Pages) -> None:
+    load(site, "/log")
+    shown = site.driver.find_element(By.CSS_SELECTOR, "pre.log").text  # type: ignore[attr-defined]
+    log_file = (site.seeded.config.parent / "exporter.log").read_text()
+    # Every line the page shows is one the exporter wrote to its stderr (its own log), and
+    # the start's lines are there: what it restored, when the next round is.
+    assert "restored" in shown and "next round at" in shown and "listening on" in shown
+    for line in shown.splitlines():
+        message = line.split(": ", 1)[1] if ": " in line else line
+        assert message in log_file, line
+    assert SECRET not in site.driver.page_source  # type: ignore[attr-defined]
+    assert_one_time_format(shown, "/log")

@@ -51,6 +51,11 @@ def test_a_move_takes_what_the_rounds_predict(make_lab) -> None:
         assert runner.run_round(rounds) is not None
     runs = runs_to(runner.journal.read(), "lab")
     assert len(runs) == 9
+    # Three real runs of one command are one command to plan-move (each ran in its own
+    # private directory): what lets a sweep's setting that is the protocol's own merge.
+    for size in {r.bytes for r in runs}:
+        assert len({r.command for r in runs if r.bytes == size}) == 1, size
+    assert all(r.command for r in runs)
     # The path's bandwidth estimate caps the rate, as plan-move and the exporter use it.
     the_plan = plan(runs, "lab", 64 * MIB, zone=UTC, bandwidth=link, level=0.99)
     assert the_plan.best is not None

@@ -1,11 +1,14 @@
 """A configuration and journals for the exporter's pages (service/pages.py): an ok
-transfer judged with its evidence, a failed one with its command's stderr tail, a sweep's
-run, a path baseline, a kept pcap; and hostile text where the config and the journal
-allow it.  Shared by tests/unit/test_pages.py, tests/e2e/test_page_browser.py and
+transfer judged with its evidence, one not judged with what was seen, a UDT one (UDP: no
+TCP state), a failed one with its command's stderr tail, a sweep's run, a path baseline,
+a kept pcap; with `regressed`, a series of four weeks whose last three runs are half its
+usual throughput (an open regression); and hostile text where the config and the
+journal allow it.  Shared by tests/unit/test_pages.py, tests/e2e/test_page_browser.py and
 benchmarks/bench_pages.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,17 +30,28 @@ class Seeded:
     ok: Result
     failed: Result
     hostile: Result  # a custom command's run whose evidence holds HOSTILE
+    unjudged: Result  # ok, no verdict, its evidence as seen
+    udp: Result  # gridftp over UDT: not judged, no TCP state
+    regressed: str  # the series name (pages.series) in an open regression, "" without
 
 
-def seed(tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_000_000.0) -> Seeded:
+UNJUDGED_EVIDENCE = "no limit found: 180 kB in flight of a 1.2 MB BDP; 28% of the path"
+DAY = 86400.0
+
+
+def seed(
+    tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_000_000.0, regressed: bool = False
+) -> Seeded:
     """`series` extra datasets (each a series of the http protocol) with `per_series`
-    ok results each, beside the three named results."""
+    ok results each, beside the named results."""
     journal = tmp / "journal.jsonl"
     key = tmp / "id_site"  # bbftp logs in with a key: a private one, as ssh wants it (never used)
     key.write_text("not a key\n")
     key.chmod(0o600)
     datasets = {"a": {"file": "a.bin", "size": "1MiB"}}
     datasets |= {f"d{i}": {"file": f"d{i}.bin", "size": "1MiB"} for i in range(series)}
+    if regressed:
+        datasets["b"] = {"file": "b.bin", "size": "1MiB"}
     raw = {
         # No probes and a round an hour away: nothing leaves this machine.
         "remotes": {
@@ -47,6 +61,7 @@ def seed(tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_0
         "protocols": {
             "http": {},
             "bbftp": {},  # the sweep's protocol (an option to vary: streams)
+            "gridftp-udt": {"module": "gridftp", "options": {"udt": True}},
             # A command element may hold any text: it must show as text on /config.
             "mine": {
                 "command": ["mycopy", f"--title={HOSTILE}", f"--password={SECRET}", "{remote_path}", "{local_path}"],
@@ -55,6 +70,8 @@ def seed(tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_0
         "schedule": {"interval": "1h"},
         "journal": {"path": str(journal)},
         "capture": {"keep": True},
+        # With the regression's four weeks: a front page of the newest 30, not 100.
+        "pages": {"recent_transfers": 30 if regressed else 100},
         "sweeps": {
             "streams": {"protocol": "bbftp", "remote": "site", "datasets": ["a"], "options": {"streams": [1, 4]}}
         },
@@ -125,7 +142,74 @@ def seed(tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_0
         argv=["mycopy", f"--title={HOSTILE}", "--password=***", "/data/a.bin", "/var/tmp/bigbinf/a.bin"],
         **common,
     )
-    results = [ok, failed, hostile]
+    unjudged = Result(
+        "http",
+        "site",
+        "a",
+        "download",
+        start + 5,
+        "ok",
+        duration_seconds=3.0,
+        file_bytes=1 << 20,
+        transport="tcp",
+        limited_evidence=UNJUDGED_EVIDENCE,
+        **common,
+    )
+    udp = Result(
+        "gridftp-udt",
+        "site",
+        "a",
+        "download",
+        start + 35,
+        "ok",
+        duration_seconds=0.5,
+        file_bytes=1 << 20,
+        transport="udp",
+        data_flows=1,
+        **common,
+    )
+    results = [ok, failed, hostile, unjudged, udp]
+    name = ""
+    if regressed:
+        # 27 days of three runs a day at this time of day near 2.0 MB/s, then three at
+        # half that: an open regression (bigbinf/regression.py's defaults).
+        name = "http site/b download"
+        for d in range(27, 0, -1):
+            for k in range(3):
+                rate = 2.0e6 * (1 + 0.02 * ((d * 3 + k) % 5 - 2))
+                results.append(
+                    Result(
+                        "http",
+                        "site",
+                        "b",
+                        "download",
+                        start - d * DAY + k * 600,
+                        "ok",
+                        duration_seconds=(1 << 20) / rate,
+                        file_bytes=1 << 20,
+                        limited_by="congestion",
+                        limited_side="path",
+                        limited_evidence="cwnd-limited 90% of busy time",
+                        **common,
+                    )
+                )
+        for k in range(3):
+            results.append(
+                Result(
+                    "http",
+                    "site",
+                    "b",
+                    "download",
+                    start + 50 + k * 10,
+                    "ok",
+                    duration_seconds=(1 << 20) / (1.0e6 * (1 + 0.01 * k)),
+                    file_bytes=1 << 20,
+                    limited_by="congestion",
+                    limited_side="path",
+                    limited_evidence="cwnd-limited 95% of busy time; 4% of packets retransmitted",
+                    **common,
+                )
+            )
     for i in range(series):
         for k in range(per_series):
             results.append(
@@ -181,5 +265,6 @@ def seed(tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_0
         bandwidth_source="configured",
         buffers={"local": {"tcp_rmem": 6291456.0, "tcp_wmem": 4194304.0, "rmem_max": 212992.0, "wmem_max": 212992.0}},
     )
-    (tmp / "journal.paths.jsonl").write_text(json.dumps(baseline.to_json()) + "\n")
-    return Seeded(config, journal, pcap, ok, failed, hostile)
+    older = dataclasses.replace(baseline, start_timestamp=start - 40 * DAY)  # before the regression's weeks
+    (tmp / "journal.paths.jsonl").write_text(json.dumps(older.to_json()) + "\n" + json.dumps(baseline.to_json()) + "\n")
+    return Seeded(config, journal, pcap, ok, failed, hostile, unjudged, udp, name)

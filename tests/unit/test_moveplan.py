@@ -5,6 +5,7 @@ exporter for the configured sizes."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -17,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
-from bigbinf.moveplan import Fit, Run, fit, plan, predict, runs_to
+from bigbinf.moveplan import Fit, Run, duration_text, fit, fit_all, plan, predict, runs_to
 from bigbinf.result import Result
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
@@ -199,3 +200,125 @@ def test_runs_to_keeps_the_remotes_ok_scheduled_and_sweep_runs() -> None:
         Result("http", "lab", "d", "upload", T0, "ok", duration_seconds=2.0, file_bytes=100),
     ]
     assert [r.source for r in runs_to(results, "lab")] == ["exporter"]
+
+
+# ---------------------------------------------------------------- little history (issue 38)
+
+
+def few(n: int, protocol: str = "http", rate: float = 25e6, noise: float = 0.05, seed: int = 7) -> list[Run]:
+    """`n` runs at alternating sizes (32 and 256 MiB), all at 03h: a line of two
+    parameters, so n - 2 residual degrees of freedom."""
+    rng = np.random.default_rng(seed)
+    sizes = (32 * MIB, 256 * MIB)
+    return [
+        Run(
+            protocol,
+            "",
+            sizes[i % 2],
+            1,
+            2.0 + sizes[i % 2] / (rate * math.exp(rng.normal(0, noise))),
+            T0 + i * DAY + 3 * 3600,
+            "exporter",
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_too_few_runs_give_an_unknown_interval_not_a_narrow_one(n: int) -> None:
+    f = fit(few(n), UTC)
+    assert isinstance(f, Fit) and f.dof == n - 2 and not f.interval_known
+    p = predict(f, 2**40, 1, 3)
+    assert math.isfinite(p.seconds) and not p.interval_known and math.isnan(p.lower) and math.isnan(p.upper)
+    assert duration_text(p.lower) == "unknown"
+
+
+def test_the_interval_narrows_as_runs_come_and_never_below_the_spread() -> None:
+    """5 runs: Student's t on 3 degrees of freedom (2.35 SDs at 90%); 30 runs: empirical
+    percentiles, near 1.645 SDs of the 5% noise.  The 5-run interval is the wider."""
+    widths = {}
+    for n in (5, 30):
+        f = fit(few(n), UTC)
+        assert isinstance(f, Fit) and f.interval_known and f.dof == n - 2
+        p = predict(f, 2**40, 1, 3)
+        assert p.lower < p.seconds < p.upper
+        widths[n] = math.log(p.upper / p.lower) / 2  # half-width in log rate
+    assert widths[5] > widths[30]
+    assert 0.05 * 1.0 < widths[30] < 0.05 * 3.0  # about 1.645 SDs, widened by the rate's SE
+    # The metric publishes no bound while the interval is unknown.
+    state = ExporterState()
+    state.record_moves("lab", {"1TiB": predict(fit(few(2), UTC), 2**40, 1, 3)})  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    assert registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "1TiB"}) is not None
+    assert registry.get_sample_value(M.MOVE_PREDICTED_LOWER.name, {"remote": "lab", "size": "1TiB"}) is None
+    assert registry.get_sample_value(M.MOVE_PREDICTED_UPPER.name, {"remote": "lab", "size": "1TiB"}) is None
+
+
+def test_an_option_is_never_preferred_for_having_fewer_runs() -> None:
+    """Two runs of a faster option (no interval) rank after 30 runs of a slower one."""
+    result = plan(few(30) + few(2, protocol="gridftp", rate=40e6), "lab", 2**40)
+    assert [f.option for f, _ in result.ranked] == ["http", "gridftp"]
+    assert result.best is not None and result.best[0].option == "http"
+
+
+def test_a_flat_day_recommends_starting_now() -> None:
+    """Runs at one hour only: every start hour predicts the same, and the tie goes to now."""
+    for now_hour in (0, 17):
+        result = plan(few(30), "lab", 2**30, now_hour=now_hour)
+        assert result.best is not None and result.best[1].start_hour == now_hour
+    # A measured slow hour is no tie: the fast hour wins even when it is hours away.
+    slow_at_13 = synthetic(peak=0.5)
+    result = plan(slow_at_13, "lab", 2**30, now_hour=13)
+    assert result.best is not None and result.best[1].start_hour not in range(11, 16)
+
+
+def test_a_setting_that_runs_the_protocols_own_command_is_merged() -> None:
+    argv = ["globus-url-copy", "-p", "1", "ftp://lab/a", "file:///w/a"]
+    own = [_result(r) for r in few(10, protocol="gridftp")]
+    sweep = [
+        dataclasses.replace(r, source="sweep", sweep_label="parallel=1", start_timestamp=r.start_timestamp + 600)
+        for r in own
+    ]
+    other = [dataclasses.replace(r, sweep_label="parallel=4", argv=["globus-url-copy", "-p", "4"]) for r in sweep]
+    # Each run in its own private directory (measure/leftovers.py), as the exporter runs them.
+    results = [
+        dataclasses.replace(r, argv=[*argv[:-1], f"file:///w/bigbinf-1.2.{i}-{i:08d}/a"])
+        for i, r in enumerate(own + sweep)
+    ] + other
+    fits, _ = fit_all(runs_to(results, "lab"), UTC)
+    options = {f.option: f for f in fits}
+    assert set(options) == {"gridftp", "gridftp (parallel=4)"}
+    assert options["gridftp"].runs == 20 and options["gridftp"].merged == ("gridftp (parallel=1)",)
+
+
+def test_the_command_says_unknown_collapses_equal_hours_and_refuses_a_past_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bigbinf.journal import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    for run in few(2):
+        journal.append(_result(run))
+    out = io.StringIO()
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "1TiB"), out) == 0
+    text = out.getvalue()
+    assert "unknown" in text and "fewer than the 2 an interval needs" in text
+    assert "any hour" in text and "by start hour" not in text  # one line, not 24 equal ones
+    assert "started now" in text
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "1TiB", "--by", "2020-01-01"), out) == 2
+    assert "has passed" in capsys.readouterr().err
+    p = argparse.ArgumentParser()
+    planmove.register(p.add_subparsers())
+    assert "%%" not in p.format_help() + p._subparsers._group_actions[0].choices["plan-move"].format_help()  # type: ignore[union-attr]
+
+
+def test_a_start_is_never_in_the_past() -> None:
+    """The current hour starts now (not at its top, minutes ago); any other hour at its
+    next beginning."""
+    now = T0 + 13 * 3600 + 25 * 60 + 7.5  # 13:25:07.5
+    start = planmove._next_start(13, UTC, now)
+    assert now - 1 < start.timestamp() <= now + 1
+    for hour in (0, 12, 14, 23):
+        later = planmove._next_start(hour, UTC, now)
+        assert now < later.timestamp() < now + DAY and later.hour == hour and later.minute == 0

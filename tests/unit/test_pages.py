@@ -5,16 +5,20 @@ tests/e2e/test_page_browser.py loads the same pages in Chromium."""
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import os
 import re
 import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from bigbinf.result import PathBaseline, Result
-from bigbinf.service import pages
+from bigbinf.result import LIMITS, PathBaseline, Result
+from bigbinf.service import logtail, pages
 from bigbinf.service.httpd import HttpServer, Request, Response, Route
 from bigbinf.service.recent import RecentTransfers, transfer_id, valid_id
 from bigbinf.service.routes import routes
@@ -22,6 +26,7 @@ from bigbinf.service.server import Exporter
 from bigbinf.service.webconfig import WebConfig
 
 from ..support.pages import HOSTILE, SECRET, STDERR_CAUSE, Seeded, seed
+from ..support.prometheus import free_port
 
 
 def result(start: float, outcome: str = "ok", **kw: object) -> Result:
@@ -218,9 +223,18 @@ def test_the_front_page_lists_the_journaled_transfers_with_their_verdicts(
     page = text(response)
     assert response.status == 200 and dict(response.headers)["Content-Security-Policy"].startswith("default-src 'none'")
     ids = re.findall(r"href='transfer/([^']+)'", page)
-    assert len(ids) == 9  # the sweep's 6 runs (newest, first) and the 3 scheduled transfers
-    assert ids[-3:] == [transfer_id(r) for r in (s.hostile, s.failed, s.ok)]
-    assert "receive_window</b> (local): rwnd_limited 81% of busy time" in page
+    assert len(ids) == 11  # the sweep's 6 runs (newest, first) and the 5 scheduled transfers
+    assert ids[-5:] == [transfer_id(r) for r in (s.udp, s.hostile, s.failed, s.ok, s.unjudged)]
+    # The verdict as a coloured tag with its side, the evidence's first clause beside it,
+    # the whole evidence and the next step one click away.
+    tag = f"<span class='tag' style='background:{pages.VERDICT_COLOURS['receive_window']}'>receive_window</span>"
+    assert f"<details><summary>{tag} <span class='side'>local</span> rwnd_limited 81% of busy time</summary>" in page
+    assert "receive window 64 kB under the BDP 1.2 MB\nnext step: raise net.ipv4.tcp_rmem" in page
+    # 1 MiB in 2 s over the baseline's 12.5 MB/s: 4% of the path.
+    assert "<td class='n'>0.52 MB/s (4.2 Mbit/s)</td><td class='n'>4%</td>" in page
+    # Not judged: what was seen; UDT: no TCP state.
+    assert "not judged</span> no limit found: 180 kB in flight of a 1.2 MB BDP</summary>" in page
+    assert "not judged</span> no TCP state (UDP on the wire): nothing to judge" in page
     assert "0.52 MB/s (4.2 Mbit/s)" in page  # 1 MiB in 2 s
     assert "wire 3, sender 2 (kernel)" in page
     assert STDERR_CAUSE in page
@@ -296,7 +310,7 @@ def test_config_page_shows_the_config_as_text_with_secrets_redacted(
     assert "--title=&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>" not in page
     assert SECRET not in page
     assert "--password=&lt;redacted&gt;" in page
-    assert f"<td>file</td><td>{s.config}</td>" in page
+    assert f"<th scope='row'>file</th><td>{s.config}</td>" in page
     assert "recent_transfers: 100" in page
 
 
@@ -307,3 +321,109 @@ def test_sweeps_page_ranks_settings_with_intervals(seeded: tuple[Seeded, dict[st
     assert bbr < cubic  # ranked by mean: streams=4 at 8 MB/s first
     assert "(baseline)" in page[cubic : cubic + 40]
     assert page.count("3 of 3") == 2 and page.count("<line") == 2  # each mean's interval drawn
+
+
+# ---------------------------------------------------------------- what is slow, and why (issue 38)
+
+
+def test_a_series_below_its_usual_level_or_in_an_open_regression_is_marked(tmp_path: Path) -> None:
+    s = seed(tmp_path, regressed=True)
+    exporter = Exporter(s.config, listen="127.0.0.1:0")
+    assert [pages.regression_open(v) for v in exporter.regressions().values()] == [True]  # the test's own verdict
+    page = text(get({r.path: r for r in routes(exporter)}, "/"))
+    row = re.search(r"<tr class='slow'><td>http site/b download</td>.*?</tr>", page)
+    assert row is not None, "the regressed series is marked"
+    assert "below usual (52% of its median)" in row.group(0) and "regression open" in row.group(0)
+    assert "<td class='n'>8%</td>" in row.group(0)  # 1.0 MB/s of the path's 12.5 MB/s
+    assert page.count("<tr class='slow'>") == 1  # no other series is marked
+    assert "1 of 5 series marked" in page
+    assert "<td class='n'>Next</td>" not in page and "<thead><tr><th></th>" not in page  # no empty header row
+
+
+def test_the_regression_state_is_read_in_one_place() -> None:
+    class Later:  # i35's state with a start: whatever it is, regression_open is where it is read
+        regressed = True
+
+    assert pages.regression_open(Later()) and not pages.regression_open(None)
+    assert not pages.regression_open(object())
+
+
+def test_an_unknown_verdict_gets_the_neutral_colour_and_still_shows() -> None:
+    r = result(1e9, duration_seconds=1.0, file_bytes=1 << 20, limited_by="memory_bandwidth", limited_evidence="x; y")
+    shown = pages.cause(r)
+    assert f"style='background:{pages.VERDICT_OTHER}'>memory_bandwidth</span>" in shown
+    assert "<summary>" in shown and "<div>x; y</div>" in shown
+    for name in pages.VERDICT_COLOURS:
+        assert name in LIMITS  # every coloured name is a verdict
+    assert all(pages.verdict_colour(name) != pages.VERDICT_OTHER for name in LIMITS)
+
+
+def test_the_sparkline_draws_every_run_in_its_verdicts_colour() -> None:
+    runs = [
+        result(1e9, duration_seconds=1.0, file_bytes=1 << 20, limited_by="congestion"),
+        result(1e9 + 60, "failed", error="boom"),
+        result(1e9 + 120, duration_seconds=2.0, file_bytes=1 << 20),
+    ]
+    svg = pages.sparkline(runs)
+    fills = re.findall(r"<circle [^>]*fill='([^']+)'", svg)
+    assert fills == [pages.VERDICT_COLOURS["congestion"], pages.FAILED_COLOUR, pages.UNJUDGED_COLOUR]
+    assert "<title>2001-09-09 01:47:40 UTC: failed</title>" in svg
+    assert svg.count("<polyline") == 1
+
+
+def test_one_time_format_on_every_page(seeded: tuple[Seeded, dict[str, Route], Exporter]) -> None:
+    """UTC to the second, never an ISO offset or microseconds."""
+    s, table, _ = seeded
+    for path in ("/", "/sweeps", "/log", f"/transfer/{transfer_id(s.ok)}", f"/transfer/{transfer_id(s.udp)}"):
+        page = text(get(table, path))
+        assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d|\+00:00|\dT\d{2}:", page), path
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC", pages.utc(1_780_000_000.5))
+
+
+def test_the_log_page_shows_the_last_lines_redacted() -> None:
+    tail = logtail.LogTail(lines=3)
+    log = logging.getLogger("bbt-logtail")
+    log.addHandler(tail)
+    log.setLevel(logging.INFO)
+    try:
+        for i in range(5):
+            log.info("line %d", i)
+        log.warning("ran mycopy --password=%s %s", "hunter", SECRET)
+    finally:
+        log.removeHandler(tail)
+    lines = tail.lines()
+    assert [line.split(": ", 1)[1] for _, line in lines] == [
+        "line 3",
+        "line 4",
+        f"ran mycopy --password=hunter {SECRET}",
+    ]
+    page = pages.log_page(lines, [SECRET]).decode()
+    assert SECRET not in page and "hunter" not in page and "--password=&lt;redacted&gt; &lt;redacted&gt;" in page
+    assert "<span class='log-WARNING'>" in page and re.search(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC WARNING", page)
+
+
+def test_the_sweeps_page_says_how_to_configure_one() -> None:
+    page = pages.sweeps_page({}).decode()
+    assert "No sweep is configured" in page and "sweeps:" in page and "options: {parallel: [1, 4, 8]}" in page
+    assert "No sweep has run (config" not in page
+    assert "Configured: streams; none has run yet" in pages.sweeps_page({}, ["streams"]).decode()
+
+
+def test_the_next_round_is_the_first_round_the_log_says(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With schedule.start_delay the first round comes before the schedule's: the front
+    page and the log say its time (the demo's "next round at" was the schedule's)."""
+    s = seed(tmp_path)
+    raw = yaml.safe_load(s.config.read_text())
+    raw["schedule"] = {"interval": "1h", "start_delay": "20m"}  # neither comes while the test runs
+    s.config.write_text(yaml.safe_dump(raw))
+    exporter = Exporter(s.config, listen=f"127.0.0.1:{free_port()}")
+    caplog.set_level(logging.INFO, logger="bigbinf")
+    before = time.time()
+    exporter.start()
+    try:
+        shown = exporter.next_round()
+    finally:
+        exporter.stop()
+    when = dt.datetime.strptime(shown, "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=dt.UTC).timestamp()
+    assert before + 1200 - 1 <= when <= time.time() + 1200  # the first round's, not the hour's
+    assert f"next round at {shown}" in caplog.text

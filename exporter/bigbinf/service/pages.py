@@ -20,7 +20,7 @@ import shlex
 import statistics
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,41 @@ h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.5em}
 nav a{margin-right:1em}
 table{border-collapse:collapse;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td:first-child a{white-space:nowrap}
 pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}
 .ok{color:#176117}.failed,.timeout{color:#a11}.skipped{color:#777}
 .cause{background:#fee;border-left:4px solid #a11;padding:.3em .6em}
 svg{vertical-align:middle}
+th[scope=row]{font-weight:normal;text-align:left}
+.tag{display:inline-block;padding:0 .4em;border-radius:3px;color:#fff;white-space:nowrap}
+.side{color:#555;font-size:.9em}
+tr.slow td:first-child{border-left:4px solid #c60}
+.mark{color:#a40;font-weight:bold;white-space:nowrap}
+details{display:inline}details[open]{display:block}summary{cursor:pointer}
+details>div{margin:.3em 0 .3em 1em;white-space:pre-wrap}
+pre.log{font-size:12px}.log-WARNING{color:#850}.log-ERROR,.log-CRITICAL{color:#a11}
 """
+# A verdict's colour (result.LIMITS): where to look, roughly grouped; a name not here (a
+# verdict added later) is drawn in the neutral grey of VERDICT_OTHER, never left out.
+VERDICT_COLOURS = {
+    "receive_window": "#b45f06",
+    "send_buffer": "#b45f06",
+    "congestion": "#1f5fa8",
+    "link_capacity": "#2e7d32",
+    "application": "#7b3fa0",
+    "startup": "#6d6d2a",
+    "cpu": "#a1334d",
+    "disk": "#5d4037",
+}
+VERDICT_OTHER = "#666"
+FAILED_COLOUR = "#a11"
+UNJUDGED_COLOUR = "#999"
+# A series' last ok throughput below this share of the median of its earlier ok runs (at
+# least USUAL_RUNS of them on the page) is marked "below usual".
+USUAL_SHARE = 0.8
+USUAL_RUNS = 3
+ONE_LINE = 90  # characters of a cause shown in the transfers' table
 
 
 def esc(value: object) -> str:
@@ -94,6 +123,7 @@ def human_seconds(value: float | None) -> str:
 
 
 def utc(timestamp: float | None) -> str:
+    """The one time format of every page: UTC to the second."""
     if timestamp is None:
         return "-"
     return dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -161,7 +191,7 @@ def document(title: str, body: str, up: str = "") -> bytes:
     """A whole page; `up` leads from the page's URL back to the root ("../" below it)."""
     nav = (
         f"<nav><a href='{up or './'}'>Transfers</a><a href='{up}config'>Configuration</a>"
-        f"<a href='{up}sweeps'>Sweeps</a><a href='{up}metrics'>Metrics</a></nav>"
+        f"<a href='{up}sweeps'>Sweeps</a><a href='{up}log'>Log</a><a href='{up}metrics'>Metrics</a></nav>"
     )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -181,6 +211,8 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequenc
 
 def table_of(header: Sequence[str], rows: Iterable[str]) -> str:
     """A table of rows made already (row_html)."""
+    if not any(header):  # a table of pairs: no empty header row
+        return f"<table><tbody>{''.join(rows)}</tbody></table>"
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -191,20 +223,43 @@ def row_html(row: Sequence[str], numeric: Sequence[int] = ()) -> str:
 
 
 def pairs(items: Iterable[tuple[str, object]]) -> str:
-    return table(("", ""), ((esc(k), esc(v)) for k, v in items))
+    """Name and value, one per row: the name is the row's header."""
+    rows = (f"<tr><th scope='row'>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in items)
+    return f"<table><tbody>{''.join(rows)}</tbody></table>"
 
 
-def sparkline(values: Sequence[float], width: int = 90, height: int = 18) -> str:
-    """An inline SVG line of `values` (oldest first), scaled to its own maximum."""
-    if not values:
+def sparkline(runs: Sequence[Result], width: int = 120, height: int = 22) -> str:
+    """An inline SVG of a series' runs (oldest first): its ok runs' throughput as a line,
+    scaled to its own maximum, each run a dot in its verdict's colour (a failed one a red
+    dot on the floor), each dot's title its time, throughput and verdict."""
+    ok = [r.throughput_bytes_per_second for r in runs if r.outcome == "ok"]
+    if not runs:
         return ""
-    top = max(values) or 1.0
-    step = width / max(len(values) - 1, 1)
-    points = " ".join(f"{i * step:.1f},{height - 1 - v / top * (height - 2):.1f}" for i, v in enumerate(values))
-    last = values[-1]
+    top = max(ok, default=0.0) or 1.0
+    step = (width - 6) / max(len(runs) - 1, 1)
+
+    def y(v: float) -> float:
+        return height - 3 - v / top * (height - 6)
+
+    points, dots = [], []
+    for i, r in enumerate(runs):
+        x = 3 + i * step
+        if r.outcome == "ok":
+            points.append(f"{x:.1f},{y(r.throughput_bytes_per_second):.1f}")
+            colour = verdict_colour(r.limited_by) if r.limited_by else UNJUDGED_COLOUR
+            what = f"{human_rate(r.throughput_bytes_per_second)}, {r.limited_by or 'not judged'}"
+            at = y(r.throughput_bytes_per_second)
+        else:
+            colour, what, at = FAILED_COLOUR, r.outcome, float(height - 3)
+        dots.append(
+            f"<circle cx='{x:.1f}' cy='{at:.1f}' r='2.5' fill='{colour}'>"
+            f"<title>{esc(utc(r.start_timestamp))}: {esc(what)}</title></circle>"
+        )
+    line = f"<polyline fill='none' stroke='#999' stroke-width='1' points='{' '.join(points)}'/>" if points else ""
+    last = human_rate(ok[-1]) if ok else "no ok run"
     return (
-        f"<svg width='{width}' height='{height}' role='img' aria-label='throughput, last {human_rate(last)}'>"
-        f"<polyline fill='none' stroke='#2a6' stroke-width='1.5' points='{points}'/></svg>"
+        f"<svg width='{width}' height='{height}' role='img' aria-label='throughput, last {esc(last)}'>"
+        f"{line}{''.join(dots)}</svg>"
     )
 
 
@@ -216,11 +271,90 @@ def series(r: Result) -> str:
     return f"{r.protocol} {r.remote}/{r.dataset} {r.direction}"
 
 
+def verdict_colour(name: str) -> str:
+    return VERDICT_COLOURS.get(name, VERDICT_OTHER)
+
+
+def tag(text: str, colour: str) -> str:
+    """A coloured label; `colour` is one of this module's constants, never input."""
+    return f"<span class='tag' style='background:{colour}'>{esc(text)}</span>"
+
+
+def verdict_tag(r: Result) -> str:
+    """What a person reads first: the verdict in its colour with its side; a failed
+    transfer's outcome in red; an ok one without a verdict as "not judged"."""
+    if r.outcome != "ok":
+        return tag(r.outcome, FAILED_COLOUR)
+    if not r.limited_by:
+        return tag("not judged", UNJUDGED_COLOUR)
+    side = f" <span class='side'>{esc(r.limited_side)}</span>" if r.limited_side else ""
+    return tag(r.limited_by, verdict_colour(r.limited_by)) + side
+
+
+def no_tcp_state(r: Result) -> bool:
+    """UDP carried it (UDT) or no socket of it was read: nothing to judge TCP's limits by."""
+    return r.transport == "udp" or (not r.tcp_local and not r.tcp_remote and "udt" in r.protocol.lower())
+
+
+def cause_text(r: Result) -> tuple[str, str]:
+    """(one line, everything): a failed transfer's error, a judged one's evidence, an
+    unjudged one's evidence as seen (or why there is none)."""
+    if r.outcome != "ok":
+        full = r.error or "(no error journaled)"
+    elif r.limited_by:
+        full = r.limited_evidence or "(no evidence journaled)"
+        if r.limited_next_step:
+            full += f"\nnext step: {r.limited_next_step}"
+    elif no_tcp_state(r):
+        seen = r.limited_evidence or f"{(r.transport or 'not TCP').upper()} on the wire"
+        full = f"no TCP state ({seen}): nothing to judge TCP's limits by"
+    else:
+        full = r.limited_evidence or "no evidence was recorded"
+    first = full.split("\n")[0].split("; ")[0]
+    if len(first) > ONE_LINE:  # at a word's end: the rest is one click away
+        first = first[: first.rfind(" ", 0, ONE_LINE - 3) if " " in first[: ONE_LINE - 3] else ONE_LINE - 3] + " ..."
+    return first, full
+
+
+def cause(r: Result, secrets: Sequence[str] = ()) -> str:
+    """The verdict's tag and one line, the whole evidence one click away (<details>: no
+    script needed)."""
+    first, full = (redact_text(t, secrets) for t in cause_text(r))
+    head = f"{verdict_tag(r)} {esc(first)}"
+    if full == first:
+        return head
+    return f"<details><summary>{head}</summary><div>{esc(full)}</div></details>"
+
+
 def verdict(r: Result) -> str:
+    """A judged transfer's verdict, side and evidence in one line (the transfer's page)."""
     if not r.limited_by:
         return ""
     side = f" ({r.limited_side})" if r.limited_side else ""
     return f"<b>{esc(r.limited_by)}</b>{esc(side)}: {esc(r.limited_evidence)}"
+
+
+def share_of_path(r: Result, bandwidth: float | None) -> str:
+    if r.outcome != "ok" or not bandwidth or not r.throughput_bytes_per_second:
+        return "-"
+    return f"{r.throughput_bytes_per_second / bandwidth:.0%}"
+
+
+def regression_open(state: object | None) -> bool:
+    """Whether a series' regression test holds it regressed now: the one place the front
+    page reads the regression state (today bigbinf/regression.py's Verdict, `regressed`)."""
+    return bool(getattr(state, "regressed", False))
+
+
+def below_usual(runs: Sequence[Result]) -> float | None:
+    """The last ok run's throughput over the median of the series' earlier ok runs shown,
+    when below USUAL_SHARE of it (at least USUAL_RUNS earlier runs); else None."""
+    ok = [r.throughput_bytes_per_second for r in runs if r.outcome == "ok"]
+    if len(ok) <= USUAL_RUNS:
+        return None
+    usual = statistics.median(ok[:-1])
+    share = ok[-1] / usual if usual > 0 else 1.0
+    return share if share < USUAL_SHARE else None
 
 
 # ---------------------------------------------------------------- the front page
@@ -234,6 +368,11 @@ class Front:
     config_loaded: float | None
     transfers: Sequence[tuple[str, Result]]  # (id, result), newest first
     capacity: int  # pages.recent_transfers
+    # The path baseline's bandwidth estimate of each transfer's round, by transfer id.
+    bandwidths: Mapping[str, float] = field(default_factory=dict)
+    # Each series' regression state (regression_open reads it), by series(r).
+    regressions: Mapping[str, object] = field(default_factory=dict)
+    secrets: Sequence[str] = ()
 
 
 def front_page(front: Front) -> bytes:
@@ -246,34 +385,34 @@ def front_page(front: Front) -> bytes:
             ("Configuration loaded", utc(front.config_loaded)),
         )
     )
-    by_series: dict[str, list[Result]] = {}
-    for _key, r in reversed(front.transfers):  # oldest first
-        by_series.setdefault(series(r), []).append(r)
-    series_rows = (
-        (
-            esc(name),
-            sparkline([r.throughput_bytes_per_second for r in runs if r.outcome == "ok"]),
-            human_rate(runs[-1].throughput_bytes_per_second) if runs[-1].outcome == "ok" else outcome(runs[-1]),
-            esc(sum(r.outcome == "ok" for r in runs)) + " of " + esc(len(runs)),
-        )
-        for name, runs in sorted(by_series.items())
+    by_series: dict[str, list[tuple[str, Result]]] = {}
+    for key, r in reversed(front.transfers):  # oldest first
+        by_series.setdefault(series(r), []).append((key, r))
+    series_rows = [series_row(name, runs, front) for name, runs in sorted(by_series.items())]
+    marked = sum(row.startswith("<tr class='slow'>") for row in series_rows)
+    summary = (
+        f"<p>{marked} of {len(series_rows)} series marked: below their usual level or in an open regression.</p>"
+        if marked
+        else ""
     )
-    rows = (transfer_row(key, r) for key, r in front.transfers)
+    rows = (transfer_row(key, r, front.bandwidths.get(key), front.secrets) for key, r in front.transfers)
     body = (
         head
         + "<h2>Series in the last transfers</h2>"
-        + table(("series", "throughput (ok runs)", "last", "ok"), series_rows)
+        + summary
+        + table_of(("series", "runs (dots: verdicts)", "last", "% of path", "verdict", "ok", ""), series_rows)
         + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
+        + "<p>The cause in one line; click it for the whole evidence and the next step.</p>"
         + table_of(
             (
                 "started",
                 "series",
-                "outcome",
                 "duration",
                 "throughput",
+                "% of path",
                 "byte ratio",
                 "retransmits",
-                "limited by / cause",
+                "cause",
             ),
             rows,
         )
@@ -283,13 +422,53 @@ def front_page(front: Front) -> bytes:
 
 # A transfer's row never changes (its id names one result): made once, kept while it may
 # be on the page (at most pages.recent_transfers' upper bound of them, the oldest made
-# first dropped), so the front page costs joins, not formatting, per row.
+# first dropped), so the front page costs joins, not formatting, per row.  A series' row
+# likewise, per window of its runs.
 _ROWS: dict[str, str] = {}
+_SERIES_ROWS: dict[tuple[str, str, str, int, bool, float | None], str] = {}
 _ROWS_KEPT = 10_000
 _rows_lock = threading.Lock()
 
 
-def transfer_row(key: str, r: Result) -> str:
+def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front) -> str:
+    """A series' row, kept while its runs on the page (the first and the last, by id,
+    and their count: a window of the ring), its regression and its path are the same."""
+    last_key = runs[-1][0]
+    regressed = regression_open(front.regressions.get(name))
+    key = (name, runs[0][0], last_key, len(runs), regressed, front.bandwidths.get(last_key))
+    row = _SERIES_ROWS.get(key)
+    if row is None:
+        row = _series_row(name, runs, front, regressed)
+        with _rows_lock:
+            _SERIES_ROWS[key] = row
+            while len(_SERIES_ROWS) > _ROWS_KEPT:
+                del _SERIES_ROWS[next(iter(_SERIES_ROWS))]
+    return row
+
+
+def _series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, regressed: bool) -> str:
+    results = [r for _, r in runs]
+    last_key, last = runs[-1]
+    marks = []
+    share = below_usual(results)
+    if share is not None:
+        marks.append(f"below usual ({share:.0%} of its median)")
+    if regressed:
+        marks.append("regression open")
+    cells = (
+        esc(name),
+        sparkline(results),
+        esc(human_rate(last.throughput_bytes_per_second)) if last.outcome == "ok" else outcome(last),
+        esc(share_of_path(last, front.bandwidths.get(last_key))),
+        verdict_tag(last),
+        esc(sum(r.outcome == "ok" for r in results)) + " of " + esc(len(results)),
+        "".join(f"<div class='mark'>&#9660; {esc(m)}</div>" for m in marks),
+    )
+    row = row_html(cells, numeric=(2, 3, 5))
+    return row.replace("<tr>", "<tr class='slow'>", 1) if marks else row
+
+
+def transfer_row(key: str, r: Result, bandwidth: float | None = None, secrets: Sequence[str] = ()) -> str:
     row = _ROWS.get(key)
     if row is not None:
         return row
@@ -297,14 +476,14 @@ def transfer_row(key: str, r: Result) -> str:
         (
             f"<a href='transfer/{key}'>{esc(utc(r.start_timestamp))}</a>",
             esc(series(r)) + (f" <small>(sweep {esc(r.sweep_label)})</small>" if r.source == "sweep" else ""),
-            outcome(r),
             esc(human_seconds(r.duration_seconds)),
             esc(human_rate(r.throughput_bytes_per_second) if r.outcome == "ok" else "-"),
+            esc(share_of_path(r, bandwidth)),
             esc(f"{r.byte_ratio:.4f}" if r.wire_measured and r.byte_ratio else "-"),
             esc(retransmits(r)),
-            verdict(r) if r.outcome == "ok" else f"<span class='cause'>{esc(r.error)}</span>",
+            cause(r, secrets),
         ),
-        numeric=(3, 4, 5),
+        numeric=(2, 3, 4, 5),
     )
     with _rows_lock:
         _ROWS[key] = row
@@ -366,6 +545,9 @@ def transfer_page(view: TransferView) -> bytes:
                 )
             )
         )
+    elif r.outcome == "ok":
+        parts.append("<h2>What limited it</h2>")
+        parts.append(f"<p>{tag('not judged', UNJUDGED_COLOUR)} {esc(redact_text(cause_text(r)[1], view.secrets))}</p>")
     settings: list[tuple[str, object]] = [
         ("protocol", r.protocol),
         ("remote", f"{r.remote} ({r.remote_address or 'address unknown'}), from {r.client_address or '?'}"),
@@ -530,9 +712,33 @@ def ranking(runs: Sequence[Result]) -> list[Ranked]:
     return sorted(out, key=lambda x: (x.mean is None, -(x.mean or 0.0), x.setting))
 
 
-def sweeps_page(sweeps: Mapping[str, Sequence[Result]]) -> bytes:
+SWEEP_EXAMPLE = """sweeps:
+  streams:                    # the sweep's name
+    protocol: gridftp         # a configured protocol
+    remote: site              # a configured remote
+    datasets: [f32m]          # configured datasets
+    options: {parallel: [1, 4, 8]}   # each value is a setting, run in turn
+    repetitions: 3
+    schedule: ["0 3 * * 0"]   # when it runs (cron, schedule.timezone); empty: on demand"""
+
+
+def sweeps_page(sweeps: Mapping[str, Sequence[Result]], configured: Sequence[str] = ()) -> bytes:
     if not sweeps:
-        return document("Sweeps", "<p>No sweep has run (config <code>sweeps</code>).</p>")
+        if configured:
+            said = (
+                f"<p>Configured: {esc(', '.join(configured))}; none has run yet. "
+                "A sweep runs at its schedule, or now with <code>bigbinf-exporter sweep --sweep NAME</code>.</p>"
+            )
+        else:
+            said = (
+                "<p>No sweep is configured. A sweep runs one protocol with each value of its options in "
+                "turn, repeated, and ranks the settings here. Add one to the configuration, e.g.</p>"
+                f"<pre>{esc(SWEEP_EXAMPLE)}</pre>"
+                "<p>then reload the exporter (<code>POST /-/reload</code>, or restart it), and run it now with "
+                "<code>bigbinf-exporter sweep --sweep streams</code> or wait for its schedule; "
+                f"<a href='{DOCS_URL}/configuration.md'>docs/configuration.md</a>, sweeps, has every field.</p>"
+            )
+        return document("Sweeps", said)
     parts = []
     for name in sorted(sweeps):
         runs = sweeps[name]
@@ -584,3 +790,21 @@ def interval_bar(x: Ranked, top: float, width: int = 120, height: int = 12) -> s
         f"<svg width='{width}' height='{height}' role='img' aria-label='mean and interval'>"
         f"<rect x='0' y='2' width='{at(x.mean):.1f}' height='{height - 4}' fill='#9cd'/>{line}</svg>"
     )
+
+
+# ---------------------------------------------------------------- the exporter's log
+
+
+def log_page(lines: Sequence[tuple[str, str]], secrets: Sequence[str] = (), shown: int = 200) -> bytes:
+    """The last `shown` lines of the exporter's own log (service/logtail.py), newest last,
+    redacted as a transfer's log lines are."""
+    last = lines[-shown:]
+    if not last:
+        return document("Log", "<p>Nothing logged yet.</p>")
+    text = "".join(f"<span class='log-{esc(level)}'>{esc(redact_text(line, secrets))}</span>\n" for level, line in last)
+    body = (
+        f"<p>The last {len(last)} lines of this exporter's log (of {len(lines)} kept), newest last, in UTC; "
+        "secrets redacted.</p>"
+        f"<pre class='log'>{text}</pre>"
+    )
+    return document("Log", body)

@@ -12,7 +12,9 @@ ExporterState: nothing here is a metric, and a change here must not re-render /m
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import math
 import re
 import threading
 import time
@@ -137,6 +139,25 @@ class RecentTransfers:
         with self._lock:
             before = [b for b in self._baselines if b.remote == r.remote and b.start_timestamp <= r.start_timestamp]
         return max(before, key=lambda b: b.start_timestamp, default=None)
+
+    def bandwidths(self, transfers: Iterable[tuple[str, Result]]) -> dict[str, float]:
+        """By transfer id, the bandwidth estimate of the path baseline of its round (as
+        baseline_for), where one with an estimate is held: one sort, then a bisection per
+        transfer."""
+        with self._lock:
+            by_remote: dict[str, list[tuple[float, float]]] = {}
+            for b in self._baselines:
+                if b.bandwidth_bytes_per_second:
+                    by_remote.setdefault(b.remote, []).append((b.start_timestamp, b.bandwidth_bytes_per_second))
+        for probes in by_remote.values():
+            probes.sort()
+        out = {}
+        for key, r in transfers:
+            probes = by_remote.get(r.remote, [])
+            i = bisect.bisect_right(probes, (r.start_timestamp, math.inf))
+            if i:
+                out[key] = probes[i - 1][1]
+        return out
 
     def sweeps(self) -> dict[str, tuple[Result, ...]]:
         with self._lock:

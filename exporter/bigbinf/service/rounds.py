@@ -36,7 +36,7 @@ from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
-from bigbinf.moveplan import Prediction, RecentRuns, fit_all, rank, runs_to, size_label
+from bigbinf.moveplan import Prediction, RecentRuns, fit_all, local_hour, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.regression import History, settings_of
 from bigbinf.result import PathBaseline, Result, SeriesKey
@@ -164,8 +164,9 @@ class RoundRunner:
                 bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
                 predictions = {}
                 fits, refused = fit_all(runs, zone)  # once for every size
+                now_hour = local_hour(time.time(), zone)  # a tie of start hours: now
                 for size in moves.sizes:
-                    best = rank(fits, refused, remote, size, moves.files, bandwidth).best
+                    best = rank(fits, refused, remote, size, moves.files, bandwidth, now_hour=now_hour).best
                     if best is not None:
                         predictions[size_label(size)] = best[1]
                 published[remote] = predictions

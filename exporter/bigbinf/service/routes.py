@@ -12,10 +12,9 @@ rendering one costs milliseconds of the GIL, never a stall of the loop that serv
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -23,6 +22,7 @@ from bigbinf.advice import Paths, path_advice
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.credentials import taken_passwords
 from bigbinf.measure.plan import LabSite
+from bigbinf.result import SeriesKey
 from bigbinf.service import pages
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import Request, Response, Route
@@ -70,6 +70,10 @@ class Site(Protocol):
 
     def web_summary(self) -> str: ...
 
+    def regressions(self) -> Mapping[SeriesKey, object]: ...
+
+    def log_lines(self) -> list[tuple[str, str]]: ...
+
 
 class PerConfig:
     """What the pages derive from the configuration alone, made once per configuration
@@ -111,7 +115,8 @@ def routes(site: Site) -> list[Route]:
     return [
         page("/", lambda request: front_page(site)),
         page("/config", lambda request: pages_response(cache.config_page(site))),
-        page("/sweeps", lambda request: pages_response(pages.sweeps_page(site.recent.sweeps()))),
+        page("/sweeps", lambda request: sweeps_page(site)),
+        page("/log", lambda request: pages_response(pages.log_page(site.log_lines(), taken_passwords()))),
         page(TRANSFER, lambda request: transfer(site, cache, request), prefix=True),
         Route("/metrics", ("GET",), lambda request: metrics(site, request)),
         Route(
@@ -159,8 +164,14 @@ def not_found(what: str) -> Response:
     return Response(404, body, pages.HTML, PAGE_HEADERS)
 
 
+def sweeps_page(site: Site) -> Response:
+    return pages_response(pages.sweeps_page(site.recent.sweeps(), list(site.config.sweeps)))
+
+
 def front_page(site: Site) -> Response:
     now = site.recent.now()
+    transfers = site.recent.transfers()
+    regressions = {f"{k.protocol} {k.remote}/{k.dataset} {k.direction}": v for k, v in site.regressions().items()}
     return pages_response(
         pages.front_page(
             pages.Front(
@@ -168,8 +179,11 @@ def front_page(site: Site) -> Response:
                 running=f"{now.what} (since {pages.utc(now.since)})" if now else "",
                 next_round=site.next_round(),
                 config_loaded=site.config_loaded(),
-                transfers=site.recent.transfers(),
+                transfers=transfers,
                 capacity=site.recent.size,
+                bandwidths=site.recent.bandwidths(transfers),
+                regressions=regressions,
+                secrets=taken_passwords(),
             )
         )
     )
@@ -214,4 +228,5 @@ def _filename(path: Path) -> str:
 
 
 def utc(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="seconds")
+    """The pages' one time format (pages.utc), for what the exporter says of its schedule."""
+    return pages.utc(timestamp)

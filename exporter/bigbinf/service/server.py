@@ -25,6 +25,7 @@ import datetime as dt
 import logging
 import ssl
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -39,7 +40,8 @@ from bigbinf.measure.wire import analyser_worker
 from bigbinf.moveplan import size_label
 from bigbinf.process import kill_all_active
 from bigbinf.regression import settings_of
-from bigbinf.service import sweeps
+from bigbinf.result import SeriesKey
+from bigbinf.service import logtail, sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
@@ -92,6 +94,7 @@ class Exporter:
         self.web_config_path = web_config_path
         self.enable_lifecycle = enable_lifecycle
         self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
+        self.log_tail = logtail.install()  # the /log page: this process's last log lines
         self.state = ExporterState(site or "")
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BigbinfCollector(self.state))
@@ -137,6 +140,13 @@ class Exporter:
     def site_name(self) -> str:
         return self.site or ""
 
+    def regressions(self) -> Mapping[SeriesKey, object]:
+        """Each series' regression verdict now (replaced whole on each change: no lock)."""
+        return self.state.regressions
+
+    def log_lines(self) -> list[tuple[str, str]]:
+        return self.log_tail.lines()
+
     def web_summary(self) -> str:
         """The web config as the pages may show it: never its users' hashes."""
         web = self.web
@@ -171,8 +181,15 @@ class Exporter:
         if self.mesh_runner is not None:
             when = self.mesh_runner.next_slot_start
             return f"{utc(when)} (this site's next slot)" if when is not None else "not planned yet"
-        job = self.scheduler.get_job(JOB_ID)
-        return str(job.next_run_time) if job else "not scheduled"
+        first = self._next_run()
+        return utc(first.timestamp()) if first is not None else "not scheduled"
+
+    def _next_run(self) -> dt.datetime | None:
+        """The next round's start: the one-off first round (schedule.start_delay) while it
+        is still to come, else the schedule's next."""
+        times = [job.next_run_time for job in map(self.scheduler.get_job, (JOB_ID, "first-round")) if job]
+        times = [t for t in times if t is not None]
+        return min(times, default=None)
 
     def mark_scraped(self) -> None:
         self.state.mark_scraped()
@@ -238,8 +255,8 @@ class Exporter:
             self.mesh_runner.start()
             log.info("mesh site %s: running its tests in the slots of %s", self.site, self.mesh_file)
         else:
-            job = self.scheduler.get_job(JOB_ID)
-            log.info("next round at %s", job.next_run_time if job else "never")
+            first = self._next_run()
+            log.info("next round at %s", utc(first.timestamp()) if first is not None else "never")
         assert self.httpd is not None
         self.metrics.start()  # rendered before the first scrape can arrive
         self.httpd.start()

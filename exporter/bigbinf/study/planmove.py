@@ -17,7 +17,18 @@ from typing import Any, TextIO
 
 from bigbinf.config import ConfigError, load_config, parse_size
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.moveplan import Plan, Prediction, duration_text, plan, runs_to, size_label
+from bigbinf.moveplan import (
+    MIN_INTERVAL_DOF,
+    Fit,
+    Plan,
+    Prediction,
+    best_start,
+    duration_text,
+    local_hour,
+    plan,
+    runs_to,
+    size_label,
+)
 from bigbinf.study.common import UsageError, parse_when
 
 LEVEL = 0.9
@@ -29,7 +40,7 @@ def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -
         parents=list(parents),
         help="how long moving SIZE to or from a remote would take, per protocol, setting and start hour",
         description="Predict a move's duration from everything measured to the remote (scheduled rounds, "
-        "tuning sweeps, the path's bandwidth): the protocols and settings ranked, a 90%% prediction interval "
+        "tuning sweeps, the path's bandwidth): the protocols and settings ranked, a 90% prediction interval "
         "for each start hour, a recommendation, and what it extrapolates from (docs/report.md, plan-move).",
     )
     p.add_argument("--remote", required=True, help="the remote (config remotes.NAME)")
@@ -75,8 +86,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 1
     bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
-    result = plan(runs, args.remote, size, args.files, zone, bandwidth, LEVEL)
+    now = time.time()
+    result = plan(runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone))
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
+    if deadline is not None and deadline <= now:
+        when = datetime.fromtimestamp(deadline, zone).strftime("%Y-%m-%d %H:%M")
+        raise UsageError(f"--by {args.by}: {when} ({zone.key}) has passed; give a deadline in the future")
     if args.json:
         json.dump(as_json(result, runs, zone), out, indent=2)
         out.write("\n")
@@ -131,7 +146,7 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     header = ("rank", "option", "setup", "rate (all day)", "best start", "predicted", f"{LEVEL:.0%} interval", "runs")
     rows = [header]
     for rank, (f, preds) in enumerate(result.ranked, start=1):
-        best = min(preds, key=lambda p: (p.seconds, p.upper))
+        best = best_start(preds, result.now_hour)
         setup = f"{f.setup_seconds:.1f}s" + (" (*)" if f.setup_from else "")
         rows.append(
             (
@@ -139,9 +154,9 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
                 f.option,
                 setup,
                 _mb(f.rate),
-                f"{best.start_hour:02d}:00",
+                f"{best.start_hour:02d}:00" + (" (now)" if best.start_hour == result.now_hour else ""),
                 duration_text(best.seconds),
-                f"{duration_text(best.lower)} - {duration_text(best.upper)}",
+                _interval(best),
                 str(f.runs),
             )
         )
@@ -150,6 +165,10 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     for f, _ in result.ranked:
         if f.setup_from:
             lines.append(f"(*) {f.option}: measured at one size; its set-up is {f.setup_from}")
+        for option in f.merged:
+            lines.append(f"{option} runs {f.protocol}'s own command: its runs are counted as {f.protocol}'s")
+        if not f.interval_known:
+            lines.append(f"{f.option}: {_too_few(f)}")
     for option, why in sorted(result.refused.items()):
         lines.append(f"no prediction for {option}: {why}")
     if not result.ranked:
@@ -157,17 +176,47 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
         return "\n".join(lines) + "\n"
     top, preds = result.ranked[0]
     lines.append("")
-    lines.append(f"{top.option}, by start hour ({zone.key}):")
-    for p in preds:
-        measured = "" if top.hour_effect[p.start_hour] is not None else "  (no runs near this hour: all-day rate)"
-        capped = "  (capped by the path)" if p.capped else ""
-        lines.append(
-            f"  {p.start_hour:02d}:00  {duration_text(p.seconds):>9}  "
-            f"({duration_text(p.lower)} - {duration_text(p.upper)}){measured}{capped}"
-        )
+    lines += by_hour(top, preds, zone)
     lines.append("")
     lines.append(_recommendation(result, zone, deadline))
     return "\n".join(lines) + "\n"
+
+
+def _interval(p: Prediction) -> str:
+    return f"{duration_text(p.lower)} - {duration_text(p.upper)}" if p.interval_known else "unknown"
+
+
+def _too_few(f: Fit) -> str:
+    return (
+        f"{f.runs} run{'s' if f.runs != 1 else ''} leave {f.dof} degree{'s' if f.dof != 1 else ''} of freedom "
+        f"after its line, fewer than the {MIN_INTERVAL_DOF} an interval needs: its {LEVEL:.0%} interval is "
+        "unknown, and its prediction is a guess until more runs are measured"
+    )
+
+
+def by_hour(top: Fit, preds: Sequence[Prediction], zone: zoneinfo.ZoneInfo) -> list[str]:
+    """The best option's prediction per start hour, hours that predict the same in one
+    line (a day measured at one hour is one line, not 24 equal ones)."""
+
+    def text(p: Prediction, measured: bool = True) -> str:
+        capped = "  (capped by the path)" if p.capped else ""
+        unmeasured = "  (no runs near this hour: all-day rate)"
+        return f"{duration_text(p.seconds):>9}  ({_interval(p)}){'' if measured else unmeasured}{capped}"
+
+    if len({text(p) for p in preds}) == 1:
+        return [f"{top.option}: the same at every start hour ({zone.key}):", f"  any hour  {text(preds[0])}"]
+    texts = [text(p, top.hour_effect[p.start_hour] is not None) for p in preds]
+    groups: list[tuple[int, int, str]] = []  # first hour, last hour, text
+    for hour, t in enumerate(texts):
+        if groups and groups[-1][2] == t:
+            groups[-1] = (groups[-1][0], hour, t)
+        else:
+            groups.append((hour, hour, t))
+    lines = [f"{top.option}, by start hour ({zone.key}):"]
+    for first, last, t in groups:
+        hours = f"{first:02d}:00" if first == last else f"{first:02d}-{last:02d}h"
+        lines.append(f"  {hours:<9} {t}")
+    return lines
 
 
 def _day(ts: float, zone: zoneinfo.ZoneInfo) -> str:
@@ -175,9 +224,13 @@ def _day(ts: float, zone: zoneinfo.ZoneInfo) -> str:
 
 
 def _next_start(hour: int, zone: zoneinfo.ZoneInfo, now: float) -> datetime:
-    current = datetime.fromtimestamp(now, zone)
-    start = current.replace(minute=0, second=0, microsecond=0, hour=hour)
-    return start if start.timestamp() >= now - 3600 else start + timedelta(days=1)
+    """When a move starting in `hour` can start: now, in the current hour (never at its
+    top, already past); else the hour's next beginning."""
+    current = datetime.fromtimestamp(now, zone).replace(microsecond=0)
+    if current.hour == hour:
+        return current
+    start = current.replace(minute=0, second=0, hour=hour)
+    return start if start.timestamp() > now else start + timedelta(days=1)
 
 
 def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | None) -> str:
@@ -186,14 +239,27 @@ def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | Non
         best = result.best
         assert best is not None
         f, p = best
-        return (
-            f"recommendation: {f.option}, started at {p.start_hour:02d}:00 {zone.key}: "
-            f"{duration_text(p.seconds)} ({LEVEL:.0%}: {duration_text(p.lower)} - {duration_text(p.upper)})"
-        )
+        start = _next_start(p.start_hour, zone, now)
+        line = f"recommendation: {f.option}, started now: {duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)})"
+        if p.start_hour != result.now_hour:
+            at_once = next(q for q in result.ranked[0][1] if q.start_hour == result.now_hour)
+            line = (
+                f"recommendation: {f.option}, started at {start:%Y-%m-%d %H:%M} {zone.key}: "
+                f"{duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)}); "
+                f"started now: {duration_text(at_once.seconds)}"
+            )
+        return line
     # With a deadline: the option and start (within the next day) that meets it with the
-    # most room at the interval's upper end; starting as late as that still allows.
+    # most room at the interval's upper end; starting as late as that still allows.  Only
+    # options with an interval: an unknown one cannot be said to meet anything.
+    known = [(f, preds) for f, preds in result.ranked if f.interval_known]
+    if not known:
+        return (
+            f"recommendation: none for --by: no option has runs enough for a {LEVEL:.0%} interval "
+            f"(at least {MIN_INTERVAL_DOF} degrees of freedom after its line); measure more before trusting a deadline"
+        )
     choices: list[tuple[float, Prediction, datetime]] = []
-    for _f, preds in result.ranked:
+    for _f, preds in known:
         for p in preds:
             start = _next_start(p.start_hour, zone, now)
             room = deadline - (start.timestamp() + p.upper)
