@@ -364,8 +364,41 @@ REGRESSION_Q = Spec(
 REGRESSED = Spec(
     PREFIX + "throughput_regressed",
     "gauge",
-    "1 if the series' throughput regressed: q-value at most regression.fdr and ratio at most 1 - "
-    "regression.material_drop; else 0." + TESTED,
+    "1 while a regression of the series' throughput is open: it opened when its q-value was at most "
+    "regression.fdr and its ratio at most 1 - regression.material_drop, and stays open until the recent "
+    "transfers are back at 1 - regression.material_drop / 2 of the level before it in two successive tests, "
+    "or an operator accepts the new level (`bigbinf-exporter regression accept`); else 0.  Present while the "
+    "series is tested or a regression of it is open.",
+    SERIES_LABELS,
+)
+STATE = (
+    " Changed when an ok transfer of the series ends or an operator accepts; journaled beside the journal "
+    "(*.regressions.jsonl), so a restart keeps it."
+)
+REGRESSION_SINCE = Spec(
+    PREFIX + "throughput_regression_since_timestamp_seconds",
+    "gauge",
+    "Start time of the first transfer of the series' open regression (absent when none is open)." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_LEVEL_BEFORE = Spec(
+    PREFIX + "throughput_regression_level_before_bytes_per_second",
+    "gauge",
+    "Median throughput of the baseline the series' open regression was found against: the level before it; "
+    "the ratio gauges compare the recent transfers with that baseline as long as it is open." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_ACCEPTED = Spec(
+    PREFIX + "throughput_regression_accepted_timestamp_seconds",
+    "gauge",
+    "When an operator last accepted a regression of the series as its new level (absent if never)." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_SUSPECTED = Spec(
+    PREFIX + "throughput_regression_suspected",
+    "gauge",
+    "1 if the series is tested, no regression is open, and its ratio is at most 1 - regression.material_drop: "
+    "materially below its baseline but not (yet) significant; a gauge to look at, not an alert." + TESTED,
     SERIES_LABELS,
 )
 REGRESSION_BASELINE_RUNS = Spec(
@@ -417,6 +450,10 @@ REGRESSION = (
     REGRESSION_Q,
     REGRESSED,
     REGRESSION_BASELINE_RUNS,
+    REGRESSION_SINCE,
+    REGRESSION_LEVEL_BEFORE,
+    REGRESSION_ACCEPTED,
+    REGRESSION_SUSPECTED,
 )
 
 # A mesh exporter's slots (service/mesh_runner.py).  Published only by an exporter that
@@ -625,13 +662,23 @@ def path_samples(b: PathBaseline) -> Iterator[tuple[str, Extra, float]]:
 def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
     """The regression gauges one series' verdict sets: (metric, value).  The single owner
     of this mapping: the collector, the exposition and the backfill use it."""
-    yield REGRESSION_RATIO.name, v.test.ratio
-    yield REGRESSION_RATIO_LOWER.name, v.test.ratio_lower
-    yield REGRESSION_RATIO_UPPER.name, v.test.ratio_upper
-    yield REGRESSION_P.name, v.test.p_value
-    yield REGRESSION_Q.name, v.q_value
-    yield REGRESSED.name, 1.0 if v.regressed else 0.0
-    yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+    if v.test is not None:
+        yield REGRESSION_RATIO.name, v.test.ratio
+        yield REGRESSION_RATIO_LOWER.name, v.test.ratio_lower
+        yield REGRESSION_RATIO_UPPER.name, v.test.ratio_upper
+        yield REGRESSION_P.name, v.test.p_value
+        yield REGRESSION_Q.name, v.q_value
+    if v.test is not None or v.regressed:
+        yield REGRESSED.name, 1.0 if v.regressed else 0.0
+    if v.test is not None:
+        yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+        yield REGRESSION_SUSPECTED.name, 1.0 if v.suspected else 0.0
+    if v.since is not None:
+        yield REGRESSION_SINCE.name, v.since
+    if v.level_before is not None:
+        yield REGRESSION_LEVEL_BEFORE.name, v.level_before
+    if v.accepted_at is not None:
+        yield REGRESSION_ACCEPTED.name, v.accepted_at
 
 
 def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:

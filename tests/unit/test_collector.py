@@ -120,7 +120,12 @@ def _state() -> ExporterState:
     state.record_regressions(
         {
             SeriesKey("scp", "lab", "f64m", "download"): Verdict(
-                Tested(0.78125, 0.71, 0.84, 1.2e-05, 3, 56, 1_763_000_100.0), 0.000125, True
+                Tested(0.78125, 0.71, 0.84, 1.2e-05, 3, 56, 1_763_000_100.0),
+                0.000125,
+                True,
+                since=1_762_990_000.0,
+                level_before=3.2e7,
+                accepted_at=1_762_000_000.0,
             ),
             SeriesKey("scp", "lab", "f64m", "upload"): Verdict(
                 Tested(0.98, 0.9, 1.07, 0.31, 3, 40, 1_763_000_150.0), 0.31, False

@@ -38,7 +38,8 @@ from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.moveplan import Prediction, RecentRuns, fit_all, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
-from bigbinf.regression import History, settings_of
+from bigbinf.regression import ACCEPTED, History, counts_in_baseline, settings_of
+from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
@@ -110,34 +111,70 @@ class RoundRunner:
         # tested again after each of its results; the lock: a reload swaps it.
         self._history_lock = threading.Lock()
         self.history = History(settings_of(config))
+        # Its regression states' changes, journaled beside the journal (a restart keeps them).
+        self.regression_journal = RegressionJournal(config.journal.path)
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
         # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
         self.move_runs = RecentRuns()
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
         """The regression test's history from the journal (at start, or after a reload
-        changed the test's settings): the exporter's own ok runs of the series `keys`;
-        then every verdict is published."""
+        changed the test's settings): the exporter's own ok runs of the series `keys`,
+        and their regression states from the regressions' journal; every series not in
+        an open regression takes a step (it may open one, journaled); then every verdict
+        is published."""
         wanted = set(keys)
         history = History(settings_of(self.config))
+        journal = RegressionJournal(self.config.journal.path)
+        history.restore(e for e in journal.read_events() if e.key in wanted)
         runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
-            if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
+            if r.source == "exporter" and counts_in_baseline(r) and r.key in wanted:
                 runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
         for key, series_runs in runs.items():
             history.load(key, series_runs)
             history.retest(key)
+        enabled = self.config.regression.enabled
+        if enabled:
+            for key in list(history.tests):
+                track = history.tracks.get(key)
+                if track is None or track.episode is None:
+                    history.step(key)
+        journal.append(history.events)
+        history.events.clear()
         with self._history_lock:
             self.history = history
-            verdicts = history.verdicts() if self.config.regression.enabled else {}
+            self.regression_journal = journal
+            verdicts = history.verdicts() if enabled else {}
         self.state.record_regressions(verdicts)
 
     def forget_history(self, keys: Iterable[SeriesKey]) -> None:
-        """Keep only these series' history and verdicts (a reload removed the others)."""
+        """Keep only these series' history and verdicts (a reload removed the others);
+        accepts journaled meanwhile are taken up."""
         with self._history_lock:
             self.history.keep(keys)
+            self._take_accepts()
             verdicts = self.history.verdicts() if self.config.regression.enabled else {}
         self.state.record_regressions(verdicts)
+
+    def sync_accepts(self) -> None:
+        """Take up `regression accept`s journaled by another process since the last look
+        (the exporter looks every few seconds): the verdicts are published again if one
+        closed an open regression."""
+        with self._history_lock:
+            changed = self._take_accepts()
+            verdicts = self.history.verdicts() if changed and self.config.regression.enabled else None
+        if verdicts is not None:
+            self.state.record_regressions(verdicts)
+
+    def _take_accepts(self) -> bool:
+        """Under the history lock."""
+        taken = False
+        for event in self.regression_journal.new_events():
+            if event.kind == ACCEPTED and self.history.take(event):
+                log.info("regression of %s accepted: its level since %s is the baseline now", event.key, event.since)
+                taken = True
+        return taken
 
     def note_moves(self, results: Iterable[Result], restore: bool = False) -> None:
         """Ok runs (scheduled or a sweep's) for the move predictions; each remote that got
@@ -173,11 +210,17 @@ class RoundRunner:
             self.state.record_moves(remote, predictions)
 
     def _test_regression(self, r: Result) -> None:
-        if r.source != "exporter" or r.outcome != "ok" or not self.config.regression.enabled:
+        if r.source != "exporter" or not counts_in_baseline(r) or not self.config.regression.enabled:
             return
         with self._history_lock:
+            taken = self._take_accepts()
             changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
-            verdicts = self.history.verdicts() if changed else None
+            for event in self.history.events:
+                since = time.strftime("%F %T", time.gmtime(event.since))
+                log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
+            self.regression_journal.append(self.history.events)  # before it is published
+            self.history.events.clear()
+            verdicts = self.history.verdicts() if changed or taken else None
         if verdicts is not None:
             self.state.record_regressions(verdicts)
 
