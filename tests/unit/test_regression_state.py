@@ -224,3 +224,29 @@ def test_the_journal_skips_a_bad_line_and_names_it(tmp_path: Path, caplog: pytes
         assert journal.new_events() == []
     assert journal.open_regressions() == {}
     assert CLOSE_AFTER >= 2
+
+
+def test_a_first_start_finds_a_regression_that_began_before_it(tmp_path: Path) -> None:
+    """Issue 35's journal: 35 days at one rate (4 runs a day, 3% noise), then 10 days at
+    70%.  The stateless test said regressed 0 (its baseline half slow).  A first start
+    with no regressions' journal replays the last runs through the state: open, since
+    the first slow run, against the level before; the next start restores it as is."""
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(40)
+    writer = RoundRunner(config, ExporterState())
+    for t, x in runs(35, 0, 25e6, 0.03, rng) + runs(10, 35, 17.5e6, 0.03, rng):
+        writer.journal.append(_result(t, x))
+    assert not regressions_path(journal).exists()
+    state = ExporterState()
+    RoundRunner(config, state).restore_history(writer.journal.read(), [KEY])
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    assert _sample(state, M.REGRESSION_SINCE.name) == pytest.approx(START + 35 * DAY + 3 * 3600, abs=DAY / 2)
+    assert _sample(state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.03)
+    assert _sample(state, M.REGRESSION_LEVEL_BEFORE.name) == pytest.approx(25e6, rel=0.03)
+    events = RegressionJournal(journal).read_events()
+    assert [e.kind for e in events] == [OPENED]
+    again = ExporterState()
+    RoundRunner(config, again).restore_history(writer.journal.read(), [KEY])
+    assert again.regressions == state.regressions
+    assert len(RegressionJournal(journal).read_events()) == 1  # nothing replayed, nothing journaled twice

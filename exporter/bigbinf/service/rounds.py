@@ -48,6 +48,10 @@ from bigbinf.service.schedule import longest_gap_seconds
 
 log = logging.getLogger(__name__)
 
+# The first start with a regressions' journal replays each series' last REPLAY_RUNS runs
+# (at most REPLAY_TOTAL in all) through the regression state (restore_history).
+REPLAY_RUNS, REPLAY_TOTAL = 240, 40_000
+
 # The lab a config's `lab: true` remotes stand for, worked out again for each config.
 LabFor = Callable[[Config], LabSite | None]
 
@@ -126,21 +130,37 @@ class RoundRunner:
         wanted = set(keys)
         history = History(settings_of(self.config))
         journal = RegressionJournal(self.config.journal.path)
+        first_start = not journal.path.exists()
         history.restore(e for e in journal.read_events() if e.key in wanted)
         runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
             if r.source == "exporter" and counts_in_baseline(r) and r.key in wanted:
                 runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
-        for key, series_runs in runs.items():
-            history.load(key, series_runs)
-            history.retest(key)
         enabled = self.config.regression.enabled
+        # The first start with a regressions' journal (none yet beside this journal): each
+        # series' last runs are replayed through the state, in time order across series,
+        # so that a regression that began before it is found open, not half-way into its
+        # baseline (issue 35's 35 days at one rate, then 10 days at 70%).  Bounded: a
+        # one-off cost of about a millisecond per replayed run.
+        replay_runs = min(REPLAY_RUNS, REPLAY_TOTAL // max(1, len(runs))) if first_start and enabled else 0
+        replayed: list[tuple[float, float, SeriesKey]] = []
+        for key, series_runs in runs.items():
+            series_runs.sort()
+            cut = max(0, len(series_runs) - replay_runs)
+            history.load(key, series_runs[:cut])
+            history.retest(key)
+            replayed.extend((t, x, key) for t, x in series_runs[cut:])
+        for t, x, key in sorted(replayed, key=lambda run: run[0]):
+            history.add(key, t, x)
         if enabled:
             for key in list(history.tests):
                 track = history.tracks.get(key)
                 if track is None or track.episode is None:
                     history.step(key)
         journal.append(history.events)
+        if first_start and enabled:
+            journal.path.parent.mkdir(parents=True, exist_ok=True)
+            journal.path.touch()  # replayed once: the next start restores from it
         history.events.clear()
         with self._history_lock:
             self.history = history
