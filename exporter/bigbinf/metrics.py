@@ -365,8 +365,8 @@ REGRESSED = Spec(
     PREFIX + "throughput_regressed",
     "gauge",
     "1 while a regression of the series' throughput is open: it opened when its q-value was at most "
-    "regression.fdr and its ratio at most 1 - regression.material_drop, and stays open until the recent "
-    "transfers are back at 1 - regression.material_drop / 2 of the level before it in two successive tests, "
+    "regression.fdr and its ratio at most 1 - regression.material_drop, and stays open until its transfers "
+    "show the series back at the level before it (docs/runbook.md, \"A regression is a state\"), "
     "or an operator accepts the new level (`bigbinf-exporter regression accept`); else 0.  Present while the "
     "series is tested or a regression of it is open.",
     SERIES_LABELS,

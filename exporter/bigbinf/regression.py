@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 DAY = 86400.0
 WEEK = 7 * DAY
 BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
+EPISODE_RUNS = 200  # an open regression's last runs that its recovery is judged on
 BINS = int(DAY // BIN_SECONDS)
 
 
@@ -141,11 +142,25 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
         # Symmetry: P(U <= u) = 1 - P(U <= mn - u - 1).
         rest = m * n - ui - 1
         return float(max(0.0, 1.0 - _exact_cdf(m, n, rest)[rest])) if rest >= 0 else 1.0
+    return _normal_p(xa, ya, u)
+
+
+def _normal_p(xa: np.ndarray, ya: np.ndarray, u: float) -> float:
+    m, n = len(xa), len(ya)
     sd = _normal_sd(xa, ya)
     if sd == 0:
         return 1.0
     z = (u - m * n / 2.0 + 0.5) / sd  # continuity correction towards the mean
     return _norm_cdf(z)
+
+
+def mann_whitney_less_normal(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """mann_whitney_less by the normal approximation alone (scipy's "asymptotic"): for
+    an open regression's many runs, where the exact distribution would cost O(m^2)."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not len(xa) or not len(ya):
+        raise ValueError("both samples need at least one value")
+    return _normal_p(xa, ya, _u_statistic(xa, ya))
 
 
 def _critical_count(m: int, n: int, alpha_half: float, exact: bool, sd: float) -> int:
@@ -230,6 +245,13 @@ class Tested:
     # level the series is compared with.
     level: float = math.nan
     first: float = math.nan  # start time of the first recent run
+    noise: float = math.nan  # robust SD (log) of the baseline's residuals
+    # An open regression's runs since its start (the last EPISODE_RUNS), as residuals (log)
+    # against the level before; () when none is open.
+    episode_residuals: tuple[float, ...] = ()
+    # The same runs against the baseline: the one-sided Mann-Whitney p-value (normal
+    # approximation) that they are slower; nan when none is open.
+    episode_p_value: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -322,7 +344,14 @@ def examine_arrays(
             in_window[sl] = True
     # The baseline median of each 15-minute bin's window: every run's expected level.
     medians = np.full(BINS, np.nan)
-    bins = (np.concatenate([sorted_tod[in_window], recent_tod]) // BIN_SECONDS).astype(int) % BINS
+    # An open regression's runs (since its start, the recent ones last): their residuals
+    # against the level before say whether it has recovered (History.step, `recovered`).
+    episode_start = min((lo for lo, hi in excluded if hi == math.inf and math.isfinite(lo)), default=None)
+    since_start = (
+        np.nonzero(ts >= episode_start)[0][-EPISODE_RUNS:] if episode_start is not None else np.zeros(0, dtype=int)
+    )
+    episode_tod, episode_log = tod[since_start], logs[since_start]
+    bins = (np.concatenate([sorted_tod[in_window], recent_tod, episode_tod]) // BIN_SECONDS).astype(int) % BINS
     for b in np.unique(bins):
         parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
         values = np.concatenate(parts) if parts else np.zeros(0)
@@ -340,6 +369,10 @@ def examine_arrays(
     if np.isnan(recent_res).any() or len(base_res) < settings.min_baseline_runs:
         return Untested("too few baseline runs at the recent runs' times of day")
     p_value = mann_whitney_less(recent_res, base_res)
+    episode_res = residuals(episode_tod, episode_log)
+    episode_res = episode_res[~np.isnan(episode_res)]
+    episode_p = mann_whitney_less_normal(episode_res, base_res) if len(episode_res) else math.nan
+    noise = 1.4826 * float(np.median(np.abs(base_res - np.median(base_res))))  # the baseline's robust SD
     shift, lower, upper = hodges_lehmann(recent_res, base_res, settings.confidence)
     return Tested(
         ratio=math.exp(shift),
@@ -351,6 +384,9 @@ def examine_arrays(
         at=float(ts[-1]),
         level=math.exp(float(np.median(sorted_log[in_window]))),
         first=first,
+        noise=noise,
+        episode_residuals=tuple(float(x) for x in episode_res),
+        episode_p_value=episode_p,
     )
 
 
@@ -358,11 +394,46 @@ def examine_arrays(
 
 K = TypeVar("K")
 
-# An open regression closes when this many successive tests of the series (each after one
-# of its own ok runs) found its recent runs back at 1 - material_drop / 2 of the level
-# before it or above: one run's luck does not close it (docs/runbook.md, "A regression is
-# a state").
+# An open regression closes when its runs since the start say, with evidence worth
+# RECOVERY_ODDS to 1, that the series is back at the level before rather than at the
+# regression's own level, and its last CLOSE_AFTER runs are all nearer the level before:
+# one lucky run never closes it (docs/runbook.md, "A regression is a state").
 CLOSE_AFTER = 2
+RECOVERY_ODDS = 1000.0
+MIN_NOISE = 0.01  # log: a lab link's near-constant rate would make one run decisive
+# An open regression whose runs since its start (2 x recent_runs or more), taken
+# together, are no longer significantly slower than the level before (one-sided
+# Mann-Whitney p above this) closes: it opened on a few unlucky runs of a noisy series,
+# and a page must not stay up on them.
+CONFIRM_P = 0.01
+
+
+def recovered(residuals: Sequence[float], noise: float, material_drop: float) -> bool:
+    """Whether an open regression's runs since its start (residuals, log, against the
+    level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
+    the level before (0) than the regression's own level (the median of its runs, l1),
+    and a CUSUM of the log-likelihood ratio of "back at the level before" over "at l1"
+    (Gaussian, the baseline's robust SD), reset at 0, has reached log(RECOVERY_ODDS).
+    A 50% drop is cleared by the first two runs back; a 20% drop on a series with 12%
+    noise needs about four (the evidence a page can trust: docs/benchmarks.md).  If its
+    runs are not, as a whole, materially below the level before (l1 above 1 -
+    material_drop / 2: it opened on a few unlucky runs), the last CLOSE_AFTER runs
+    above the midpoint are enough."""
+    if len(residuals) < CLOSE_AFTER:
+        return False
+    r = np.asarray(residuals, dtype=float)
+    level = min(float(np.median(r)), 0.0)
+    mid = level / 2
+    if np.any(r[-CLOSE_AFTER:] < mid):
+        return False
+    if level >= math.log(1.0 - material_drop / 2):
+        return True
+    sd = max(noise, MIN_NOISE) if math.isfinite(noise) else MIN_NOISE
+    steps = (-level / sd**2) * (r - mid)
+    cusum = 0.0
+    for step in steps:
+        cusum = max(0.0, cusum + float(step))
+    return cusum >= math.log(RECOVERY_ODDS)
 
 
 @dataclass(frozen=True)
@@ -403,7 +474,6 @@ class Episode:
     since: float  # start time of the first recent run of the test that opened it
     opened: float  # start time of the run whose test opened it
     level_before: float  # bytes/s: the baseline median of that test
-    closing: int = 0  # successive tests that met the close criterion
 
 
 @dataclass
@@ -560,8 +630,8 @@ class History:
         """The series' state after its latest test: a closed series opens when its test
         is significant (its q-value across the exporter's tested series, now: the false
         discovery rate is controlled as regressions open) and material; an open one
-        stays open by its own data alone, and closes when CLOSE_AFTER successive tests
-        found the recent runs back at 1 - material_drop / 2 of the level before it."""
+        stays open by its own data alone, and closes when its runs since the start show
+        it recovered (`recovered`)."""
         test = self.tests.get(key)
         if test is None:
             return  # the test cannot decide: the state stays as it is
@@ -576,15 +646,11 @@ class History:
                 self._apply(track, Event(OPENED, key, test.at, test.first, test.level))
                 self.retest(key)  # against the level before it, from now on
             return
-        if test.ratio >= 1.0 - s.material_drop / 2:
-            closing = track.episode.closing + 1
-            if closing >= CLOSE_AFTER:
-                self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
-                self.retest(key)
-            else:
-                track.episode = dataclasses.replace(track.episode, closing=closing)
-        elif track.episode.closing:
-            track.episode = dataclasses.replace(track.episode, closing=0)
+        runs_since = len(test.episode_residuals)
+        unconfirmed = runs_since >= 2 * s.recent_runs and not test.episode_p_value <= CONFIRM_P
+        if unconfirmed or recovered(test.episode_residuals, test.noise, s.material_drop):
+            self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
+            self.retest(key)
 
     def accept(self, key: Any, at: float) -> Event | None:
         """An operator accepts the open regression's level as the series' new level (at

@@ -16,7 +16,17 @@ from prometheus_client import CollectorRegistry
 from bigbinf import cli
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
-from bigbinf.regression import ACCEPTED, CLOSE_AFTER, DAY, OPENED, RECOVERED, History, RegressionSettings, judge
+from bigbinf.regression import (
+    ACCEPTED,
+    CLOSE_AFTER,
+    DAY,
+    OPENED,
+    RECOVERED,
+    History,
+    RegressionSettings,
+    judge,
+    recovered,
+)
 from bigbinf.regression_journal import RegressionJournal, regressions_path
 from bigbinf.result import Result, SeriesKey
 from bigbinf.service.collector import BigbinfCollector, ExporterState
@@ -250,3 +260,18 @@ def test_a_first_start_finds_a_regression_that_began_before_it(tmp_path: Path) -
     RoundRunner(config, again).restore_history(writer.journal.read(), [KEY])
     assert again.regressions == state.regressions
     assert len(RegressionJournal(journal).read_events()) == 1  # nothing replayed, nothing journaled twice
+
+
+def test_recovery_needs_evidence_in_proportion_to_the_noise() -> None:
+    """`recovered`: two runs back clear a 50% drop of any series; a 20% drop of a series
+    with 12% noise per run needs about four (the CUSUM's 1000 to 1); one run never."""
+    half, fifth = [math.log(0.5)] * 10, [math.log(0.8)] * 20
+    assert not recovered([*half, 0.0], 0.12, 0.1)
+    assert recovered([*half, 0.0, 0.0], 0.12, 0.1)
+    assert not recovered([*half, 0.0, 0.0, math.log(0.6)], 0.12, 0.1)  # the last run is slow again
+    assert recovered([*fifth, 0.0, 0.0], 0.03, 0.1)  # quiet: two runs are decisive
+    assert not recovered([*fifth, 0.0, 0.0], 0.12, 0.1)  # noisy: two are not
+    assert not recovered([*fifth, 0.0, 0.0, 0.0], 0.12, 0.1)
+    assert recovered([*fifth, 0.0, 0.0, 0.0, 0.0, 0.0], 0.12, 0.1)
+    # Opened on unlucky runs, its runs as a whole not materially below: two back are enough.
+    assert recovered([-0.2, -0.2, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.3, 0.1)
