@@ -366,7 +366,7 @@ REGRESSED = Spec(
     "gauge",
     "1 while a regression of the series' throughput is open: it opened when its q-value was at most "
     "regression.fdr and its ratio at most 1 - regression.material_drop, and stays open until its transfers "
-    "show the series back at the level before it (docs/runbook.md, \"A regression is a state\"), "
+    'show the series back at the level before it (docs/runbook.md, "A regression is a state"), '
     "or an operator accepts the new level (`bigbinf-exporter regression accept`); else 0.  Present while the "
     "series is tested or a regression of it is open.",
     SERIES_LABELS,

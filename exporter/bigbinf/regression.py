@@ -413,7 +413,8 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float) ->
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
     the level before (0) than the regression's own level (the median of its runs, l1),
     and a CUSUM of the log-likelihood ratio of "back at the level before" over "at l1"
-    (Gaussian, the baseline's robust SD), reset at 0, has reached log(RECOVERY_ODDS).
+    (Gaussian, the baseline's robust SD), reset at 0, has reached log(RECOVERY_ODDS);
+    l1 leaves out the latest stretch of runs back near the level before.
     A 50% drop is cleared by the first two runs back; a 20% drop on a series with 12%
     noise needs about four (the evidence a page can trust: docs/benchmarks.md).  If its
     runs are not, as a whole, materially below the level before (l1 above 1 -
@@ -423,6 +424,12 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float) ->
         return False
     r = np.asarray(residuals, dtype=float)
     level = min(float(np.median(r)), 0.0)
+    # Its own level is that of its runs before the latest stretch back near the level
+    # before (the recovery would otherwise pull the estimate up and slow itself down).
+    above = r >= level / 2
+    stretch = len(r) - int(np.nonzero(~above)[0][-1]) - 1 if not above.all() else len(r)
+    if stretch < len(r):
+        level = min(float(np.median(r[: len(r) - stretch])), 0.0)
     mid = level / 2
     if np.any(r[-CLOSE_AFTER:] < mid):
         return False

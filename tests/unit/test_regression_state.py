@@ -273,5 +273,7 @@ def test_recovery_needs_evidence_in_proportion_to_the_noise() -> None:
     assert not recovered([*fifth, 0.0, 0.0], 0.12, 0.1)  # noisy: two are not
     assert not recovered([*fifth, 0.0, 0.0, 0.0], 0.12, 0.1)
     assert recovered([*fifth, 0.0, 0.0, 0.0, 0.0, 0.0], 0.12, 0.1)
-    # Opened on unlucky runs, its runs as a whole not materially below: two back are enough.
-    assert recovered([-0.2, -0.2, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.3, 0.1)
+    # A 1-day drop: the recovered runs do not pull its level up (the 4 slow ones are it).
+    assert recovered([math.log(0.7)] * 4 + [0.0, 0.0], 0.12, 0.1)
+    # Its runs not materially below the level before at all: two back are enough.
+    assert recovered([-0.03, -0.03, -0.03, 0.01, 0.01], 0.3, 0.1)
