@@ -408,6 +408,47 @@ REGRESSION_BASELINE_RUNS = Spec(
     "their times of day)." + TESTED,
     SERIES_LABELS,
 )
+# What changed when an open regression began (bigbinf/regression_change.py): its runs and
+# path probes of the baseline weeks before its start (when="before") against those since
+# (when="after"), computed when it opens and at a restart.
+CHANGED = (
+    " Of an open regression only: from the journal, when it opened (or the exporter started); `advise` says "
+    "the rest (loss, MTU, buffer maxima)."
+)
+WHEN_LABELS = (*SERIES_LABELS, "when")
+REGRESSION_CHANGE_INFO = Spec(
+    PREFIX + "throughput_regression_change_info",
+    "gauge",
+    "Always 1; the most common why-slow verdict (limited_by) and congestion control of the series' runs before "
+    "its open regression's start and since." + CHANGED,
+    (*SERIES_LABELS, "limited_by_before", "limited_by_after", "congestion_control_before", "congestion_control_after"),
+)
+REGRESSION_CHANGE_RTT = Spec(
+    PREFIX + "throughput_regression_path_rtt_seconds",
+    "gauge",
+    "Median minimum RTT of the remote's path probes before the open regression's start and since." + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE_BANDWIDTH = Spec(
+    PREFIX + "throughput_regression_path_bandwidth_bytes_per_second",
+    "gauge",
+    "Median bandwidth estimate of the remote's path probes before the open regression's start and since." + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE_RETRANSMITS = Spec(
+    PREFIX + "throughput_regression_retransmit_ratio",
+    "gauge",
+    "Retransmitted segments per packet of the series' captured runs before the open regression's start and since."
+    + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE = (
+    REGRESSION_CHANGE_INFO,
+    REGRESSION_CHANGE_RTT,
+    REGRESSION_CHANGE_BANDWIDTH,
+    REGRESSION_CHANGE_RETRANSMITS,
+)
+
 # plan-move's model (bigbinf/moveplan.py) for the config's moves.sizes, per remote.
 MOVE_LABELS = ("remote", "size")
 PREDICTED = (
@@ -562,6 +603,7 @@ ALL = (
     BUILD_INFO,
     *SWEEP,
     *REGRESSION,
+    *REGRESSION_CHANGE,
     *MOVES,
 )
 ALL_WITH_MESH = (*ALL, *MESH)
@@ -679,6 +721,26 @@ def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
         yield REGRESSION_LEVEL_BEFORE.name, v.level_before
     if v.accepted_at is not None:
         yield REGRESSION_ACCEPTED.name, v.accepted_at
+
+
+def regression_change_samples(v: Verdict) -> Iterator[tuple[str, tuple[str, ...], float]]:
+    """What changed when the series' open regression began: (metric, label values beyond
+    the series', value).  The single owner of this mapping, like regression_samples."""
+    change = v.change
+    if change is None or not v.regressed:
+        return
+    a, b = change.before, change.after
+    info = (a.verdict, b.verdict, a.congestion_control, b.congestion_control)
+    yield REGRESSION_CHANGE_INFO.name, info, 1.0
+    for spec, field_ in (
+        (REGRESSION_CHANGE_RTT, "rtt_min_seconds"),
+        (REGRESSION_CHANGE_BANDWIDTH, "bandwidth_bytes_per_second"),
+        (REGRESSION_CHANGE_RETRANSMITS, "retransmit_ratio"),
+    ):
+        for when, side in (("before", a), ("after", b)):
+            value = getattr(side, field_)
+            if value is not None:
+                yield spec.name, (when,), float(value)
 
 
 def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:

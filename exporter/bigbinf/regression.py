@@ -457,6 +457,7 @@ class Verdict:
     level_before: float | None = None  # bytes/s: the baseline median the open one was found against
     accepted_at: float | None = None  # wall clock of the last `regression accept` of the series
     suspected: bool = False  # tested, not open, ratio at most 1 - material_drop
+    change: Any = None  # an open one's regression_change.Change (the runner attaches it)
 
 
 def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Verdict]:

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bigbinf import metrics as M
 from bigbinf.regression import Tested, Verdict
+from bigbinf.regression_change import Change, Side
 from bigbinf.result import PAYLOAD_BUCKETS, PathBaseline, Result, SeriesKey, empty_histogram
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 
@@ -126,6 +127,10 @@ def _state() -> ExporterState:
                 since=1_762_990_000.0,
                 level_before=3.2e7,
                 accepted_at=1_762_000_000.0,
+                change=Change(
+                    Side(56, 3.2e7, {"link_capacity": 50}, 0.0005, "cubic", 0.02, 0.0, 1500, 3.3e7),
+                    Side(9, 2.5e7, {"congestion": 8}, 0.004, "cubic", 0.021, 0.01, 1500, 3.3e7),
+                ),
             ),
             SeriesKey("scp", "lab", "f64m", "upload"): Verdict(
                 Tested(0.98, 0.9, 1.07, 0.31, 3, 40, 1_763_000_150.0), 0.31, False

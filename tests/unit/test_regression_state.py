@@ -5,6 +5,7 @@ regression_journal.py), and restarts restore it."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -277,3 +278,57 @@ def test_recovery_needs_evidence_in_proportion_to_the_noise() -> None:
     assert recovered([math.log(0.7)] * 4 + [0.0, 0.0], 0.12, 0.1)
     # Its runs not materially below the level before at all: two back are enough.
     assert recovered([-0.03, -0.03, -0.03, 0.01, 0.01], 0.3, 0.1)
+
+
+def test_an_open_regression_says_what_changed(tmp_path: Path) -> None:
+    """From the journals: the verdict mix, the path and the retransmissions before the
+    regression's start and since, published with it and said by `advise`."""
+    from bigbinf.advice import open_regressions_text
+    from bigbinf.result import PathBaseline
+
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(41)
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    before, after = runs(30, 0, 25e6, 0.03, rng), runs(2, 30, 15e6, 0.03, rng)
+    for t, _ in before + after:  # a probe each round: the bandwidth estimate fell with the link
+        bandwidth = 30e6 if t < after[0][0] else 18e6
+        runner.baselines.append(
+            PathBaseline(
+                "lab",
+                t - 30,
+                probes_sent=10,
+                probes_answered=10,
+                rtt_min_seconds=0.02,
+                mtu_bytes=1500,
+                bandwidth_bytes_per_second=bandwidth,
+            )
+        )
+    for (t, x), limit, retransmits in [(run, "link_capacity", 1) for run in before] + [
+        (run, "congestion", 40) for run in after
+    ]:
+        r = dataclasses.replace(_result(t, x), limited_by=limit, retransmits_wire=retransmits, packets_down=10_000)
+        runner.publish(r)
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    info = {
+        **LABELS,
+        "limited_by_before": "link_capacity",
+        "limited_by_after": "congestion",
+        "congestion_control_before": "",
+        "congestion_control_after": "",
+    }
+    assert registry.get_sample_value(M.REGRESSION_CHANGE_INFO.name, info) == 1.0
+    bandwidth = M.REGRESSION_CHANGE_BANDWIDTH.name
+    assert registry.get_sample_value(bandwidth, {**LABELS, "when": "before"}) == 30e6
+    assert registry.get_sample_value(bandwidth, {**LABELS, "when": "after"}) == 18e6
+    assert registry.get_sample_value(M.REGRESSION_CHANGE_RTT.name, {**LABELS, "when": "after"}) == 0.02
+    retransmits = M.REGRESSION_CHANGE_RETRANSMITS.name
+    assert registry.get_sample_value(retransmits, {**LABELS, "when": "before"}) == pytest.approx(1e-4)
+    assert registry.get_sample_value(retransmits, {**LABELS, "when": "after"}) == pytest.approx(4e-3)
+    text = open_regressions_text(config, {"lab"}, list(runner.journal.read()))
+    assert "scp download of f32m with lab, since" in text
+    assert "verdicts link_capacity 112 of 112 -> congestion 8 of 8" in text  # 4 weeks before; all 8 since
+    assert "bandwidth estimate MB/s 30 -> 18" in text and "path RTT min ms 20 -> 20" in text

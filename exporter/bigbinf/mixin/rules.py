@@ -314,6 +314,34 @@ def series_value(metric: str, format_: str) -> str:
     )
 
 
+def series_value_when(metric: str, when: str, format_: str) -> str:
+    """series_value of a regression change gauge's `when` side."""
+    selector = SERIES_SELECTOR[:-1] + ", when=%q}"
+    return (
+        f'{{{{ range query (printf "{metric}{selector}" {SERIES_ARGS} "{when}") }}}}'
+        f"{{{{ .Value | {format_} }}}}{{{{ end }}}}"
+    )
+
+
+def before_after(metric: str, format_: str, unit: str = "") -> str:
+    before, after = series_value_when(metric, "before", format_), series_value_when(metric, "after", format_)
+    return f"{before}{unit} -> {after}{unit}"
+
+
+# What changed when the open regression began (only where the exporter published it).
+WHAT_CHANGED = (
+    f'{{{{ range query (printf "{metrics.REGRESSION_CHANGE_INFO.name}{SERIES_SELECTOR}" {SERIES_ARGS}) }}}}'
+    " What changed at its start: the transfers were mostly limited by {{ .Labels.limited_by_before }} before it, "
+    "by {{ .Labels.limited_by_after }} since; path RTT "
+    + before_after(metrics.REGRESSION_CHANGE_RTT.name, "humanizeDuration")
+    + ", bandwidth estimate "
+    + before_after(metrics.REGRESSION_CHANGE_BANDWIDTH.name, "humanize1024", "B/s")
+    + ", retransmissions "
+    + before_after(metrics.REGRESSION_CHANGE_RETRANSMITS.name, "humanizePercentage")
+    + " (bigbinf-exporter advise says more).{{ end }}"
+)
+
+
 # Which regression detector fired (label `detector`): the significance test, or the
 # fixed-ratio fallback where the test cannot decide.
 SIGNIFICANCE, FIXED_RATIO = "significance", "fixed_ratio"
@@ -428,7 +456,8 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             + series_value(metrics.REGRESSION_RATIO_UPPER.name, "humanizePercentage")
             + ", over "
             + series_value(metrics.REGRESSION_BASELINE_RUNS.name, 'printf "%.0f"')
-            + " baseline transfers at their times of day).",
+            + " baseline transfers at their times of day)."
+            + WHAT_CHANGED,
             SIGNIFICANCE,
         ),
         # The fixed-ratio fallback where the significance test cannot decide (TOO_YOUNG).

@@ -38,7 +38,8 @@ from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.moveplan import Prediction, RecentRuns, fit_all, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
-from bigbinf.regression import ACCEPTED, History, counts_in_baseline, settings_of
+from bigbinf.regression import ACCEPTED, OPENED, WEEK, History, Verdict, counts_in_baseline, settings_of
+from bigbinf.regression_change import Change, describe, what_changed
 from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
@@ -117,6 +118,8 @@ class RoundRunner:
         self.history = History(settings_of(config))
         # Its regression states' changes, journaled beside the journal (a restart keeps them).
         self.regression_journal = RegressionJournal(config.journal.path)
+        # What changed when each open regression began (regression_change.py), by series.
+        self.changes: dict[SeriesKey, Change] = {}
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
         # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
         self.move_runs = RecentRuns()
@@ -162,11 +165,31 @@ class RoundRunner:
             journal.path.parent.mkdir(parents=True, exist_ok=True)
             journal.path.touch()  # replayed once: the next start restores from it
         history.events.clear()
+        opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
+        self.changes = self._what_changed(opened) if enabled else {}
         with self._history_lock:
             self.history = history
             self.regression_journal = journal
             verdicts = history.verdicts() if enabled else {}
-        self.state.record_regressions(verdicts)
+        self.state.record_regressions(self._with_changes(verdicts))
+
+    def _what_changed(self, opened: dict[SeriesKey, float]) -> dict[SeriesKey, Change]:
+        """What changed when these regressions began (series -> start), from the journals."""
+        if not opened:
+            return {}
+        results = [r for r in self.journal.read() if r.key in opened]
+        baselines = list(self.baselines.read())
+        span = self.config.regression.baseline_weeks * WEEK
+        changes = {key: what_changed(key, since, span, results, baselines) for key, since in opened.items()}
+        for key, change in changes.items():
+            log.warning("regression of %s: what changed: %s", key, describe(change))
+        return changes
+
+    def _with_changes(self, verdicts: dict[SeriesKey, Verdict]) -> dict[SeriesKey, Verdict]:
+        return {
+            k: dataclasses.replace(v, change=self.changes.get(k)) if v.regressed and k in self.changes else v
+            for k, v in verdicts.items()
+        }
 
     def forget_history(self, keys: Iterable[SeriesKey]) -> None:
         """Keep only these series' history and verdicts (a reload removed the others);
@@ -175,7 +198,7 @@ class RoundRunner:
             self.history.keep(keys)
             self._take_accepts()
             verdicts = self.history.verdicts() if self.config.regression.enabled else {}
-        self.state.record_regressions(verdicts)
+        self.state.record_regressions(self._with_changes(verdicts))
 
     def sync_accepts(self) -> None:
         """Take up `regression accept`s journaled by another process since the last look
@@ -185,7 +208,7 @@ class RoundRunner:
             changed = self._take_accepts()
             verdicts = self.history.verdicts() if changed and self.config.regression.enabled else None
         if verdicts is not None:
-            self.state.record_regressions(verdicts)
+            self.state.record_regressions(self._with_changes(verdicts))
 
     def _take_accepts(self) -> bool:
         """Under the history lock."""
@@ -239,10 +262,13 @@ class RoundRunner:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
             self.regression_journal.append(self.history.events)  # before it is published
+            opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
+        if opened:
+            self.changes.update(self._what_changed(opened))
         if verdicts is not None:
-            self.state.record_regressions(verdicts)
+            self.state.record_regressions(self._with_changes(verdicts))
 
     def run_round(self, specs: list[TransferSpec] | None = None, wait: bool = False) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running
