@@ -499,16 +499,17 @@ class Track:
 @dataclass(frozen=True)
 class Event:
     """A change of a series' regression state, to be journaled (regression_journal.py)
-    so that a restart restores it: opened, recovered or accepted."""
+    so that a restart restores it: opened, recovered, dismissed (not confirmed by its own
+    runs) or accepted."""
 
-    kind: str  # "opened", "recovered", "accepted"
+    kind: str  # "opened", "recovered", "dismissed", "accepted"
     key: Any
     at: float  # the run's start time (opened, recovered), the wall clock (accepted)
     since: float  # the regression's start
     level_before: float = math.nan  # opened: bytes/s
 
 
-OPENED, RECOVERED, ACCEPTED = "opened", "recovered", "accepted"
+OPENED, RECOVERED, ACCEPTED, DISMISSED = "opened", "recovered", "accepted", "dismissed"
 
 
 def apply_event(track: Track, event: Event) -> None:
@@ -520,6 +521,11 @@ def apply_event(track: Track, event: Event) -> None:
     elif event.kind == RECOVERED:
         track.episode = None
         track.excluded = [(lo, event.at if lo == event.since and hi == math.inf else hi) for lo, hi in track.excluded]
+    elif event.kind == DISMISSED:
+        # Not confirmed by its own runs: chance, so they go back into the baseline (left
+        # out, a noisy series' unlucky runs would lift its baseline above its level).
+        track.episode = None
+        track.excluded = [(lo, hi) for lo, hi in track.excluded if not (lo == event.since and hi == math.inf)]
     elif event.kind == ACCEPTED:
         track.episode = None
         # Its runs are the new level; what came before is no longer the series' level.
@@ -656,7 +662,10 @@ class History:
             return
         runs_since = len(test.episode_residuals)
         unconfirmed = runs_since >= 2 * s.recent_runs and not test.episode_p_value <= CONFIRM_P
-        if unconfirmed or recovered(test.episode_residuals, test.noise, s.material_drop):
+        if unconfirmed:
+            self._apply(track, Event(DISMISSED, key, test.at, track.episode.since))
+            self.retest(key)
+        elif recovered(test.episode_residuals, test.noise, s.material_drop):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 

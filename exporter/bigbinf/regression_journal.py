@@ -1,5 +1,5 @@
 """Where the regression states are kept (issue 35): every change of a series' state
-(opened, recovered, accepted: regression.Event) appended as a JSON line to a journal
+(opened, recovered, dismissed, accepted: regression.Event) appended as a JSON line to a journal
 beside the results' journal (journal.jsonl -> journal.regressions.jsonl, as the path
 baselines are beside it), and read back in order by one function (`read_events`), so
 that a restart or a reload restores the open regressions and the accepted levels.
@@ -21,12 +21,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bigbinf.regression import ACCEPTED, OPENED, RECOVERED, Event
+from bigbinf.regression import ACCEPTED, DISMISSED, OPENED, RECOVERED, Event
 from bigbinf.result import SeriesKey
 
 log = logging.getLogger(__name__)
 
-KINDS = (OPENED, RECOVERED, ACCEPTED)
+KINDS = (OPENED, RECOVERED, DISMISSED, ACCEPTED)
 
 
 def regressions_path(journal: Path) -> Path:
@@ -136,7 +136,7 @@ class RegressionJournal:
         return events, offset + complete
 
     def open_regressions(self) -> dict[SeriesKey, Event]:
-        """The series whose last opened event has no later recovered or accepted one: what
+        """The series whose last opened event has no later closing one: what
         `regression accept` may accept (series -> its opened event)."""
         open_: dict[SeriesKey, Event] = {}
         for event in self.read_events():
