@@ -101,6 +101,14 @@ def test_a_link_shaped_down_30_percent_fires_the_significance_alert(make_lab, tm
         since = float(prom.query("bigbinf_throughput_regression_since_timestamp_seconds")[0]["value"][1])
         assert cut - 5 <= since <= first_firing
         level = float(prom.query("bigbinf_throughput_regression_level_before_bytes_per_second")[0]["value"][1])
+        # What changed at its start, as the exporter read it from its journals: the path's
+        # RTT stayed (a rate cut, not a longer path); the throughput is what fell.
+        rtt = {
+            s["metric"]["when"]: float(s["value"][1])
+            for s in prom.query("bigbinf_throughput_regression_path_rtt_seconds")
+        }
+        assert set(rtt) == {"before", "after"} and 0.5 < rtt["after"] / rtt["before"] < 2, rtt
+        (info,) = prom.query("bigbinf_throughput_regression_change_info")
 
         # 10 more slow rounds: the alert fires at every evaluation, without a break.
         done = ok_transfers(prom) + 10
@@ -124,7 +132,9 @@ def test_a_link_shaped_down_30_percent_fires_the_significance_alert(make_lab, tm
         print(
             f"\nlab regression: level before {level / 1e6:.2f} MB/s; fired {first_firing - cut:.0f} s after the cut; "
             f"ratio {ratio:.3f}, after 10 more rounds {ratio_late:.3f}; firing without a break for "
-            f"{kept_until - first_firing:.0f} s; resolved {rounds_to_clear} transfers after the link was restored"
+            f"{kept_until - first_firing:.0f} s; resolved {rounds_to_clear} transfers after the link was restored; "
+            f"path RTT {rtt['before'] * 1e3:.2f} -> {rtt['after'] * 1e3:.2f} ms; verdict "
+            f"{info['metric'].get('limited_by_before', '-')} -> {info['metric'].get('limited_by_after', '-')}"
         )
 
 
