@@ -28,9 +28,16 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   differences' order statistics at U's critical values), so the CI and the p-value
   never contradict each other.
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
-  over every tested series' current p-value (`judge`).  A series is **regressed** when
-  its q <= `fdr` and its ratio <= 1 - `material_drop`: significant and large enough to
-  matter.
+  over every tested series' current p-value (`judge`).  A regression **opens** when a
+  series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
+  significant and large enough to matter.
+* **A regression is a state** (issue 35; `History.step`): once open, its runs are never
+  baseline (the test compares the recent runs with the weeks before its start), no
+  other series' result moves it, and it closes only when its own runs show the series
+  back at the level before (`recovered`), when they no longer confirm it (dismissed),
+  or when an operator accepts the new level (`History.accept`).  Every change is an
+  `Event`, journaled by regression_journal.py.  Which runs count at all: one predicate,
+  `counts_in_baseline`.
 
 Pure: numpy only (a core dependency already), no scipy on the live path.
 """

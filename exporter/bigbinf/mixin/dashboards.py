@@ -857,9 +857,10 @@ def time_of_day() -> Dashboard:
                 "The exporter's significance test per series (docs/runbook.md, BigbinfThroughputRegressed): the last "
                 "regression.recent_runs ok transfers against the baseline weeks before them at the same times of "
                 "day.  Ratio: recent over baseline median (Hodges-Lehmann), with its confidence interval; q: the "
-                "Mann-Whitney p-value corrected for the exporter's many series (Benjamini-Hochberg); regressed 1: "
-                "significant and a material drop.  Series too young to test are not listed (the fixed-ratio alerts "
-                "cover them)."
+                "Mann-Whitney p-value corrected for the exporter's many series (Benjamini-Hochberg); regressed 1: a "
+                "regression is open (it opened significant and a material drop, and stays open until the series "
+                "recovers or an operator accepts the new level; the ratio is then against the level before it).  "
+                "Series the test cannot decide for are not listed (the fixed-ratio alerts cover them)."
             )
             .with_target(verdict_query(metrics.REGRESSION_RATIO.name, "A"))
             .with_target(verdict_query(metrics.REGRESSION_RATIO_LOWER.name, "B"))
@@ -882,8 +883,8 @@ def time_of_day() -> Dashboard:
             .title("Recent / baseline ratio with its confidence interval")
             .description(
                 "The regression test's ratio over time (it changes when a transfer of the series ends), with its "
-                "confidence interval dashed; below 1 - regression.material_drop with a small q-value fires "
-                "BigbinfThroughputRegressed."
+                "confidence interval dashed; below 1 - regression.material_drop with a small q-value opens a "
+                "regression (BigbinfThroughputRegressed), which stays open until the series recovers or is accepted."
             )
             .with_target(query(f"{metrics.REGRESSION_RATIO.name}{sel()}", legend + " ratio"))
             .with_target(query(f"{metrics.REGRESSION_RATIO_LOWER.name}{sel()}", legend + " CI low", "B"))
