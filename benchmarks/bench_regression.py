@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from bigbinf.journal import Journal
-from bigbinf.regression import DAY, History, RegressionSettings
+from bigbinf.regression import DAY, History, RegressionSettings, judge
 
 HOUR = 3600.0
 SCHEDULES = {"study": (3.0, 13.0), "hourly": tuple(float(h) for h in range(24))}
@@ -263,9 +263,162 @@ def cost() -> int:
     return 0
 
 
+# ---------------------------------------------------------------- regressions that last (issue 35)
+
+PERSIST_HOURS = (3.0, 9.0, 15.0, 21.0)  # a round every 6 hours
+
+
+@dataclass
+class Lasting:
+    """One scenario's tally: step drops that persist, then recover."""
+
+    delays: list[int] = dataclasses.field(default_factory=list)  # rounds to the first firing
+    missed: int = 0  # drops never detected while they lasted
+    slow_rounds: int = 0
+    firing_slow: int = 0  # slow rounds with the alert firing
+    after_first: int = 0  # slow rounds from the first firing on
+    firing_after_first: int = 0
+    clears: list[int] = dataclasses.field(default_factory=list)  # rounds after recovery until it is off
+    not_cleared: int = 0
+    flaps: int = 0  # episodes beyond the first, from the drop on
+    false_alarms: int = 0  # episodes starting on unchanged series
+    clean_days: float = 0.0
+
+    def drop(self, fired: np.ndarray, start: int, end: int) -> None:
+        slow = fired[start:end]
+        self.slow_rounds += len(slow)
+        self.firing_slow += int(slow.sum())
+        hits = np.nonzero(slow)[0]
+        if len(hits):
+            self.delays.append(int(hits[0]) + 1)
+            self.after_first += len(slow) - int(hits[0])
+            self.firing_after_first += int(slow[hits[0] :].sum())
+        else:
+            self.missed += 1
+        after = fired[end:]
+        off = np.nonzero(~after)[0]
+        if len(hits) or fired[end - 1]:
+            if len(off):
+                self.clears.append(int(off[0]) + 1 if fired[end - 1] else 0)
+            else:
+                self.not_cleared += 1
+        tail = fired[start:]
+        starts = int(np.sum(tail[1:] & ~tail[:-1])) + int(bool(tail[0]))
+        self.flaps += max(0, starts - 1)
+
+    def unchanged(self, fired: np.ndarray, rounds_per_day: int, warmup: int) -> None:
+        f = fired[warmup:]
+        self.false_alarms += int(np.sum(f[1:] & ~f[:-1])) + int(bool(f[0]))
+        self.clean_days += len(f) / rounds_per_day
+
+    def row(self) -> list[str]:
+        def pct(a: int, b: int) -> str:
+            return f"{a / b:.1%}" if b else "-"
+
+        delay = f"{statistics.median(self.delays):g} ({max(self.delays)})" if self.delays else "never"
+        clear = f"{statistics.median(self.clears):g} ({max(self.clears)})" if self.clears else "-"
+        rate = f"{1000 * self.false_alarms / self.clean_days:.2f}" if self.clean_days else "-"
+        return [
+            delay + (f", {self.missed} missed" if self.missed else ""),
+            pct(self.firing_slow, self.slow_rounds),
+            pct(self.firing_after_first, self.after_first),
+            clear + (f", {self.not_cleared} not cleared" if self.not_cleared else ""),
+            rate,
+            str(self.flaps),
+        ]
+
+
+class Stateless(History):
+    """The test before issue 35: no state; regressed = q <= fdr and material, now."""
+
+    def step(self, key: object) -> None:
+        return None
+
+
+def lasting_fired(
+    group: list[np.ndarray], times: np.ndarray, settings: RegressionSettings, stateless: bool
+) -> list[np.ndarray]:
+    """The alert per series after each round (every series of the exporter adds its run)."""
+    history = (Stateless if stateless else History)(settings)
+    out = [np.zeros(len(times), dtype=bool) for _ in group]
+    for i, t in enumerate(times):
+        for j, log_x in enumerate(group):
+            history.add(j, float(t), float(math.exp(log_x[i])))
+        verdicts = judge(history.tests, settings) if stateless else history.verdicts()
+        for j in range(len(group)):
+            v = verdicts.get(j)
+            out[j][i] = bool(v and v.regressed)
+    return out
+
+
+def lasting(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description="step drops that persist for days, then recover (issue 35)")
+    ap.add_argument("--lasting", action="store_true")
+    ap.add_argument(
+        "--exporters", type=int, default=2, help="exporters per scenario (each: --dropped + --unchanged series)"
+    )
+    ap.add_argument("--dropped", type=int, default=6)
+    ap.add_argument("--unchanged", type=int, default=6)
+    ap.add_argument("--warmup-days", type=int, default=35)
+    ap.add_argument("--after-days", type=int, default=5, help="days after the recovery")
+    ap.add_argument("--durations", default="1,7,30", help="days each drop lasts")
+    ap.add_argument("--drops", default="0.1,0.2,0.3,0.5")
+    ap.add_argument("--noise", default="0.03,0.12", help="per-run SD (log) of the quiet and noisy series")
+    ap.add_argument("--stateless", action="store_true", help="also the test before issue 35, for comparison")
+    ap.add_argument("--seed", type=int, default=35)
+    args = ap.parse_args(argv)
+    settings = RegressionSettings()
+    rounds_per_day = len(PERSIST_HOURS)
+    rng = np.random.default_rng(args.seed)
+    print(
+        f"settings: {settings}; rounds at {', '.join(f'{h:02.0f}h' for h in PERSIST_HOURS)}; per scenario "
+        f"{args.exporters} exporters of {args.dropped} dropped + {args.unchanged} unchanged series; "
+        f"{args.warmup_days} days before the drop, {args.after_days} after the recovery"
+    )
+    print()
+    print(
+        "| noise (SD/run) | drop | lasts | detector | detection delay, rounds: median (max) | slow rounds firing "
+        "| slow rounds firing from the first firing on | rounds to clear after recovery: median (max) "
+        "| false alarms / 1,000 series-days (unchanged) | flaps |"
+    )
+    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    began = time.perf_counter()
+    for noise in (float(x) for x in args.noise.split(",")):
+        for drop in (float(x) for x in args.drops.split(",")):
+            for days in (int(x) for x in args.durations.split(",")):
+                total_days = args.warmup_days + days + args.after_days
+                start_day = 1_700_006_400.0 - 1_700_006_400.0 % DAY
+                times = np.array([start_day + d * DAY + h * HOUR for d in range(total_days) for h in PERSIST_HOURS])
+                start, end = args.warmup_days * rounds_per_day, (args.warmup_days + days) * rounds_per_day
+                modes = [False, True] if args.stateless else [False]
+                tallies = {mode: Lasting() for mode in modes}
+                for _ in range(args.exporters):
+                    group = []
+                    for j in range(args.dropped + args.unchanged):
+                        log_x = math.log(25e6) + rng.normal(0, noise, len(times))
+                        if j < args.dropped:
+                            log_x[start:end] += math.log(1 - drop)
+                        group.append(log_x)
+                    for mode in modes:
+                        fired = lasting_fired(group, times, settings, mode)
+                        for j, f in enumerate(fired):
+                            if j < args.dropped:
+                                tallies[mode].drop(f, start, end)
+                            else:
+                                tallies[mode].unchanged(f, rounds_per_day, 28 * rounds_per_day)
+                for mode in modes:
+                    name = "stateless (before)" if mode else "state"
+                    cells = [f"{noise:.0%}", f"{drop:.0%}", f"{days} d", name, *tallies[mode].row()]
+                    print("| " + " | ".join(cells) + " |", flush=True)
+    print(f"\n{time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--cost"]:
         return cost()
+    if argv is None and "--lasting" in sys.argv[1:]:
+        return lasting(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", action="append", type=Path, required=True, help="real runs to fit noise from")
     ap.add_argument("--series", type=int, default=144, help="series per (drop, shape, noise) case")

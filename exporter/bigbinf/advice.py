@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,9 @@ from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
 from bigbinf.measure.tcp.limits import human_bytes, human_rate
 from bigbinf.measure.tcp.state import TcpStateError, read_tcp_settings
 from bigbinf.process import in_netns
+from bigbinf.regression import WEEK
+from bigbinf.regression_change import describe, what_changed
+from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result
 
 TARGET_FACTOR = 2
@@ -104,10 +108,28 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
         if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
             baselines[b.remote] = b
     results = [r for r in Journal(config.journal.path).read() if r.source == "exporter"]
-    return "\n\n".join(
+    text = "\n\n".join(
         _path_advice(r, baselines.get(r.name), _recent(results, r.name, recent), sorted(directions.get(r.name, ())))
         for r in chosen
     )
+    return text + open_regressions_text(config, {r.name for r in chosen}, results)
+
+
+def open_regressions_text(config: Config, remotes: set[str], results: Sequence[Result]) -> str:
+    """The open regressions of these remotes' series and what changed when each began
+    (issue 35; bigbinf/regression_change.py)."""
+    open_ = {k: e for k, e in RegressionJournal(config.journal.path).open_regressions().items() if k.remote in remotes}
+    if not open_:
+        return ""
+    probes = list(BaselineJournal(baseline_path(config.journal.path)).read())
+    span = config.regression.baseline_weeks * WEEK
+    lines = ["", "", "Open regressions (bigbinf-exporter regression list|accept):"]
+    for key in sorted(open_, key=lambda k: (k.protocol, k.remote, k.dataset, k.direction)):
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(open_[key].since))
+        change = what_changed(key, open_[key].since, span, results, probes)
+        lines.append(f"  {key.protocol} {key.direction} of {key.dataset} with {key.remote}, since {since}:")
+        lines.append(f"    what changed: {describe(change)}")
+    return "\n".join(lines)
 
 
 def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigbinf import __version__, lab
+from bigbinf import __version__, lab, regression_cmd
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--sweep", required=True, metavar="NAME", help="the sweep to run (config sweeps.NAME)")
     sweep.set_defaults(func=cmd_sweep)
+    regression_cmd.register(sub, [common])  # regression list|accept
     for command in (report, importer, backfill, sweep_report, planmove):  # the study's commands
         command.register(sub, [common])  # the shared flags work after these subcommands too
     mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus

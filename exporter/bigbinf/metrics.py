@@ -364,8 +364,41 @@ REGRESSION_Q = Spec(
 REGRESSED = Spec(
     PREFIX + "throughput_regressed",
     "gauge",
-    "1 if the series' throughput regressed: q-value at most regression.fdr and ratio at most 1 - "
-    "regression.material_drop; else 0." + TESTED,
+    "1 while a regression of the series' throughput is open: it opened when its q-value was at most "
+    "regression.fdr and its ratio at most 1 - regression.material_drop, and stays open until its transfers "
+    'show the series back at the level before it (docs/runbook.md, "A regression is a state"), '
+    "or an operator accepts the new level (`bigbinf-exporter regression accept`); else 0.  Present while the "
+    "series is tested or a regression of it is open.",
+    SERIES_LABELS,
+)
+STATE = (
+    " Changed when an ok transfer of the series ends or an operator accepts; journaled beside the journal "
+    "(*.regressions.jsonl), so a restart keeps it."
+)
+REGRESSION_SINCE = Spec(
+    PREFIX + "throughput_regression_since_timestamp_seconds",
+    "gauge",
+    "Start time of the first transfer of the series' open regression (absent when none is open)." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_LEVEL_BEFORE = Spec(
+    PREFIX + "throughput_regression_level_before_bytes_per_second",
+    "gauge",
+    "Median throughput of the baseline the series' open regression was found against: the level before it; "
+    "the ratio gauges compare the recent transfers with that baseline as long as it is open." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_ACCEPTED = Spec(
+    PREFIX + "throughput_regression_accepted_timestamp_seconds",
+    "gauge",
+    "When an operator last accepted a regression of the series as its new level (absent if never)." + STATE,
+    SERIES_LABELS,
+)
+REGRESSION_SUSPECTED = Spec(
+    PREFIX + "throughput_regression_suspected",
+    "gauge",
+    "1 if the series is tested, no regression is open, and its ratio is at most 1 - regression.material_drop: "
+    "materially below its baseline but not (yet) significant; a gauge to look at, not an alert." + TESTED,
     SERIES_LABELS,
 )
 REGRESSION_BASELINE_RUNS = Spec(
@@ -375,6 +408,47 @@ REGRESSION_BASELINE_RUNS = Spec(
     "their times of day)." + TESTED,
     SERIES_LABELS,
 )
+# What changed when an open regression began (bigbinf/regression_change.py): its runs and
+# path probes of the baseline weeks before its start (when="before") against those since
+# (when="after"), computed when it opens and at a restart.
+CHANGED = (
+    " Of an open regression only: from the journal, when it opened (or the exporter started); `advise` says "
+    "the rest (loss, MTU, buffer maxima)."
+)
+WHEN_LABELS = (*SERIES_LABELS, "when")
+REGRESSION_CHANGE_INFO = Spec(
+    PREFIX + "throughput_regression_change_info",
+    "gauge",
+    "Always 1; the most common why-slow verdict (limited_by) and congestion control of the series' runs before "
+    "its open regression's start and since." + CHANGED,
+    (*SERIES_LABELS, "limited_by_before", "limited_by_after", "congestion_control_before", "congestion_control_after"),
+)
+REGRESSION_CHANGE_RTT = Spec(
+    PREFIX + "throughput_regression_path_rtt_seconds",
+    "gauge",
+    "Median minimum RTT of the remote's path probes before the open regression's start and since." + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE_BANDWIDTH = Spec(
+    PREFIX + "throughput_regression_path_bandwidth_bytes_per_second",
+    "gauge",
+    "Median bandwidth estimate of the remote's path probes before the open regression's start and since." + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE_RETRANSMITS = Spec(
+    PREFIX + "throughput_regression_retransmit_ratio",
+    "gauge",
+    "Retransmitted segments per packet of the series' captured runs before the open regression's start and since."
+    + CHANGED,
+    WHEN_LABELS,
+)
+REGRESSION_CHANGE = (
+    REGRESSION_CHANGE_INFO,
+    REGRESSION_CHANGE_RTT,
+    REGRESSION_CHANGE_BANDWIDTH,
+    REGRESSION_CHANGE_RETRANSMITS,
+)
+
 # plan-move's model (bigbinf/moveplan.py) for the config's moves.sizes, per remote.
 MOVE_LABELS = ("remote", "size")
 PREDICTED = (
@@ -417,6 +491,10 @@ REGRESSION = (
     REGRESSION_Q,
     REGRESSED,
     REGRESSION_BASELINE_RUNS,
+    REGRESSION_SINCE,
+    REGRESSION_LEVEL_BEFORE,
+    REGRESSION_ACCEPTED,
+    REGRESSION_SUSPECTED,
 )
 
 # A mesh exporter's slots (service/mesh_runner.py).  Published only by an exporter that
@@ -525,6 +603,7 @@ ALL = (
     BUILD_INFO,
     *SWEEP,
     *REGRESSION,
+    *REGRESSION_CHANGE,
     *MOVES,
 )
 ALL_WITH_MESH = (*ALL, *MESH)
@@ -625,13 +704,43 @@ def path_samples(b: PathBaseline) -> Iterator[tuple[str, Extra, float]]:
 def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
     """The regression gauges one series' verdict sets: (metric, value).  The single owner
     of this mapping: the collector, the exposition and the backfill use it."""
-    yield REGRESSION_RATIO.name, v.test.ratio
-    yield REGRESSION_RATIO_LOWER.name, v.test.ratio_lower
-    yield REGRESSION_RATIO_UPPER.name, v.test.ratio_upper
-    yield REGRESSION_P.name, v.test.p_value
-    yield REGRESSION_Q.name, v.q_value
-    yield REGRESSED.name, 1.0 if v.regressed else 0.0
-    yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+    if v.test is not None:
+        yield REGRESSION_RATIO.name, v.test.ratio
+        yield REGRESSION_RATIO_LOWER.name, v.test.ratio_lower
+        yield REGRESSION_RATIO_UPPER.name, v.test.ratio_upper
+        yield REGRESSION_P.name, v.test.p_value
+        yield REGRESSION_Q.name, v.q_value
+    if v.test is not None or v.regressed:
+        yield REGRESSED.name, 1.0 if v.regressed else 0.0
+    if v.test is not None:
+        yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+        yield REGRESSION_SUSPECTED.name, 1.0 if v.suspected else 0.0
+    if v.since is not None:
+        yield REGRESSION_SINCE.name, v.since
+    if v.level_before is not None:
+        yield REGRESSION_LEVEL_BEFORE.name, v.level_before
+    if v.accepted_at is not None:
+        yield REGRESSION_ACCEPTED.name, v.accepted_at
+
+
+def regression_change_samples(v: Verdict) -> Iterator[tuple[str, tuple[str, ...], float]]:
+    """What changed when the series' open regression began: (metric, label values beyond
+    the series', value).  The single owner of this mapping, like regression_samples."""
+    change = v.change
+    if change is None or not v.regressed:
+        return
+    a, b = change.before, change.after
+    info = (a.verdict, b.verdict, a.congestion_control, b.congestion_control)
+    yield REGRESSION_CHANGE_INFO.name, info, 1.0
+    for spec, field_ in (
+        (REGRESSION_CHANGE_RTT, "rtt_min_seconds"),
+        (REGRESSION_CHANGE_BANDWIDTH, "bandwidth_bytes_per_second"),
+        (REGRESSION_CHANGE_RETRANSMITS, "retransmit_ratio"),
+    ):
+        for when, side in (("before", a), ("after", b)):
+            value = getattr(side, field_)
+            if value is not None:
+                yield spec.name, (when,), float(value)
 
 
 def move_samples(p: Prediction) -> Iterator[tuple[str, Extra, float]]:

@@ -28,15 +28,23 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   differences' order statistics at U's critical values), so the CI and the p-value
   never contradict each other.
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
-  over every tested series' current p-value (`judge`).  A series is **regressed** when
-  its q <= `fdr` and its ratio <= 1 - `material_drop`: significant and large enough to
-  matter.
+  over every tested series' current p-value (`judge`).  A regression **opens** when a
+  series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
+  significant and large enough to matter.
+* **A regression is a state** (issue 35; `History.step`): once open, its runs are never
+  baseline (the test compares the recent runs with the weeks before its start), no
+  other series' result moves it, and it closes only when its own runs show the series
+  back at the level before (`recovered`), when they no longer confirm it (dismissed),
+  or when an operator accepts the new level (`History.accept`).  Every change is an
+  `Event`, journaled by regression_journal.py.  Which runs count at all: one predicate,
+  `counts_in_baseline`.
 
 Pure: numpy only (a core dependency already), no scipy on the live path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import statistics
@@ -50,10 +58,12 @@ import numpy as np
 
 if TYPE_CHECKING:
     from bigbinf.config import Config
+    from bigbinf.result import Result
 
 DAY = 86400.0
 WEEK = 7 * DAY
 BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
+EPISODE_RUNS = 200  # an open regression's last runs that its recovery is judged on
 BINS = int(DAY // BIN_SECONDS)
 
 
@@ -139,11 +149,25 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
         # Symmetry: P(U <= u) = 1 - P(U <= mn - u - 1).
         rest = m * n - ui - 1
         return float(max(0.0, 1.0 - _exact_cdf(m, n, rest)[rest])) if rest >= 0 else 1.0
+    return _normal_p(xa, ya, u)
+
+
+def _normal_p(xa: np.ndarray, ya: np.ndarray, u: float) -> float:
+    m, n = len(xa), len(ya)
     sd = _normal_sd(xa, ya)
     if sd == 0:
         return 1.0
     z = (u - m * n / 2.0 + 0.5) / sd  # continuity correction towards the mean
     return _norm_cdf(z)
+
+
+def mann_whitney_less_normal(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """mann_whitney_less by the normal approximation alone (scipy's "asymptotic"): for
+    an open regression's many runs, where the exact distribution would cost O(m^2)."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if not len(xa) or not len(ya):
+        raise ValueError("both samples need at least one value")
+    return _normal_p(xa, ya, _u_statistic(xa, ya))
 
 
 def _critical_count(m: int, n: int, alpha_half: float, exact: bool, sd: float) -> int:
@@ -224,6 +248,17 @@ class Tested:
     recent_runs: int
     baseline_runs: int
     at: float  # start time of the latest recent run
+    # The baseline's median throughput (bytes/s) at the recent runs' times of day: the
+    # level the series is compared with.
+    level: float = math.nan
+    first: float = math.nan  # start time of the first recent run
+    noise: float = math.nan  # robust SD (log) of the baseline's residuals
+    # An open regression's runs since its start (the last EPISODE_RUNS), as residuals (log)
+    # against the level before; () when none is open.
+    episode_residuals: tuple[float, ...] = ()
+    # The same runs against the baseline: the one-sided Mann-Whitney p-value (normal
+    # approximation) that they are slower; nan when none is open.
+    episode_p_value: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -263,20 +298,42 @@ def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | U
     )
 
 
+def baseline_start(end: float, excluded: Sequence[tuple[float, float]], span: float) -> float:
+    """Where a baseline of `span` seconds of runs that count ends up starting when it ends
+    at `end`: a recovered regression's span is left out and made up for from before it
+    (an accepted one's, reaching back to the beginning, is not)."""
+    since = end - span
+    for lo, hi in sorted(excluded, key=lambda span_: -span_[1]):
+        if math.isfinite(lo):
+            since -= max(0.0, min(hi, end) - max(lo, since))
+    return since
+
+
 def examine_arrays(
-    ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings
+    ts: np.ndarray,
+    tod: np.ndarray,
+    logs: np.ndarray,
+    settings: RegressionSettings,
+    excluded: Sequence[tuple[float, float]] = (),
 ) -> Tested | Untested:
     """`examine` on a series' runs as arrays in time order (what History keeps): only the
-    last recent_runs and the baseline_weeks before them are used."""
+    last recent_runs and the baseline_weeks before them are used.  `excluded`: spans
+    [from, to) whose runs are never baseline (a regression's, see Track); the baseline
+    weeks end where the first span that reaches the recent runs begins (an open
+    regression's baseline stays the level before it)."""
     k = settings.recent_runs
     if len(ts) < k + 1:
         return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
     first = float(ts[-k])
-    since = first - settings.baseline_weeks * WEEK
-    start = int(np.searchsorted(ts, since, side="left"))
-    base_tod, base_log = tod[start:-k], logs[start:-k]
+    end = min([first, *(lo for lo, hi in excluded if hi >= first)])
+    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK)
+    keep = (ts >= since) & (ts < end)
+    keep[-k:] = False
+    for lo, hi in excluded:
+        keep &= ~((ts >= lo) & (ts < hi))
+    base_tod, base_log = tod[keep], logs[keep]
     if not len(base_tod):
-        return Untested(f"no ok run in the {settings.baseline_weeks:g} weeks before the recent {k}")
+        return Untested(f"no baseline run in the {settings.baseline_weeks:g} weeks before the recent {k}")
     recent_tod, recent_log = tod[-k:], logs[-k:]
     window = settings.time_of_day_window_seconds
     order = np.argsort(base_tod, kind="stable")
@@ -294,7 +351,14 @@ def examine_arrays(
             in_window[sl] = True
     # The baseline median of each 15-minute bin's window: every run's expected level.
     medians = np.full(BINS, np.nan)
-    bins = (np.concatenate([sorted_tod[in_window], recent_tod]) // BIN_SECONDS).astype(int) % BINS
+    # An open regression's runs (since its start, the recent ones last): their residuals
+    # against the level before say whether it has recovered (History.step, `recovered`).
+    episode_start = min((lo for lo, hi in excluded if hi == math.inf and math.isfinite(lo)), default=None)
+    since_start = (
+        np.nonzero(ts >= episode_start)[0][-EPISODE_RUNS:] if episode_start is not None else np.zeros(0, dtype=int)
+    )
+    episode_tod, episode_log = tod[since_start], logs[since_start]
+    bins = (np.concatenate([sorted_tod[in_window], recent_tod, episode_tod]) // BIN_SECONDS).astype(int) % BINS
     for b in np.unique(bins):
         parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
         values = np.concatenate(parts) if parts else np.zeros(0)
@@ -312,6 +376,10 @@ def examine_arrays(
     if np.isnan(recent_res).any() or len(base_res) < settings.min_baseline_runs:
         return Untested("too few baseline runs at the recent runs' times of day")
     p_value = mann_whitney_less(recent_res, base_res)
+    episode_res = residuals(episode_tod, episode_log)
+    episode_res = episode_res[~np.isnan(episode_res)]
+    episode_p = mann_whitney_less_normal(episode_res, base_res) if len(episode_res) else math.nan
+    noise = 1.4826 * float(np.median(np.abs(base_res - np.median(base_res))))  # the baseline's robust SD
     shift, lower, upper = hodges_lehmann(recent_res, base_res, settings.confidence)
     return Tested(
         ratio=math.exp(shift),
@@ -321,6 +389,11 @@ def examine_arrays(
         recent_runs=k,
         baseline_runs=len(base_res),
         at=float(ts[-1]),
+        level=math.exp(float(np.median(sorted_log[in_window]))),
+        first=first,
+        noise=noise,
+        episode_residuals=tuple(float(x) for x in episode_res),
+        episode_p_value=episode_p,
     )
 
 
@@ -328,18 +401,75 @@ def examine_arrays(
 
 K = TypeVar("K")
 
+# An open regression closes when its runs since the start say, with evidence worth
+# RECOVERY_ODDS to 1, that the series is back at the level before rather than at the
+# regression's own level, and its last CLOSE_AFTER runs are all nearer the level before:
+# one lucky run never closes it (docs/runbook.md, "A regression is a state").
+CLOSE_AFTER = 2
+RECOVERY_ODDS = 1000.0
+MIN_NOISE = 0.01  # log: a lab link's near-constant rate would make one run decisive
+# An open regression whose runs since its start (2 x recent_runs or more), taken
+# together, are no longer significantly slower than the level before (one-sided
+# Mann-Whitney p above this) closes: it opened on a few unlucky runs of a noisy series,
+# and a page must not stay up on them.
+CONFIRM_P = 0.01
+
+
+def recovered(residuals: Sequence[float], noise: float, material_drop: float) -> bool:
+    """Whether an open regression's runs since its start (residuals, log, against the
+    level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
+    the level before (0) than the regression's own level (the median of its runs, l1),
+    and a CUSUM of the log-likelihood ratio of "back at the level before" over "at l1"
+    (Gaussian, the baseline's robust SD), reset at 0, has reached log(RECOVERY_ODDS);
+    l1 leaves out the latest stretch of runs back near the level before.
+    A 50% drop is cleared by the first two runs back; a 20% drop on a series with 12%
+    noise needs about four (the evidence a page can trust: docs/benchmarks.md).  If its
+    runs are not, as a whole, materially below the level before (l1 above 1 -
+    material_drop / 2: it opened on a few unlucky runs), the last CLOSE_AFTER runs
+    above the midpoint are enough."""
+    if len(residuals) < CLOSE_AFTER:
+        return False
+    r = np.asarray(residuals, dtype=float)
+    level = min(float(np.median(r)), 0.0)
+    # Its own level is that of its runs before the latest stretch back near the level
+    # before (the recovery would otherwise pull the estimate up and slow itself down).
+    above = r >= level / 2
+    stretch = len(r) - int(np.nonzero(~above)[0][-1]) - 1 if not above.all() else len(r)
+    if stretch < len(r):
+        level = min(float(np.median(r[: len(r) - stretch])), 0.0)
+    mid = level / 2
+    if np.any(r[-CLOSE_AFTER:] < mid):
+        return False
+    if level >= math.log(1.0 - material_drop / 2):
+        return True
+    sd = max(noise, MIN_NOISE) if math.isfinite(noise) else MIN_NOISE
+    steps = (-level / sd**2) * (r - mid)
+    cusum = 0.0
+    for step in steps:
+        cusum = max(0.0, cusum + float(step))
+    return cusum >= math.log(RECOVERY_ODDS)
+
 
 @dataclass(frozen=True)
 class Verdict:
-    """A tested series' test with its q-value and the decision."""
+    """A series' state as published: its latest test (None: the test cannot decide now),
+    the test's q-value across the exporter's series, and whether a regression is open,
+    since when, from what level; when an operator last accepted a new level; and whether
+    the series is materially below its baseline without (yet) being significant."""
 
-    test: Tested
+    test: Tested | None
     q_value: float
-    regressed: bool
+    regressed: bool  # a regression is open
+    since: float | None = None  # start time of the first run of the open regression
+    level_before: float | None = None  # bytes/s: the baseline median the open one was found against
+    accepted_at: float | None = None  # wall clock of the last `regression accept` of the series
+    suspected: bool = False  # tested, not open, ratio at most 1 - material_drop
+    change: Any = None  # an open one's regression_change.Change (the runner attaches it)
 
 
 def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Verdict]:
-    """Benjamini-Hochberg across every tested series, then the decision per series."""
+    """Benjamini-Hochberg across every tested series, then the decision to open per
+    series (significant and material), as a regression opens (Track.step)."""
     keys = list(tests)
     qs = bh_qvalues([tests[key].p_value for key in keys])
     return {
@@ -350,6 +480,75 @@ def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Ve
         )
         for key, q in zip(keys, qs, strict=True)
     }
+
+
+@dataclass(frozen=True)
+class Episode:
+    """An open regression of a series."""
+
+    since: float  # start time of the first recent run of the test that opened it
+    opened: float  # start time of the run whose test opened it
+    level_before: float  # bytes/s: the baseline median of that test
+
+
+@dataclass
+class Track:
+    """A series' regression state: its open regression, if any, and the spans whose runs
+    are never baseline: an open regression's [since, inf), a recovered one's
+    [since, recovered), and before an accepted one's start (-inf, since): the new level
+    is the series' baseline from then on."""
+
+    episode: Episode | None = None
+    excluded: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    accepted_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A change of a series' regression state, to be journaled (regression_journal.py)
+    so that a restart restores it: opened, recovered, dismissed (not confirmed by its own
+    runs) or accepted."""
+
+    kind: str  # "opened", "recovered", "dismissed", "accepted"
+    key: Any
+    at: float  # the run's start time (opened, recovered), the wall clock (accepted)
+    since: float  # the regression's start
+    level_before: float = math.nan  # opened: bytes/s
+
+
+OPENED, RECOVERED, ACCEPTED, DISMISSED = "opened", "recovered", "accepted", "dismissed"
+
+
+def apply_event(track: Track, event: Event) -> None:
+    """One journaled event applied to the series' state: the one place that says what
+    each event does (the live step and the restore both come here)."""
+    if event.kind == OPENED:
+        track.episode = Episode(event.since, event.at, event.level_before)
+        track.excluded.append((event.since, math.inf))
+    elif event.kind == RECOVERED:
+        track.episode = None
+        track.excluded = [(lo, event.at if lo == event.since and hi == math.inf else hi) for lo, hi in track.excluded]
+    elif event.kind == DISMISSED:
+        # Not confirmed by its own runs: chance, so they go back into the baseline (left
+        # out, a noisy series' unlucky runs would lift its baseline above its level).
+        track.episode = None
+        track.excluded = [(lo, hi) for lo, hi in track.excluded if not (lo == event.since and hi == math.inf)]
+    elif event.kind == ACCEPTED:
+        track.episode = None
+        # Its runs are the new level; what came before is no longer the series' level.
+        track.excluded = [(-math.inf, event.since)]
+        track.accepted_at = event.at
+    else:
+        raise ValueError(f"unknown regression event {event.kind!r}")
+
+
+def counts_in_baseline(result: Result) -> bool:
+    """Whether a result is one of the series' runs for the regression test (recent, then
+    baseline): the one predicate every caller (service/rounds.py, backfill) asks, so a new
+    reason to leave runs out (e.g. a busy host's) is added here once.  The caller picks
+    the source (the exporter's own runs, or an import's)."""
+    x = result.throughput_bytes_per_second
+    return result.outcome == "ok" and x > 0 and math.isfinite(x)
 
 
 def settings_of(config: Config) -> RegressionSettings:
@@ -369,10 +568,13 @@ def settings_of(config: Config) -> RegressionSettings:
 
 
 class History:
-    """The ok runs of many series that later tests can still use, and each series' last
-    test: what the exporter keeps (service/rounds.py) and what `backfill` walks through
-    the journal with.  Each series' runs are arrays in time order (a test reads them
-    without copying them into objects).  Not thread-safe: its owner locks."""
+    """The ok runs of many series that later tests can still use, each series' last
+    test and its regression state (Track): what the exporter keeps (service/rounds.py)
+    and what `backfill` and the benchmark walk through a journal with.  Each series' runs
+    are arrays in time order (a test reads them without copying them into objects).  The
+    state changes only with the series' own runs (`add`) or an operator's `accept`; the
+    changes wait in `events` for the owner to journal them.  Not thread-safe: its owner
+    locks."""
 
     def __init__(self, settings: RegressionSettings) -> None:
         self.settings = settings
@@ -380,6 +582,8 @@ class History:
         self.runs: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # timestamps, times of day, logs
         self.tests: dict[Any, Tested] = {}
         self.untested: dict[Any, str] = {}
+        self.tracks: dict[Any, Track] = {}
+        self.events: list[Event] = []  # state changes not yet journaled (the owner takes them)
 
     def load(self, key: Any, runs: Iterable[tuple[float, float]]) -> None:
         """Many ok runs (start, throughput) of series `key` at once, without testing it
@@ -390,11 +594,17 @@ class History:
         ts = np.array([t for t, _ in kept])
         tod = np.array([time_of_day(t, self.zone) for t, _ in kept])
         logs = np.log(np.array([x for _, x in kept]))
-        self.runs[key] = self._trimmed(ts, tod, logs)
+        self.runs[key] = self._trimmed(key, ts, tod, logs)
+
+    def restore(self, events: Iterable[Event]) -> None:
+        """The series' regression states from their journaled events, in order."""
+        for event in events:
+            apply_event(self.tracks.setdefault(event.key, Track()), event)
 
     def add(self, key: Any, timestamp: float, throughput: float) -> bool:
         """An ok run of series `key`; True when it changed the series' test (a run that
-        predates the series' latest changes its baseline, so it is tested again too)."""
+        predates the series' latest changes its baseline, so it is tested again too).
+        The series' regression state then takes a step (`step`)."""
         if not (throughput > 0 and math.isfinite(throughput)):
             return False
         ts, tod, logs = self.runs.get(key, (np.zeros(0), np.zeros(0), np.zeros(0)))
@@ -402,22 +612,34 @@ class History:
         ts = np.insert(ts, at, timestamp)
         tod = np.insert(tod, at, time_of_day(timestamp, self.zone))
         logs = np.insert(logs, at, math.log(throughput))
-        self.runs[key] = self._trimmed(ts, tod, logs)
+        self.runs[key] = self._trimmed(key, ts, tod, logs)
         self.retest(key)
+        self.step(key)
         return True
 
-    def _trimmed(self, ts: np.ndarray, tod: np.ndarray, logs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _trimmed(
+        self, key: Any, ts: np.ndarray, tod: np.ndarray, logs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Only what a later test can still use: the last recent_runs and the baseline
-        weeks before them (with a day's margin)."""
+        weeks before them (with a day's margin); an open regression keeps the weeks
+        before its start (its baseline) as long as it is open."""
         k = self.settings.recent_runs
         if len(ts) <= k:
             return ts, tod, logs
-        since = float(ts[-k]) - self.settings.baseline_weeks * WEEK - DAY
+        track = self.tracks.get(key)
+        end = min(float(ts[-k]), track.episode.since) if track and track.episode else float(ts[-k])
+        since = baseline_start(end, track.excluded if track else (), self.settings.baseline_weeks * WEEK) - DAY
         start = int(np.searchsorted(ts, since, side="left"))
+        if track:  # spans that ended before what is kept are of no more use
+            track.excluded = [(lo, hi) for lo, hi in track.excluded if hi > since]
         return ts[start:], tod[start:], logs[start:]
 
     def retest(self, key: Any) -> None:
-        outcome = examine_arrays(*self.runs[key], self.settings) if key in self.runs else Untested("no ok run")
+        track = self.tracks.get(key)
+        excluded = track.excluded if track else ()
+        outcome = (
+            examine_arrays(*self.runs[key], self.settings, excluded) if key in self.runs else Untested("no ok run")
+        )
         if isinstance(outcome, Tested):
             self.tests[key] = outcome
             self.untested.pop(key, None)
@@ -425,12 +647,93 @@ class History:
             self.tests.pop(key, None)
             self.untested[key] = outcome.reason
 
+    def step(self, key: Any) -> None:
+        """The series' state after its latest test: a closed series opens when its test
+        is significant (its q-value across the exporter's tested series, now: the false
+        discovery rate is controlled as regressions open) and material; an open one
+        stays open by its own data alone, and closes when its runs since the start show
+        it recovered (`recovered`)."""
+        test = self.tests.get(key)
+        if test is None:
+            return  # the test cannot decide: the state stays as it is
+        track = self.tracks.setdefault(key, Track())
+        s = self.settings
+        if track.episode is None:
+            if test.ratio > 1.0 - s.material_drop:
+                return
+            keys = list(self.tests)
+            q = bh_qvalues([self.tests[k].p_value for k in keys])[keys.index(key)]
+            if q <= s.fdr:
+                self._apply(track, Event(OPENED, key, test.at, test.first, test.level))
+                self.retest(key)  # against the level before it, from now on
+            return
+        runs_since = len(test.episode_residuals)
+        unconfirmed = runs_since >= 2 * s.recent_runs and not test.episode_p_value <= CONFIRM_P
+        if unconfirmed:
+            self._apply(track, Event(DISMISSED, key, test.at, track.episode.since))
+            self.retest(key)
+        elif recovered(test.episode_residuals, test.noise, s.material_drop):
+            self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
+            self.retest(key)
+
+    def accept(self, key: Any, at: float) -> Event | None:
+        """An operator accepts the open regression's level as the series' new level (at
+        wall-clock `at`): it closes, and its runs become the baseline.  None if the
+        series has no open regression."""
+        track = self.tracks.get(key)
+        if track is None or track.episode is None:
+            return None
+        event = Event(ACCEPTED, key, at, track.episode.since)
+        self._apply(track, event)
+        if key in self.runs:
+            self.retest(key)
+        return event
+
+    def take(self, event: Event) -> bool:
+        """An accept journaled by another process (`regression accept`): applied if it
+        accepts the series' open regression (the same start), else ignored; True if
+        applied."""
+        track = self.tracks.get(event.key)
+        if event.kind != ACCEPTED or track is None or track.episode is None or track.episode.since != event.since:
+            return False
+        apply_event(track, event)
+        if event.key in self.runs:
+            self.retest(event.key)
+        return True
+
+    def _apply(self, track: Track, event: Event) -> None:
+        apply_event(track, event)
+        self.events.append(event)
+
     def keep(self, keys: Iterable[Any]) -> None:
         """Forget every series but these (a reload that removed some)."""
         wanted = set(keys)
-        for table in (self.runs, self.tests, self.untested):
+        for table in (self.runs, self.tests, self.untested, self.tracks):
             for key in [k for k in table if k not in wanted]:
                 del table[key]
 
     def verdicts(self) -> dict[Any, Verdict]:
-        return judge(self.tests, self.settings)
+        """Every series' published state: tested ones with their q-values (for the
+        reader: no decision moves with them), open ones even when their test cannot
+        decide now, and accepted ones."""
+        judged = judge(self.tests, self.settings)
+        out: dict[Any, Verdict] = {}
+        for key in set(self.tests) | set(self.tracks):
+            track = self.tracks.get(key, Track())
+            test = self.tests.get(key)
+            q = judged[key].q_value if key in judged else math.nan
+            episode = track.episode
+            if episode is None and test is None and track.accepted_at is None:
+                continue
+            out[key] = Verdict(
+                test,
+                q,
+                episode is not None,
+                since=episode.since if episode else None,
+                level_before=episode.level_before if episode else None,
+                accepted_at=track.accepted_at,
+                suspected=bool(
+                    episode is None and test is not None and test.ratio <= 1.0 - self.settings.material_drop
+                ),
+            )
+        return out

@@ -1,12 +1,17 @@
-"""The regression test end to end (issue 28): a lab link shaped down 30% mid-run, the
+"""The regression test end to end (issues 28, 35): a lab link shaped down 30% mid-run, the
 exporter's significance test, and BigbinfThroughputRegressed firing in a real
-Prometheus with the generated rules.  Lean: 8 MiB over http every 2 s; the baseline is
-the same run's first transfers (all at this time of day, within the test's window)."""
+Prometheus with the generated rules; the cut kept for 10 more rounds keeps it firing
+without a break (the regression is a state), and restoring the link resolves it.  Lean:
+8 MiB over http every 2 s; the baseline is the same run's first transfers (all at this
+time of day, within the test's window).  The rules' `for` is scaled to the 2 s rounds
+(2s, from 5m)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +60,7 @@ def test_a_link_shaped_down_30_percent_fires_the_significance_alert(make_lab, tm
     raw["capture"] = {"enabled": False}  # the wall clock is what the test needs; less load
     (tmp_path / "exporter.yaml").write_text(yaml.safe_dump(raw))
     (tmp_path / "prom" / "rules").mkdir(parents=True)
-    for name, text in rules.render(Settings(baseline_interval="1s")).items():
+    for name, text in rules.render(Settings(baseline_interval="1s", regressed_for="2s")).items():
         (tmp_path / "prom" / "rules" / name).write_text(text)
     exporter = ExporterProcess(tmp_path / "exporter.yaml", tmp_path / "exporter.log")
     prom_config = yaml.safe_dump(
@@ -79,7 +84,9 @@ def test_a_link_shaped_down_30_percent_fires_the_significance_alert(make_lab, tm
         assert [s["value"][1] for s in prom.query("bigbinf_throughput_regressed")] == ["0"]
         assert prom.query(regressed) == []
         reshape(layout, "70mbit")
+        cut = time.time()
         fired = prom.wait_for(lambda: prom.query(regressed), timeout=120, interval=1, what="the alert firing")
+        first_firing = time.time()
         labels = fired[0]["metric"]
         assert {k: labels[k] for k in SERIES} == SERIES
         assert labels["detector"] == "significance"
@@ -90,3 +97,50 @@ def test_a_link_shaped_down_30_percent_fires_the_significance_alert(make_lab, tm
         assert 0.5 < ratio <= 0.9 and upper < 1.0
         # The series is tested: the fixed-ratio fallback stays out of it.
         assert prom.query('ALERTS{detector="fixed_ratio"}') == []
+        # The regression's start is one of the cut's transfers, its level before the full rate's.
+        since = float(prom.query("bigbinf_throughput_regression_since_timestamp_seconds")[0]["value"][1])
+        assert cut - 5 <= since <= first_firing
+        level = float(prom.query("bigbinf_throughput_regression_level_before_bytes_per_second")[0]["value"][1])
+        # What changed at its start, as the exporter read it from its journals: the path's
+        # RTT stayed (a rate cut, not a longer path); the throughput is what fell.
+        rtt = {
+            s["metric"]["when"]: float(s["value"][1])
+            for s in prom.query("bigbinf_throughput_regression_path_rtt_seconds")
+        }
+        assert set(rtt) == {"before", "after"} and 0.5 < rtt["after"] / rtt["before"] < 2, rtt
+        (info,) = prom.query("bigbinf_throughput_regression_change_info")
+
+        # 10 more slow rounds: the alert fires at every evaluation, without a break.
+        done = ok_transfers(prom) + 10
+        prom.wait_for(lambda: ok_transfers(prom) >= done, timeout=240, interval=1, what="10 more slow rounds")
+        kept_until = time.time()
+        ratio_late = float(prom.query("bigbinf_throughput_regression_ratio")[0]["value"][1])
+        assert 0.5 < ratio_late <= 0.9  # still against the level before (not a baseline filled with slow runs)
+        firing = prom.query_range(regressed, first_firing + 2, kept_until, 1)
+        assert len(firing) == 1, firing  # one alert, never resolved and fired again (a new series)
+        steps = [float(t) for t, _ in firing[0]["values"]]
+        assert len(steps) >= int(kept_until - first_firing - 2), (steps[0], steps[-1], len(steps))
+        assert max(b - a for a, b in itertools.pairwise(steps)) == 1.0  # no gap
+        assert prom.query('ALERTS{detector="fixed_ratio"}') == []
+
+        # The link restored: the series recovers and the alert resolves.
+        reshape(layout, "100mbit")
+        restored = ok_transfers(prom)
+        prom.wait_for(lambda: not prom.query(regressed), timeout=120, interval=1, what="the alert resolving")
+        rounds_to_clear = ok_transfers(prom) - restored
+        assert [s["value"][1] for s in prom.query("bigbinf_throughput_regressed")] == ["0"]
+        print(
+            f"\nlab regression: level before {level / 1e6:.2f} MB/s; fired {first_firing - cut:.0f} s after the cut; "
+            f"ratio {ratio:.3f}, after 10 more rounds {ratio_late:.3f}; firing without a break for "
+            f"{kept_until - first_firing:.0f} s; resolved {rounds_to_clear} transfers after the link was restored; "
+            f"path RTT {rtt['before'] * 1e3:.2f} -> {rtt['after'] * 1e3:.2f} ms; verdict "
+            f"{info['metric'].get('limited_by_before', '-')} -> {info['metric'].get('limited_by_after', '-')}"
+        )
+
+
+def ok_transfers(prom: PrometheusServer) -> int:
+    """The series' ok transfers so far, as Prometheus scraped them."""
+    found = prom.query(
+        'bigbinf_transfer_throughput_bytes_per_second_count{protocol="http", dataset="f8m", direction="download"}'
+    )
+    return int(float(found[0]["value"][1])) if found else 0

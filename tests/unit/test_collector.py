@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bigbinf import metrics as M
 from bigbinf.regression import Tested, Verdict
+from bigbinf.regression_change import Change, Side
 from bigbinf.result import PAYLOAD_BUCKETS, PathBaseline, Result, SeriesKey, empty_histogram
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 
@@ -120,7 +121,16 @@ def _state() -> ExporterState:
     state.record_regressions(
         {
             SeriesKey("scp", "lab", "f64m", "download"): Verdict(
-                Tested(0.78125, 0.71, 0.84, 1.2e-05, 3, 56, 1_763_000_100.0), 0.000125, True
+                Tested(0.78125, 0.71, 0.84, 1.2e-05, 3, 56, 1_763_000_100.0),
+                0.000125,
+                True,
+                since=1_762_990_000.0,
+                level_before=3.2e7,
+                accepted_at=1_762_000_000.0,
+                change=Change(
+                    Side(56, 3.2e7, {"link_capacity": 50}, 0.0005, "cubic", 0.02, 0.0, 1500, 3.3e7),
+                    Side(9, 2.5e7, {"congestion": 8}, 0.004, "cubic", 0.021, 0.01, 1500, 3.3e7),
+                ),
             ),
             SeriesKey("scp", "lab", "f64m", "upload"): Verdict(
                 Tested(0.98, 0.9, 1.07, 0.31, 3, 40, 1_763_000_150.0), 0.31, False

@@ -551,6 +551,9 @@ def overview() -> Dashboard:
     t2 = t2.override_by_name("ratio", [DynamicConfigValue(id_val="decimals", value=3)])
     d.with_panel(g.place(t2, 24, 8))
 
+    d.with_row(g.row("Open regressions"))
+    d.with_panel(g.place(open_regressions(), 24, 6))
+
     d.with_row(g.row("Alerts"))
     d.with_panel(
         g.place(
@@ -717,6 +720,42 @@ def verdict_query(metric: str, ref: str) -> Dataquery:
     return query(by_transfer(f"{metric}{sel()}"), ref=ref, instant=True, fmt=PromQueryFormat.TABLE)
 
 
+def open_regressions() -> table.Panel:
+    """The open regressions (issue 35) of the series the variables select: since when,
+    the level before, the ratio now with its interval; for Overview and Path."""
+    open_ = f"{metrics.REGRESSED.name}{sel()} == 1"
+    columns = {
+        "A": (f"{metrics.REGRESSION_SINCE.name}{sel()} * 1000", "since"),
+        "B": (f"{metrics.REGRESSION_LEVEL_BEFORE.name}{sel()}", "level before"),
+        "C": (f"{metrics.REGRESSION_RATIO.name}{sel()} and {open_}", "ratio now"),
+        "D": (f"{metrics.REGRESSION_RATIO_LOWER.name}{sel()} and {open_}", "CI low"),
+        "E": (f"{metrics.REGRESSION_RATIO_UPPER.name}{sel()} and {open_}", "CI high"),
+    }
+    panel = (
+        table.Panel()
+        .title("Open regressions")
+        .description(
+            'Regressions the exporter holds open (BigbinfThroughputRegressed fires for each; docs/runbook.md, "A '
+            'regression is a state"): since = the start of its first slow transfer; level before = the median '
+            "of the baseline it was found against; ratio now = the last transfers against that level, with its "
+            "confidence interval.  It closes when the series recovers or an operator accepts the new level "
+            "(bigbinf-exporter regression accept)."
+        )
+    )
+    for ref, (expr, _) in columns.items():
+        panel = panel.with_target(query(by_transfer(expr), ref=ref, instant=True, fmt=PromQueryFormat.TABLE))
+    names = {"transfer": "transfer", **{f"Value #{ref}": name for ref, (_, name) in columns.items()}}
+    return (
+        panel.transformations(merge_and_rename(names))
+        .override_by_name(*unit_override("since", "dateTimeAsIso"))
+        .override_by_name(*unit_override("level before", "Bps"))
+        .override_by_name(*unit_override("ratio now", "percentunit"))
+        .override_by_name(*unit_override("CI low", "percentunit"))
+        .override_by_name(*unit_override("CI high", "percentunit"))
+        .no_value("No open regression")
+    )
+
+
 def time_of_day() -> Dashboard:
     g = Grid()
     d = base(
@@ -818,9 +857,10 @@ def time_of_day() -> Dashboard:
                 "The exporter's significance test per series (docs/runbook.md, BigbinfThroughputRegressed): the last "
                 "regression.recent_runs ok transfers against the baseline weeks before them at the same times of "
                 "day.  Ratio: recent over baseline median (Hodges-Lehmann), with its confidence interval; q: the "
-                "Mann-Whitney p-value corrected for the exporter's many series (Benjamini-Hochberg); regressed 1: "
-                "significant and a material drop.  Series too young to test are not listed (the fixed-ratio alerts "
-                "cover them)."
+                "Mann-Whitney p-value corrected for the exporter's many series (Benjamini-Hochberg); regressed 1: a "
+                "regression is open (it opened significant and a material drop, and stays open until the series "
+                "recovers or an operator accepts the new level; the ratio is then against the level before it).  "
+                "Series the test cannot decide for are not listed (the fixed-ratio alerts cover them)."
             )
             .with_target(verdict_query(metrics.REGRESSION_RATIO.name, "A"))
             .with_target(verdict_query(metrics.REGRESSION_RATIO_LOWER.name, "B"))
@@ -843,8 +883,8 @@ def time_of_day() -> Dashboard:
             .title("Recent / baseline ratio with its confidence interval")
             .description(
                 "The regression test's ratio over time (it changes when a transfer of the series ends), with its "
-                "confidence interval dashed; below 1 - regression.material_drop with a small q-value fires "
-                "BigbinfThroughputRegressed."
+                "confidence interval dashed; below 1 - regression.material_drop with a small q-value opens a "
+                "regression (BigbinfThroughputRegressed), which stays open until the series recovers or is accepted."
             )
             .with_target(query(f"{metrics.REGRESSION_RATIO.name}{sel()}", legend + " ratio"))
             .with_target(query(f"{metrics.REGRESSION_RATIO_LOWER.name}{sel()}", legend + " CI low", "B"))
@@ -1105,6 +1145,9 @@ def path() -> Dashboard:
     time_of_day_variables(d)
     rtt, loss = metrics.PATH_RTT.name, metrics.PATH_LOSS.name
     remote_legend = "{{remote}}"
+
+    d.with_row(g.row("Open regressions"))
+    d.with_panel(g.place(open_regressions(), 24, 6))
 
     d.with_row(g.row("Round-trip time and loss"))
     d.with_panel(

@@ -314,14 +314,50 @@ def series_value(metric: str, format_: str) -> str:
     )
 
 
+def series_value_when(metric: str, when: str, format_: str) -> str:
+    """series_value of a regression change gauge's `when` side."""
+    selector = SERIES_SELECTOR[:-1] + ", when=%q}"
+    return (
+        f'{{{{ range query (printf "{metric}{selector}" {SERIES_ARGS} "{when}") }}}}'
+        f"{{{{ .Value | {format_} }}}}{{{{ end }}}}"
+    )
+
+
+def before_after(metric: str, format_: str, unit: str = "") -> str:
+    before, after = series_value_when(metric, "before", format_), series_value_when(metric, "after", format_)
+    return f"{before}{unit} -> {after}{unit}"
+
+
+# What changed when the open regression began (only where the exporter published it).
+WHAT_CHANGED = (
+    f'{{{{ range query (printf "{metrics.REGRESSION_CHANGE_INFO.name}{SERIES_SELECTOR}" {SERIES_ARGS}) }}}}'
+    " What changed at its start: the transfers were mostly limited by {{ .Labels.limited_by_before }} before it, "
+    "by {{ .Labels.limited_by_after }} since; path RTT "
+    + before_after(metrics.REGRESSION_CHANGE_RTT.name, "humanizeDuration")
+    + ", bandwidth estimate "
+    + before_after(metrics.REGRESSION_CHANGE_BANDWIDTH.name, "humanize1024", "B/s")
+    + ", retransmissions "
+    + before_after(metrics.REGRESSION_CHANGE_RETRANSMITS.name, "humanizePercentage")
+    + " (bigbinf-exporter advise says more).{{ end }}"
+)
+
+
 # Which regression detector fired (label `detector`): the significance test, or the
-# fixed-ratio fallback for series too young to test.
+# fixed-ratio fallback where the test cannot decide.
 SIGNIFICANCE, FIXED_RATIO = "significance", "fixed_ratio"
-# The fallback's condition: no test of the series (its p-value is absent until it is old enough).
-TOO_YOUNG = f"\nunless on({SERIES_KEY})\n  {metrics.REGRESSION_P.name}"
+# The fallback's condition: the test cannot decide for the series (issue 35).  The exporter
+# publishes bigbinf_throughput_regressed exactly where the test decides (the series is
+# tested) or a regression of it is open; it is absent where the series is too young, has
+# too few runs at a recent run's time of day, or the test is disabled: there the fallback
+# stands in.  Nor for a week after an accept: its 7-day means still hold the level the
+# operator has just said is gone.
+TOO_YOUNG = (
+    f"\nunless on({SERIES_KEY})\n  {metrics.REGRESSED.name}"
+    f"\nunless on({SERIES_KEY})\n  time() - {metrics.REGRESSION_ACCEPTED.name} < {duration_ms(BASELINE_WINDOW) // 1000}"
+)
 FALLBACK_NOTE = (
-    " Fixed-ratio fallback: the series is too young for the significance test (BigbinfThroughputRegressed), "
-    "which takes over once it has a baseline at its times of day."
+    " Fixed-ratio fallback: the significance test (BigbinfThroughputRegressed) cannot decide for the series "
+    "(too young, too few runs at a recent run's time of day, or disabled); it takes over once it can."
 )
 
 
@@ -401,23 +437,30 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         alert(
             s,
             "BigbinfThroughputRegressed",
-            (f"{metrics.REGRESSION_RATIO.name}\n  and on({SERIES_KEY})\n  {metrics.REGRESSED.name} == 1"),
+            f"{metrics.REGRESSED.name} == 1",
             s.regressed_for,
             "warning",
             f"Throughput regressed (significant): {SERIES_TEXT}",
-            "The last ok transfers of the series ran at {{ $value | humanizePercentage }} of its baseline at the "
-            "same times of day (confidence interval "
+            "A regression of the series is open since "
+            + series_value(metrics.REGRESSION_SINCE.name, "humanizeTimestamp")
+            + ": it opened significant (Mann-Whitney, false discovery rate regression.fdr across the exporter's "
+            "series) and a drop of at least regression.material_drop, and it stays open until the recent transfers "
+            "are back near the level before it ("
+            + series_value(metrics.REGRESSION_LEVEL_BEFORE.name, "humanize1024")
+            + "B/s) or an operator accepts the new level (bigbinf-exporter regression accept). The last ok "
+            "transfers ran at "
+            + series_value(metrics.REGRESSION_RATIO.name, "humanizePercentage")
+            + " of it (confidence interval "
             + series_value(metrics.REGRESSION_RATIO_LOWER.name, "humanizePercentage")
             + "-"
             + series_value(metrics.REGRESSION_RATIO_UPPER.name, "humanizePercentage")
-            + "; Mann-Whitney q = "
-            + series_value(metrics.REGRESSION_Q.name, 'printf "%.2g"')
-            + " across the exporter's series, over "
+            + ", over "
             + series_value(metrics.REGRESSION_BASELINE_RUNS.name, 'printf "%.0f"')
-            + " baseline transfers): significant, and a drop of at least the exporter's regression.material_drop.",
+            + " baseline transfers at their times of day)."
+            + WHAT_CHANGED,
             SIGNIFICANCE,
         ),
-        # The fixed-ratio fallback for series too young for the test (no p-value yet).
+        # The fixed-ratio fallback where the significance test cannot decide (TOO_YOUNG).
         alert(
             s,
             "BigbinfThroughputRegression",

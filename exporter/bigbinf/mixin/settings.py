@@ -100,9 +100,10 @@ class Settings:
     )
     regression_for: str = _opt("1h", "for: of both fixed-ratio regression alerts")
     regressed_for: str = _opt(
-        "0s",
-        "for: of BigbinfThroughputRegressed (its verdict changes only when a transfer ends and already weighs "
-        "several transfers: docs/runbook.md)",
+        "5m",
+        "for: of BigbinfThroughputRegressed (the exporter's regression state is already sticky: it changes only "
+        "when a transfer ends, stays open while the drop lasts and closes on recovery or accept; the `for` only "
+        "keeps a regression that opens and closes within minutes from paging: docs/runbook.md)",
     )
     failure_ratio: float = _opt(
         0.2, "alert when more than this share of recent transfers did not end ok (skipped ones excluded)"

@@ -28,7 +28,13 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, move_samples, path_samples, regression_samples
+from bigbinf.metrics import (
+    last_result_samples,
+    move_samples,
+    path_samples,
+    regression_change_samples,
+    regression_samples,
+)
 from bigbinf.moveplan import Prediction
 from bigbinf.regression import Verdict
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
@@ -500,6 +506,13 @@ class BigbinfCollector(Collector):
             for name, value in regression_samples(s.regressions[key]):
                 fam[name].add_metric(_labels(key), value)
         yield from fam.values()
+        changed = {
+            spec.name: GaugeMetricFamily(spec.name, spec.help, labels=spec.labels) for spec in M.REGRESSION_CHANGE
+        }
+        for key in sorted(s.regressions, key=_labels):
+            for name, extra, value in regression_change_samples(s.regressions[key]):
+                changed[name].add_metric([*_labels(key), *extra], value)
+        yield from changed.values()
 
     # -- plan-move's predictions: per remote and configured size
 

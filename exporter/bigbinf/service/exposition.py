@@ -41,7 +41,13 @@ from prometheus_client.utils import floatToGoString
 
 from bigbinf import __version__
 from bigbinf import metrics as M
-from bigbinf.metrics import last_result_samples, move_samples, path_samples, regression_samples
+from bigbinf.metrics import (
+    last_result_samples,
+    move_samples,
+    path_samples,
+    regression_change_samples,
+    regression_samples,
+)
 from bigbinf.result import WAYS, SeriesKey
 from bigbinf.service.collector import ExporterState, Histogram
 
@@ -312,6 +318,15 @@ def render(s: ExporterState) -> tuple[Family, ...]:
         for name, value in regression_samples(s.regressions[key]):
             r.sample(lines[name], name, pairs, value)
     for spec in M.REGRESSION:
+        r.family(spec, "gauge", lines[spec.name])
+    # What changed when each open regression began.
+    lines = {spec.name: _Lines() for spec in M.REGRESSION_CHANGE}
+    specs = {spec.name: spec for spec in M.REGRESSION_CHANGE}
+    for key in sorted(s.regressions, key=_series_order):
+        for name, extra_values, value in regression_change_samples(s.regressions[key]):
+            labelled = (*_series_values(key), *extra_values)
+            r.sample(lines[name], name, zip(specs[name].labels, labelled, strict=True), value)
+    for spec in M.REGRESSION_CHANGE:
         r.family(spec, "gauge", lines[spec.name])
 
     # plan-move's predictions per remote and configured size.

@@ -341,8 +341,9 @@ def share_of_path(r: Result, bandwidth: float | None) -> str:
 
 
 def regression_open(state: object | None) -> bool:
-    """Whether a series' regression test holds it regressed now: the one place the front
-    page reads the regression state (today bigbinf/regression.py's Verdict, `regressed`)."""
+    """Whether a series has an open regression (bigbinf/regression.py's Verdict: `regressed`
+    holds while the regression lasts, until it recovers or is accepted): the one place the
+    front page reads the regression state."""
     return bool(getattr(state, "regressed", False))
 
 

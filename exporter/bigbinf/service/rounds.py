@@ -38,7 +38,9 @@ from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.moveplan import Prediction, RecentRuns, fit_all, local_hour, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
-from bigbinf.regression import History, settings_of
+from bigbinf.regression import ACCEPTED, OPENED, WEEK, History, Verdict, counts_in_baseline, settings_of
+from bigbinf.regression_change import Change, describe, what_changed
+from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
@@ -46,6 +48,10 @@ from bigbinf.service.round_note import Note, RoundNote
 from bigbinf.service.schedule import longest_gap_seconds
 
 log = logging.getLogger(__name__)
+
+# The first start with a regressions' journal replays each series' last REPLAY_RUNS runs
+# (at most REPLAY_TOTAL in all) through the regression state (restore_history).
+REPLAY_RUNS, REPLAY_TOTAL = 240, 40_000
 
 # The lab a config's `lab: true` remotes stand for, worked out again for each config.
 LabFor = Callable[[Config], LabSite | None]
@@ -110,34 +116,108 @@ class RoundRunner:
         # tested again after each of its results; the lock: a reload swaps it.
         self._history_lock = threading.Lock()
         self.history = History(settings_of(config))
+        # Its regression states' changes, journaled beside the journal (a restart keeps them).
+        self.regression_journal = RegressionJournal(config.journal.path)
+        # What changed when each open regression began (regression_change.py), by series.
+        self.changes: dict[SeriesKey, Change] = {}
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
         # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
         self.move_runs = RecentRuns()
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
         """The regression test's history from the journal (at start, or after a reload
-        changed the test's settings): the exporter's own ok runs of the series `keys`;
-        then every verdict is published."""
+        changed the test's settings): the exporter's own ok runs of the series `keys`,
+        and their regression states from the regressions' journal; every series not in
+        an open regression takes a step (it may open one, journaled); then every verdict
+        is published."""
         wanted = set(keys)
         history = History(settings_of(self.config))
+        journal = RegressionJournal(self.config.journal.path)
+        first_start = not journal.path.exists()
+        history.restore(e for e in journal.read_events() if e.key in wanted)
         runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
-            if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
+            if r.source == "exporter" and counts_in_baseline(r) and r.key in wanted:
                 runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
+        enabled = self.config.regression.enabled
+        # The first start with a regressions' journal (none yet beside this journal): each
+        # series' last runs are replayed through the state, in time order across series,
+        # so that a regression that began before it is found open, not half-way into its
+        # baseline (issue 35's 35 days at one rate, then 10 days at 70%).  Bounded: a
+        # one-off cost of about a millisecond per replayed run.
+        replay_runs = min(REPLAY_RUNS, REPLAY_TOTAL // max(1, len(runs))) if first_start and enabled else 0
+        replayed: list[tuple[float, float, SeriesKey]] = []
         for key, series_runs in runs.items():
-            history.load(key, series_runs)
+            series_runs.sort()
+            cut = max(0, len(series_runs) - replay_runs)
+            history.load(key, series_runs[:cut])
             history.retest(key)
+            replayed.extend((t, x, key) for t, x in series_runs[cut:])
+        for t, x, key in sorted(replayed, key=lambda run: run[0]):
+            history.add(key, t, x)
+        if enabled:
+            for key in list(history.tests):
+                track = history.tracks.get(key)
+                if track is None or track.episode is None:
+                    history.step(key)
+        journal.append(history.events)
+        if first_start and enabled:
+            journal.path.parent.mkdir(parents=True, exist_ok=True)
+            journal.path.touch()  # replayed once: the next start restores from it
+        history.events.clear()
+        opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
+        self.changes = self._what_changed(opened) if enabled else {}
         with self._history_lock:
             self.history = history
-            verdicts = history.verdicts() if self.config.regression.enabled else {}
-        self.state.record_regressions(verdicts)
+            self.regression_journal = journal
+            verdicts = history.verdicts() if enabled else {}
+        self.state.record_regressions(self._with_changes(verdicts))
+
+    def _what_changed(self, opened: dict[SeriesKey, float]) -> dict[SeriesKey, Change]:
+        """What changed when these regressions began (series -> start), from the journals."""
+        if not opened:
+            return {}
+        results = [r for r in self.journal.read() if r.key in opened]
+        baselines = list(self.baselines.read())
+        span = self.config.regression.baseline_weeks * WEEK
+        changes = {key: what_changed(key, since, span, results, baselines) for key, since in opened.items()}
+        for key, change in changes.items():
+            log.warning("regression of %s: what changed: %s", key, describe(change))
+        return changes
+
+    def _with_changes(self, verdicts: dict[SeriesKey, Verdict]) -> dict[SeriesKey, Verdict]:
+        return {
+            k: dataclasses.replace(v, change=self.changes.get(k)) if v.regressed and k in self.changes else v
+            for k, v in verdicts.items()
+        }
 
     def forget_history(self, keys: Iterable[SeriesKey]) -> None:
-        """Keep only these series' history and verdicts (a reload removed the others)."""
+        """Keep only these series' history and verdicts (a reload removed the others);
+        accepts journaled meanwhile are taken up."""
         with self._history_lock:
             self.history.keep(keys)
+            self._take_accepts()
             verdicts = self.history.verdicts() if self.config.regression.enabled else {}
-        self.state.record_regressions(verdicts)
+        self.state.record_regressions(self._with_changes(verdicts))
+
+    def sync_accepts(self) -> None:
+        """Take up `regression accept`s journaled by another process since the last look
+        (the exporter looks every few seconds): the verdicts are published again if one
+        closed an open regression."""
+        with self._history_lock:
+            changed = self._take_accepts()
+            verdicts = self.history.verdicts() if changed and self.config.regression.enabled else None
+        if verdicts is not None:
+            self.state.record_regressions(self._with_changes(verdicts))
+
+    def _take_accepts(self) -> bool:
+        """Under the history lock."""
+        taken = False
+        for event in self.regression_journal.new_events():
+            if event.kind == ACCEPTED and self.history.take(event):
+                log.info("regression of %s accepted: its level since %s is the baseline now", event.key, event.since)
+                taken = True
+        return taken
 
     def note_moves(self, results: Iterable[Result], restore: bool = False) -> None:
         """Ok runs (scheduled or a sweep's) for the move predictions; each remote that got
@@ -174,13 +254,22 @@ class RoundRunner:
             self.state.record_moves(remote, predictions)
 
     def _test_regression(self, r: Result) -> None:
-        if r.source != "exporter" or r.outcome != "ok" or not self.config.regression.enabled:
+        if r.source != "exporter" or not counts_in_baseline(r) or not self.config.regression.enabled:
             return
         with self._history_lock:
+            taken = self._take_accepts()
             changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
-            verdicts = self.history.verdicts() if changed else None
+            for event in self.history.events:
+                since = time.strftime("%F %T", time.gmtime(event.since))
+                log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
+            self.regression_journal.append(self.history.events)  # before it is published
+            opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
+            self.history.events.clear()
+            verdicts = self.history.verdicts() if changed or taken else None
+        if opened:
+            self.changes.update(self._what_changed(opened))
         if verdicts is not None:
-            self.state.record_regressions(verdicts)
+            self.state.record_regressions(self._with_changes(verdicts))
 
     def run_round(self, specs: list[TransferSpec] | None = None, wait: bool = False) -> list[Result] | None:
         """One scheduled run (config.schedule.rounds repetitions); None if one is running

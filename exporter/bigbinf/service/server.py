@@ -40,6 +40,7 @@ from bigbinf.measure.wire import analyser_worker
 from bigbinf.moveplan import size_label
 from bigbinf.process import kill_all_active
 from bigbinf.regression import settings_of
+from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import SeriesKey
 from bigbinf.service import logtail, sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
@@ -56,6 +57,7 @@ from bigbinf.service.webconfig import WebConfig, load_web_config
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
 JOB_ID = "round"
+ACCEPTS_EVERY = 5.0  # seconds between looks for a journaled `regression accept`
 
 
 class ListenError(RuntimeError):
@@ -250,6 +252,10 @@ class Exporter:
             when = now + dt.timedelta(seconds=delay)
             self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round", args=(True,))
         sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
+        # `regression accept` (another process) journals an accept; taken up within seconds.
+        self.scheduler.add_job(
+            self.runner.sync_accepts, "interval", seconds=ACCEPTS_EVERY, id="regression-accepts", coalesce=True
+        )
         self.scheduler.start()
         if self.mesh_runner is not None:
             self.mesh_runner.start()
@@ -283,6 +289,8 @@ class Exporter:
             self.runner.journal = Journal(config.journal.path)
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
             self.runner.undo = UndoJournal.beside(config.journal.path)
+            if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
+                self.runner.regression_journal = RegressionJournal(config.journal.path)
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
             configured = series_of(config, self.runner.lab)

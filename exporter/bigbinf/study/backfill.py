@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from bigbinf import metrics
 from bigbinf.journal import Journal, SkippedLine
 from bigbinf.metrics import Extra, last_result_samples, regression_samples
-from bigbinf.regression import History, RegressionSettings
+from bigbinf.regression import History, RegressionSettings, counts_in_baseline
 from bigbinf.result import Result, SeriesKey
 from bigbinf.study.common import (
     IMPORTED,
@@ -139,14 +139,14 @@ def regression_rows(
     histories: dict[Extra, History] = {}
     ordered = sorted((r for results in series.values() for r in results), key=lambda r: r.start_timestamp)
     for r in ordered:
-        if r.outcome != "ok":
+        if not counts_in_baseline(r):
             continue
         origin = _origin(r)
         history = histories.setdefault(origin, History(settings))
         if not history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second):
             continue
         verdict = history.verdicts().get(r.key)
-        if verdict is None:  # too young to test
+        if verdict is None or verdict.test is None:  # too young to test
             continue
         for name, value in regression_samples(verdict):
             rows[name][(r.key, origin)].append((timestamp_ms(r.start_timestamp), value))
