@@ -291,6 +291,7 @@ HTTP_REJECT_REASONS = (
     "too_large",  # 431 (head) or 413 (body)
     "unauthorized",  # 401
     "write_timeout",  # the client did not take the response in time
+    "fd_limit",  # accept() found no descriptor for it (EMFILE/ENFILE): it waited, another made room
 )
 HTTP_REJECTED_TOTAL = Spec(
     PREFIX + "http_connections_rejected_total",
@@ -298,7 +299,8 @@ HTTP_REJECTED_TOTAL = Spec(
     "Connections the exporter's HTTP server closed without serving their request, by reason: capacity (closed "
     "to make room for a new one), tls_handshake_timeout, tls_error, client_certificate (none of "
     "client_allowed_sans), http_to_https, request_timeout (head or body), bad_request, too_large, unauthorized, "
-    "write_timeout.  Counted as they happen, published every few seconds.",
+    "write_timeout, fd_limit (an accept that found the open-files limit reached).  Counted as they happen, "
+    "published every few seconds.",
     ("reason",),
 )
 BUILD_INFO = Spec(
