@@ -21,6 +21,18 @@ def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
     return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
 
 
+def gap_after(schedule: ScheduleConfig, start: float) -> float:
+    """Seconds from a round that started at `start` (UTC epoch) to the next scheduled start:
+    the interval, or the next cron time's distance (without jitter).  A round longer than
+    this meets the next start and makes it skip (bigbinf_round_overrun_seconds)."""
+    if schedule.interval:
+        return float(schedule.interval)
+    trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
+    after = dt.datetime.fromtimestamp(start + 1, dt.UTC)
+    when = trigger.get_next_fire_time(None, after)
+    return (when.timestamp() - start) if when is not None else float("inf")
+
+
 def longest_gap_seconds(schedule: ScheduleConfig) -> float:
     """The longest time between two scheduled starts, plus the jitter (what "stale"
     means for a series).  For cron schedules: the largest gap between consecutive fire
