@@ -281,3 +281,60 @@ def test_a_round_job_still_running_at_its_next_start_is_counted(tmp_path: Path) 
         done.set()
         scheduler.shutdown(wait=True)
     assert state.rounds_skipped["round_running"] >= 2 and state.rounds_skipped["lock_held"] == 0
+
+
+def _write_config(tmp: Path, protocols: dict, interval: str) -> Path:
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(tmp / "data")}},
+        "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
+        "protocols": protocols,
+        "schedule": {"interval": interval},
+        "transfer": {"workdir": str(tmp / "work"), "timeout": "30s"},
+        "capture": {"enabled": False},
+        "journal": {"path": str(tmp / "journal.jsonl")},
+    }
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _config_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bigbinf", "--config.file", str(path), "--config.check"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_config_check_estimates_a_round_from_the_journal_and_warns_when_it_overruns(tmp_path: Path) -> None:
+    """Three rounds of two 0.4 s transfers run for real and journaled; --config.check with
+    the same tests every 0.5 s says the round takes about as long as the rounds did (by
+    the journal's own start and end times) and that it does not fit; every hour, silent."""
+    protocols = {"slow": SLOW_FILE, "slow2": SLOW_FILE}
+    path = _write_config(tmp_path, protocols, "1h")
+    from bigbinf.config import load_config
+
+    runner = RoundRunner(load_config(path), ExporterState())
+    for _ in range(3):
+        assert runner.run_round() is not None
+    fits = _config_check(path)
+    assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr
+
+    results = list(Journal(tmp_path / "journal.jsonl").read())
+    rounds: dict[str, list[Result]] = {}
+    for r in results:
+        rounds.setdefault(r.round_id, []).append(r)
+    longest = max(
+        max(r.start_timestamp + r.duration_seconds for r in rs) - min(r.start_timestamp for r in rs)
+        for rs in rounds.values()
+    )
+    _write_config(tmp_path, protocols, "0.5s")
+    tight = _config_check(path)
+    assert tight.returncode == 0, tight.stderr  # a warning, not an invalid configuration
+    warning = [line for line in tight.stderr.splitlines() if "a round takes about" in line]
+    assert len(warning) == 1, tight.stderr
+    print(warning[0])
+    said = float(warning[0].split("a round takes about ")[1].split(" s")[0])
+    # The estimate: each test's longest duration plus the measured gaps: about a round.
+    assert 0.5 * longest <= said <= 2 * longest + 1, (said, longest)
+    assert "longer than schedule.interval (0.5 s)" in warning[0]
+    assert "the last 3 rounds took" in warning[0] and "Lengthen the schedule" in warning[0]
