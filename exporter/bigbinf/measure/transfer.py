@@ -364,7 +364,7 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
         if shortfall:
             raise _PrepareError(shortfall)
         source = upload_source(spec, config) if spec.direction == "upload" and spec.profile.produces_file else None
-        remote_ip = resolve(spec.remote.address)
+        remote_ip = resolve(spec.remote.address, spec.remote.netns)
         ipv4_only = spec.profile.ipv4_only(spec.options)
         if ipv4_only and is_ipv6(remote_ip):
             raise _PrepareError(
@@ -381,7 +381,7 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
     # environment then has no password at all); never argv.
     env = _password_env(spec, password)
     context: RunContext[Any] = RunContext(
-        argv=render(spec.template, values),
+        argv=spec.profile.for_address(render(spec.template, values), remote_ip),
         timeout_seconds=spec.timeout_seconds,
         workdir=workdir,
         netns=spec.remote.netns,
