@@ -563,6 +563,10 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     if not ran.captured:
         return None, ""
     pcap, subject, tool = prepared.pcap, prepared.subject, ran.capture_tool
+    if ran.capture_error:
+        # Cut short (the tool ended before the transfer, or was killed), or failed: counts
+        # from what it wrote would be low by an unknown part.  capture_error says which.
+        return None, ""
     if ran.capture_dropped or ran.capture_unread:
         # Packets the capture never saw: counts from it would be low by an unknown part (and
         # the retransmissions by another), so they are absent, as those of a capture cut short.
