@@ -43,6 +43,7 @@ from bigbinf.mesh.plan import (
     site_slot_counts,
 )
 from bigbinf.process import own_children
+from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service import round_fit
 from bigbinf.service.collector import ExporterState
@@ -364,10 +365,23 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"{i.path}: {i.message} (the exporter would not start as this user)" for i in secret_file_issues(config)
     ]
     warnings += round_fit_warnings(config)
+    warnings += ipv6_probe_warnings(config)
     for warning in warnings:
         print(f"{args.config_file}: warning: {warning}", file=sys.stderr)
     print(f"{args.config_file}: configuration is valid")
     return 0
+
+
+def ipv6_probe_warnings(config: Config) -> list[str]:
+    """remotes.NAME.probe: ICMP echo is IPv4 only here; an IPv6 remote (an address given as
+    one) is probed by TCP connect to probe.port instead (measure/path/probe.py)."""
+    return [
+        f"remotes.{name}.probe.method: icmp, and {remote.address} is IPv6: ICMP probes are IPv4 only here, so this "
+        f"remote's path is probed by TCP connect to port {remote.probe.port or remote.port} instead (its RTT; the "
+        "path MTU as the kernel knows it); set probe.method: tcp, with probe.port a port it listens on, to say so"
+        for name, remote in config.remotes.items()
+        if remote.probe.enabled and remote.probe.method == "icmp" and is_ipv6(remote.address or "")
+    ]
 
 
 def round_fit_warnings(config: Config) -> list[str]:
