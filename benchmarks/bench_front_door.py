@@ -1,30 +1,35 @@
 """The exporter's HTTP server under connections that tie it up, side by side with
-node_exporter (issue 24).
+node_exporter (issues 24 and 36).
 
 Usage:
     .venv/bin/python benchmarks/bench_front_door.py
     .venv/bin/python benchmarks/bench_front_door.py --idle 2000 --slowloris 300 --stuck 50 --scrapes 50
+    .venv/bin/python benchmarks/bench_front_door.py --burners 2          # a loaded host: two busy loops
     .venv/bin/python benchmarks/bench_front_door.py --before /tmp/old/exporter   # also an older bigbinf
 
-For each server (bigbinf, node_exporter with --no-collector.systemd, and with --before
-the bigbinf whose package is under that directory) and each mode (plain HTTP; TLS +
-basic auth, the same web config file for all), one run:
+For each mode (plain HTTP; TLS + basic auth, the same web config file for all), one run
+with every server (bigbinf, node_exporter with --no-collector.systemd, and with --before
+the bigbinf whose package is under that directory) at once, so that each is measured in
+the same window of the host's load:
 
-1. the server starts (its own process; bigbinf with a configuration that runs nothing);
-2. the attacker (tests/support/attack.py, its own process) opens `--idle` connections
-   that never send a byte, `--slowloris` that send a request head a line a second and
-   never finish it (over TLS: after a completed handshake), and `--stuck` that send the
-   first bytes of a TLS ClientHello and nothing more, and opens each again as soon as the
-   server closes it;
-3. after `--settle` seconds, `--scrapes` scrapes one after another (a new connection each,
-   as a scraper that lost its kept-alive connection makes; 10 s timeout, Prometheus'
-   default scrape timeout; TLS verified and basic auth in TLS mode), 0.1 s apart;
-4. while they run the server's RSS is sampled every 0.1 s (/proc/PID/status VmRSS).
+1. the servers start (each its own process; bigbinf with a configuration that runs nothing);
+2. an attacker per server (tests/support/attack.py, its own process) opens `--idle`
+   connections that never send a byte, `--slowloris` that send a request head a line a
+   second and never finish it (over TLS: after a completed handshake), and `--stuck` that
+   send the first bytes of a TLS ClientHello and nothing more, and opens each again as
+   soon as the server closes it;
+3. after `--settle` seconds, `--scrapes` rounds of scrapes, each server in turn (a new
+   connection each, as a scraper that lost its kept-alive connection makes; 10 s timeout,
+   Prometheus' default scrape timeout; TLS verified and basic auth in TLS mode), 0.1 s apart;
+4. while they run each server's RSS is sampled every 0.1 s (/proc/PID/status VmRSS), and
+   its CPU time read before and after (/proc/PID/stat).
 
-Prints, per server and mode: scrapes ok of N, p50 and p99 of the successful scrapes
-(request to last byte), the peak RSS, and the attack as it stood (connections held,
-and how often the server closed one).  The process's fd limit is raised to its hard
-limit (the attacker's too); the servers raise their own (Go does so itself, bigbinf too).
+`--burners N` runs N busy-loop processes throughout (a loaded host).  Prints, per server
+and mode: scrapes ok of N, p50, p99 and the slowest of the successful scrapes (request to
+last byte; over TLS the first one includes the one bcrypt check before the cache), the
+CPU it used (cores), the peak RSS, and the attack as it stood (connections held).  The
+process's fd limit is raised to its hard limit (the attackers' too); the servers raise
+their own (Go does so itself, bigbinf too).
 """
 
 from __future__ import annotations
