@@ -36,8 +36,8 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   waited for them (issue 36); the heap the exporter holds from its start is frozen out
   of those walks (gc.freeze).  An accept that finds no descriptor (EMFILE, ENFILE) is
   counted (fd_limit) and said in the summary line, never per accept (asyncio's own
-  accept logged a traceback per attempt: 39,288 in 80 s), the capacity comes down to
-  what the table holds, and the longest-waiting connections make room.
+  accept logged a traceback per attempt: 39,288 in 80 s), and the connection that has
+  waited longest for its client (at least EVICT_MIN_WAIT_SECONDS) makes room.
 
 Every route is behind the same authentication (basic auth, when the web config has
 users); pages are rendered elsewhere (service/routes.py) and only registered here.
@@ -102,7 +102,9 @@ ACCEPT_BATCH = 64
 ACCEPT_RETRY_FIRST = 0.005
 ACCEPT_RETRY_MAX = 1.0
 _NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-FD_HEADROOM = 8  # descriptors kept free below the point where accept() failed
+# At the descriptor limit a connection is closed to make room only once it has waited
+# this long for its client: never the scrape accepted a moment ago, whose request is on its way.
+EVICT_MIN_WAIT_SECONDS = 0.5
 PARKED_SWEEP_SECONDS = 0.25  # how often the deadlines of connections not yet heard from are checked
 
 REASONS = M.HTTP_REJECT_REASONS
@@ -298,6 +300,7 @@ class _Conn:
     parked they are a few each."""
 
     sock: socket.socket | None = None
+    accepted: float = 0.0  # loop time
     web: WebConfig | None = None  # the web config in force at the accept
     deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
     parked: bool = True
@@ -330,7 +333,7 @@ class HttpServer:
         self.prefixes = sorted((r for r in self.routes.values() if r.prefix), key=lambda r: -len(r.path))
         self.web = web
         self.on_rejections = on_rejections
-        self.capacity = self.full_capacity = capacity_for(raise_fd_limit())
+        self.capacity = capacity_for(raise_fd_limit())
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # Bound here, in the caller's thread: a busy port is the caller's error to report.
         self.sock = socket.create_server((host, port), family=family, backlog=BACKLOG, reuse_port=False)
@@ -429,12 +432,8 @@ class HttpServer:
 
     async def _tick(self) -> None:
         last_summary = time.monotonic()
-        failed_accepts = 0
         while True:
             await asyncio.sleep(FLUSH_SECONDS)
-            if self.rejected["fd_limit"] == failed_accepts and self.capacity < self.full_capacity:
-                self.capacity = min(self.full_capacity, self.capacity + FD_HEADROOM)  # descriptors came back?
-            failed_accepts = self.rejected["fd_limit"]
             self._flush_counts()
             if time.monotonic() - last_summary >= SUMMARY_SECONDS:
                 last_summary = time.monotonic()
@@ -514,19 +513,19 @@ class HttpServer:
 
     def _accept_failed(self, exc: OSError) -> None:
         """No descriptor for the next connection (EMFILE, ENFILE) or no memory: counted
-        (fd_limit), said in the minute's summary line, never per accept.  The capacity
-        comes down to what the table holds in fact, less FD_HEADROOM (it climbs back while
-        no accept fails: _tick), and the connections that have waited longest for their
-        client make room: their descriptors are the next connections' (a scrape queued
-        behind an attacker's gets in as at capacity).  With none to close, accepting
-        pauses (5 ms, doubling to 1 s while it lasts; the kernel queues the connections)."""
+        (fd_limit), said in the minute's summary line, never per accept.  The connection
+        that has waited longest for its client, if it has waited EVICT_MIN_WAIT_SECONDS,
+        is closed: its descriptor is the next connection's (a scrape queued behind an
+        attacker's gets in, as at capacity), and the next turn of the loop accepts again.
+        With none to close, accepting pauses (5 ms, doubling to 1 s while it lasts; the
+        kernel keeps the connections queued)."""
         assert self._loop is not None
         if exc.errno in _NO_DESCRIPTOR:
             self._reject("fd_limit")
-            self.capacity = max(1, min(self.capacity, len(self._open) - FD_HEADROOM))
-            self._make_room()
-            if self._evict_oldest():
-                return  # descriptors freed: the next turn of the loop accepts again
+            oldest = next(iter(self._waiting), None)
+            if oldest is not None and self._loop.time() - oldest.accepted >= EVICT_MIN_WAIT_SECONDS:
+                self._evict_oldest()
+                return  # a descriptor freed: the next turn of the loop accepts again
         else:  # not a descriptor: rare (a firewall's EPERM); said once a minute at most
             self._loop_error(self._loop, {"message": f"http: accept failed: {exc}"})
         self._stop_accepting()
@@ -539,7 +538,8 @@ class HttpServer:
         sock.setblocking(False)
         web = self.web()  # the one in force when the connection came
         seconds = HANDSHAKE_SECONDS if web.ssl_context is not None else HEAD_SECONDS
-        conn = _Conn(sock=sock, web=web, deadline=self._loop.time() + _spread(seconds))
+        now = self._loop.time()
+        conn = _Conn(sock=sock, accepted=now, web=web, deadline=now + _spread(seconds))
         self._make_room()
         if len(self._open) >= self.capacity:  # every connection is being answered: refuse this one
             self._reject("capacity")
