@@ -214,6 +214,7 @@ def test_a_full_descriptor_table_is_a_counted_refusal_and_one_line_a_minute(tmp_
         )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     idle: list[socket.socket] = []
+    began = time.monotonic()
     try:
         port, capacity = map(int, proc.stdout.readline().split())
         assert capacity == 64  # the floor: the limit (256) leaves nothing above FD_RESERVE
@@ -226,6 +227,7 @@ def test_a_full_descriptor_table_is_a_counted_refusal_and_one_line_a_minute(tmp_
         proc.stdin.flush()
         rejected = ast.literal_eval(proc.stdout.readline())
         assert proc.wait(30) == 0
+        lasted = time.monotonic() - began
     finally:
         for s in idle:
             s.close()
@@ -238,7 +240,7 @@ def test_a_full_descriptor_table_is_a_counted_refusal_and_one_line_a_minute(tmp_
     assert rejected["fd_limit"] > 0 and rejected["capacity"] > 0
     assert "Traceback" not in log and "ERROR" not in log
     summaries = [line for line in log.splitlines() if "connections refused" in line]
-    assert 1 <= len(summaries) <= 4, log  # 6 s at one line per 2 s at most
+    assert 1 <= len(summaries) <= lasted / 2 + 1, log  # one line per SUMMARY_SECONDS (2 s) at most
     assert all("open-files limit" in line for line in summaries if "fd_limit" in line)
     assert len(log.splitlines()) <= len(summaries) + 2, log
 
