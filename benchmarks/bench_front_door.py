@@ -1,36 +1,42 @@
 """The exporter's HTTP server under connections that tie it up, side by side with
-node_exporter (issue 24).
+node_exporter (issues 24 and 36).
 
 Usage:
     .venv/bin/python benchmarks/bench_front_door.py
     .venv/bin/python benchmarks/bench_front_door.py --idle 2000 --slowloris 300 --stuck 50 --scrapes 50
+    .venv/bin/python benchmarks/bench_front_door.py --burners 2          # a loaded host: two busy loops
     .venv/bin/python benchmarks/bench_front_door.py --before /tmp/old/exporter   # also an older bigbinf
 
-For each server (bigbinf, node_exporter with --no-collector.systemd, and with --before
-the bigbinf whose package is under that directory) and each mode (plain HTTP; TLS +
-basic auth, the same web config file for all), one run:
+For each mode (plain HTTP; TLS + basic auth, the same web config file for all), one run
+with every server (bigbinf, node_exporter with --no-collector.systemd, and with --before
+the bigbinf whose package is under that directory) at once, so that each is measured in
+the same window of the host's load:
 
-1. the server starts (its own process; bigbinf with a configuration that runs nothing);
-2. the attacker (tests/support/attack.py, its own process) opens `--idle` connections
-   that never send a byte, `--slowloris` that send a request head a line a second and
-   never finish it (over TLS: after a completed handshake), and `--stuck` that send the
-   first bytes of a TLS ClientHello and nothing more, and opens each again as soon as the
-   server closes it;
-3. after `--settle` seconds, `--scrapes` scrapes one after another (a new connection each,
-   as a scraper that lost its kept-alive connection makes; 10 s timeout, Prometheus'
-   default scrape timeout; TLS verified and basic auth in TLS mode), 0.1 s apart;
-4. while they run the server's RSS is sampled every 0.1 s (/proc/PID/status VmRSS).
+1. the servers start (each its own process; bigbinf with a configuration that runs nothing);
+2. an attacker per server (tests/support/attack.py, its own process) opens `--idle`
+   connections that never send a byte, `--slowloris` that send a request head a line a
+   second and never finish it (over TLS: after a completed handshake), and `--stuck` that
+   send the first bytes of a TLS ClientHello and nothing more, and opens each again as
+   soon as the server closes it;
+3. after `--settle` seconds, `--scrapes` rounds of scrapes, each server in turn (a new
+   connection each, as a scraper that lost its kept-alive connection makes; 10 s timeout,
+   Prometheus' default scrape timeout; TLS verified and basic auth in TLS mode), 0.1 s apart;
+4. while they run each server's RSS is sampled every 0.1 s (/proc/PID/status VmRSS), and
+   its CPU time read before and after (/proc/PID/stat).
 
-Prints, per server and mode: scrapes ok of N, p50 and p99 of the successful scrapes
-(request to last byte), the peak RSS, and the attack as it stood (connections held,
-and how often the server closed one).  The process's fd limit is raised to its hard
-limit (the attacker's too); the servers raise their own (Go does so itself, bigbinf too).
+`--burners N` runs N busy-loop processes throughout (a loaded host).  Prints, per server
+and mode: scrapes ok of N, p50, p99 and the slowest of the successful scrapes (request to
+last byte; over TLS the first one includes the one bcrypt check before the cache), the
+CPU it used (cores), the peak RSS, and the attack as it stood (connections held).  The
+process's fd limit is raised to its hard limit (the attackers' too); the servers raise
+their own (Go does so itself, bigbinf too).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -122,6 +128,12 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
+    def cpu(self) -> float:
+        """CPU seconds (user + system) the server has used so far."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss(self) -> int:
         assert self.proc is not None
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -152,60 +164,94 @@ def scrape(port: int, tls: ssl.SSLContext | None) -> float | None:
         conn.close()
 
 
-def run_one(server: Server, tls: ssl.SSLContext | None, args: argparse.Namespace) -> dict[str, object]:
-    attack_argv = [
-        sys.executable, "-m", "tests.support.attack", "--port", str(server.port),
-        "--idle", str(args.idle), "--slowloris", str(args.slowloris), "--stuck", str(args.stuck),
-        *(["--tls"] if tls is not None else []),
-    ]  # fmt: skip
-    attacker = subprocess.Popen(attack_argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    last: dict[str, object] = {}
+class Attack:
+    """The attacker (tests/support/attack.py, its own process) against one server, and its
+    last report (connections open, how often the server closed one)."""
 
-    def follow() -> None:
-        assert attacker.stdout is not None
-        for line in attacker.stdout:
-            last.update(json.loads(line))
+    def __init__(self, port: int, tls: bool, args: argparse.Namespace) -> None:
+        argv = [
+            sys.executable, "-m", "tests.support.attack", "--port", str(port),
+            "--idle", str(args.idle), "--slowloris", str(args.slowloris), "--stuck", str(args.stuck),
+            *(["--tls"] if tls else []),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        self.last: dict[str, object] = {}
+        threading.Thread(target=self._follow, daemon=True).start()
 
-    threading.Thread(target=follow, daemon=True).start()
-    peak = 0
+    def _follow(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.last.update(json.loads(line))
+
+    def held(self) -> dict[str, int]:
+        held = self.last.get("open", {})
+        return {str(k): int(v) for k, v in held.items()} if isinstance(held, dict) else {}
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_together(
+    servers: list[Server], tls: ssl.SSLContext | None, args: argparse.Namespace
+) -> list[dict[str, object]]:
+    """Every server under its own attacker at the same time; the scrapes go to each in
+    turn (one server, then the next, 0.1 s apart), so that each server's slowest scrape
+    is measured in the same window of the host's load as the others'."""
+    attacks = [Attack(server.port, tls is not None, args) for server in servers]
+    peaks = [0] * len(servers)
+    times: list[list[float | None]] = [[] for _ in servers]
     try:
         time.sleep(args.settle)
-        held_before = dict(last.get("open", {}))  # type: ignore[arg-type]
-        times: list[float | None] = []
+        held_before = [attack.held() for attack in attacks]
+        cpu_before = [server.cpu() for server in servers]
         stop = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
             while not stop.wait(0.1):
-                peak = max(peak, server.rss())
+                for n, server in enumerate(servers):
+                    peaks[n] = max(peaks[n], server.rss())
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        started = time.monotonic()
         for _ in range(args.scrapes):
-            times.append(scrape(server.port, tls))
-            time.sleep(0.1)
+            for n, server in enumerate(servers):
+                times[n].append(scrape(server.port, tls))
+                time.sleep(0.1)
+        elapsed = time.monotonic() - started
+        cpu = [server.cpu() - before for server, before in zip(servers, cpu_before, strict=True)]
         stop.set()
         sampler.join()
-        held_after = dict(last.get("open", {}))  # type: ignore[arg-type]
+        held_after = [attack.held() for attack in attacks]
     finally:
-        attacker.send_signal(signal.SIGINT)
-        try:
-            attacker.wait(20)
-        except subprocess.TimeoutExpired:
-            attacker.kill()
-            attacker.wait()
-    ok = sorted(t for t in times if t is not None)
-    return {
-        "ok": len(ok),
-        "of": len(times),
-        "p50": statistics.median(ok) if ok else None,
-        "p99": ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else None,
-        "rss": peak,
-        "held": held_before,
-        "held_after": held_after,
-        "closed": last.get("closed"),
-        "failed": last.get("failed"),
-    }
+        for attack in attacks:
+            attack.stop()
+    rows = []
+    for n, attack in enumerate(attacks):
+        ok = sorted(t for t in times[n] if t is not None)
+        rows.append(
+            {
+                "ok": len(ok),
+                "of": len(times[n]),
+                "p50": statistics.median(ok) if ok else None,
+                "p99": ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else None,
+                "max": ok[-1] if ok else None,
+                "first": times[n][0] if times[n] else None,  # over TLS: the one bcrypt check before the cache
+                "times_ms": [None if t is None else round(t * 1000) for t in times[n]],
+                "cpu": cpu[n] / elapsed,  # cores the server used while the scrapes ran
+                "rss": peaks[n],
+                "held": held_before[n],
+                "held_after": held_after[n],
+                "closed": attack.last.get("closed"),
+                "failed": attack.last.get("failed"),
+            }
+        )
+    return rows
 
 
 def ms(value: object) -> str:
@@ -221,44 +267,58 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=15.0, help="seconds of attack before the scrapes")
     parser.add_argument("--servers", default="bigbinf,node_exporter")
     parser.add_argument("--modes", default="plain,tls")
+    parser.add_argument("--burners", type=int, default=0, help="busy-loop processes running throughout (a loaded host)")
     parser.add_argument("--before", type=Path, help="an older bigbinf's source root (its exporter/ directory)")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     servers = args.servers.split(",") + (["bigbinf-before"] if args.before else [])
-    rows = []
+    rows: list[tuple[str, str, dict[str, object]]] = []
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burners)]
+    try:
+        run_all(args, servers, rows)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    print()
+    print(f"attack: {args.idle} idle + {args.slowloris} slowloris + {args.stuck} stuck mid-handshake; "
+          f"{args.scrapes} scrapes, a new connection each; {args.burners} CPU burners")  # fmt: skip
+    print("| server | mode | scrapes ok | p50 | p99 | slowest | CPU | peak RSS | attack held (idle/slowloris/stuck) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for name, mode, r in rows:
+        held = r["held"] if isinstance(r["held"], dict) else {}
+        print(
+            f"| {name} | {'TLS + basic auth' if mode == 'tls' else 'plain'} | {r['ok']}/{r['of']} | {ms(r['p50'])} "
+            f"| {ms(r['p99'])} | {ms(r['max'])} | {r['cpu']:.0%} | {r['rss'] / 2**20:.0f} MB "  # type: ignore[operator]
+            f"| {held.get('idle', 0)}/{held.get('slowloris', 0)}/{held.get('stuck', 0)} |"
+        )
+
+
+def run_all(args: argparse.Namespace, names: list[str], rows: list[tuple[str, str, dict[str, object]]]) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-front-door-") as tmpdir:
         tmp = Path(tmpdir)
         files = write_files(tmp)
         client_tls = ssl.create_default_context(cafile=str(files["cert"]))
         for mode in args.modes.split(","):
-            for name in servers:
-                port = free_port()
-                web = ["--web.config.file", str(files["web"])] if mode == "tls" else []
-                env = dict(os.environ)
-                if name == "node_exporter":
-                    argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--no-collector.systemd", *web]
-                else:
-                    argv = [sys.executable, "-m", "bigbinf", "--config.file", str(files["config"]),
-                            "--web.listen-address", f"127.0.0.1:{port}", *web]  # fmt: skip
-                    if name == "bigbinf-before":
-                        env["PYTHONPATH"] = str(args.before)
-                with Server(name, argv, port, env, tmp / f"{name}-{mode}.log") as server:
-                    result = run_one(server, client_tls if mode == "tls" else None, args)
+            with contextlib.ExitStack() as stack:
+                servers = []
+                for name in names:
+                    port = free_port()
+                    web = ["--web.config.file", str(files["web"])] if mode == "tls" else []
+                    env = dict(os.environ)
+                    if name == "node_exporter":
+                        argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}", "--no-collector.systemd", *web]
+                    else:
+                        argv = [sys.executable, "-m", "bigbinf", "--config.file", str(files["config"]),
+                                "--web.listen-address", f"127.0.0.1:{port}", *web]  # fmt: skip
+                        if name == "bigbinf-before":
+                            env["PYTHONPATH"] = str(args.before)
+                    servers.append(stack.enter_context(Server(name, argv, port, env, tmp / f"{name}-{mode}.log")))
+                results = run_together(servers, client_tls if mode == "tls" else None, args)
+            for name, result in zip(names, results, strict=True):
                 rows.append((name, mode, result))
                 print(name, mode, json.dumps(result), flush=True)
-    print()
-    print(f"attack: {args.idle} idle + {args.slowloris} slowloris + {args.stuck} stuck mid-handshake; "
-          f"{args.scrapes} scrapes, a new connection each")  # fmt: skip
-    print("| server | mode | scrapes ok | p50 | p99 | peak RSS | attack connections held (idle/slowloris/stuck) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
-    for name, mode, r in rows:
-        held = r["held"] if isinstance(r["held"], dict) else {}
-        print(
-            f"| {name} | {'TLS + basic auth' if mode == 'tls' else 'plain'} | {r['ok']}/{r['of']} | {ms(r['p50'])} "
-            f"| {ms(r['p99'])} | {int(r['rss']) / 2**20:.0f} MB "  # type: ignore[call-overload]
-            f"| {held.get('idle', 0)}/{held.get('slowloris', 0)}/{held.get('stuck', 0)} |"
-        )
 
 
 if __name__ == "__main__":

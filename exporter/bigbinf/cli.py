@@ -26,8 +26,9 @@ from bigbinf import __version__, lab, regression_cmd
 from bigbinf.advice import AdviceError, advise
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
+from bigbinf.journal import Journal
 from bigbinf.lab import mesh as lab_mesh
-from bigbinf.measure.plan import host_key_warnings
+from bigbinf.measure.plan import PlanError, host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
 from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
 from bigbinf.mesh.plan import (
@@ -42,11 +43,13 @@ from bigbinf.mesh.plan import (
     site_slot_counts,
 )
 from bigbinf.process import own_children
+from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import PathBaseline, Result
+from bigbinf.service import round_fit
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.restore import restore
-from bigbinf.service.rounds import RoundRunner
-from bigbinf.service.schedule import longest_gap_seconds
+from bigbinf.service.rounds import RoundRunner, series_of
+from bigbinf.service.schedule import longest_gap_seconds, shortest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
 from bigbinf.service.sweeps import SweepError, SweepRunner
 from bigbinf.service.webconfig import load_web_config
@@ -362,10 +365,42 @@ def cmd_check(args: argparse.Namespace) -> int:
     warnings += [
         f"{i.path}: {i.message} (the exporter would not start as this user)" for i in secret_file_issues(config)
     ]
+    warnings += round_fit_warnings(config)
+    warnings += ipv6_probe_warnings(config)
     for warning in warnings:
         print(f"{args.config_file}: warning: {warning}", file=sys.stderr)
     print(f"{args.config_file}: configuration is valid")
     return 0
+
+
+def ipv6_probe_warnings(config: Config) -> list[str]:
+    """remotes.NAME.probe: ICMP echo is IPv4 only here; an IPv6 remote (an address given as
+    one) is probed by TCP connect to probe.port instead (measure/path/probe.py)."""
+    return [
+        f"remotes.{name}.probe.method: icmp, and {remote.address} is IPv6: ICMP probes are IPv4 only here, so this "
+        f"remote's path is probed by TCP connect to port {remote.probe.port or remote.port} instead (its RTT; the "
+        "path MTU as the kernel knows it); set probe.method: tcp, with probe.port a port it listens on, to say so"
+        for name, remote in config.remotes.items()
+        if remote.probe.enabled and remote.probe.method == "icmp" and is_ipv6(remote.address or "")
+    ]
+
+
+def round_fit_warnings(config: Config) -> list[str]:
+    """schedule: a round that, by the journal's recent runs on this host, takes longer than
+    the schedule's shortest gap between two starts (service/round_fit.py).  Nothing to say
+    without a journal (a new install: its first rounds are measured by the exporter,
+    bigbinf_round_overrun_seconds)."""
+    try:
+        keys = series_of(config, lab.site)
+        results = list(Journal(config.journal.path).read()) if config.journal.path.is_file() else []
+    except (PlanError, OSError):
+        return []
+    if not results:
+        return []
+    estimate = round_fit.estimate(config, keys, results)
+    what = "schedule.interval" if config.schedule.interval else "the schedule's shortest gap between two cron starts"
+    warning = round_fit.fit_warning(estimate, shortest_gap_seconds(config.schedule), what)
+    return [f"schedule: {warning}"] if warning else []
 
 
 def cmd_web_check(args: argparse.Namespace, quiet: bool = False) -> int:

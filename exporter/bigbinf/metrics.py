@@ -249,10 +249,23 @@ TCP_CONGESTION_CONTROL = Spec(
 PATH = (PATH_RTT, PATH_LOSS, PATH_MTU, PATH_BANDWIDTH, PATH_BDP, PATH_PROBE_TS, TCP_BUFFER_MAX, TCP_CONGESTION_CONTROL)
 
 ROUNDS_TOTAL = Spec(PREFIX + "rounds_total", "counter", "Scheduled rounds completed since the exporter started.")
+ROUND_SKIP_REASONS = (
+    "round_running",  # the previous scheduled round was still running: rounds take longer than the interval
+    "lock_held",  # a tuning sweep, a `once` or `sweep` command, or the start's recovery held the round lock
+)
 ROUNDS_SKIPPED_TOTAL = Spec(
     PREFIX + "rounds_skipped_total",
     "counter",
-    "Rounds not started because the previous round (or a tuning sweep) was still running.",
+    "Scheduled rounds not started, by reason: round_running (the previous round was still running: the schedule "
+    "does not fit this host, see bigbinf_round_overrun_seconds), lock_held (a tuning sweep or a once/sweep command "
+    "held the round lock).",
+    ("reason",),
+)
+ROUND_OVERRUN = Spec(
+    PREFIX + "round_overrun_seconds",
+    "gauge",
+    "How far the last completed round ran past the next scheduled start: its duration less the schedule's gap "
+    "after its start (0 when it fitted).  Absent before the first round and for a mesh site.",
 )
 ROUND_DURATION_HIST = Spec(PREFIX + "round_duration_seconds", "histogram", "Wall-clock duration of completed rounds.")
 LAST_ROUND_END = Spec(PREFIX + "last_round_end_timestamp_seconds", "gauge", "UTC time the last round ended.")
@@ -291,6 +304,7 @@ HTTP_REJECT_REASONS = (
     "too_large",  # 431 (head) or 413 (body)
     "unauthorized",  # 401
     "write_timeout",  # the client did not take the response in time
+    "fd_limit",  # accept() found no descriptor for it (EMFILE/ENFILE): it waited, another made room
 )
 HTTP_REJECTED_TOTAL = Spec(
     PREFIX + "http_connections_rejected_total",
@@ -298,7 +312,8 @@ HTTP_REJECTED_TOTAL = Spec(
     "Connections the exporter's HTTP server closed without serving their request, by reason: capacity (closed "
     "to make room for a new one), tls_handshake_timeout, tls_error, client_certificate (none of "
     "client_allowed_sans), http_to_https, request_timeout (head or body), bad_request, too_large, unauthorized, "
-    "write_timeout.  Counted as they happen, published every few seconds.",
+    "write_timeout, fd_limit (an accept that found the open-files limit reached).  Counted as they happen, "
+    "published every few seconds.",
     ("reason",),
 )
 BUILD_INFO = Spec(
@@ -593,6 +608,7 @@ ALL = (
     SCHEDULE_INTERVAL,
     ROUNDS_TOTAL,
     ROUNDS_SKIPPED_TOTAL,
+    ROUND_OVERRUN,
     ROUND_DURATION_HIST,
     LAST_ROUND_END,
     CONFIG_RELOAD_OK,

@@ -142,13 +142,14 @@ def test_a_change_is_rendered_in_the_background_and_served() -> None:
         served = b"".join(cache.response("", "")[0]).decode()
         assert _series_values(served, "bigbinf_transfers_total", labels) == 1
         state.record_journal_failure()
-        state.record_round_skipped()
+        state.record_round_skipped("round_running")
         PrometheusServer.wait_for(
             lambda: cache.current.generation == state.generation, timeout=30, what="the change to be rendered"
         )
         served = b"".join(cache.response("", "")[0]).decode()
         assert _series_values(served, "bigbinf_journal_write_failures_total", {}) == 1
-        assert _series_values(served, "bigbinf_rounds_skipped_total", {}) == 1
+        assert _series_values(served, "bigbinf_rounds_skipped_total", {"reason": "round_running"}) == 1
+        assert _series_values(served, "bigbinf_rounds_skipped_total", {"reason": "lock_held"}) == 0
         assert cache.current.generation > before.generation
     finally:
         cache.stop()
@@ -219,9 +220,10 @@ def test_subscribers_hear_every_kind_of_change() -> None:
     state.restore([mesh_result(key, 1.0, rng)])
     state.record(mesh_result(key, 2.0, rng))
     state.record_round(1.0, 3.0)
-    state.record_round_skipped()
+    state.record_round_skipped("lock_held")
+    state.record_round_overrun(12.5)
     state.record_config(False)
     state.record_journal_failure()
     state.forget_paths([])
     state.set_payload_histograms(False)
-    assert heard == list(range(1, 10))
+    assert heard == list(range(1, 11))

@@ -699,9 +699,13 @@ def test_slots_missed_while_the_exporter_was_down_are_counted_at_its_start(tmp_p
     state = runner.runner.state
     noted = handled_path(view.config.journal.path)
     assert noted.name == "a.slots.json" and not noted.exists()
-    runner.run(rounds=0)  # the first start with this journal: nothing was planned for it before
-    assert missed_counts(state) == {}
+    runner.run(rounds=0)  # the first start with this journal: only the round in progress was planned for it
     assert json.loads(noted.read_text()) == {"site": "a", "handled_through": runner.started}
+    state.mark_scraped()
+    current = next(iter(view.rounds(runner.started)))
+    assert current.start <= runner.started
+    # Its slots that began before this first start: neither run nor (before issue 36) counted.
+    assert missed_counts(state) == _expected_down(view, current.start - 0.001, runner.started)
 
     # Down for 5 hours and a bit (hourly rounds; 3 sites, a in 2 of the 6 tests of each).
     since = runner.started - 5.3 * 3600
@@ -803,3 +807,24 @@ def test_a_slot_journaled_but_not_yet_noted_is_not_counted_missed(tmp_path: Path
     later.runner.state.mark_scraped()
     assert missed_counts(later.runner.state) == _expected_down(view, ran.start, later.started)
     assert sum(missed_counts(later.runner.state).values()) < sum(_expected_down(view, since, later.started).values())
+
+
+def test_slots_that_began_before_the_first_start_are_counted_missed(tmp_path: Path) -> None:
+    """A first start (no note beside the journal) in the middle of a round: this site's
+    slots of that round that had begun are counted missed (exporter_down), each once; the
+    ones still to come are run, none of the round before is counted."""
+    runner, view = _runner(tmp_path, "a", StubTransfer())
+    current = next(iter(view.rounds(runner.started)))
+    mine = sorted(s.start for s in current.slots if s.test.src == "a")
+    # Pretend the exporter first started just after the round's last slot of a began.
+    runner.started = mine[-1] + 0.5
+    runner.run(rounds=0)
+    runner.runner.state.mark_scraped()
+    counted = missed_counts(runner.runner.state)
+    assert sum(counted.values()) == len(mine) >= 2 and {reason for _, reason in counted} == {"exporter_down"}
+    assert counted == _expected_down(view, current.start - 0.001, runner.started)
+    again, _ = _runner(tmp_path, "a", StubTransfer())  # the next start: counted from the note, not again
+    again.started = runner.started + 1
+    again.run(rounds=0)
+    again.runner.state.mark_scraped()
+    assert missed_counts(again.runner.state) == {}

@@ -17,6 +17,7 @@ import statistics
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from scapy.all import ICMP, IP, ICMPerror, IPerror, Raw
@@ -489,3 +490,59 @@ def test_tcp_probes_to_a_closed_port_count_the_refusals_as_answers() -> None:
     assert (outcome.sent, outcome.answered, outcome.loss_ratio) == (3, 3, 0.0)
     assert outcome.mtu_bytes is None
     assert outcome.error.startswith(f"path MTU unknown: no connection to 127.0.0.1 port {port} completed (refused)")
+
+
+def test_an_ipv6_remote_asked_for_icmp_gets_the_tcp_probe() -> None:
+    """The echo here is IPv4's: an IPv6 remote with method icmp (the default) is probed by
+    TCP connect to its port instead, and the outcome says so (before issue 36: nothing
+    measured, only an error)."""
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+        port = server.getsockname()[1]
+        stop = threading.Event()
+
+        def accept() -> None:
+            server.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    server.accept()[0].close()
+                except TimeoutError:
+                    continue
+
+        acceptor = threading.Thread(target=accept)
+        acceptor.start()
+        try:
+            outcome = probe_path("::1", _settings(method="icmp", port=port, count=4, interval=0.01))
+        finally:
+            stop.set()
+            acceptor.join()
+    assert (outcome.method, outcome.sent, outcome.answered, outcome.error) == ("tcp", 4, 4, "")
+    assert outcome.rtt_min_seconds is not None and outcome.rtt_min_seconds > 0
+    assert outcome.mtu_bytes == probe.local_mtu(socket.AF_INET6, "::1")
+
+
+def test_config_check_says_an_ipv6_remotes_icmp_probe_is_a_tcp_one(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    raw = {
+        "remotes": {
+            "six": {"address": "2001:db8::2", "data_dir": "/data"},
+            "six-tcp": {"address": "2001:db8::3", "data_dir": "/data", "probe": {"method": "tcp"}},
+            "four": {"address": "198.18.0.2", "data_dir": "/data"},
+        },
+        "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
+        "protocols": {"http": {}},
+        "journal": {"path": str(tmp_path / "journal.jsonl")},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    done = subprocess.run(
+        [sys.executable, "-m", "bigbinf", "--config.file", str(path), "--config.check"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "probe.method" in line]
+    assert len(warnings) == 1 and "remotes.six.probe.method: icmp, and 2001:db8::2 is IPv6" in warnings[0]
+    assert "TCP connect to port 22" in warnings[0]

@@ -9,14 +9,18 @@ round runner, the journal and the state are the real ones.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
+import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bigbinf import guardian
@@ -113,8 +117,9 @@ def test_rounds_never_overlap_and_transfers_run_one_at_a_time(tmp_path: Path) ->
     assert runner.run_round() is None  # refused, not queued
     first.join(30)
     assert not first.is_alive()
-    assert state.rounds_skipped == 1
+    assert state.rounds_skipped == {"round_running": 1, "lock_held": 0}  # a round held the lock
     assert state.rounds_total == 2  # rounds: 2 repetitions of the one scheduled run
+    assert state.round_overrun == 0  # two 0.4 s transfers, twice, within the hour
 
     results = list(Journal(config.journal.path).read())
     assert [r.protocol for r in results] == ["slow", "quick", "slow", "quick"]
@@ -236,3 +241,100 @@ def test_a_round_cut_short_by_a_kill_is_finished_by_the_next_start_each_transfer
     log_text = (tmp_path / "log").read_text()
     assert f"round {cut} was cut short (the exporter ended mid-round): running its 2 transfer(s)" in log_text
     assert "removed what a transfer of an ended run left" in log_text
+
+
+def test_a_round_longer_than_its_interval_says_by_how_much(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Two 0.4 s transfers with a 0.2 s interval: the round ends at least 0.6 s past the
+    next start (bigbinf_round_overrun_seconds), and the log says what to do."""
+    config = _config(tmp_path, {"slow": SLOW_FILE, "slow2": SLOW_FILE}, interval="0.2s")
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    with caplog.at_level(logging.WARNING):
+        results = runner.run_round()
+    assert results is not None and [r.outcome for r in results] == ["ok", "ok"]
+    durations = sum(r.duration_seconds for r in results)
+    assert state.round_overrun is not None and state.round_overrun >= durations - 0.2
+    assert any("past the next scheduled start" in m and "schedule.interval" in m for m in caplog.messages)
+
+
+def test_a_round_job_still_running_at_its_next_start_is_counted(tmp_path: Path) -> None:
+    """APScheduler does not start a job whose last run is still going (max_instances=1, as
+    the exporter schedules its rounds): the exporter counts that skip as round_running
+    (before issue 36 only a round meeting a sweep's lock was counted)."""
+    from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from bigbinf.service.server import JOB_ID
+
+    state = ExporterState()
+    exporter = types.SimpleNamespace(state=state)
+    scheduler = BackgroundScheduler()
+    scheduler.add_listener(functools.partial(Exporter._round_still_running, exporter), EVENT_JOB_MAX_INSTANCES)
+    done = threading.Event()
+    scheduler.add_job(lambda: done.wait(30), "interval", seconds=0.5, id=JOB_ID, max_instances=1, coalesce=True)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 30
+        while state.rounds_skipped["round_running"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        done.set()
+        scheduler.shutdown(wait=True)
+    assert state.rounds_skipped["round_running"] >= 2 and state.rounds_skipped["lock_held"] == 0
+
+
+def _write_config(tmp: Path, protocols: dict, interval: str) -> Path:
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(tmp / "data")}},
+        "datasets": {"f1k": {"file": "f1k.bin", "size": "1KiB"}},
+        "protocols": protocols,
+        "schedule": {"interval": interval},
+        "transfer": {"workdir": str(tmp / "work"), "timeout": "30s"},
+        "capture": {"enabled": False},
+        "journal": {"path": str(tmp / "journal.jsonl")},
+    }
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def _config_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bigbinf", "--config.file", str(path), "--config.check"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_config_check_estimates_a_round_from_the_journal_and_warns_when_it_overruns(tmp_path: Path) -> None:
+    """Three rounds of two 0.4 s transfers run for real and journaled; --config.check with
+    the same tests every 0.5 s says the round takes about as long as the rounds did (by
+    the journal's own start and end times) and that it does not fit; every hour, silent."""
+    protocols = {"slow": SLOW_FILE, "slow2": SLOW_FILE}
+    path = _write_config(tmp_path, protocols, "1h")
+    from bigbinf.config import load_config
+
+    runner = RoundRunner(load_config(path), ExporterState())
+    for _ in range(3):
+        assert runner.run_round() is not None
+    fits = _config_check(path)
+    assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr
+
+    results = list(Journal(tmp_path / "journal.jsonl").read())
+    rounds: dict[str, list[Result]] = {}
+    for r in results:
+        rounds.setdefault(r.round_id, []).append(r)
+    longest = max(
+        max(r.start_timestamp + r.duration_seconds for r in rs) - min(r.start_timestamp for r in rs)
+        for rs in rounds.values()
+    )
+    _write_config(tmp_path, protocols, "0.5s")
+    tight = _config_check(path)
+    assert tight.returncode == 0, tight.stderr  # a warning, not an invalid configuration
+    warning = [line for line in tight.stderr.splitlines() if "a round takes about" in line]
+    assert len(warning) == 1, tight.stderr
+    print(warning[0])
+    said = float(warning[0].split("a round takes about ")[1].split(" s")[0])
+    # The estimate: each test's longest duration plus the measured gaps: about a round.
+    assert 0.5 * longest <= said <= 2 * longest + 1, (said, longest)
+    assert "longer than schedule.interval (0.5 s)" in warning[0]
+    assert "the last 3 rounds took" in warning[0] and "Lengthen the schedule" in warning[0]

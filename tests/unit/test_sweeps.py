@@ -393,7 +393,7 @@ def test_a_sweep_never_overlaps_a_round_or_another_sweep(tmp_path: Path) -> None
     assert runner.exclusive(0.1)  # a sweep (or a round) holds the lock
     try:
         assert runner.run_round([]) is None  # a round meeting it is skipped and counted
-        assert state.rounds_skipped == 1
+        assert state.rounds_skipped == {"round_running": 0, "lock_held": 1}
         assert sweeper.run("streams", wait=0.2) is None  # another sweep does not start
     finally:
         runner.release()
@@ -426,7 +426,7 @@ def test_another_process_holding_the_journal_lock_keeps_rounds_and_sweeps_out(tm
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         state = ExporterState()
         runner = RoundRunner(config, state)
-        assert runner.run_round([]) is None and state.rounds_skipped == 1
+        assert runner.run_round([]) is None and state.rounds_skipped["lock_held"] == 1
         assert sweeps.SweepRunner(runner).run("streams", wait=0.3) is None
         # The `sweep` command, another process again, refuses at once, saying why.
         key = tmp_path / "key"

@@ -366,7 +366,7 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
         if shortfall:
             raise _PrepareError(shortfall)
         source = upload_source(spec, config) if spec.direction == "upload" and spec.profile.produces_file else None
-        remote_ip = resolve(spec.remote.address)
+        remote_ip = resolve(spec.remote.address, spec.remote.netns)
         ipv4_only = spec.profile.ipv4_only(spec.options)
         if ipv4_only and is_ipv6(remote_ip):
             raise _PrepareError(
@@ -383,7 +383,7 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
     # environment then has no password at all); never argv.
     env = _password_env(spec, password)
     context: RunContext[Any] = RunContext(
-        argv=render(spec.template, values),
+        argv=spec.profile.for_address(render(spec.template, values), remote_ip),
         timeout_seconds=spec.timeout_seconds,
         workdir=workdir,
         netns=spec.remote.netns,
@@ -576,6 +576,10 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     if not ran.captured:
         return None, ""
     pcap, subject, tool = prepared.pcap, prepared.subject, ran.capture_tool
+    if ran.capture_error:
+        # Cut short (the tool ended before the transfer, or was killed), or failed: counts
+        # from what it wrote would be low by an unknown part.  capture_error says which.
+        return None, ""
     if ran.capture_dropped or ran.capture_unread:
         # Packets the capture never saw: counts from it would be low by an unknown part (and
         # the retransmissions by another), so they are absent, as those of a capture cut short.

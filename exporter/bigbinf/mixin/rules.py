@@ -565,6 +565,19 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         ),
         alert(
             s,
+            "BigbinfRoundsOverrun",
+            f'increase({metrics.ROUNDS_SKIPPED_TOTAL.name}{{reason="round_running"}}[{s.rounds_overrun_window}]) > 1.5',
+            "0m",
+            "warning",
+            "bigbinf {{ $labels.instance }}: rounds take longer than their interval",
+            f'{{{{ $value | printf "%.0f" }}}} scheduled rounds were skipped in the last {s.rounds_overrun_window} '
+            "because the round before was still running: on this host a round takes longer than the schedule "
+            f"leaves it ({metrics.ROUND_OVERRUN.name}: by how much the last one ran past the next start).  Series "
+            "go stale meanwhile.  `bigbinf-exporter --config.check` estimates a round from the journal; "
+            "lengthen schedule.interval, or drop tests or shorten datasets.",
+        ),
+        alert(
+            s,
             "BigbinfUndoPending",
             f"{metrics.UNDO_PENDING.name} > 0",
             s.undo_pending_for,

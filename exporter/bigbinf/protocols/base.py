@@ -180,6 +180,10 @@ def _any_ip_version(options: object) -> str:
     return ""
 
 
+def _as_rendered(argv: list[str], address: str) -> list[str]:
+    return argv
+
+
 @dataclass(frozen=True)
 class Profile(Generic[OptionsT]):
     name: str
@@ -212,6 +216,10 @@ class Profile(Generic[OptionsT]):
     # too): a transfer to an IPv6 address fails before it runs, saying this (and
     # --config.check refuses an IPv6 address given for such a pairing).
     ipv4_only: Callable[[OptionsT], str] = _any_ip_version
+    # The rendered argv for the remote's address as resolved where the transfer runs (a
+    # name's too): GridFTP adds -ipv6 for an IPv6 one.  Applied before the command runs,
+    # so that the journal's argv is the one that ran.
+    for_address: Callable[[list[str], str], list[str]] = _as_rendered
     # Whether the command (and its cleanup) gets the remote's password in its environment,
     # under the name the remote's password_env gives (rsync daemons read RSYNC_PASSWORD);
     # False for a module that writes the password into a file its tool reads (FTP).

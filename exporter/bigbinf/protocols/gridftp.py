@@ -18,7 +18,6 @@ host (`local_port`), like UDT mode.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,14 +79,16 @@ def run(ctx: RunContext[GridftpOptions]) -> RunOutcome:
     if _third_party(ctx.options) and ctx.direction == "download":
         # The local GridFTP server writes the file as its anonymous user, not as us.
         ctx.workdir.chmod(0o1777)
-    return command.run(dataclasses.replace(ctx, argv=with_ipv6(ctx.argv, ctx.values.get("host", ""))))
+    return command.run(ctx)
 
 
 def with_ipv6(argv: list[str], host: str) -> list[str]:
     """globus-url-copy reaches an IPv6 address only when told (-ipv6; without it: "Address
     family for hostname not supported"), and then uses EPSV/EPRT for the data channel.
     Given only for an IPv6 remote, so transfers to IPv4 remotes run as they always have;
-    also to a configured command whose program is globus-url-copy itself."""
+    also to a configured command whose program is globus-url-copy itself.  `host` is the
+    remote's address as resolved (Profile.for_address): a name that resolves to IPv6
+    gets -ipv6 too (issue 36: only literals did), and the journal's argv shows it."""
     if is_ipv6(host) and Path(argv[0]).name == "globus-url-copy" and "-ipv6" not in argv:
         return [argv[0], "-ipv6", *argv[1:]]
     return argv
@@ -139,4 +140,5 @@ PROFILE = Profile(
     lab_servers=lab_servers,
     local_binaries=local_binaries,
     ipv4_only=ipv4_only,
+    for_address=with_ipv6,
 )

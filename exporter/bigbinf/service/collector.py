@@ -150,7 +150,8 @@ class ExporterState:
         self.series: dict[SeriesKey, SeriesCounters] = defaultdict(SeriesCounters)
         self.schedule_interval: dict[SeriesKey, float] = {}
         self.rounds_total = 0
-        self.rounds_skipped = 0
+        self.rounds_skipped: dict[str, int] = dict.fromkeys(M.ROUND_SKIP_REASONS, 0)
+        self.round_overrun: float | None = None  # the last round's (service/rounds.py), single site only
         # The HTTP server's refused connections by reason (service/httpd.py REASONS).
         # Every reason from the start, at 0: a counter's series exists before its first increase.
         self.http_rejected: dict[str, int] = dict.fromkeys(M.HTTP_REJECT_REASONS, 0)
@@ -319,9 +320,13 @@ class ExporterState:
             self.round_duration.observe(duration)
             self.last_round_end = end
 
-    def record_round_skipped(self) -> None:
+    def record_round_skipped(self, reason: str) -> None:
         with self._changing():
-            self.rounds_skipped += 1
+            self.rounds_skipped[reason] += 1
+
+    def record_round_overrun(self, seconds: float) -> None:
+        with self._changing():
+            self.round_overrun = seconds
 
     def record_slot_missed(self, key: SeriesKey, reason: str) -> None:
         self.record_slots_missed({key: 1}, reason)
@@ -394,7 +399,8 @@ class ExporterState:
             clone.series = defaultdict(SeriesCounters, {key: c.copy() for key, c in self.series.items()})
             clone.schedule_interval = dict(self.schedule_interval)
             clone.rounds_total = self.rounds_total
-            clone.rounds_skipped = self.rounds_skipped
+            clone.rounds_skipped = dict(self.rounds_skipped)
+            clone.round_overrun = self.round_overrun
             clone.round_duration = self.round_duration.copy()
             clone.last_round_end = self.last_round_end
             clone.config_ok = self.config_ok
@@ -600,7 +606,13 @@ class BigbinfCollector(Collector):
             interval.add_metric(_labels(key), s.schedule_interval[key])
         yield interval
         yield counter(M.ROUNDS_TOTAL, s.rounds_total)
-        yield counter(M.ROUNDS_SKIPPED_TOTAL, s.rounds_skipped)
+        skipped = CounterMetricFamily(
+            M.ROUNDS_SKIPPED_TOTAL.name.removesuffix("_total"), M.ROUNDS_SKIPPED_TOTAL.help, labels=["reason"]
+        )
+        for reason, n in sorted(s.rounds_skipped.items()):
+            skipped.add_metric([reason], n)
+        yield skipped
+        yield gauge(M.ROUND_OVERRUN, s.round_overrun)
         rd = HistogramMetricFamily(M.ROUND_DURATION_HIST.name, M.ROUND_DURATION_HIST.help)
         rd.add_metric([], s.round_duration.buckets(), s.round_duration.total)
         yield rd

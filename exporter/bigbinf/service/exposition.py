@@ -282,7 +282,11 @@ def render(s: ExporterState) -> tuple[Family, ...]:
         r.family(spec, mtype, one)
 
     single(M.ROUNDS_TOTAL, "counter", s.rounds_total)
-    single(M.ROUNDS_SKIPPED_TOTAL, "counter", s.rounds_skipped)
+    skipped = _Lines()
+    for reason, n in sorted(s.rounds_skipped.items()):
+        r.sample(skipped, M.ROUNDS_SKIPPED_TOTAL.name, [("reason", reason)], n)
+    r.family(M.ROUNDS_SKIPPED_TOTAL, "counter", skipped)
+    single(M.ROUND_OVERRUN, "gauge", s.round_overrun)
     rounds = _Lines()
     r.histogram(rounds, M.ROUND_DURATION_HIST.name, [], s.round_duration)
     r.family(M.ROUND_DURATION_HIST, "histogram", rounds)

@@ -27,7 +27,17 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   and fifty of them kept a core busy with reconnections while scrapes waited;
 * nothing is logged per connection: every refusal is counted by reason
   (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
-  log line per SUMMARY_SECONDS; and no response carries a `Server` header.
+  log line per SUMMARY_SECONDS; and no response carries a `Server` header;
+* the server accepts itself (not asyncio.start_server): a connection is *parked* until
+  its first byte, as a socket, a reader callback and a deadline in one heap swept every
+  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then.  Two
+  thousand idle connections as tasks were ~115,000 objects that the garbage collector
+  walked in pauses of up to 0.45 s (1.4 s beside two CPU burners), and the slowest scrape
+  waited for them (issue 36); the heap the exporter holds from its start is frozen out
+  of those walks (gc.freeze).  An accept that finds no descriptor (EMFILE, ENFILE) is
+  counted (fd_limit) and said in the summary line, never per accept (asyncio's own
+  accept logged a traceback per attempt: 39,288 in 80 s), and the connection that has
+  waited longest for its client (at least EVICT_MIN_WAIT_SECONDS) makes room.
 
 Every route is behind the same authentication (basic auth, when the web config has
 users); pages are rendered elsewhere (service/routes.py) and only registered here.
@@ -39,7 +49,11 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import errno
+import gc
+import heapq
 import http
+import itertools
 import logging
 import random
 import re
@@ -80,6 +94,18 @@ MAX_CAPACITY = 16384  # whatever the fd limit: bounds the memory all connections
 SUMMARY_SECONDS = 60.0  # at most one log line about refused connections per this
 FLUSH_SECONDS = 2.0  # the counter reaches /metrics this often (never per connection)
 AUTH_THREADS = 2  # bcrypt checks that missed the cache (the rest never wait for one)
+# Connections taken per wake-up of the listening socket: a burst of reconnections yields
+# to the connections being served (a scrape) between batches.
+ACCEPT_BATCH = 64
+# accept() without a descriptor for the connection (the open-files limit): retried after
+# this long, doubled while it lasts, as Go's net/http backs off (5 ms to 1 s).
+ACCEPT_RETRY_FIRST = 0.005
+ACCEPT_RETRY_MAX = 1.0
+_NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# At the descriptor limit a connection is closed to make room only once it has waited
+# this long for its client: never the scrape accepted a moment ago, whose request is on its way.
+EVICT_MIN_WAIT_SECONDS = 0.5
+PARKED_SWEEP_SECONDS = 0.25  # how often the deadlines of connections not yet heard from are checked
 
 REASONS = M.HTTP_REJECT_REASONS
 HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
@@ -265,12 +291,30 @@ def capacity_for(fd_limit: int) -> int:
 
 @dataclass(eq=False)  # hashed by identity: kept in sets and the waiting order
 class _Conn:
-    """A connection's place in the waiting order (for eviction at capacity)."""
+    """A connection's place in the waiting order (for eviction at capacity).
 
+    Until its first byte comes a connection is `parked`: only its socket, a reader
+    callback and its deadline (in the server's heap), no task, stream or parser.  Two
+    thousand idle connections held as tasks and streams were ~115,000 objects the
+    garbage collector walked, in pauses that held up scrapes on a loaded host (issue 36);
+    parked they are a few each."""
+
+    sock: socket.socket | None = None
+    accepted: float = 0.0  # loop time
+    web: WebConfig | None = None  # the web config in force at the accept
+    deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
+    parked: bool = True
     task: asyncio.Task[None] | None = None
     channel: _Channel | None = None
     evicted: bool = False
     peer: str = field(default="", repr=False)
+
+    def close_parked(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.parked and self.sock is not None:
+            self.parked = False
+            with contextlib.suppress(Exception):
+                loop.remove_reader(self.sock.fileno())
+            self.sock.close()
 
 
 class HttpServer:
@@ -300,11 +344,16 @@ class HttpServer:
         self._waiting: OrderedDict[_Conn, None] = OrderedDict()  # waiting for the client, oldest first
         self._open: set[_Conn] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.Server | None = None
+        self._accepting = False
+        self._accept_retry = 0.0  # the current back-off while accept() finds no descriptor
+        self._parked: list[tuple[float, int, _Conn]] = []  # (deadline, order, conn): a heap
+        self._order = itertools.count()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._tick_task: asyncio.Task[None] | None = None
         self._auth_pool = ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="http-auth")
+        self._loop_errors_said: dict[str, float] = {}  # message -> when last logged (_loop_error)
 
     @property
     def port(self) -> int:
@@ -313,6 +362,10 @@ class HttpServer:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        # What the exporter holds from its start (modules, configuration) is never garbage:
+        # kept out of the collector's walks, which run in this thread's pauses too.
+        gc.collect()
+        gc.freeze()
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
         self._thread.start()
         self._ready.wait(30)
@@ -327,10 +380,11 @@ class HttpServer:
             loop.close()
 
     async def _serve(self) -> None:
-        # backlog: asyncio listens again with it (its default, 100, would drop SYNs in a
-        # burst of reconnections: a scraper's connect would wait a second for its retry).
-        self._server = await asyncio.start_server(self._accepted, sock=self.sock, limit=READ_BYTES, backlog=BACKLOG)
-        self._tick_task = asyncio.get_running_loop().create_task(self._tick())
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(self._loop_error)
+        self._start_accepting()
+        self._tick_task = loop.create_task(self._tick())
+        loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
         self.on_rejections(dict(self.rejected))  # every reason at 0 from the start
         self._ready.set()
 
@@ -347,10 +401,12 @@ class HttpServer:
         self._auth_pool.shutdown(wait=False, cancel_futures=True)
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        self._stop_accepting()
+        self.sock.close()
         tasks = [self._tick_task] if self._tick_task is not None else []
+        loop = asyncio.get_running_loop()
         for conn in list(self._open):
+            conn.close_parked(loop)
             if conn.channel is not None:
                 conn.channel.close()
             if conn.task is not None:
@@ -387,12 +443,15 @@ class HttpServer:
                     what = ", ".join(f"{n} {reason}" for reason, n in new.items() if n)
                     log.warning(
                         "http: %d connections refused in the last %.0f s (%s); %d open now, capacity %d "
-                        "(bigbinf_http_connections_rejected_total)",
+                        "(bigbinf_http_connections_rejected_total)%s",
                         sum(new.values()),
                         SUMMARY_SECONDS,
                         what,
                         len(self._open),
                         self.capacity,
+                        "; the open-files limit was reached: raise it (LimitNOFILE=, docs/runbook.md)"
+                        if new.get("fd_limit")
+                        else "",
                     )
 
     # ------------------------------------------------------------ connections
@@ -406,37 +465,151 @@ class HttpServer:
 
     def _make_room(self) -> None:
         while len(self._open) >= self.capacity and self._waiting:
-            oldest, _ = self._waiting.popitem(last=False)
-            oldest.evicted = True
-            self._open.discard(oldest)  # gone now (its task ends later): one eviction per new connection
-            if oldest.channel is not None:
-                oldest.channel.close()
-            if oldest.task is not None:
-                oldest.task.cancel()
+            self._evict_oldest()
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Conn(task=asyncio.current_task())
+    def _evict_oldest(self) -> bool:
+        """Close the connection that has waited longest for its client; False if none waits."""
+        if not self._waiting:
+            return False
+        oldest, _ = self._waiting.popitem(last=False)
+        oldest.evicted = True
+        self._open.discard(oldest)  # gone now (its task ends later): one eviction per new connection
+        if oldest.parked:
+            assert self._loop is not None
+            oldest.close_parked(self._loop)
+            self._reject("capacity")
+            return True
+        if oldest.channel is not None:
+            oldest.channel.close()
+        if oldest.task is not None:
+            oldest.task.cancel()
+        return True
+
+    def _start_accepting(self) -> None:
+        assert self._loop is not None
+        if not self._accepting and self.sock.fileno() >= 0:
+            self._loop.add_reader(self.sock.fileno(), self._accept_ready)
+            self._accepting = True
+
+    def _stop_accepting(self) -> None:
+        if self._accepting and self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+            self._accepting = False
+
+    def _accept_ready(self) -> None:
+        """Take the connections waiting in the listen queue (at most ACCEPT_BATCH now)."""
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _address = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue  # the client gave up while it waited
+            except OSError as exc:
+                self._accept_failed(exc)
+                return
+            self._accept_retry = 0.0
+            self._adopt(sock)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """No descriptor for the next connection (EMFILE, ENFILE) or no memory: counted
+        (fd_limit), said in the minute's summary line, never per accept.  The connection
+        that has waited longest for its client, if it has waited EVICT_MIN_WAIT_SECONDS,
+        is closed: its descriptor is the next connection's (a scrape queued behind an
+        attacker's gets in, as at capacity), and the next turn of the loop accepts again.
+        With none to close, accepting pauses (5 ms, doubling to 1 s while it lasts; the
+        kernel keeps the connections queued)."""
+        assert self._loop is not None
+        if exc.errno in _NO_DESCRIPTOR:
+            self._reject("fd_limit")
+            oldest = next(iter(self._waiting), None)
+            if oldest is not None and self._loop.time() - oldest.accepted >= EVICT_MIN_WAIT_SECONDS:
+                self._evict_oldest()
+                return  # a descriptor freed: the next turn of the loop accepts again
+        else:  # not a descriptor: rare (a firewall's EPERM); said once a minute at most
+            self._loop_error(self._loop, {"message": f"http: accept failed: {exc}"})
+        self._stop_accepting()
+        self._accept_retry = min(ACCEPT_RETRY_MAX, max(ACCEPT_RETRY_FIRST, 2 * self._accept_retry))
+        self._loop.call_later(self._accept_retry, self._start_accepting)
+
+    def _adopt(self, sock: socket.socket) -> None:
+        """A new connection, parked until its first byte comes (or its deadline)."""
+        assert self._loop is not None
+        sock.setblocking(False)
+        web = self.web()  # the one in force when the connection came
+        seconds = HANDSHAKE_SECONDS if web.ssl_context is not None else HEAD_SECONDS
+        now = self._loop.time()
+        conn = _Conn(sock=sock, accepted=now, web=web, deadline=now + _spread(seconds))
         self._make_room()
         if len(self._open) >= self.capacity:  # every connection is being answered: refuse this one
             self._reject("capacity")
-            writer.transport.abort()
+            sock.close()
             return
+        # Responses go out in pieces: a small last one must not wait for a delayed ACK.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open.add(conn)
         self._wait_for_client(conn)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            # Responses go out in pieces: a small last one must not wait for a delayed ACK.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._loop.add_reader(sock.fileno(), self._unpark, conn)
+        heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
+
+    def _unpark(self, conn: _Conn) -> None:
+        """The connection's first bytes have come: served from here by a task."""
+        assert self._loop is not None and conn.sock is not None
+        self._loop.remove_reader(conn.sock.fileno())
+        conn.parked = False
+        conn.task = self._loop.create_task(self._connection(conn))
+        self._tasks.add(conn.task)  # the loop holds tasks weakly: an evicted one must still end
+        conn.task.add_done_callback(self._tasks.discard)
+
+    def _sweep_parked(self) -> None:
+        """Close the parked connections whose deadline has passed (counted as the task's
+        deadline would count them)."""
+        assert self._loop is not None
+        now = self._loop.time()
+        while self._parked and self._parked[0][0] <= now:
+            _, _, conn = heapq.heappop(self._parked)
+            if conn.parked and conn in self._open:
+                conn.close_parked(self._loop)
+                self._waiting.pop(conn, None)
+                self._open.discard(conn)
+                self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
+        if self.sock.fileno() >= 0:
+            self._loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        """The event loop's own errors: at most one line per message a minute (one per
+        connection would fill the log as a full descriptor table once did: 39,288
+        tracebacks in 80 s), the first with its traceback."""
+        message = str(context.get("message", "event loop error"))
+        now = time.monotonic()
+        if now - self._loop_errors_said.get(message, -SUMMARY_SECONDS) < SUMMARY_SECONDS:
+            return
+        self._loop_errors_said[message] = now
+        exc = context.get("exception")
+        trace = exc if isinstance(exc, BaseException) else None
+        log.error("http: %s (said at most once a minute)", message, exc_info=trace)
+
+    async def _connection(self, conn: _Conn) -> None:
+        assert conn.sock is not None and conn.web is not None
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn.sock, limit=READ_BYTES)
+        except OSError:
+            conn.sock.close()
+            self._waiting.pop(conn, None)
+            self._open.discard(conn)
+            return
         plain = _Plain(reader, writer)
         conn.channel = plain
         linger = 0.0  # how long the close may wait for a last answer to go out
+        web = conn.web
         try:
-            web = self.web()  # the one in force when the connection came
             channel: _Channel = plain
+            head_deadline: float | None = conn.deadline
             if web.ssl_context is not None:
                 channel = await self._open_tls(conn, plain, web)
-            await self._serve_requests(conn, channel, web)
+                head_deadline = None  # drawn from the handshake's end
+            await self._serve_requests(conn, channel, web, head_deadline)
             linger = WRITE_SECONDS
         except _Refused as refused:
             self._reject(refused.reason)
@@ -463,7 +636,7 @@ class HttpServer:
     async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig) -> _Channel:
         assert web.ssl_context is not None
         try:
-            async with asyncio.timeout(_spread(HANDSHAKE_SECONDS)):
+            async with asyncio.timeout_at(conn.deadline):  # drawn at the accept
                 first = await plain.recv()
                 if not first:
                     raise EOFError
@@ -483,12 +656,14 @@ class HttpServer:
 
     # ------------------------------------------------------------ requests
 
-    async def _serve_requests(self, conn: _Conn, channel: _Channel, web: WebConfig) -> None:
+    async def _serve_requests(
+        self, conn: _Conn, channel: _Channel, web: WebConfig, head_deadline: float | None = None
+    ) -> None:
         parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         first = True
         while True:
             self._wait_for_client(conn)
-            request = await self._read_head(parser, channel, web, first)
+            request = await self._read_head(parser, channel, web, first, head_deadline)
             if request is None:
                 return  # the client closed a kept-alive connection
             self._busy(conn)
@@ -500,13 +675,16 @@ class HttpServer:
             parser.start_next_cycle()
 
     async def _read_head(
-        self, parser: h11.Connection, channel: _Channel, web: WebConfig, first: bool
+        self, parser: h11.Connection, channel: _Channel, web: WebConfig, first: bool, given: float | None = None
     ) -> h11.Request | None:
-        """The next request's head, within its deadline; None if the client closed first."""
+        """The next request's head, within its deadline (the first's: `given`, drawn at
+        the accept, else from now); None if the client closed first."""
         # The head's bytes so far (a pipelined request's may be in h11's buffer already),
         # for the checks h11 does not make.
         seen = parser.trailing_data[0][: MAX_HEAD_BYTES + READ_BYTES]
-        deadline = None if not first else asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
+        deadline = None
+        if first:
+            deadline = given if given is not None else asyncio.get_running_loop().time() + _spread(HEAD_SECONDS)
         idle = None if first else asyncio.get_running_loop().time() + IDLE_SECONDS
         try:
             while True:

@@ -29,7 +29,9 @@ A slot never runs into another slot of its sites or past the next round's start:
 Slots that started while the exporter was not running are counted when it starts (missed,
 exporter_down): from the plan, every slot of this site after the last one it handled
 (noted beside the journal, handled_path, after each slot; or journaled, if later: a crash
-between the two) and before its start.
+between the two) and before its start.  At the first start with a journal (no note yet)
+the slots of the round in progress that began before it are counted so (issue 36: they
+were neither run nor counted); earlier rounds were never this exporter's.
 
 The mesh is handed in from outside (`SiteView`, cli.py's MeshSite made from the mesh
 file), as the lab is to the round runner: bigbinf.mesh reaches the lab's layout, which
@@ -313,6 +315,9 @@ class MeshRunner:
         missed, exporter_down; published after the first scrape (record_slots_missed)."""
         site, path = self.mesh.site, handled_path(self.runner.config.journal.path)
         since, until = self._last_handled(path, site), self.started
+        first = since is None and not path.exists()
+        if first:
+            since = self._round_in_progress_start(until)
         if since is not None:
             # A slot journaled after its note was written (killed in between) is not missed:
             # the journal's results (restored into the state) say so.
@@ -341,15 +346,24 @@ class MeshRunner:
                 per_series[key] = per_series.get(key, 0) + n
             if per_series:
                 log.warning(
-                    "mesh: %d of %s's slots started while its exporter was down (from %s to %s): counted missed "
-                    "(reason exporter_down)",
+                    "mesh: %d of %s's slots started %s (from %s to %s): counted missed (reason exporter_down)",
                     sum(per_series.values()),
                     site,
+                    "in this round before its exporter first started" if first else "while its exporter was down",
                     _utc(since),
                     _utc(until),
                 )
                 self.runner.state.record_slots_missed(per_series, DOWN, after_scrape=True)
         self._note_handled(until)
+
+    def _round_in_progress_start(self, when: float) -> float | None:
+        """Just before the start of the round in progress at `when` (its first slot starts
+        after it: slot_counts counts slots strictly after `since`); None between rounds."""
+        try:
+            plan = next(iter(self.mesh.rounds(when)), None)
+        except Exception:  # cannot plan: run() says so; nothing to count
+            return None
+        return plan.start - 0.001 if plan is not None and plan.start <= when else None
 
     @staticmethod
     def _last_handled(path: Path, site: str) -> float | None:

@@ -45,7 +45,7 @@ from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.round_note import Note, RoundNote
-from bigbinf.service.schedule import longest_gap_seconds
+from bigbinf.service.schedule import gap_after, longest_gap_seconds
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ class RoundRunner:
         self._lock = threading.Lock()
         self._file_lock: BinaryIO | None = None  # the journal's lock file while held (_take)
         self.stopping = threading.Event()
+        self._round_running = False  # a round (not a sweep or a command) holds the lock: a skip's reason
         self._iperf3_rates: dict[tuple[str, SeriesKey], float] = {}  # last ok iperf3 rate per series
         # The mesh site whose tests these are (`once --mesh.file M --site S`): set on its
         # results, as the mesh runner sets it on its slots' results.
@@ -278,16 +279,25 @@ class RoundRunner:
             if not self.exclusive():
                 return None
         elif not self._take(blocking=False):
-            log.warning("round skipped: the previous round (or a tuning sweep) is still running")
-            self.state.record_round_skipped()
+            reason = "round_running" if self._round_running else "lock_held"
+            log.warning(
+                "round skipped: %s",
+                "the previous round is still running (rounds take longer than the schedule's interval here: "
+                "bigbinf_round_overrun_seconds, --config.check estimates a round)"
+                if reason == "round_running"
+                else "a tuning sweep or a once/sweep command holds the round lock",
+            )
+            self.state.record_round_skipped(reason)
             return None
         else:
             self.settle()
         try:
+            self._round_running = True
             # A round an ended run left unfinished comes first: a new round would take its note's place.
             resumed = self._resume() or []
             return resumed + self._run(specs) if not self.stopping.is_set() else resumed
         finally:
+            self._round_running = False
             self.release()
 
     def exclusive(self, timeout: float | None = None) -> bool:
@@ -393,11 +403,23 @@ class RoundRunner:
         config = self.config
         specs = plan_round(config, self.lab(config)) if specs is None else specs
         results: list[Result] = []
+        started, began = time.time(), time.monotonic()
         for _repetition in range(config.schedule.rounds):
             done = self._round(specs, run_id(), time.time())
             results += done or []
             if done is None:
-                break
+                return results
+        # By how much the round (all its repetitions) met the next scheduled start.
+        overrun = time.monotonic() - began - gap_after(config.schedule, started)
+        self.state.record_round_overrun(max(0.0, overrun))
+        if overrun > 0:
+            log.warning(
+                "this round took %.0f s, %.0f s past the next scheduled start: that start is skipped; "
+                "lengthen schedule.interval or shorten the round (docs/configuration.md, 'A round longer than "
+                "its interval')",
+                overrun + gap_after(config.schedule, started),
+                overrun,
+            )
         return results
 
     def _round(self, specs: list[TransferSpec], round_id: str, started: float) -> list[Result] | None:

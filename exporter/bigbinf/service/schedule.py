@@ -21,6 +21,37 @@ def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
     return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
 
 
+def gap_after(schedule: ScheduleConfig, start: float) -> float:
+    """Seconds from a round that started at `start` (UTC epoch) to the next scheduled start:
+    the interval, or the next cron time's distance (without jitter).  A round longer than
+    this meets the next start and makes it skip (bigbinf_round_overrun_seconds)."""
+    if schedule.interval:
+        return float(schedule.interval)
+    trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
+    after = dt.datetime.fromtimestamp(start + 1, dt.UTC)
+    when = trigger.get_next_fire_time(None, after)
+    return (when.timestamp() - start) if when is not None else float("inf")
+
+
+def shortest_gap_seconds(schedule: ScheduleConfig) -> float:
+    """The shortest time between two scheduled starts (without jitter): what a round must
+    fit in not to meet the next one.  For cron schedules over a year from a fixed date."""
+    if schedule.interval:
+        return float(schedule.interval)
+    trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    previous, gap = None, float("inf")
+    when = trigger.get_next_fire_time(None, start)
+    for _ in range(2000):
+        if when is None or when > start + dt.timedelta(days=400):
+            break
+        if previous is not None:
+            gap = min(gap, (when - previous).total_seconds())
+        previous = when
+        when = trigger.get_next_fire_time(when, when + dt.timedelta(microseconds=1))
+    return gap
+
+
 def longest_gap_seconds(schedule: ScheduleConfig) -> float:
     """The longest time between two scheduled starts, plus the jitter (what "stale"
     means for a series).  For cron schedules: the largest gap between consecutive fire

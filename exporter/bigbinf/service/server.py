@@ -28,6 +28,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
@@ -114,6 +115,7 @@ class Exporter:
         self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
         self.scheduler = BackgroundScheduler(timezone=config.schedule.timezone)
+        self.scheduler.add_listener(self._round_still_running, EVENT_JOB_MAX_INSTANCES)
         # A mesh site's slots replace the cron rounds.
         self.mesh_runner = MeshRunner(self.runner, mesh) if mesh is not None else None
         self.httpd: HttpServer | None = None
@@ -195,6 +197,14 @@ class Exporter:
 
     def mark_scraped(self) -> None:
         self.state.mark_scraped()
+
+    def _round_still_running(self, event: JobSubmissionEvent) -> None:
+        """APScheduler did not start the round job: its last run is still going (max_instances
+        1).  The skip that says the schedule does not fit this host, counted as RoundRunner
+        counts one that meets the lock."""
+        if event.job_id == JOB_ID:
+            log.warning("round skipped: the previous round is still running (rounds take longer than the interval)")
+            self.state.record_round_skipped("round_running")
 
     def _scheduled_round(self, wait: bool = False) -> None:
         try:

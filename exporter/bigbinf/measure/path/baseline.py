@@ -56,7 +56,7 @@ def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> Pat
     if not remote.probe.enabled:
         return baseline
     try:
-        address = resolve(remote.address)
+        address = resolve(remote.address, remote.netns)
     except CaptureError as exc:
         return replace(baseline, error=_join(str(exc), baseline.error))
     outcome = probe_path(address, remote.probe, remote.netns)

@@ -9,7 +9,8 @@ up in a transfer's wire counts.
   payload: replies are matched by all three, so other pings and stale replies never count.
   A raw socket where we may (root), else an unprivileged ICMP datagram socket.
 - tcp: the time connect() takes to `port`, where ICMP is filtered: a SYN and its SYN-ACK
-  or RST are one round trip.
+  or RST are one round trip.  Also what an IPv6 remote gets when icmp is asked for (the
+  echo here is IPv4's): the outcome's method says "tcp".
 - the path MTU (icmp): the largest IP packet with DF set that gets an echo reply, found
   from this host's own MTU towards the remote downwards (mtu_upper_bound).  With tcp only
   the kernel's own view is reported (IP_MTU of the connected socket: the route's MTU, or
@@ -755,6 +756,15 @@ def _probe_tcp(address: str, family: int, sockaddr: tuple[Any, ...], settings: P
 # ---------------------------------------------------------------- entry points
 
 
+def _ipv6_only(address: str, port: int) -> bool:
+    """Whether `address` has an IPv6 address and no IPv4 one."""
+    try:
+        families = {info[0] for info in socket.getaddrinfo(address, port, socket.AF_UNSPEC, socket.SOCK_STREAM)}
+    except OSError:
+        return False  # said by the resolution below
+    return socket.AF_INET6 in families and socket.AF_INET not in families
+
+
 def _resolve(address: str, family: int, port: int) -> tuple[int, tuple[Any, ...]]:
     """(family, sockaddr) of `address` (an IP or a name); OSError if it has none."""
     infos = socket.getaddrinfo(address, port, family, socket.SOCK_STREAM)
@@ -767,6 +777,11 @@ def _resolve(address: str, family: int, port: int) -> tuple[int, tuple[Any, ...]
 def _probe_here(address: str, settings: ProbeSettings) -> ProbeOutcome:
     method = settings.method
     family = socket.AF_INET if method == "icmp" else socket.AF_UNSPEC
+    if method == "icmp" and _ipv6_only(address, settings.port):
+        # The echo here is ICMP (IPv4) only: an IPv6 remote gets the TCP probe to its
+        # port instead (a SYN and its SYN-ACK or RST are one round trip; the MTU the
+        # kernel's), said by the outcome's method, rather than nothing (issue 36).
+        return _probe_here(address, dataclasses.replace(settings, method="tcp"))
     try:
         found, sockaddr = _resolve(address, family, settings.port)
     except OSError as exc:

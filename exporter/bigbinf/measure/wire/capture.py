@@ -18,6 +18,10 @@ Choices that make the numbers right (see docs/architecture.md and the lab notes)
   (the last FIN/ACKs are on the wire), at most capture.linger;
 - the counts printed at the end are recorded: "dropped by kernel" (the ring was full)
   and, when tcpdump had to be stopped before it drained, the frames left unread;
+- a tool that ended before the transfer did (killed, or stopped by a signal not ours)
+  or had to be killed at the stop is a capture cut short (CaptureError, `cut_short`):
+  what came after it is not in the file, whatever its counts say (issue 36: killed,
+  it reported 0 dropped with 65% of the packets missing);
 - a BPF filter on the host pair: only the two hosts' traffic is recorded;
 - tcpdump -Z root: it otherwise drops privileges and cannot write into our private 0700
   temp dir (pcapdump.py never drops them).
@@ -99,6 +103,20 @@ _UNSEEN_DRAIN_SECONDS = 0.2
 
 class CaptureError(RuntimeError):
     pass
+
+
+# How long stop() waits for the tool to exit after SIGINT (pcapdump reads its ring for at
+# most a second more) before it kills it: a capture cut short.
+STOP_WAIT_SECONDS = 10.0
+
+
+def _ended(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}: stopped by a signal not the exporter's, or failed"
 
 
 @dataclass(frozen=True)
@@ -200,6 +218,7 @@ class Capture:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stats: CaptureStats | None = None
         self.drained = True  # False when stop() had to stop tcpdump before it read its ring
+        self.cut_short = ""  # why the capture ended before the transfer (stop() raises), else ""
         self._stderr: list[str] = []
         self._listening = threading.Event()
         self._reader: threading.Thread | None = None
@@ -233,7 +252,8 @@ class Capture:
         self._listening.wait(self.start_timeout)
         if not any("listening on" in line for line in self._stderr) or self.proc.poll() is not None:
             errors = " ".join(self._stderr[-3:]) or "no output"
-            self.stop()
+            with contextlib.suppress(CaptureError):  # its start's failure is the one to say
+                self.stop()
             raise CaptureError(f"{self.tool} did not start capturing within {self.start_timeout:g}s: {errors}")
 
     def _place(self, pid: int) -> None:
@@ -289,23 +309,41 @@ class Capture:
             time.sleep(0.002)
 
     def stop(self) -> CaptureStats | None:
+        """Stop the tool once it has read what the transfer sent, and read its counts.
+        CaptureError if it failed, or if the capture was cut short (`cut_short` says
+        how): it had ended before this was called, or had to be killed here."""
         proc = self.proc
         if proc is None:
             return self.stats
+        ended_early = proc.poll() is not None and self._listening.is_set()
+        killed = False
         if proc.poll() is None:
             if self._listening.is_set():
                 wait_queue_out(self.netns, self.interface, QUEUE_WAIT_MAX_SECONDS)
             self.drained = self.wait_drained() if self._listening.is_set() else True
             proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(10)
+                proc.wait(STOP_WAIT_SECONDS)
             except subprocess.TimeoutExpired:
                 kill_group(proc)
+                killed = True
         untrack(proc)
         if self._reader:
             self._reader.join(5)
         self.proc = None
         self.stats = self._parse_stats()
+        if ended_early or killed:
+            self.cut_short = (
+                f"{self.tool} ended before the transfer did ({_ended(proc.returncode)})"
+                if ended_early
+                else f"{self.tool} did not stop within {STOP_WAIT_SECONDS:g} s and was killed before it had "
+                "read its ring"
+            )
+            counts = f"; it had written {self.stats.captured} packets" if self.stats else ""
+            raise CaptureError(
+                f"cut short: {self.cut_short}{counts}; the packets after that are not in the capture, and the "
+                "wire numbers are absent"
+            )
         if self.stats is None and proc.returncode not in (0, -signal.SIGINT):
             raise CaptureError(f"{self.tool} failed ({proc.returncode}): " + " ".join(self._stderr[-3:]))
         return self.stats
