@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bigbinf.measure.programs import ProgramLife, adaptive_interval, parse_schedstat, parse_stat, record
-from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
+from bigbinf.process import STDERR_TAIL_BYTES, kill_group, owned, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
 
@@ -581,7 +581,7 @@ def _run(argv: Sequence[str], timeout: float, what: str) -> str:
     the pipes open)."""
     try:
         proc = subprocess.Popen(
-            list(argv),
+            owned(argv),  # ends with the exporter, even with its guardian
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -735,7 +735,7 @@ class TcpWatch:
         # was there before the watch and must not count as the transfer's.
         try:
             self._watcher = subprocess.Popen(
-                self.watch_argv,
+                owned(self.watch_argv),  # ends with the exporter, even with its guardian
                 # Through ssh the remote watcher's lifeline: its EOF ends the remote ss.
                 stdin=subprocess.PIPE if self._ssh else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
