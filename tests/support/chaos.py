@@ -307,9 +307,12 @@ class Chaos:
         if proc.poll() is not None:
             raise RuntimeError(f"the exporter exited {proc.returncode} by itself: {self.log.read_text()[-3000:]}")
         doing = _last_line(self.log)
-        keeper = guardian_of(proc.pid) if with_guardian else None
-        if with_guardian and keeper is None:
-            raise RuntimeError(f"the exporter {proc.pid} has no guardian to kill")
+        keeper = None
+        deadline = time.monotonic() + 30
+        while with_guardian and (keeper := guardian_of(proc.pid)) is None:  # not started yet: the kill waits for it
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the exporter {proc.pid} has no guardian to kill")
+            time.sleep(0.02)
         if keeper is not None:
             os.kill(keeper, signal.SIGKILL)
         proc.kill()

@@ -213,7 +213,8 @@ class Exporter:
     def start(self) -> None:
         if self.httpd is None:
             self.bind()
-        analyser_worker.start()  # compiled (or loaded) now, outside any capture's deadline
+        if self.config.capture.enabled:
+            analyser_worker.start()  # compiled (or loaded) now, outside any capture's deadline
         if self.mesh_runner is None:
             self.scheduler.add_job(
                 self._scheduled_round,

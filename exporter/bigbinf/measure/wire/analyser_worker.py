@@ -11,8 +11,8 @@ over and only the ``Analysis`` (a few hundred bytes) comes back.
 
 * One worker, started by ``start()`` (the exporter's start) or at the first analysis
   (``once`` and the tests; ``--config.check`` never starts one).  Its first task is the
-  warm-up: the fast path compiled (a fresh install: 2-7 s on a quiet host, ~90 s at load
-  12-15 on 2 cores) or loaded from numba's cache (~0.5 s).  Compiling is not analysing:
+  warm-up: the fast path compiled (a fresh install: 2-7 s on a quiet host, 21 s beside
+  two CPU burners on 2 cores, ~90 s at load 12-15) or loaded from numba's cache (~0.5 s).  Compiling is not analysing:
   an analysis waits for the warm-up without a deadline of its own (a busy host compiles
   slowly, it does not hang) and its deadline starts once the worker is ready.
 * "spawn": a fresh interpreter.  Not fork: the exporter has threads (HTTP, scheduler,
@@ -35,9 +35,10 @@ over and only the ``Analysis`` (a few hundred bytes) comes back.
   out): the rounds go on, and the capture is kept and analysed again later
   (measure/pending.py).  A warm-up that has not ended in COMPILE_CEILING_SECONDS is taken
   for hung the same way.
-* The exporter's stop (``shutdown``) gives an analysis in progress STOP_GRACE_SECONDS:
-  one that takes longer raises ``AnalysisStopped`` (a ``PcapError``), not retried, and
-  the caller keeps the capture for the next start (measure/pending.py).
+* The exporter's stop (``stop``, ``shutdown``) gives an analysis in progress
+  SHUTDOWN_GRACE_SECONDS (1 s: a stop ends within 5 s): one that takes longer raises
+  ``AnalysisStopped`` (a ``PcapError``), not retried, and the caller keeps the capture
+  for the next start (measure/pending.py).
 * Nothing is left behind: ``shutdown()`` (the exporter's stop, and atexit) stops the
   worker and multiprocessing's resource tracker; the worker also exits by itself when
   this process dies, however it dies.
@@ -206,10 +207,14 @@ def start() -> None:
 
 
 def stop() -> None:
-    """The exporter's stop: shutdown(), and no worker is started again until start():
-    an analysis asked for meanwhile raises AnalysisStopped at once."""
+    """The exporter's stop: shutdown(), and in an exporter's own process (one that owns
+    its children: process.own_children, which then exits) no worker is started again
+    until start(): an analysis its rounds ask for meanwhile raises AnalysisStopped at
+    once.  Elsewhere (an Exporter run inside a test) only shutdown()."""
     global _stopped
-    _stopped = True
+    from bigbinf import guardian, process
+
+    _stopped = os.environ.get(guardian.MARKER) == process.owner()
     shutdown()
 
 
