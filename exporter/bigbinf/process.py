@@ -285,8 +285,16 @@ def untrack(proc: subprocess.Popen[bytes]) -> None:
         _active.discard(proc)
 
 
+# Set by the exporter's stop (kill_all_active, in an exporter's own process): what is left
+# of the round in progress skips its waits (a closing connection's last packets: the
+# transfer was killed, its capture is not a measurement).
+stopping = threading.Event()
+
+
 def kill_all_active() -> int:
     """Kill every tracked process group (used on shutdown); returns how many."""
+    if os.environ.get(guardian.MARKER) == owner():
+        stopping.set()
     with _active_lock:
         procs = list(_active)
     for proc in procs:

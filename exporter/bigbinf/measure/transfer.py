@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from bigbinf import credentials
+from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
@@ -510,7 +510,9 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                     watch.origin = started  # progress times count from the command's start
             with observe_sessions(local_programs.add_session):
                 outcome: RunOutcome = spec.profile.runner(prepared.context)
-            if tcp:
+            if process.stopping.is_set() and outcome.returncode != 0:
+                pass  # the exporter's stop killed the command: its closing packets are not worth the wait
+            elif tcp:
                 wait_closed(spec.remote.netns, subject.remote_address, cap_cfg.linger)
             else:
                 wait_linger(cap_cfg.linger)

@@ -213,6 +213,15 @@ class RoundRunner:
         finally:
             self.release()
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether no round (sweep, mesh slot, recovery) holds the round lock within
+        `timeout` seconds: the exporter's stop waits for the round it cut to journal what
+        it measured (issue 36)."""
+        if not self._lock.acquire(timeout=max(0.0, timeout)):
+            return False
+        self._lock.release()
+        return True
+
     def exclusive(self, timeout: float | None = None) -> bool:
         """Take the round lock for something else that must not overlap a round (a tuning
         sweep, service/sweeps.py): True once held (release with `release`), False if not
