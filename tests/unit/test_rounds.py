@@ -236,3 +236,16 @@ def test_a_round_cut_short_by_a_kill_is_finished_by_the_next_start_each_transfer
     log_text = (tmp_path / "log").read_text()
     assert f"round {cut} was cut short (the exporter ended mid-round): running its 2 transfer(s)" in log_text
     assert "removed what a transfer of an ended run left" in log_text
+
+
+def test_the_stop_waits_for_the_round_it_cut_only_as_long_as_it_is_told(tmp_path: Path) -> None:
+    # cli's stop waits (wait_idle) for a round to journal what it measured, then exits
+    # regardless (issue 36): the lock a round holds is what it waits on.
+    runner = RoundRunner(_config(tmp_path, {"cmd": MAKE_FILE}), ExporterState())
+    assert runner.wait_idle(0.0)
+    assert runner._take(blocking=False)
+    try:
+        assert not runner.wait_idle(0.1)
+    finally:
+        runner.release()
+    assert runner.wait_idle(0.0)
