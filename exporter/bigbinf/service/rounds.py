@@ -293,6 +293,8 @@ class RoundRunner:
                 log.exception("%s: finishing its analysis failed", entry.pcap)
                 result = complete(entry, None, f"analysis: internal error: {type(exc).__name__}: {exc}")
             log.info("round %s: %s analysed late (%s)", measured.round_id, record.stem, entry.reason)
+            if self.site and not result.site:
+                result = dataclasses.replace(result, site=self.site)
             self.publish(result)
             self.pending.remove(record)
             finished.append(result)
