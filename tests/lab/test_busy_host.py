@@ -2,6 +2,8 @@
 compiled analyser (an empty numba cache: a fresh install), the exporter's first round
 is all ok, every transfer with its wire numbers.  Compiling is not analysing: the
 analyser compiles at the exporter's start, and no capture's deadline runs meanwhile.
+And an analysis that does time out keeps its capture: the transfer is journaled late,
+with the numbers of the kernel's counters, not lost.
 
 The truth: the journal's outcomes and wire numbers, the numba cache filled by this run
 (it compiled rather than loaded), and the lab's client interface counters against the
@@ -20,10 +22,17 @@ from pathlib import Path
 
 import pytest
 
+from bigbinf import lab
 from bigbinf.config import Config
+from bigbinf.measure.pending import PendingAnalysis
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.wire import analyser_worker
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.rounds import RoundRunner
 
 from ..conftest import veth_counters
-from ..support import chaos
+from ..support import chaos, hung_worker
 from ..support.chaos import Chaos
 
 pytestmark = pytest.mark.lab
@@ -82,3 +91,34 @@ def test_the_first_round_beside_two_cpu_burners_without_a_compiled_analyser_is_a
         assert 0 < up <= after["up"] - before["up"]
     finally:
         run.cleanup()
+
+
+def test_an_analysis_that_times_out_is_journaled_late_with_the_kernels_counts(make_lab) -> None:
+    config = make_lab(datasets={"f4m": {"file": "f4m.bin", "size": "4MiB"}})
+    (spec,) = plan_round(config, lab.site(config))
+    runner = RoundRunner(config, ExporterState())
+    analyser_worker.shutdown()
+    try:
+        with pytest.MonkeyPatch.context() as stuck:
+            # A worker whose analyses hang (a stuck file system), with a 2 s allowance.
+            stuck.setattr(analyser_worker, "_INITIALIZER", (hung_worker.start, ()))
+            stuck.setattr(analyser_worker, "_START_ALLOWANCE_SECONDS", 2.0)
+            before = veth_counters(config)
+            entry = run_transfer(spec, config, "r-late", None, runner.pending)
+            after = veth_counters(config)
+        assert isinstance(entry, PendingAnalysis), entry
+        assert "the pcap analyser did not finish analysing it within 2 s" in entry.reason
+        assert Path(entry.pcap).stat().st_size > 0  # the capture, kept (its numbers: below)
+        assert entry.result.outcome == "ok" and entry.result.verified  # judged on the rest
+        assert list(runner.journal.read()) == []
+        analyser_worker.shutdown()  # the hung worker goes; the next round's analysis gets a new one
+        (result,) = runner.finish_pending()
+    finally:
+        analyser_worker.shutdown()
+    assert list(runner.journal.read()) == [result]
+    assert (result.round_id, result.start_timestamp) == ("r-late", entry.result.start_timestamp)
+    assert result.outcome == "ok", result.error
+    # Everything on the veth during the transfer was captured, byte for byte.
+    assert result.wire_bytes_down == after["down"] - before["down"]
+    assert result.wire_bytes_up == after["up"] - before["up"]
+    assert not list(runner.pending.path.iterdir())
