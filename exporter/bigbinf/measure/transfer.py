@@ -277,7 +277,10 @@ def run_transfer(
     if cleanup_problem:  # the measurement stands; the note says what was left on the remote
         if isinstance(result, PendingAnalysis):
             noted = "; ".join(filter(None, [result.result.error, cleanup_problem]))
-            return dataclasses.replace(result, result=dataclasses.replace(result.result, error=noted))
+            entry = dataclasses.replace(result, result=dataclasses.replace(result.result, error=noted))
+            if defer is not None:  # always, with an entry: its record, rewritten to journal the note
+                defer.put(entry)
+            return entry
         result = dataclasses.replace(result, error="; ".join(filter(None, [result.error, cleanup_problem])))
     return result
 
