@@ -1,8 +1,11 @@
 """A killed exporter leaves nothing: 50 SIGKILLs at random moments of rounds of mixed
-transfers, then a start left to finish; before and after compared.
+transfers, then a start left to finish; before and after compared.  Every other kill
+(--with-guardian, a fraction) kills the exporter's guardian at the same moment (`kill -9`
+of both, issue 36): then the kernel's parent-death signal and the ssh masters' bounded
+ControlPersist alone end what it started (process.owned).
 
 Usage (root; about half an hour):
-    sudo .venv/bin/python benchmarks/bench_chaos.py [--kills 50] [--seed N]
+    sudo .venv/bin/python benchmarks/bench_chaos.py [--kills 50] [--with-guardian 0.5] [--seed N]
 
 The exporter measures a lab (50 Mbit/s) as a plain remote: ssh with a ControlMaster for
 its stats and tcp commands, scp both ways with congestion cubic (a route on the sender),
@@ -46,6 +49,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--with-guardian", type=float, default=0.5, help="the fraction of kills that kill the guardian too"
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     name = "bbc" + uuid.uuid4().hex[:7]
@@ -65,11 +71,14 @@ def main() -> int:
             before = run.snapshot()
             print(f"seed {seed}; a whole round of {len(run.transfers)} transfers took {seconds:.1f} s", flush=True)
             rng = random.Random(seed)
+            both_every = round(1 / args.with_guardian) if args.with_guardian > 0 else 0
             for i in range(args.kills):
-                cycle = run.kill_at(rng.uniform(0.2, seconds))
+                with_guardian = bool(both_every) and i % both_every == both_every - 1
+                cycle = run.kill_at(rng.uniform(0.2, seconds), with_guardian=with_guardian)
                 ended = "STILL RUNNING" if cycle.gone_seconds is None else f"all ended in {cycle.gone_seconds:.2f} s"
                 print(
-                    f"kill {i + 1:2d} at {cycle.killed_after:5.1f} s ({cycle.doing[:70]}): {ended}; "
+                    f"kill {i + 1:2d}{' +guardian' if with_guardian else ''} at {cycle.killed_after:5.1f} s "
+                    f"({cycle.doing[:70]}): {ended}; "
                     f"left {cycle.left_files} files, {cycle.left_undo} undo entries"
                     + (", a round unfinished" if cycle.left_round else "")
                     + "".join(f"\n    still running: {command}" for command in cycle.left_running),

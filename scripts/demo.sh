@@ -95,6 +95,11 @@ MSG
 # Follow the exporter's log until interrupted or until something dies.
 tail -n +1 -f "$STATE/exporter.log" &
 echo $! > "$PIDS/tail.pid"
-while kill -0 "$(cat "$PIDS/exporter.pid")" 2>/dev/null; do sleep 2; done
+while kill -0 "$(cat "$PIDS/exporter.pid" 2>/dev/null)" 2>/dev/null; do sleep 2; done
+if [ -e "$STATE/stopping" ] || [ ! -e "$PIDS/exporter.pid" ]; then
+  # `make demo-stop` stopped it, and takes the rest down itself: not a second stop.
+  trap - INT TERM EXIT
+  exit 0
+fi
 echo "demo: the exporter stopped; see $STATE/exporter.log" >&2
 exit 1

@@ -640,6 +640,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
+# How long a stop (SIGTERM) may take, the round it cut included (issue 36: within 5 s).
+STOP_SECONDS = 4.0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if hasattr(args, "mesh_file"):
         # Loaded once: the listen address and the configuration come from the same load
@@ -681,7 +685,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     while not stop.wait(0.5):
         pass
     log.info("shutting down")
+    stopped_at = time.monotonic()
     exporter.stop()
+    # The round the stop cut journals what it measured, or keeps it for the next start
+    # (service/rounds.py); its last steps (a remote's last listing, an upload's removal)
+    # get what is left of STOP_SECONDS.  Past that, what remains is left as a kill leaves
+    # it, for the next start to finish (the round's note, the undo journal), and the
+    # exporter exits: a stop ends within seconds (issue 36).
+    if not exporter.runner.wait_idle(STOP_SECONDS - (time.monotonic() - stopped_at)):
+        log.warning(
+            "the round in progress did not end within %.0f s of the stop: the next start finishes it", STOP_SECONDS
+        )
+        logging.shutdown()
+        os._exit(0)
     return 0
 
 

@@ -26,16 +26,17 @@ never with the same start time).  From it:
   host never end each other's children; one from another pid namespace (a container)
   cannot be judged here and is left alone.
 
-Why not the parent-death signal (PR_SET_PDEATHSIG): it fires when the *thread* that
-started the child ends, and the exporter starts children from worker threads (the
-scheduler's pool, the mesh runner, the watches' samplers); the kernel clears it when the
-child executes a set-id or file-capability program (tcpdump given cap_net_raw); it
-reaches only the direct child, not scp's ssh or lftp's helpers; and setting it needs
-code between fork and exec (preexec_fn), which is unsafe in a threaded program.  Why not
-a wrapper per command: the capture's and the watchers' own pids are read in /proc (the
-tcpdump's wait, ss's netlink socket), and a wrapper would stand in between.  One
-guardian and one marker cover every descendant, whatever thread started it, whatever it
-executes, and what escapes the guardian is still found by its marker at the next start.
+Why not the parent-death signal (PR_SET_PDEATHSIG) alone: it fires when the *thread*
+that started the child ends; the kernel clears it when the child executes a set-id or
+file-capability program that gains privileges; it reaches only the direct child, not
+scp's ssh or lftp's helpers, nor a detached ssh master.  It is the second layer, for
+when the guardian is killed with the exporter (process.owned, issue 36: set by
+`setpriv` as it executes the command, no preexec_fn in a threaded program).  Why not a
+wrapper per command: the capture's and the watchers' own pids are read in /proc (the
+tcpdump's wait, ss's netlink socket), and a wrapper would stand in between (setpriv
+executes the command in its own place).  One guardian and one marker cover every
+descendant, whatever thread started it, whatever it executes, and what escapes both the
+guardian and the parent-death signal is still found by its marker at the next start.
 """
 
 from __future__ import annotations

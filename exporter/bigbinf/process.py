@@ -7,14 +7,37 @@ direct child; nothing it started is left behind.
 Nor when the exporter itself ends: `own_children` marks every process started from then
 on as this exporter's, starts the guardian that ends them when this process ends however
 it ends, and ends those of an exporter that ended before (bigbinf/guardian.py).
+
+Nor when the guardian dies with it (`kill -9` of both, issue 36): `owned(argv)`, which
+every place that starts a command passes its argv through, makes the kernel end it too.
+* The parent-death signal (PR_SET_PDEATHSIG, SIGKILL): set by `setpriv --pdeathsig`
+  (util-linux), which then executes the command in its place (the same pid: what reads
+  the capture's or a watcher's /proc still finds it), not by a preexec_fn (Python code
+  between fork and exec, unsafe in a threaded program).  It fires when the *thread* that
+  started the command ends: every command is started by the thread that waits for it
+  (a round's, a sweep's, the mesh runner's), which outlives it.  It reaches the direct
+  child only: its own children (scp's ssh) end when it does, on the end of the pipes
+  it held.  The kernel clears it when the command gains privileges by executing (a
+  set-id program, or file capabilities beyond the exporter's own): the guardian and
+  the next start's reap cover those.  Where setpriv is missing or too old, commands
+  run as before (the guardian alone).
+* ssh ControlMasters detach (ControlPersist): no parent-death signal reaches them, and
+  the guardian that asks them to exit may be dead too.  The exporter's ssh commands that
+  use a master get `-o ControlPersist=2` first (ssh keeps the first value of an option):
+  once the commands that used it have ended, with the exporter or not, the master exits
+  within 2 s.  Sessions 250 ms apart (stats_interval) still share one master.
+* Under systemd the service's cgroup is ended whole when the exporter's main process
+  ends (KillMode=control-group, the default): packaging/bigbinf-exporter.service.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,6 +156,66 @@ def _tell_guardian(commands: list[list[str]]) -> None:
         log.warning("cannot tell the guardian of ssh commands (%s); it is started again at the next round", exc)
 
 
+# ssh keeps a detached master this long after its last session (see the module docstring).
+CONTROL_PERSIST_SECONDS = 2
+
+
+def owned(argv: Sequence[str]) -> list[str]:
+    """`argv` as the exporter runs it, so that it ends with the exporter even when the
+    guardian is killed too (module docstring): under the parent-death signal, and an
+    ssh ControlMaster's persistence bounded.  Unchanged outside an exporter (before
+    own_children: `once`, the tests' own commands) and for a program not installed
+    (Popen then says so, as before)."""
+    words = list(argv)
+    if os.environ.get(guardian.MARKER) != owner() or not words or shutil.which(words[0]) is None:
+        return words
+    words = _persist_bounded(words)
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "KILL", "--", *words] if setpriv else words
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """setpriv, if it can set the parent-death signal (util-linux 2.33 and later)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        usage = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in usage else None
+
+
+def _persist_bounded(words: list[str]) -> list[str]:
+    """An ssh command that uses a ControlMaster with `-o ControlPersist=N` first."""
+    at = next((i for i, word in enumerate(words) if os.path.basename(word) == "ssh"), None)
+    if at is None or not _uses_master(tuple(words)):
+        return words
+    return [*words[: at + 1], "-o", f"ControlPersist={CONTROL_PERSIST_SECONDS}", *words[at + 1 :]]
+
+
+@functools.lru_cache(maxsize=256)
+def _uses_master(words: tuple[str, ...]) -> bool:
+    """Whether an ssh command would use (or become) a ControlMaster, as ssh reads its
+    options and configuration files (`ssh -G`: printed, no connection); once per command."""
+    at = next(i for i, word in enumerate(words) if os.path.basename(word) == "ssh")
+    try:
+        done = subprocess.run(
+            # Without a netns prefix: it reads files, it connects nowhere.
+            [words[at], "-G", *words[at + 1 :]],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    settings = dict(line.partition(" ")[::2] for line in done.stdout.splitlines())
+    master = settings.get("controlmaster", "false") not in ("false", "no")
+    return master and settings.get("controlpath", "none") != "none"
+
+
 def unmarked_env() -> dict[str, str]:
     """This environment without the marker: for processes that are not the exporter's to
     end with it (the lab's servers, which `lab up` starts and `lab down` stops)."""
@@ -202,8 +285,16 @@ def untrack(proc: subprocess.Popen[bytes]) -> None:
         _active.discard(proc)
 
 
+# Set by the exporter's stop (kill_all_active, in an exporter's own process): what is left
+# of the round in progress skips its waits (a closing connection's last packets: the
+# transfer was killed, its capture is not a measurement).
+stopping = threading.Event()
+
+
 def kill_all_active() -> int:
     """Kill every tracked process group (used on shutdown); returns how many."""
+    if os.environ.get(guardian.MARKER) == owner():
+        stopping.set()
     with _active_lock:
         procs = list(_active)
     for proc in procs:
@@ -237,7 +328,7 @@ def run_with_timeout(
     start_wall = time.time()
     start = time.monotonic()
     proc = subprocess.Popen(
-        list(argv),
+        owned(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if capture_stdout else subprocess.DEVNULL,
         stderr=subprocess.PIPE,

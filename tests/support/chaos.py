@@ -122,6 +122,12 @@ def marked_by(exporters: set[int]) -> set[tuple[int, str]]:
     return marked | guardians
 
 
+def guardian_of(exporter: int) -> int | None:
+    """The pid of an exporter's guardian (named by its argument, the exporter's identity)."""
+    found = [pid for pid, command in marked_by({exporter}) if command.split()[-2:-1] and "guardian.py" in command]
+    return found[0] if found else None
+
+
 def _in(ns: str, *argv: str) -> str:
     return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=True).stdout
 
@@ -143,6 +149,7 @@ class Cycle:
     left_files: int  # transfer directories and captures it left for the next start
     left_undo: int  # pending entries in its undo journal
     left_round: bool  # a round written down and not finished
+    with_guardian: bool = False  # its guardian was killed with it
 
 
 @dataclass
@@ -155,6 +162,7 @@ class Chaos:
     port: int = field(default_factory=free_port)
     cycles: list[Cycle] = field(default_factory=list)
     exporters: set[int] = field(default_factory=set)  # the pids of every exporter started
+    env: dict[str, str] = field(default_factory=dict)  # the exporter's environment beyond this one's
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -216,7 +224,7 @@ class Chaos:
     # ------------------------------------------------------------ the exporter
 
     def start(self) -> subprocess.Popen[bytes]:
-        env = {k: v for k, v in os.environ.items() if k != guardian.MARKER}
+        env = {k: v for k, v in os.environ.items() if k != guardian.MARKER} | self.env
         argv = [
             sys.executable,
             "-m",
@@ -290,15 +298,23 @@ class Chaos:
         while marked_by({proc.pid}) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def kill_at(self, seconds: float) -> Cycle:
-        """Start the exporter, SIGKILL it after `seconds`, and see what it leaves: what still
-        runs (waited for until the guardian's grace and a margin have passed), and what is
-        left for the next start."""
+    def kill_at(self, seconds: float, with_guardian: bool = False) -> Cycle:
+        """Start the exporter, SIGKILL it after `seconds` (`with_guardian`: its guardian
+        too, at once), and see what it leaves: what still runs (waited for until the
+        guardian's grace and a margin have passed), and what is left for the next start."""
         proc = self.start()
         time.sleep(seconds)
         if proc.poll() is not None:
             raise RuntimeError(f"the exporter exited {proc.returncode} by itself: {self.log.read_text()[-3000:]}")
         doing = _last_line(self.log)
+        keeper = None
+        deadline = time.monotonic() + 30
+        while with_guardian and (keeper := guardian_of(proc.pid)) is None:  # not started yet: the kill waits for it
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the exporter {proc.pid} has no guardian to kill")
+            time.sleep(0.02)
+        if keeper is not None:
+            os.kill(keeper, signal.SIGKILL)
         proc.kill()
         proc.wait()
         killed = time.monotonic()
@@ -312,7 +328,9 @@ class Chaos:
             time.sleep(0.05)
         left_files = len([p for d in (self.workdir, self.captures) if d.exists() for p in d.glob("bigbinf-*")])
         undo = len(self.undo.read_text().splitlines()) if self.undo.exists() else 0
-        cycle = Cycle(seconds, doing, gone, sorted(c for _, c in running), left_files, undo, self.marker.exists())
+        cycle = Cycle(
+            seconds, doing, gone, sorted(c for _, c in running), left_files, undo, self.marker.exists(), with_guardian
+        )
         self.cycles.append(cycle)
         return cycle
 
@@ -452,8 +470,11 @@ def chaos(run: Chaos, kills: int, seed: int, horizon: float) -> dict[str, Any]:
 
 def summary(cycles: list[Cycle]) -> dict[str, Any]:
     gone = sorted(c.gone_seconds for c in cycles if c.gone_seconds is not None)
+    both = sorted(c.gone_seconds for c in cycles if c.with_guardian and c.gone_seconds is not None)
     return {
         "kills": len(cycles),
+        "of them with the guardian": sum(c.with_guardian for c in cycles),
+        "with the guardian: gone within (median, max s)": (both[len(both) // 2], both[-1]) if both else None,
         "left running past the bound": sum(c.gone_seconds is None for c in cycles),
         "gone within (median, max s)": (gone[len(gone) // 2], gone[-1]) if gone else None,
         "kills that left files": sum(c.left_files > 0 for c in cycles),

@@ -19,3 +19,31 @@ def start(log_level: int) -> None:
 
 def _blocked(*args: Any) -> None:
     time.sleep(3600)
+
+
+SLOW_WARM_UP_SECONDS = 4.0
+
+
+def start_slow_warm_up(log_level: int) -> None:
+    """A worker whose warm-up (compiling the fast path) takes SLOW_WARM_UP_SECONDS longer,
+    as on a busy host without numba's cache; its analyses run as usual."""
+    analyser_worker._start_worker(log_level)
+    warm = analyser_worker._warm
+
+    def slow() -> bool:
+        time.sleep(SLOW_WARM_UP_SECONDS)
+        return warm()
+
+    analyser_worker._warm = slow  # type: ignore[assignment]
+
+
+def start_slow_analysis(log_level: int) -> None:
+    """A worker whose analyses each take 30 s (a large capture on a slow disk)."""
+    analyser_worker._start_worker(log_level)
+    analyse = analyser_worker._analyse
+
+    def slow(*args: Any) -> Any:
+        time.sleep(30)
+        return analyse(*args)
+
+    analyser_worker._analyse = slow  # type: ignore[assignment]

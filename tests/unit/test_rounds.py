@@ -338,3 +338,16 @@ def test_config_check_estimates_a_round_from_the_journal_and_warns_when_it_overr
     assert 0.5 * longest <= said <= 2 * longest + 1, (said, longest)
     assert "longer than schedule.interval (0.5 s)" in warning[0]
     assert "the last 3 rounds took" in warning[0] and "Lengthen the schedule" in warning[0]
+
+
+def test_the_stop_waits_for_the_round_it_cut_only_as_long_as_it_is_told(tmp_path: Path) -> None:
+    # cli's stop waits (wait_idle) for a round to journal what it measured, then exits
+    # regardless (issue 36): the lock a round holds is what it waits on.
+    runner = RoundRunner(_config(tmp_path, {"cmd": MAKE_FILE}), ExporterState())
+    assert runner.wait_idle(0.0)
+    assert runner._take(blocking=False)
+    try:
+        assert not runner.wait_idle(0.1)
+    finally:
+        runner.release()
+    assert runner.wait_idle(0.0)

@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-from bigbinf import credentials
+from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
+from bigbinf.measure.pending import PendingAnalysis, PendingStore
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import BusyHost, ProgramWatch, remote_view
 from bigbinf.measure.programs import summary as program_summary
@@ -34,12 +35,12 @@ from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
 from bigbinf.measure.undo import Undo, UndoError, UndoJournal
 from bigbinf.measure.wire.analyse import Analysis, EmptyCapture, PcapError
-from bigbinf.measure.wire.analyser_worker import analyse_in_worker
+from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout, analyse_in_worker
 from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
 from bigbinf.process import in_netns, netns_exists, observe_sessions, run_with_timeout
-from bigbinf.protocols.base import DATA_FLOW_BYTES, RunContext, RunOutcome, render
+from bigbinf.protocols.base import DATA_FLOW_BYTES, Expectation, RunContext, RunOutcome, render
 from bigbinf.protocols.hosts import is_ipv6, url_host
-from bigbinf.result import PathBaseline, Result
+from bigbinf.result import PathBaseline, Result, SeriesKey
 
 log = logging.getLogger(__name__)
 # Uploads to a remote whose files we cannot read: verified stays 0, the outcome is not
@@ -216,11 +217,26 @@ class _CaptureStartError(Exception):
 # ---------------------------------------------------------------- the transfer
 
 
+@overload
 def run_transfer(
-    spec: TransferSpec, config: Config, round_id: str = "", baseline: PathBaseline | None = None
-) -> Result:
+    spec: TransferSpec, config: Config, round_id: str = "", baseline: PathBaseline | None = None, defer: None = None
+) -> Result: ...
+@overload
+def run_transfer(
+    spec: TransferSpec, config: Config, round_id: str, baseline: PathBaseline | None, defer: PendingStore
+) -> Result | PendingAnalysis: ...
+def run_transfer(
+    spec: TransferSpec,
+    config: Config,
+    round_id: str = "",
+    baseline: PathBaseline | None = None,
+    defer: PendingStore | None = None,
+) -> Result | PendingAnalysis:
     """One transfer; `baseline` (this round's probe of the path) lets it be judged
-    against the path's bandwidth and BDP."""
+    against the path's bandwidth and BDP.  With `defer`, a capture whose analysis timed
+    out or was stopped by the exporter's stop is kept there and its PendingAnalysis
+    returned, to be finished later (measure/pending.py); without, such a transfer is
+    failed now, saying what timed out."""
     subject = Subject.of(spec, round_id)
     binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary
     missing = [program for program in (binary, *spec.requires) if shutil.which(program) is None]
@@ -237,20 +253,21 @@ def run_transfer(
     upload_name = f"{spec.dataset_config.file}.{uuid.uuid4().hex[:12]}" if writes_remote_file else ""
     workdir: Path | None = None
     cleanup_problem = ""
-    result: Result | None = None
+    result: Result | PendingAnalysis | None = None
     journal = UndoJournal.beside(config.journal.path)
     upload: Undo | None = None
     try:
         workdir = new_workdir(config)
         if upload_name:  # written down before anything can reach the remote
             upload = _write_down_upload(spec, config, workdir, upload_name, journal)
-        result = measure(spec, config, subject, workdir, upload_name, baseline)
+        result = measure(spec, config, subject, workdir, upload_name, baseline, defer)
     except UndoError as exc:  # nothing has run: an upload that could not be undone is not made
         result = subject.result("failed", str(exc))
     except Exception as exc:  # a transfer never takes the round (and its other results) down
         result = _internal_error(spec, subject, exc)
     finally:
-        if upload_name and workdir is not None and (result is None or _upload_may_be_on_remote(result)):
+        measured = result.result if isinstance(result, PendingAnalysis) else result
+        if upload_name and workdir is not None and (measured is None or _upload_may_be_on_remote(measured)):
             cleanup_problem = _remove_upload(spec, config, workdir, upload_name)
         if workdir is not None:  # a password's file never outlives its use, kept files or not
             for name in spec.profile.secret_files:
@@ -260,6 +277,12 @@ def run_transfer(
         if workdir is not None and not config.transfer.keep_files:
             shutil.rmtree(workdir, ignore_errors=True)
     if cleanup_problem:  # the measurement stands; the note says what was left on the remote
+        if isinstance(result, PendingAnalysis):
+            noted = "; ".join(filter(None, [result.result.error, cleanup_problem]))
+            entry = dataclasses.replace(result, result=dataclasses.replace(result.result, error=noted))
+            if defer is not None:  # always, with an entry: its record, rewritten to journal the note
+                defer.put(entry)
+            return entry
         result = dataclasses.replace(result, error="; ".join(filter(None, [result.error, cleanup_problem])))
     return result
 
@@ -271,19 +294,26 @@ def measure(
     workdir: Path,
     upload_name: str,
     baseline: PathBaseline | None = None,
-) -> Result:
+    defer: PendingStore | None = None,
+) -> Result | PendingAnalysis:
     """The transfer's four steps, each handing its typed value to the next."""
     try:
         prepared = prepare(spec, config, subject, workdir, upload_name)
     except _PrepareError as exc:
         return subject.result("failed", str(exc))
     try:
-        return _measure_prepared(spec, config, prepared, baseline)
+        return _measure_prepared(spec, config, prepared, baseline, defer)
     finally:  # kept captures were moved away; the others go, whatever happened
         prepared.pcap.unlink(missing_ok=True)
 
 
-def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, baseline: PathBaseline | None) -> Result:
+def _measure_prepared(
+    spec: TransferSpec,
+    config: Config,
+    prepared: Prepared,
+    baseline: PathBaseline | None,
+    defer: PendingStore | None = None,
+) -> Result | PendingAnalysis:
     tuned = tuning(spec, prepared.subject, UndoJournal.beside(config.journal.path))
     try:
         try:
@@ -291,10 +321,13 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
                 ran = run_under_capture(spec, config, prepared)
         except TuningError as exc:  # nothing has run: what was applied is undone already
             return _with_restore_errors(prepared.subject.result("failed", f"tuning: {exc}"), tuned)
-        wire, analysis_error = analyse(prepared, ran)
+        try:
+            wire, analysis_error = analyse(prepared, ran)
+        except (AnalysisTimeout, AnalysisStopped) as exc:  # measured all the same: analysed later
+            return _deferred(spec, config, prepared, ran, tuned, baseline, exc, defer)
         ran = _remote_note(spec, prepared, ran, wire)
         pcap_path = (
-            _keep_pcap(prepared.pcap, config, spec, ran.outcome.start_timestamp)
+            _keep_pcap(prepared.pcap, kept_pcap_directory(config), _series(spec), ran.outcome.start_timestamp)
             if ran.captured and config.capture.keep and prepared.pcap.exists()
             else None
         )
@@ -304,10 +337,15 @@ def _measure_prepared(spec: TransferSpec, config: Config, prepared: Prepared, ba
     except Exception as exc:  # the addresses are known now: the result keeps them
         return _with_restore_errors(_internal_error(spec, prepared.subject, exc), tuned)
     result = _with_restore_errors(_result(prepared, ran, wire, verdict, pcap_path), tuned)
+    return _with_limit(result, baseline, spec.label)
+
+
+def _with_limit(result: Result, baseline: PathBaseline | None, label: str) -> Result:
+    """`result` with what limited it (judge_limit) where that can be judged."""
     try:
         limit = judge_limit(result, baseline)
     except Exception:  # a bug in judging never costs the measurement
-        log.exception("%s: judging what limited it failed", spec.label)
+        log.exception("%s: judging what limited it failed", label)
         return result
     if limit is None:
         return result
@@ -481,7 +519,9 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                     watch.origin = started  # progress times count from the command's start
             with observe_sessions(local_programs.add_session):
                 outcome: RunOutcome = spec.profile.runner(prepared.context)
-            if tcp:
+            if process.stopping.is_set() and outcome.returncode != 0:
+                pass  # the exporter's stop killed the command: its closing packets are not worth the wait
+            elif tcp:
                 wait_closed(spec.remote.netns, subject.remote_address, cap_cfg.linger)
             else:
                 wait_linger(cap_cfg.linger)
@@ -594,20 +634,30 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
             f"capture: {' and '.join(lost)}; the wire numbers are absent: raise capture.buffer, or give the "
             f"capture more CPU (docs/runbook.md)"
         )
+    return wire_of(pcap, subject.client_address, subject.remote_address, prepared.mtu, ran.capture_packets, tool)
+
+
+def wire_of(
+    pcap: Path, client_address: str, remote_address: str, mtu: int | None, capture_packets: int | None, tool: str
+) -> tuple[Wire | None, str]:
+    """The wire numbers of a capture file, or why there are none.  AnalysisTimeout and
+    AnalysisStopped pass through: the capture is measured, its analysis only late."""
     try:
         # strict: a file that ends inside a record (cut short) is an error, not partial counts
         # in the analyser's worker process: numba and LLVM stay out of the exporter's RSS
-        analysis = analyse_in_worker(pcap, subject.client_address, subject.remote_address, mtu=prepared.mtu)
+        analysis = analyse_in_worker(pcap, client_address, remote_address, mtu=mtu)
+    except (AnalysisTimeout, AnalysisStopped):
+        raise
     except EmptyCapture as exc:
         # No record in the file: cut short if the tool says it wrote some (a disk that
         # filled before even the header was flushed), else nothing passed its filter.
-        return None, _cut_short(ran, pcap, 0) if ran.capture_packets else f"analysis: {exc}"
+        return None, _cut_short(tool, capture_packets, pcap, 0) if capture_packets else f"analysis: {exc}"
     except PcapError as exc:
         return None, f"analysis: {exc}"
-    if ran.capture_packets is not None and analysis.records < ran.capture_packets:
+    if capture_packets is not None and analysis.records < capture_packets:
         # The tool counts what it handed to the file, and exits 0 even when the disk took
         # only part of it: without this check a cut capture would pass for a complete one.
-        return None, _cut_short(ran, pcap, analysis.records)
+        return None, _cut_short(tool, capture_packets, pcap, analysis.records)
     if analysis.damaged_records:
         # Records the analyser skipped (pcap._skip_damaged): what they carried is missing.
         return None, (
@@ -619,9 +669,89 @@ def analyse(prepared: Prepared, ran: Ran) -> tuple[Wire | None, str]:
     return Wire.of(analysis), ""
 
 
-def _cut_short(ran: Ran, pcap: Path, records: int) -> str:
+def _deferred(
+    spec: TransferSpec,
+    config: Config,
+    prepared: Prepared,
+    ran: Ran,
+    tuned: Tuned,
+    baseline: PathBaseline | None,
+    exc: AnalysisTimeout | AnalysisStopped,
+    store: PendingStore | None,
+) -> Result | PendingAnalysis:
+    """A transfer that ran, whose capture's analysis timed out or was stopped: judged on
+    everything but the capture, which is kept in `store` for a later analysis (issue 36:
+    published late rather than lost).  Without a store it is failed now, saying what
+    timed out, its capture kept where capture.keep keeps captures."""
+    ran = _remote_note(spec, prepared, ran, None)
+    measured = _with_restore_errors(_result(prepared, ran, None, judge(spec, prepared, ran, None, ""), None), tuned)
+    entry = PendingAnalysis(
+        result=measured,
+        pcap=str(prepared.pcap),
+        client_address=prepared.subject.client_address,
+        remote_address=prepared.subject.remote_address,
+        mtu=prepared.mtu,
+        capture_packets=ran.capture_packets,
+        capture_tool=ran.capture_tool,
+        transport=spec.expectation.transport,
+        min_data_flows=spec.expectation.min_data_flows,
+        keep_directory=str(kept_pcap_directory(config)) if config.capture.keep else "",
+        baseline=baseline,
+        reason=str(exc),
+    )
+    if isinstance(exc, AnalysisStopped) and measured.outcome != "ok":
+        # The stop cut the command itself (or it failed): its wire numbers are not worth a
+        # stop's seconds (moving the capture), and its round's note runs it again.
+        return complete(entry, None, f"analysis: {exc}")
+    if store is None:  # the capture is kept all the same: it can be analysed by hand
+        kept = dataclasses.replace(entry, keep_directory=str(kept_pcap_directory(config)))
+        return complete(kept, None, f"analysis: {exc}")
+    entry = dataclasses.replace(entry, pcap=str(store.adopt(prepared.pcap)))
+    store.put(entry)
+    when = "at the next start" if isinstance(exc, AnalysisStopped) else "before the next round"
+    log.warning("%s: %s; its capture is kept (%s) and analysed %s", spec.label, exc, entry.pcap, when)
+    return entry
+
+
+def analyse_pending(entry: PendingAnalysis) -> Result:
+    """A pending analysis done: its result, judged on the capture too.  AnalysisTimeout
+    and AnalysisStopped pass through (the entry stays pending)."""
+    wire, error = wire_of(
+        Path(entry.pcap),
+        entry.client_address,
+        entry.remote_address,
+        entry.mtu,
+        entry.capture_packets,
+        entry.capture_tool,
+    )
+    return complete(entry, wire, error)
+
+
+def complete(entry: PendingAnalysis, wire: Wire | None, analysis_error: str) -> Result:
+    """The entry's result with its capture's numbers (or why there are none): the checks
+    that need the capture (judge's) and what limited it; the capture moved to its
+    keep_directory, if it has one."""
+    measured = entry.result
+    problems = _transport_problems(Expectation(entry.transport, entry.min_data_flows), wire)
+    notes = ([analysis_error] if analysis_error else []) + _undecoded(wire)
+    broken = problems or analysis_error
+    pcap_path = ""
+    if entry.keep_directory and Path(entry.pcap).exists():
+        kept = _keep_pcap(Path(entry.pcap), Path(entry.keep_directory), measured.key, measured.start_timestamp)
+        pcap_path = str(kept)
+    result = dataclasses.replace(
+        measured,
+        outcome="failed" if broken and measured.outcome == "ok" else measured.outcome,
+        error="; ".join(e for e in (measured.error, *problems, *notes) if e),
+        pcap_path=pcap_path,
+    )
+    label = f"{measured.protocol} {measured.direction} {measured.dataset} with {measured.remote}"
+    return _with_limit(_with_wire(result, wire), entry.baseline, label)
+
+
+def _cut_short(tool: str, capture_packets: int | None, pcap: Path, records: int) -> str:
     return (
-        f"capture: {ran.capture_tool} captured {ran.capture_packets} packets but {pcap} holds {records}: the "
+        f"capture: {tool} captured {capture_packets} packets but {pcap} holds {records}: the "
         f"capture was cut short (a full disk?); the wire numbers are absent: free space in {pcap.parent} "
         "or set capture.directory"
     )
@@ -631,12 +761,7 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
     """ok only if the command exited 0, the copy is right, the wire shows the expected
     transport and the capture and its analysis worked; every reason against is kept."""
     outcome = ran.outcome
-    notes = [e for e in (ran.capture_error, analysis_error) if e]
-    if wire is not None:  # said, not failed: what crossed in them is missing from the counts
-        notes += [
-            f"{count} packet{'s' if count != 1 else ''} between the hosts not decoded ({kind})"
-            for kind, count in sorted(wire.undecoded.items())
-        ]
+    notes = [e for e in (ran.capture_error, analysis_error) if e] + _undecoded(wire)
     if outcome.timed_out:
         return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout", *notes), False)
     if outcome.returncode != 0:
@@ -657,6 +782,29 @@ def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, a
     )
     broken = problems or any(e.startswith(("analysis", "capture")) for e in notes)
     return Verdict("failed" if broken else "ok", (*problems, *notes), verified)
+
+
+def _undecoded(wire: Wire | None) -> list[str]:
+    """Said, not failed: what crossed in them is missing from the counts."""
+    if wire is None:
+        return []
+    return [
+        f"{count} packet{'s' if count != 1 else ''} between the hosts not decoded ({kind})"
+        for kind, count in sorted(wire.undecoded.items())
+    ]
+
+
+def _transport_problems(want: Expectation, wire: Wire | None) -> list[str]:
+    """What the capture saw against the transport the protocol must use."""
+    if wire is None:
+        return []
+    seen = (wire.transport or "nothing", wire.data_flows)
+    if seen[0] == want.transport and seen[1] >= want.min_data_flows:
+        return []
+    return [
+        f"transport: expected {want.describe()}; the capture saw "
+        f"{seen[0].upper()} with {seen[1]} data flow{'s' if seen[1] != 1 else ''}"
+    ]
 
 
 def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, pcap_path: Path | None) -> Result:
@@ -682,6 +830,10 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         host_busy=ran.host_busy,
         congestion_control=_sender_congestion_control(prepared, ran),
     )
+    return _with_wire(result, wire)
+
+
+def _with_wire(result: Result, wire: Wire | None) -> Result:
     if wire is None:  # no capture, or none that could be read: the wire fields keep their defaults
         return result
     return dataclasses.replace(
@@ -951,13 +1103,7 @@ def _check(spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wi
                 f"verification: {spec.binary} reported "
                 + (f"{sent:.0f} bytes sent of {size}" if sent is not None else "no byte count")
             )
-    if wire is not None:
-        want, seen = spec.expectation, (wire.transport or "nothing", wire.data_flows)
-        if seen[0] != want.transport or seen[1] < want.min_data_flows:
-            problems.append(
-                f"transport: expected {want.describe()}; the capture saw "
-                f"{seen[0].upper()} with {seen[1]} data flow{'s' if seen[1] != 1 else ''}"
-            )
+    problems += _transport_problems(spec.expectation, wire)
     return verified, problems
 
 
@@ -1003,11 +1149,14 @@ def _sender_congestion_control(prepared: Prepared, ran: Ran) -> str:
     return sender.congestion_control if sender else ""
 
 
-def _keep_pcap(pcap: Path, config: Config, spec: TransferSpec, start: float) -> Path:
-    keep_dir = kept_pcap_directory(config)
+def _series(spec: TransferSpec) -> SeriesKey:
+    return SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction)
+
+
+def _keep_pcap(pcap: Path, keep_dir: Path, key: SeriesKey, start: float) -> Path:
     keep_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start))
-    name = f"{spec.protocol}_{spec.remote.name}_{spec.dataset}_{spec.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
+    name = f"{key.protocol}_{key.remote}_{key.dataset}_{key.direction}_{stamp}_{uuid.uuid4().hex[:6]}.pcap"
     target = keep_dir / name
     shutil.move(pcap, target)
     return target

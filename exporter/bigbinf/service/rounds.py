@@ -13,6 +13,12 @@ A round writes down which transfers it is made of before its first and strikes t
 off when its last is journaled (service/round_note.py): an exporter killed mid-round
 leaves the note, and its next start (or round) first finishes that round: the transfers
 not yet journaled under its id, each once (`resume`).
+
+A stop (SIGTERM) mid-round loses no measurement (issue 36): a transfer whose command had
+ended ok is journaled; one whose capture's analysis the stop cut (or that timed out)
+waits in the pending store (measure/pending.py) and is finished under the round lock
+(`settle`: at the next start, before every round); one the stop killed is not a
+measurement of the remote and is run again by the round's note.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from bigbinf.config import Config
+from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.journal import BaselineJournal, Journal, baseline_path, temporaries
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
+from bigbinf.measure.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
-from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.transfer import analyse_pending, complete, run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
+from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
 from bigbinf.moveplan import Prediction, RecentRuns, fit_all, local_hour, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.regression import ACCEPTED, OPENED, WEEK, History, Verdict, counts_in_baseline, settings_of
@@ -124,6 +132,11 @@ class RoundRunner:
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
         # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
         self.move_runs = RecentRuns()
+
+    @property
+    def pending(self) -> PendingStore:
+        """Transfers whose capture's analysis is still to be done (measure/pending.py)."""
+        return PendingStore(self.journal.path)
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
         """The regression test's history from the journal (at start, or after a reload
@@ -300,6 +313,15 @@ class RoundRunner:
             self._round_running = False
             self.release()
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether no round (sweep, mesh slot, recovery) holds the round lock within
+        `timeout` seconds: the exporter's stop waits for the round it cut to journal what
+        it measured (issue 36)."""
+        if not self._lock.acquire(timeout=max(0.0, timeout)):
+            return False
+        self._lock.release()
+        return True
+
     def exclusive(self, timeout: float | None = None) -> bool:
         """Take the round lock for something else that must not overlap a round (a tuning
         sweep, service/sweeps.py): True once held (release with `release`), False if not
@@ -336,7 +358,47 @@ class RoundRunner:
         for path in [*map(str, stale), *leftovers.reap(self.config)]:
             log.warning("removed what a transfer of an ended run left: %s", path)
             replay.undone.append(f"removed {path}")
+        self.finish_pending()
         return replay
+
+    def finish_pending(self) -> list[Result]:
+        """Analyse, journal and publish the transfers whose capture's analysis was cut by
+        a stop or timed out (measure/pending.py); their results.  Call with the round
+        lock held.  One that times out again stays for the next try, MAX_ATTEMPTS in all."""
+        finished: list[Result] = []
+        entries = list(self.pending.entries())
+        if not entries:
+            return finished
+        journaled = {(r.round_id, r.key, r.start_timestamp) for r in self.journal.read()}
+        for record, entry in entries:
+            if self.stopping.is_set():
+                break
+            measured = entry.result
+            if (measured.round_id, measured.key, measured.start_timestamp) in journaled:
+                self.pending.remove(record)  # journaled, then killed before the entry went
+                continue
+            try:
+                result = analyse_pending(entry)
+            except AnalysisStopped:
+                break
+            except AnalysisTimeout as exc:
+                if entry.attempts < MAX_ATTEMPTS:
+                    log.warning("%s (attempt %d of %d): analysed again later", exc, entry.attempts + 1, MAX_ATTEMPTS)
+                    self.pending.retry(record, entry, str(exc))
+                    continue
+                # Failed, saying what timed out; its capture kept, to be analysed by hand.
+                kept = dataclasses.replace(entry, keep_directory=str(kept_pcap_directory(self.config)))
+                result = complete(kept, None, f"analysis: {exc} ({MAX_ATTEMPTS} attempts)")
+            except Exception as exc:  # a bug never keeps the measurement from the journal
+                log.exception("%s: finishing its analysis failed", entry.pcap)
+                result = complete(entry, None, f"analysis: internal error: {type(exc).__name__}: {exc}")
+            log.info("round %s: %s analysed late (%s)", measured.round_id, record.stem, entry.reason)
+            if self.site and not result.site:
+                result = dataclasses.replace(result, site=self.site)
+            self.publish(result)
+            self.pending.remove(record)
+            finished.append(result)
+        return finished
 
     def _note_ssh_commands(self) -> None:
         """The remotes' stats and tcp commands, named to the guardian: their ssh
@@ -435,17 +497,27 @@ class RoundRunner:
             log.info("round %s: %s", round_id, spec.label)
             self.recent.running(f"round {round_id}: {spec.label}")
             try:
-                result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name))
+                result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name), self.pending)
             finally:
                 self.recent.running(None)
-            if self.stopping.is_set():
-                # Killed by our own shutdown: not a measurement of the remote.
+            if isinstance(result, PendingAnalysis):  # journaled once analysed (settle)
+                if not self.stopping.is_set():
+                    continue
+                if result.result.outcome != "ok":  # the stop killed it: run again by the note
+                    self.pending.remove(Path(result.pcap).with_suffix(".json"))
+                    log.info("%s interrupted by shutdown: not recorded", spec.label)
+                return None
+            if self.stopping.is_set() and result.outcome != "ok":
+                # Killed by our own shutdown: not a measurement of the remote (the round's
+                # note runs it again).  One that ended ok had ended before: journaled.
                 log.info("%s interrupted by shutdown: not recorded", spec.label)
                 return None
             if self.site:
                 result = dataclasses.replace(result, site=self.site)
             self.publish(result)
             results.append(result)
+            if self.stopping.is_set():
+                return None
         self.note.strike(round_id)
         self.state.record_round(time.monotonic() - start, time.time())
         return results
@@ -465,7 +537,7 @@ class RoundRunner:
             self.note.drop()
             return None
         journaled = {r.key for r in self.journal.read() if r.round_id == note.round_id}
-        wanted = set(note.series) - journaled
+        wanted = set(note.series) - journaled - self.pending.series_of(note.round_id)
         return note, [s for s in plan_round(self.config, self.lab(self.config)) if _key(s) in wanted]
 
     def resume(self) -> list[Result] | None:

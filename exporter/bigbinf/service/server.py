@@ -242,6 +242,8 @@ class Exporter:
     def start(self) -> None:
         if self.httpd is None:
             self.bind()
+        if self.config.capture.enabled:
+            analyser_worker.start()  # compiled (or loaded) now, outside any capture's deadline
         if self.mesh_runner is None:
             self.scheduler.add_job(
                 self._scheduled_round,
@@ -341,4 +343,4 @@ class Exporter:
         killed = kill_all_active()
         if killed:
             log.info("stopped %d running transfer/capture process group(s)", killed)
-        analyser_worker.shutdown()  # the pcap analyser's worker process, if one was started
+        analyser_worker.stop()  # the pcap analyser's worker: an analysis past 1 s is finished at the next start

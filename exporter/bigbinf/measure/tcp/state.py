@@ -47,7 +47,7 @@ from bigbinf.measure.programs import (
     parse_stat,
     record,
 )
-from bigbinf.process import STDERR_TAIL_BYTES, kill_group, track, untrack
+from bigbinf.process import STDERR_TAIL_BYTES, kill_group, owned, track, untrack
 from bigbinf.protocols.base import DATA_FLOW_BYTES
 
 
@@ -596,7 +596,7 @@ def _run(argv: Sequence[str], timeout: float, what: str) -> str:
     the pipes open)."""
     try:
         proc = subprocess.Popen(
-            list(argv),
+            owned(argv),  # ends with the exporter, even with its guardian
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -762,7 +762,7 @@ class TcpWatch:
         # was there before the watch and must not count as the transfer's.
         try:
             self._watcher = subprocess.Popen(
-                self.watch_argv,
+                owned(self.watch_argv),  # ends with the exporter, even with its guardian
                 # Through ssh the remote watcher's lifeline: its EOF ends the remote ss.
                 stdin=subprocess.PIPE if self._ssh else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

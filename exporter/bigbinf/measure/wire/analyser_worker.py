@@ -9,11 +9,12 @@ computed by ``analyse_pcap(engine="auto")`` in a worker process that imports num
 once and keeps the compiled code for every later capture.  Only the file's path goes
 over and only the ``Analysis`` (a few hundred bytes) comes back.
 
-* One worker, started at the first analysis (lazily: ``once``, ``--config.check`` and
-  the tests that never analyse never start one).  No separate warm-up: the first
-  analysis after a start pays the load of the compiled code (~0.5 s from numba's cache,
-  2-7 s compiling on a fresh install without one); it follows a transfer that took
-  longer, and a warm-up in the background would only move the same cost earlier.
+* One worker, started by ``start()`` (the exporter's start) or at the first analysis
+  (``once`` and the tests; ``--config.check`` never starts one).  Its first task is the
+  warm-up: the fast path compiled (a fresh install: 2-7 s on a quiet host, 21 s beside
+  two CPU burners on 2 cores, ~90 s at load 12-15) or loaded from numba's cache (~0.5 s).  Compiling is not analysing:
+  an analysis waits for the warm-up without a deadline of its own (a busy host compiles
+  slowly, it does not hang) and its deadline starts once the worker is ready.
 * "spawn": a fresh interpreter.  Not fork: the exporter has threads (HTTP, scheduler,
   exposition) whose locks a forked child could inherit held.  Not forkserver: that adds
   a second resident helper process, for nothing when one worker lives for months.
@@ -29,8 +30,15 @@ over and only the ``Analysis`` (a few hundred bytes) comes back.
   call starts a new worker and retries once; if that fails too, the pure-Python path
   analyses in-process (logged once).  The next call tries a worker again.
 * A worker that hangs (a stuck file system, a bug in the scan) is stopped after 60 s
-  plus 1 s per 5 MB of capture, and the analysis fails with that reason
-  (``AnalysisTimeout``, a ``PcapError``): the rounds go on.
+  plus 1 s per 5 MB of capture counted from the warm-up's end, and the analysis fails
+  with that reason (``AnalysisTimeout``, a ``PcapError`` naming the file and what timed
+  out): the rounds go on, and the capture is kept and analysed again later
+  (measure/pending.py).  A warm-up that has not ended in COMPILE_CEILING_SECONDS is taken
+  for hung the same way.
+* The exporter's stop (``stop``, ``shutdown``) gives an analysis in progress
+  SHUTDOWN_GRACE_SECONDS (1 s: a stop ends within 5 s): one that takes longer raises
+  ``AnalysisStopped`` (a ``PcapError``), not retried, and the caller keeps the capture
+  for the next start (measure/pending.py).
 * Nothing is left behind: ``shutdown()`` (the exporter's stop, and atexit) stops the
   worker and multiprocessing's resource tracker; the worker also exits by itself when
   this process dies, however it dies.
@@ -56,7 +64,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -64,21 +72,39 @@ from typing import Any
 from bigbinf.measure.wire.analyse import Analysis, Engine, _engine, analyse_pcap
 from bigbinf.measure.wire.pcap import PathLike, PcapError, mapped
 
-__all__ = ["AnalysisTimeout", "analyse_in_worker", "shutdown", "warm_up", "worker_pid"]
+__all__ = [
+    "AnalysisStopped",
+    "AnalysisTimeout",
+    "analyse_in_worker",
+    "shutdown",
+    "start",
+    "stop",
+    "warm_up",
+    "worker_pid",
+]
 
 
 class AnalysisTimeout(PcapError):
-    """The worker did not finish in time: it is stopped, the capture has no wire numbers."""
+    """The worker did not finish in time: it is stopped, the capture has no wire numbers
+    yet (the caller keeps it for another try)."""
+
+
+class AnalysisStopped(PcapError):
+    """The exporter stopped while the worker analysed: the capture is analysed at its next start."""
 
 
 # How long an analysis may take before the worker is taken for hung (a stuck file system,
-# a bug in the scan): a fixed allowance for starting and loading the compiled code, plus
+# a bug in the scan), counted once the warm-up has ended: a fixed allowance, plus
 # the file read at 5 MB/s, ten times slower than the pure-Python engine that the worker
 # falls back to for captures the fast path does not handle (docs/benchmarks.md).
 _START_ALLOWANCE_SECONDS = 60.0
 # At shutdown an analysis in progress may finish (the fast path reads ~2 GB/s) before
-# the worker is killed.
-SHUTDOWN_GRACE_SECONDS = 5.0
+# the worker is killed; one that needs longer is finished at the next start (issue 36:
+# a stop ends within 5 s, whatever the round was doing).
+SHUTDOWN_GRACE_SECONDS = 1.0
+# The warm-up (compiling, or loading numba's cache) is slow on a busy host, never hung
+# in practice: 90 s was seen at load 12-15 on 2 cores.  Beyond this it is taken for hung.
+COMPILE_CEILING_SECONDS = 1800.0
 _SLOWEST_BYTES_PER_SECOND = 5e6
 
 _log = logging.getLogger(__name__)
@@ -89,6 +115,11 @@ _lock = threading.Lock()  # guards _pool: the rounds thread analyses, stop() shu
 _lifecycle = threading.Lock()
 TRACKER_EXIT_SECONDS = 5.0
 _pool: ProcessPoolExecutor | None = None
+_ready: Future[bool] | None = None  # the running pool's warm-up
+# Counts shutdowns: an analysis that began before one (its generation is older) was
+# stopped by it, and is not retried in a new worker.
+_generation = 0
+_stopped = False  # stop() was called (the exporter is stopping), start() not since
 _fallback_logged = False
 _missing_logged = False
 # The worker's initializer and its arguments beyond the log level (a test swaps in one
@@ -110,9 +141,12 @@ def analyse_in_worker(
     if _engine(engine) == "python" or not _fast_path_installed():
         return analyse_pcap(path, client_address, remote_address, mtu=mtu, strict=strict, engine="python")
     name = os.fspath(path)
+    generation = _generation
+    if _stopped:
+        raise AnalysisStopped(f"{name}: the exporter is stopping: analysed at its next start")
     for attempt in (1, 2):
         failure: BaseException
-        pool = _running_pool()
+        pool, ready = _running_pool()
         try:
             future: Future[Analysis] = _submit(pool, _analyse, name, client_address, remote_address, mtu, strict)
         except (RuntimeError, OSError) as e:
@@ -120,18 +154,25 @@ def analyse_in_worker(
             # worker that could not be started (OSError).
             failure = e
         else:
-            deadline = _deadline_seconds(name)
             try:
+                _wait_warm_up(pool, ready, name)
+                deadline = _deadline_seconds(name)
                 return future.result(timeout=deadline)  # the analysis' own exceptions come back as raised
-            except BrokenProcessPool as e:  # the worker died before or under this analysis
+            except (BrokenProcessPool, CancelledError) as e:  # the worker died (or was stopped) before or under it
                 failure = e
             except TimeoutError:
-                # Not retried: the same capture would hang again.  The rounds go on.
+                # Not retried now: the same capture would hang again.  The rounds go on.
                 _discard(pool, grace_seconds=0.0)
                 raise AnalysisTimeout(
-                    f"{name}: the pcap analyser did not finish within {deadline:.0f} s (60 s + 1 s per 5 MB "
-                    "of capture) and was stopped: a stuck file system, or a capture it cannot read"
+                    f"{name}: the pcap analyser did not finish analysing it within {deadline:.0f} s (60 s + 1 s per "
+                    "5 MB of capture, counted once the analyser was compiled) and was stopped: a stuck file system, "
+                    "or a capture it cannot read"
                 ) from None
+        if generation != _generation:  # the exporter is stopping: no retry, no fallback
+            raise AnalysisStopped(
+                f"{name}: the exporter stopped while the pcap analyser worked on it (more than "
+                f"{SHUTDOWN_GRACE_SECONDS:.0f} s left to do)"
+            )
         _discard(pool)
         _log.warning("the pcap analyser's worker process failed (%s); attempt %d of 2", failure, attempt)
     global _fallback_logged
@@ -141,9 +182,45 @@ def analyse_in_worker(
     return analyse_pcap(name, client_address, remote_address, mtu=mtu, strict=strict, engine="python")
 
 
+def _wait_warm_up(pool: ProcessPoolExecutor, ready: Future[bool], name: str) -> None:
+    """Wait for the worker's warm-up (compiling the fast path, or loading it): no
+    analysis deadline runs meanwhile.  A warm-up past COMPILE_CEILING_SECONDS is hung."""
+    try:
+        ready.result(timeout=COMPILE_CEILING_SECONDS)
+    except TimeoutError:
+        _discard(pool, grace_seconds=0.0)
+        raise AnalysisTimeout(
+            f"{name}: the pcap analyser's worker did not finish compiling (or loading numba's cache) within "
+            f"{COMPILE_CEILING_SECONDS:.0f} s and was stopped; set NUMBA_CACHE_DIR to a writable directory "
+            "(docs/runbook.md)"
+        ) from None
+
+
+def start() -> None:
+    """Start the worker and its warm-up now (the exporter's start), so that the first
+    capture finds the analyser compiled; a no-op where analyses run in-process."""
+    global _stopped
+    _stopped = False
+    if _engine(None) == "python" or not _fast_path_installed():
+        return
+    _running_pool()
+
+
+def stop() -> None:
+    """The exporter's stop: shutdown(), and in an exporter's own process (one that owns
+    its children: process.own_children, which then exits) no worker is started again
+    until start(): an analysis its rounds ask for meanwhile raises AnalysisStopped at
+    once.  Elsewhere (an Exporter run inside a test) only shutdown()."""
+    global _stopped
+    from bigbinf import guardian, process
+
+    _stopped = os.environ.get(guardian.MARKER) == process.owner()
+    shutdown()
+
+
 def worker_pid() -> int:
     """The worker's process id, starting it if none runs (for tests and diagnostics)."""
-    pid: Future[int] = _submit(_running_pool(), os.getpid)
+    pid: Future[int] = _submit(_running_pool()[0], os.getpid)
     return pid.result()
 
 
@@ -151,9 +228,11 @@ def shutdown() -> None:
     """Stop the worker (an analysis in progress gets SHUTDOWN_GRACE_SECONDS, then is
     abandoned: the exporter is stopping) and multiprocessing's resource tracker; the
     next analysis starts a new worker.  The exporter's stop calls this, and atexit does."""
+    global _generation
     with _lifecycle:
         with _lock:
             pool = _pool
+            _generation += 1
         if pool is not None:
             _discard(pool, grace_seconds=SHUTDOWN_GRACE_SECONDS)
         _stop_resource_tracker()
@@ -180,10 +259,12 @@ def _submit(pool: ProcessPoolExecutor, fn: Callable[..., Any], *args: Any) -> Fu
         return pool.submit(fn, *args)
 
 
-def _running_pool() -> ProcessPoolExecutor:
-    global _pool
-    with _lock:
-        if _pool is None:
+def _running_pool() -> tuple[ProcessPoolExecutor, Future[bool]]:
+    """The worker's pool and its warm-up (the first task of every new worker)."""
+    global _pool, _ready
+    # _lifecycle first (as shutdown takes them): the warm-up's submit spawns the worker.
+    with _lifecycle, _lock:
+        if _pool is None or _ready is None:
             initializer, extra = _INITIALIZER or (_start_worker, ())
             _pool = ProcessPoolExecutor(
                 max_workers=1,
@@ -191,7 +272,12 @@ def _running_pool() -> ProcessPoolExecutor:
                 initializer=initializer,
                 initargs=(logging.getLogger().getEffectiveLevel(), *extra),
             )
-        return _pool
+            try:
+                _ready = _pool.submit(_warm)
+            except (RuntimeError, OSError) as e:  # the analysis' own submit says it again
+                _ready = Future()
+                _ready.set_exception(BrokenProcessPool(str(e)))
+        return _pool, _ready
 
 
 def _deadline_seconds(name: str) -> float:
@@ -207,10 +293,10 @@ def _discard(pool: ProcessPoolExecutor, grace_seconds: float | None = None) -> N
     lost its worker).  Otherwise the worker is given `grace_seconds` to finish its task
     and exit by itself (its atexit handlers remove the private cache copy), then killed:
     0 for a hung one."""
-    global _pool
+    global _pool, _ready
     with _lock:
         if _pool is pool:
-            _pool = None
+            _pool = _ready = None
     if grace_seconds is None:
         pool.shutdown(wait=True, cancel_futures=True)
         return
@@ -307,6 +393,19 @@ def _private_cache_copy() -> None:
     atexit.register(shutil.rmtree, copy, ignore_errors=True)
     os.environ["NUMBA_CACHE_DIR"] = copy  # read when numba is imported, after this
     _log.info("numba's cache %s is read-only: using a private copy in %s", cache, copy)
+
+
+def _warm() -> bool:
+    """The worker's first task: the fast path compiled or loaded (warm_up); False if it
+    could not be (each analysis then finds out for itself, and says so)."""
+    started = time.monotonic()
+    try:
+        warm_up()
+    except Exception as e:
+        _log.warning("the pcap analyser's warm-up failed (%s): each analysis compiles what it needs", e)
+        return False
+    _log.info("the pcap analyser is ready (compiled or loaded in %.1f s)", time.monotonic() - started)
+    return True
 
 
 def _analyse(name: str, client_address: str, remote_address: str, mtu: int | None, strict: bool) -> Analysis:

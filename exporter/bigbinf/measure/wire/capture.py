@@ -63,7 +63,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigbinf.process import in_netns, kill_group, track, untrack
+from bigbinf.process import in_netns, kill_group, owned, track, untrack
 
 TCPDUMP = shutil.which("tcpdump") or "/usr/bin/tcpdump"
 PCAPDUMP = Path(__file__).with_name("pcapdump.py")
@@ -233,7 +233,7 @@ class Capture:
     def start(self) -> None:
         try:
             self.proc = subprocess.Popen(
-                self.argv,
+                owned(self.argv),  # ends with the exporter, even with its guardian
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
