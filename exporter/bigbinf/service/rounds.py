@@ -25,12 +25,12 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from bigbinf.config import Config
-from bigbinf.journal import BaselineJournal, Journal, baseline_path, temporaries
+from bigbinf.journal import DAY, BaselineJournal, Journal, baseline_path, temporaries
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
@@ -92,7 +92,7 @@ class RoundRunner:
         self.config = config
         self.lab = lab
         self.state = state
-        self.journal = Journal(config.journal.path)
+        self.journal = Journal(config.journal.path, config.journal.retention)
         self.baselines = BaselineJournal(baseline_path(config.journal.path))
         self.undo = UndoJournal.beside(config.journal.path)
         self.note = RoundNote(config.journal.path)
@@ -119,11 +119,17 @@ class RoundRunner:
         changed the test's settings): the exporter's own ok runs of the series `keys`;
         then every verdict is published."""
         wanted = set(keys)
-        history = History(settings_of(self.config))
         runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
             if r.source == "exporter" and r.outcome == "ok" and r.key in wanted:
                 runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
+        self.load_history(runs)
+
+    def load_history(self, runs: Mapping[SeriesKey, Iterable[tuple[float, float]]]) -> None:
+        """The regression test's history: each series' ok runs (start, throughput), from
+        restore_history or the journal's checkpoint (service/restore.py); then every
+        verdict is published."""
+        history = History(settings_of(self.config))
         for key, series_runs in runs.items():
             history.load(key, series_runs)
             history.retest(key)
@@ -144,7 +150,6 @@ class RoundRunner:
         one is predicted again and published.  `restore`: the runs so far are replaced
         (at start, from the journal)."""
         moves = self.config.moves
-        zone = self.history.zone
         with self._history_lock:
             if restore:
                 self.move_runs = RecentRuns()
@@ -153,6 +158,19 @@ class RoundRunner:
                 for run in runs_to([r], r.remote, moves.direction):
                     self.move_runs.add(r.remote, run)
                     changed.add(r.remote)
+        self._predict_moves(changed)
+
+    def restore_moves(self, runs: RecentRuns) -> None:
+        """The move model's runs as the journal's checkpoint kept them (service/restore.py),
+        in place of those so far; every remote predicted again and published."""
+        with self._history_lock:
+            self.move_runs = runs
+        self._predict_moves(set(runs.remotes()))
+
+    def _predict_moves(self, changed: set[str]) -> None:
+        moves = self.config.moves
+        zone = self.history.zone
+        with self._history_lock:
             if not moves.sizes:
                 return
             published: dict[str, dict[str, Prediction]] = {}
@@ -352,7 +370,7 @@ class RoundRunner:
             )
             self.note.drop()
             return None
-        journaled = {r.key for r in self.journal.read() if r.round_id == note.round_id}
+        journaled = {r.key for r in self.journal.read(since=note.started - DAY) if r.round_id == note.round_id}
         wanted = set(note.series) - journaled
         return note, [s for s in plan_round(self.config, self.lab(self.config)) if _key(s) in wanted]
 
