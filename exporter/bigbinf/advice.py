@@ -12,6 +12,7 @@ maximum; net.core.rmem_max/wmem_max cap only the buffers an application sets its
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -88,6 +89,9 @@ def buffer_changes(bdp: float, buffers: dict[str, dict[str, float]], directions:
     return changes
 
 
+RECENT_DAYS = (2, 30, None)  # the windows advise reads the journal in, widening (None: all of it)
+
+
 def advise(config: Config, lab: LabSite | None, remote: str | None = None, recent: int = 1) -> str:
     """The advice text for every remote (or one): read from the journals and, live, from
     both ends' sysctls where they can be read."""
@@ -98,11 +102,18 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
     directions: dict[str, set[str]] = {}
     for spec in plan_round(config, lab):
         directions.setdefault(spec.remote.name, set()).add(spec.direction)
-    baselines: dict[str, PathBaseline] = {}
-    for b in BaselineJournal(baseline_path(config.journal.path)).read():
-        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
-            baselines[b.remote] = b
-    results = [r for r in Journal(config.journal.path).read() if r.source == "exporter"]
+    wanted = {r.name for r in chosen}
+    # The journal's last days only, widened until every remote advised on has its last
+    # baseline and transfers in them (a year of history is not read for the newest runs).
+    for days in RECENT_DAYS:
+        since = None if days is None else time.time() - days * 86400
+        baselines: dict[str, PathBaseline] = {}
+        for b in BaselineJournal(baseline_path(config.journal.path)).read(since=since):
+            if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
+                baselines[b.remote] = b
+        results = [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"]
+        if wanted <= set(baselines) and wanted <= {r.remote for r in results}:
+            break
     return "\n\n".join(
         _path_advice(r, baselines.get(r.name), _recent(results, r.name, recent), sorted(directions.get(r.name, ())))
         for r in chosen
