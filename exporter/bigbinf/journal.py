@@ -211,22 +211,30 @@ def read(
     Unreadable lines go to `skipped` if given (the caller reports them, so each is said
     once); otherwise each is logged as a warning."""
     path = Path(path)
-    try:
-        live: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - first: a rotation now renames what we hold
-    except FileNotFoundError:
-        live = None
+    while True:
+        try:
+            live: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - first: a rotation now renames what we hold
+        except FileNotFoundError:
+            live = None
+        listed = segments(path)
+        if live is None or _same_file(live, path):
+            break
+        live.close()  # rotated between the two: its segment may be listed as well; again
     try:
         live_inode = os.fstat(live.fileno()).st_ino if live is not None else None
-        for segment in segments(path):
+        for segment in listed:
             if (since is not None and segment.last < since) or (until is not None and segment.first >= until):
                 continue
             try:
-                with _open(segment.path) as f:
-                    if not segment.sealed and os.fstat(f.fileno()).st_ino == live_inode:
-                        continue  # the live file, renamed since we opened it: read below
-                    yield from _records(f, segment.path, record, since, until, skipped)
+                f = _open(segment.path)
             except FileNotFoundError:
-                continue  # sealed (or removed) since listed: its parts were listed too, or it is past retention
+                if not segment.sealed:  # sealed since listed: its parts instead
+                    listed += [s for s in segments(path) if s.sealed and s.source == segment.source]
+                continue  # a part: removed past retention since listed
+            with f:
+                if not segment.sealed and os.fstat(f.fileno()).st_ino == live_inode:
+                    continue  # the live file, renamed since we opened it: read below
+                yield from _records(f, segment.path, record, since, until, skipped)
         if live is not None:
             yield from _records(live, path, record, since, until, skipped)
     finally:
