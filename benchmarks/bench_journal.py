@@ -195,7 +195,10 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(directory, ignore_errors=True)
     print()
-    print("| results | way | journal (MB) | start to first /metrics (s) | series restored | VmHWM (MB) | once's history (s) |")
+    print(
+        "| results | way | journal (MB) | start to first /metrics (s) | series restored | VmHWM (MB) "
+        "| once's history (s) |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|")
     for row in rows:
         start_s = f"{row['start_s']:.2f}" if row.get("start_s") is not None else row.get("note", "n/a")

@@ -93,7 +93,7 @@ class RoundRunner:
         self.lab = lab
         self.state = state
         self.journal = Journal(config.journal.path, config.journal.retention)
-        self.baselines = BaselineJournal(baseline_path(config.journal.path))
+        self.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
         self.undo = UndoJournal.beside(config.journal.path)
         self.note = RoundNote(config.journal.path)
         self.on_result = on_result

@@ -264,7 +264,7 @@ class Exporter:
             self.runner.config = config
             self.web = web  # new connections use it; a connection in progress keeps its own
             self.runner.journal = Journal(config.journal.path, config.journal.retention)
-            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
+            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
             self.runner.undo = UndoJournal.beside(config.journal.path)
             self.state.forget_paths(config.remotes)
             self.state.set_payload_histograms(config.metrics.payload_histograms)
