@@ -27,7 +27,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,8 +232,12 @@ class ResultsFold(_Fold):
         self.latest_ok: dict[str, tuple[int, dict[str, Any]]] = {}
         self.recent: deque[tuple[int, dict[str, Any]]] = deque(maxlen=RECENT_KEEP)
         self.sweeps: dict[str, tuple[float, str, list[tuple[int, dict[str, Any]]]]] = {}
+        # Each series' ok runs (start, throughput): as loaded (an N x 2 array, sorted) and
+        # folded since (a list), merged when saved or asked for.
+        self.packed: dict[str, np.ndarray] = {}
         self.history: dict[str, list[tuple[float, float]]] = {}
-        self.moves = {direction: RecentRuns() for direction in DIRECTIONS}
+        self._moves: dict[str, RecentRuns] | None = {direction: RecentRuns() for direction in DIRECTIONS}
+        self._moves_saved: dict[str, dict[str, list[list[Any]]]] = {}  # as loaded, until first needed
 
     def fold(self, record: dict[str, Any]) -> None:
         r = Result.from_json(record)
@@ -248,8 +252,9 @@ class ResultsFold(_Fold):
                     self.latest_ok[key] = item
                 runs = self.history.setdefault(key, [])
                 runs.append((t, r.throughput_bytes_per_second))
-                if len(runs) > 4096 and len(runs) & 1023 == 0:
-                    self.history[key] = _trimmed(runs)
+                if len(runs) >= 4096:
+                    self.packed[key] = self.series(key)
+                    self.history[key] = []
         if source in ("exporter", "sweep") and r.outcome != "skipped":
             self.recent.append(item)
         if source == "sweep" and r.sweep_name:
@@ -264,6 +269,30 @@ class ResultsFold(_Fold):
             for run in runs_to([r], r.remote, direction):
                 moves.add(r.remote, run)
 
+    @property
+    def moves(self) -> dict[str, RecentRuns]:
+        """The move model's runs per direction (built from the saved lists when first needed:
+        a start without moves.sizes never needs them)."""
+        if self._moves is None:
+            self._moves = {direction: RecentRuns() for direction in DIRECTIONS}
+            for direction, remotes in self._moves_saved.items():
+                for remote, runs in remotes.items():
+                    for fields in runs:
+                        self._moves[direction].add(remote, Run(*fields))
+            self._moves_saved = {}
+        return self._moves
+
+    def series(self, key: str) -> np.ndarray:
+        """Series `key`'s ok runs, sorted by start, as far back as any setting can use (N x 2)."""
+        folded = np.array(self.history.get(key, ()), dtype=float).reshape(-1, 2)
+        packed = self.packed.get(key)
+        runs = folded if packed is None else np.concatenate([packed, folded])
+        runs = runs[np.argsort(runs[:, 0], kind="stable")]
+        if len(runs) > MAX_RECENT_RUNS:
+            since = runs[-MAX_RECENT_RUNS, 0] - HISTORY_SPAN
+            runs = runs[int(np.searchsorted(runs[:, 0], since, side="left")) :]
+        return runs
+
     # ------------------------------------------------------------ what restore reads
 
     def latest_results(self) -> list[Result]:
@@ -271,12 +300,19 @@ class ResultsFold(_Fold):
         items = dict((*self.latest.values(), *self.latest_ok.values()))
         return [Result.from_json(items[seq]) for seq in sorted(items)]
 
-    def recent_results(self) -> list[Result]:
-        """The last RECENT_KEEP transfers and every sweep's last run, in journal order."""
-        items = dict(self.recent)
+    def recent_results(self, n: int = RECENT_KEEP, wanted: Callable[[Result], bool] = bool) -> list[Result]:
+        """The last `n` transfers that are `wanted` (of the last RECENT_KEEP) and every
+        sweep's last run, in journal order."""
+        items: dict[int, Result] = {}
+        for seq, record in reversed(self.recent):
+            if len(items) >= n:
+                break
+            r = Result.from_json(record)
+            if wanted(r):
+                items[seq] = r
         for _, _, run in self.sweeps.values():
-            items.update(run)
-        return [Result.from_json(items[seq]) for seq in sorted(items)]
+            items.update((seq, Result.from_json(record)) for seq, record in run if seq not in items)
+        return [items[seq] for seq in sorted(items)]
 
     def sweep_results(self) -> list[Result]:
         items = {seq: record for _, _, run in self.sweeps.values() for seq, record in run}
@@ -285,12 +321,12 @@ class ResultsFold(_Fold):
     def history_runs(self, recent_runs: int, baseline_weeks: float) -> dict[SeriesKey, list[tuple[float, float]]]:
         """Each series' ok runs (start, throughput) a test with these settings can use."""
         out = {}
-        for key, runs in self.history.items():
-            kept = sorted(runs)
-            if len(kept) > recent_runs:
-                since = kept[-recent_runs][0] - baseline_weeks * WEEK - DAY
-                kept = [run for run in kept if run[0] >= since]
-            out[_unkey(key)] = kept
+        for key in self.history.keys() | self.packed.keys():
+            runs = self.series(key)
+            if len(runs) > recent_runs:
+                since = runs[-recent_runs, 0] - baseline_weeks * WEEK - DAY
+                runs = runs[int(np.searchsorted(runs[:, 0], since, side="left")) :]
+            out[_unkey(key)] = [(t, x) for t, x in runs.tolist()]
         return out
 
     def move_runs(self, direction: str) -> RecentRuns:
@@ -304,16 +340,20 @@ class ResultsFold(_Fold):
 
     def content(self) -> dict[str, Any]:
         history = {}
-        for key, runs in self.history.items():
-            self.history[key] = runs = _trimmed(runs)
-            history[key] = base64.b64encode(np.array(runs, dtype="<f8").tobytes()).decode()
-        moves = {
-            direction: {
-                remote: [list(_run_fields(run)) for cell in cells.values() for run in cell]
-                for remote, cells in recent.cells.items()
+        for key in self.history.keys() | self.packed.keys():
+            self.packed[key] = runs = self.series(key)
+            self.history[key] = []
+            history[key] = base64.b64encode(runs.astype("<f8").tobytes()).decode()
+        if self._moves is None:
+            moves = self._moves_saved  # never needed since loaded: as they were
+        else:
+            moves = {
+                direction: {
+                    remote: [list(_run_fields(run)) for cell in cells.values() for run in cell]
+                    for remote, cells in recent.cells.items()
+                }
+                for direction, recent in self._moves.items()
             }
-            for direction, recent in self.moves.items()
-        }
         return {
             "latest": list(self.latest.items()),
             "latest_ok": list(self.latest_ok.items()),
@@ -332,14 +372,11 @@ class ResultsFold(_Fold):
             for name, (t, run_id, run) in data["sweeps"].items()
         }
         self.history = {}
-        for key, packed in data["history"].items():
-            values = np.frombuffer(base64.b64decode(packed), dtype="<f8").reshape(-1, 2)
-            self.history[key] = [(float(t), float(x)) for t, x in values]
-        self.moves = {direction: RecentRuns() for direction in DIRECTIONS}
-        for direction, remotes in data["moves"].items():
-            for remote, runs in remotes.items():
-                for fields in runs:
-                    self.moves[direction].add(remote, Run(*fields))
+        self.packed = {
+            key: np.frombuffer(base64.b64decode(packed), dtype="<f8").reshape(-1, 2)
+            for key, packed in data["history"].items()
+        }
+        self._moves, self._moves_saved = None, dict(data["moves"])
 
 
 class BaselinesFold(_Fold):
@@ -370,15 +407,6 @@ class BaselinesFold(_Fold):
     def load_content(self, data: dict[str, Any]) -> None:
         self.latest = {remote: (seq, record) for remote, (seq, record) in data["latest"]}
         self.recent = deque(((seq, record) for seq, record in data["recent"]), maxlen=RECENT_KEEP)
-
-
-def _trimmed(runs: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """What any regression setting can still use (regression.History._trimmed at its widest)."""
-    runs.sort()
-    if len(runs) <= MAX_RECENT_RUNS:
-        return runs
-    since = runs[-MAX_RECENT_RUNS][0] - HISTORY_SPAN
-    return [run for run in runs if run[0] >= since]
 
 
 def _run_fields(run: Run) -> Iterator[Any]:

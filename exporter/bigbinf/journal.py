@@ -28,6 +28,7 @@ only the segments whose time range meets [since, until), then the live one.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import datetime as dt
 import fcntl
@@ -127,7 +128,9 @@ def _stamp(t: float) -> str:
 
 
 def _unstamp(text: str) -> float:
-    return dt.datetime.strptime(text, _STAMP).replace(tzinfo=dt.UTC).timestamp()
+    """YYYYMMDDTHHMMSSZ (UTC) -> epoch seconds (strptime is slow for a year of segment names)."""
+    t = text
+    return float(calendar.timegm((int(t[0:4]), int(t[4:6]), int(t[6:8]), int(t[9:11]), int(t[11:13]), int(t[13:15]))))
 
 
 def _ident(token: str) -> str:
@@ -281,10 +284,12 @@ def _records(
         yield item
 
 
-def _gzip_durably(target: Path, lines: list[bytes]) -> None:
-    """`target` written whole or not at all: a temporary file beside it, fsynced, renamed."""
+def _gzip_durably(target: Path, lines: list[bytes], mode: int) -> None:
+    """`target` written whole or not at all: a temporary file beside it, fsynced, renamed;
+    with the `mode` of the file it comes from (whoever could read the journal still can)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw, mtime=0) as z:
                 for line in lines:
@@ -346,7 +351,7 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
         token = f"{_stamp(math.floor(first))}-{_stamp(math.ceil(last))}"
         tag = ".import" if key[1] else ""
         part = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
-        _gzip_durably(part, groups[key])
+        _gzip_durably(part, groups[key], os.fstat(f.fileno()).st_mode & 0o777)
         parts.append(part)
     sync_directory(journal.parent)
     records._checkpoint(plain)  # the checkpoint folds the plain segment whole: its parts are not read again

@@ -214,11 +214,11 @@ def test_the_checkpoint_catches_up_and_is_rebuilt_when_missing_damaged_or_of_ano
     journal.append(result(T0 + 81 * 3600))
     key = json.dumps(["scp", "uwc", "5MiB", "download"])
     assert fold.latest[key][1]["start_timestamp"] == T0 + 81 * 3600
-    assert len(fold.history[key]) == 11
+    assert len(fold.series(key)) == 11
 
     def restored() -> tuple[float, int]:
         f = checkpoint.of(Journal(path))
-        return f.latest[key][1]["start_timestamp"], len(f.history[key])
+        return f.latest[key][1]["start_timestamp"], len(f.series(key))
 
     assert restored() == (T0 + 81 * 3600, 11)
     saved.unlink()

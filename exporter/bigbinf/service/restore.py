@@ -17,7 +17,8 @@ import logging
 
 from bigbinf import checkpoint
 from bigbinf.config import Config
-from bigbinf.result import SeriesKey
+from bigbinf.moveplan import RecentRuns
+from bigbinf.result import Result, SeriesKey
 from bigbinf.service import sweeps
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import LabFor, RoundRunner, series_of
@@ -41,15 +42,15 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     remotes = set(config.remotes)
     baselines = [b for b in checkpoint.baselines_of(runner.baselines).baselines() if b.remote in remotes]
     state.restore_paths(baselines)
+
     # The pages' last transfers (a round's, a slot's, a sweep's run) and baselines.
+    def shown(r: Result) -> bool:
+        return r.source == "sweep" or (r.source == "exporter" and r.key in configured)
+
     # More than the checkpoint keeps (pages.recent_transfers > RECENT_KEEP): from the journal itself.
     kept = runner.recent.size <= checkpoint.RECENT_KEEP
-    recent = results.recent_results() if kept else list(runner.journal.read())
-    runner.recent.restore(
-        (r for r in recent if r.source == "sweep" or (r.source == "exporter" and r.key in configured)),
-        baselines,
-        config.sweeps,
-    )
+    recent = results.recent_results(runner.recent.size, shown) if kept else list(runner.journal.read())
+    runner.recent.restore((r for r in recent if shown(r)), baselines, config.sweeps)
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
     sweeps.restore(state, results.sweep_results(), config)
     # The regression test's history and verdicts (bigbinf/regression.py).
@@ -68,5 +69,9 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
 
 
 def restore_moves(runner: RoundRunner) -> None:
-    """The move model's runs from the checkpoint (at start and after a reload)."""
+    """The move model's runs from the checkpoint (at start and after a reload, which
+    calls this again: a reload that configures moves.sizes gets them then)."""
+    if not runner.config.moves.sizes:  # nothing predicted: the runs are not even built
+        runner.restore_moves(RecentRuns())
+        return
     runner.restore_moves(checkpoint.of(runner.journal).move_runs(runner.config.moves.direction))
