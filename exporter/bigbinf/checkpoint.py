@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,13 +34,22 @@ from typing import Any
 
 import numpy as np
 
-from bigbinf.journal import BaselineJournal, Journal, Segment, _open, _Records, replace_durably, segments
+from bigbinf.journal import (
+    BaselineJournal,
+    Journal,
+    Segment,
+    _open,
+    _Records,
+    replace_durably,
+    segments,
+    temporaries,
+)
 from bigbinf.moveplan import MAX_PER_CELL, RecentRuns, Run, runs_to
 from bigbinf.result import PathBaseline, Result, SeriesKey
 
 log = logging.getLogger(__name__)
 
-VERSION = 1
+VERSION = 2  # 2: the move runs as a compressed blob (parsed only when needed)
 RECENT_KEEP = 1000  # transfers (and baselines) kept for the pages: pages.recent_transfers up to this
 SAVE_EVERY = 500  # journaled records between saves: what a start may have to fold
 DAY = 86400.0
@@ -169,6 +179,10 @@ class _Fold:
         replace_durably(self.path, json.dumps(data, separators=(",", ":")))
         self.saved_inode = os.stat(self.path).st_ino
         self.unsaved = 0
+        for leftover in temporaries(self.path):  # a save killed midway (not one in progress elsewhere)
+            with contextlib.suppress(OSError):
+                if time.time() - leftover.stat().st_mtime > 600:
+                    leftover.unlink()
 
     def load(self) -> bool:
         """Load the checkpoint file; False (self unchanged) if it is missing, damaged or of
@@ -237,7 +251,7 @@ class ResultsFold(_Fold):
         self.packed: dict[str, np.ndarray] = {}
         self.history: dict[str, list[tuple[float, float]]] = {}
         self._moves: dict[str, RecentRuns] | None = {direction: RecentRuns() for direction in DIRECTIONS}
-        self._moves_saved: dict[str, dict[str, list[list[Any]]]] = {}  # as loaded, until first needed
+        self._moves_saved = ""  # as loaded (zlib'd JSON, base64), until first needed
 
     def fold(self, record: dict[str, Any]) -> None:
         r = Result.from_json(record)
@@ -275,11 +289,12 @@ class ResultsFold(_Fold):
         a start without moves.sizes never needs them)."""
         if self._moves is None:
             self._moves = {direction: RecentRuns() for direction in DIRECTIONS}
-            for direction, remotes in self._moves_saved.items():
+            saved = json.loads(zlib.decompress(base64.b64decode(self._moves_saved))) if self._moves_saved else {}
+            for direction, remotes in saved.items():
                 for remote, runs in remotes.items():
                     for fields in runs:
                         self._moves[direction].add(remote, Run(*fields))
-            self._moves_saved = {}
+            self._moves_saved = ""
         return self._moves
 
     def series(self, key: str) -> np.ndarray:
@@ -326,7 +341,7 @@ class ResultsFold(_Fold):
             if len(runs) > recent_runs:
                 since = runs[-recent_runs, 0] - baseline_weeks * WEEK - DAY
                 runs = runs[int(np.searchsorted(runs[:, 0], since, side="left")) :]
-            out[_unkey(key)] = [(t, x) for t, x in runs.tolist()]
+            out[_unkey(key)] = list(zip(*runs.T.tolist(), strict=True))
         return out
 
     def move_runs(self, direction: str) -> RecentRuns:
@@ -347,13 +362,16 @@ class ResultsFold(_Fold):
         if self._moves is None:
             moves = self._moves_saved  # never needed since loaded: as they were
         else:
-            moves = {
+            by_direction = {
                 direction: {
                     remote: [list(_run_fields(run)) for cell in cells.values() for run in cell]
                     for remote, cells in recent.cells.items()
                 }
                 for direction, recent in self._moves.items()
             }
+            # A blob: most of a checkpoint's bytes, parsed only by a start that predicts moves.
+            text = json.dumps(by_direction, separators=(",", ":"))
+            moves = base64.b64encode(zlib.compress(text.encode(), 1)).decode()
         return {
             "latest": list(self.latest.items()),
             "latest_ok": list(self.latest_ok.items()),
@@ -376,7 +394,9 @@ class ResultsFold(_Fold):
             key: np.frombuffer(base64.b64decode(packed), dtype="<f8").reshape(-1, 2)
             for key, packed in data["history"].items()
         }
-        self._moves, self._moves_saved = None, dict(data["moves"])
+        if not isinstance(data["moves"], str):
+            raise ValueError("moves: not a blob")
+        self._moves, self._moves_saved = None, data["moves"]
 
 
 class BaselinesFold(_Fold):

@@ -495,6 +495,7 @@ class _Records(Generic[RecordT]):
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             if _same_file(f, self.path) and self._due(f, None):
                 self._rotate(f)
+                open(self.path, "ab").close()  # a journal file is always there for the tools that check it
                 rotated = True
         self.settle()
         return rotated

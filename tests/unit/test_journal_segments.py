@@ -82,7 +82,7 @@ def test_an_old_single_file_journal_is_read_as_it_is_then_split_by_day(tmp_path:
     before = starts(read(path))
     assert before == times
     assert Journal(path).rotate_now()
-    assert not path.exists()  # all of it sealed: the next append starts the live file again
+    assert path.stat().st_size == 0  # all of it sealed; the live file is there, empty, for the tools that check it
     closed = segments(path)
     assert len(closed) == len({int(t // DAY) for t in times}) and all(s.sealed for s in closed)
     skipped: list = []
@@ -198,6 +198,16 @@ def test_restoring_from_the_checkpoint_equals_restoring_from_the_whole_journal(t
     # The pages' last transfers: the last RECENT_KEEP, in journal order.
     recent = [r for r in everything if r.source in ("exporter", "sweep")][-checkpoint.RECENT_KEEP :]
     assert [r for r in fold.recent_results() if r in recent] == recent
+    # And all of it the same from the file, as the next start loads it.
+    loaded = checkpoint.of(Journal(path))
+    assert loaded is not fold and loaded.saved_inode == os.stat(checkpoint.checkpoint_path(path)).st_ino
+    assert loaded.latest_results() == fold.latest_results() and loaded.sweep_results() == fold.sweep_results()
+    assert loaded.recent_results(100) == fold.recent_results(100)
+    assert loaded.history_runs(3, 4.0) == fold.history_runs(3, 4.0)
+    for direction in ("download", "upload"):
+        assert {r: {c: list(d) for c, d in cells.items()} for r, cells in loaded.moves[direction].cells.items()} == {
+            r: {c: list(d) for c, d in cells.items()} for r, cells in fold.moves[direction].cells.items()
+        }
 
 
 def test_the_checkpoint_catches_up_and_is_rebuilt_when_missing_damaged_or_of_another_version(tmp_path: Path) -> None:
