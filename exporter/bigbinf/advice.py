@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
@@ -23,7 +25,7 @@ from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
 from bigbinf.measure.tcp.limits import human_bytes, human_rate
 from bigbinf.measure.tcp.state import TcpStateError, read_tcp_settings
 from bigbinf.process import in_netns
-from bigbinf.result import PathBaseline, Result
+from bigbinf.result import PathBaseline, Result, SeriesKey
 
 TARGET_FACTOR = 2
 ROUND_TO = 1 << 20  # whole MiB: lines a human can read and check
@@ -89,7 +91,8 @@ def buffer_changes(bdp: float, buffers: dict[str, dict[str, float]], directions:
     return changes
 
 
-RECENT_DAYS = (2, 30, None)  # the windows advise reads the journal in, widening (None: all of it)
+T = TypeVar("T")
+RECENT_DAYS = (0.25, 2, 30, None)  # the windows advise reads the journal in, widening (None: all of it)
 
 
 def advise(config: Config, lab: LabSite | None, remote: str | None = None, recent: int = 1) -> str:
@@ -100,24 +103,52 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
         raise AdviceError(f"--remote {remote}: no such remote; configured: {', '.join(remotes) or 'none'}")
     chosen = [remotes[remote]] if remote else list(remotes.values())
     directions: dict[str, set[str]] = {}
+    series: set[SeriesKey] = set()
     for spec in plan_round(config, lab):
         directions.setdefault(spec.remote.name, set()).add(spec.direction)
-    wanted = {r.name for r in chosen}
-    # The journal's last days only, widened until every remote advised on has its last
-    # baseline and transfers in them (a year of history is not read for the newest runs).
-    for days in RECENT_DAYS:
-        since = None if days is None else time.time() - days * 86400
-        baselines: dict[str, PathBaseline] = {}
-        for b in BaselineJournal(baseline_path(config.journal.path)).read(since=since):
-            if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
-                baselines[b.remote] = b
-        results = [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"]
-        if wanted <= set(baselines) and wanted <= {r.remote for r in results}:
-            break
+        if remote is None or spec.remote.name == remote:
+            series.add(SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction))
+    baselines, results = history(config, {r.name for r in chosen}, series, recent)
     return "\n\n".join(
         _path_advice(r, baselines.get(r.name), _recent(results, r.name, recent), sorted(directions.get(r.name, ())))
         for r in chosen
     )
+
+
+def history(
+    config: Config, remotes: set[str], series: set[SeriesKey] | None = None, per_series: int = 1
+) -> tuple[dict[str, PathBaseline], list[Result]]:
+    """Each of `remotes`' last path baseline, and the exporter's results: of the journal's
+    last hours only, widened (RECENT_DAYS) until every remote has its last baseline, and
+    each of `series` (default: each remote) `per_series` transfers, in them (a year of
+    history is not read for the newest runs)."""
+
+    def enough(found: list[Result]) -> bool:
+        if series is None:
+            return remotes <= {r.remote for r in found}
+        counts = Counter(r.key for r in found)
+        return all(counts[key] >= per_series for key in series)
+
+    results = _widening(
+        lambda since: [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"], enough
+    )
+    baselines: dict[str, PathBaseline] = {}
+    for b in _widening(
+        lambda since: list(BaselineJournal(baseline_path(config.journal.path)).read(since=since)),
+        lambda found: remotes <= {b.remote for b in found},
+    ):
+        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
+            baselines[b.remote] = b
+    return baselines, results
+
+
+def _widening(read: Callable[[float | None], list[T]], enough: Callable[[list[T]], bool]) -> list[T]:
+    found: list[T] = []
+    for days in RECENT_DAYS:
+        found = read(None if days is None else time.time() - days * 86400)
+        if enough(found):
+            break
+    return found
 
 
 def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:
