@@ -492,7 +492,12 @@ def kept_pcap_directory(config: Config) -> Path:
 
 
 def _retention(value: Any) -> float | None:
-    return None if value is None else parse_duration(value)
+    if value is None:
+        return None
+    seconds = parse_duration(value)
+    if seconds < 86400:
+        raise ValueError("must be at least 1d (a day segment is the least it removes), e.g. 400d; null keeps all")
+    return seconds
 
 
 class JournalConfig(_Strict):
@@ -502,7 +507,7 @@ class JournalConfig(_Strict):
     # Closed segments whose newest result is this much older than the journal's newest are
     # removed (whole; never imported 2015 dumps); null keeps everything.  400 days: enough
     # for a year-on-year comparison (docs/configuration.md, docs/deployment.md).
-    retention: Annotated[float | None, BeforeValidator(_retention), Field(ge=86400)] = 400 * 86400.0
+    retention: Annotated[float | None, BeforeValidator(_retention)] = 400 * 86400.0
 
 
 class MetricsConfig(_Strict):

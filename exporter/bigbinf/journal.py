@@ -20,7 +20,7 @@ When a record of a later UTC day than its first line's is appended, it is rotate
    every result readable exactly once; the next rotation seals it again.
 
 An existing single-file journal is the live segment with old lines: its first append
-(or `bigbinf journal-compact`) splits it into day parts the same way.  `retention`
+(or `bigbinf-exporter journal-compact`) splits it into day parts the same way.  `retention`
 removes whole parts whose newest result is that much older than the journal's newest
 (never .import parts: dumps imported on purpose).  `read(path, since, until)` is the one way to read it: it opens
 only the segments whose time range meets [since, until), then the live one.

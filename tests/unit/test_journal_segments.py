@@ -241,3 +241,40 @@ def test_the_checkpoint_catches_up_and_is_rebuilt_when_missing_damaged_or_of_ano
     saved.write_text(json.dumps(data))
     assert restored() == (T0 + 81 * 3600, 11)
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary file left
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration and the command
+
+
+def test_journal_retention_is_a_duration_of_at_least_a_day_or_null(tmp_path: Path) -> None:
+    import yaml
+
+    from bigbinf.config import ConfigError, load_config
+    from tests.support.mesh import write_mesh_config
+
+    config = write_mesh_config(tmp_path, 1, 1, 1)
+    raw = yaml.safe_load(config.read_text())
+    assert load_config(config).journal.retention == 400 * DAY  # the documented default
+    for value, expected in (("90d", 90 * DAY), (None, None)):
+        config.write_text(yaml.safe_dump({**raw, "journal": {**raw["journal"], "retention": value}}))
+        assert load_config(config).journal.retention == expected
+    config.write_text(yaml.safe_dump({**raw, "journal": {**raw["journal"], "retention": "12h"}}))
+    with pytest.raises(ConfigError, match="retention"):
+        load_config(config)
+
+
+def test_journal_compact_splits_an_old_journal_and_writes_its_checkpoint(tmp_path: Path) -> None:
+    from bigbinf import cli
+    from tests.support.mesh import write_mesh_config
+
+    config = write_mesh_config(tmp_path, 1, 1, 1)
+    path = tmp_path / "journal.jsonl"
+    times = [T0 + h * 3600 for h in range(0, 24 * 5, 2)]
+    path.write_text("".join(json.dumps(result(t).to_json()) + "\n" for t in times))
+    assert cli.main(["journal-compact", "--config.file", str(config)]) == 0
+    assert len(segments(path)) == len({int(t // DAY) for t in times}) and checkpoint.checkpoint_path(path).exists()
+    assert starts(read(path)) == times and path.stat().st_size == 0
+    out = tmp_path / "report"
+    assert cli.main(["report", "--journal", str(path), "--no-figures", "--out", str(out)]) == 0
+    assert json.loads((out / "report.json").read_text())["used_count"] == len(times)
