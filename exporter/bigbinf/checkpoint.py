@@ -184,6 +184,14 @@ class _Fold:
                 if time.time() - leftover.stat().st_mtime > 600:
                     leftover.unlink()
 
+    def keep(self) -> None:
+        """save(), or say why not: a checkpoint that cannot be written (a read-only journal
+        directory) costs the next start time, never this one its restore."""
+        try:
+            self.save()
+        except OSError as exc:
+            log.warning("%s: not written (%s): the next start folds the journal again", self.path, exc)
+
     def load(self) -> bool:
         """Load the checkpoint file; False (self unchanged) if it is missing, damaged or of
         another version or kind."""
@@ -225,7 +233,7 @@ class _Fold:
             self.reset()
             folded = self.catch_up()
         if folded:
-            self.save()
+            self.keep()
 
     def after_append(self) -> None:
         """The exporter journaled a record: folded at once, saved every SAVE_EVERY."""
@@ -234,7 +242,7 @@ class _Fold:
         except Stale:
             self.current()
         if self.unsaved >= SAVE_EVERY:
-            self.save()
+            self.keep()
 
 
 class ResultsFold(_Fold):
@@ -475,4 +483,4 @@ def rotated(journal: _Records[Any], plain: Segment) -> None:
         if not fold.load():
             return
     fold.current()
-    fold.save()  # current() saves only when it folded lines; the coverage changed too
+    fold.keep()  # current() saves only when it folded lines; the coverage changed too
