@@ -14,8 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
@@ -27,7 +29,7 @@ from bigbinf.process import in_netns
 from bigbinf.regression import WEEK
 from bigbinf.regression_change import describe, what_changed
 from bigbinf.regression_journal import RegressionJournal
-from bigbinf.result import PathBaseline, Result
+from bigbinf.result import PathBaseline, Result, SeriesKey
 
 TARGET_FACTOR = 2
 ROUND_TO = 1 << 20  # whole MiB: lines a human can read and check
@@ -93,6 +95,10 @@ def buffer_changes(bdp: float, buffers: dict[str, dict[str, float]], directions:
     return changes
 
 
+T = TypeVar("T")
+RECENT_DAYS = (0.25, 2, 30, None)  # the windows advise reads the journal in, widening (None: all of it)
+
+
 def advise(config: Config, lab: LabSite | None, remote: str | None = None, recent: int = 1) -> str:
     """The advice text for every remote (or one): read from the journals and, live, from
     both ends' sysctls where they can be read."""
@@ -101,35 +107,74 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
         raise AdviceError(f"--remote {remote}: no such remote; configured: {', '.join(remotes) or 'none'}")
     chosen = [remotes[remote]] if remote else list(remotes.values())
     directions: dict[str, set[str]] = {}
+    series: set[SeriesKey] = set()
     for spec in plan_round(config, lab):
         directions.setdefault(spec.remote.name, set()).add(spec.direction)
-    baselines: dict[str, PathBaseline] = {}
-    for b in BaselineJournal(baseline_path(config.journal.path)).read():
-        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
-            baselines[b.remote] = b
-    results = [r for r in Journal(config.journal.path).read() if r.source == "exporter"]
+        if remote is None or spec.remote.name == remote:
+            series.add(SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction))
+    baselines, results = history(config, {r.name for r in chosen}, series, recent)
     text = "\n\n".join(
         _path_advice(r, baselines.get(r.name), _recent(results, r.name, recent), sorted(directions.get(r.name, ())))
         for r in chosen
     )
-    return text + open_regressions_text(config, {r.name for r in chosen}, results)
+    return text + open_regressions_text(config, {r.name for r in chosen})
 
 
-def open_regressions_text(config: Config, remotes: set[str], results: Sequence[Result]) -> str:
+def open_regressions_text(config: Config, remotes: set[str]) -> str:
     """The open regressions of these remotes' series and what changed when each began
     (issue 35; bigbinf/regression_change.py)."""
     open_ = {k: e for k, e in RegressionJournal(config.journal.path).open_regressions().items() if k.remote in remotes}
     if not open_:
         return ""
-    probes = list(BaselineJournal(baseline_path(config.journal.path)).read())
+    # What changed compares the baseline's weeks before each start with the runs since:
+    # only that span of the journals is read (issue 37), not `results` (advise's newest).
     span = config.regression.baseline_weeks * WEEK
+    since = min(e.since for e in open_.values()) - span
+    results = [r for r in Journal(config.journal.path).read(since=since) if r.key in open_]
+    probes = list(BaselineJournal(baseline_path(config.journal.path)).read(since=since))
     lines = ["", "", "Open regressions (bigbinf-exporter regression list|accept):"]
     for key in sorted(open_, key=lambda k: (k.protocol, k.remote, k.dataset, k.direction)):
-        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(open_[key].since))
         change = what_changed(key, open_[key].since, span, results, probes)
-        lines.append(f"  {key.protocol} {key.direction} of {key.dataset} with {key.remote}, since {since}:")
+        start = _when(open_[key].since)
+        lines.append(f"  {key.protocol} {key.direction} of {key.dataset} with {key.remote}, since {start}:")
         lines.append(f"    what changed: {describe(change)}")
     return "\n".join(lines)
+
+
+def history(
+    config: Config, remotes: set[str], series: set[SeriesKey] | None = None, per_series: int = 1
+) -> tuple[dict[str, PathBaseline], list[Result]]:
+    """Each of `remotes`' last path baseline, and the exporter's results: of the journal's
+    last hours only, widened (RECENT_DAYS) until every remote has its last baseline, and
+    each of `series` (default: each remote) `per_series` transfers, in them (a year of
+    history is not read for the newest runs)."""
+
+    def enough(found: list[Result]) -> bool:
+        if series is None:
+            return remotes <= {r.remote for r in found}
+        counts = Counter(r.key for r in found)
+        return all(counts[key] >= per_series for key in series)
+
+    results = _widening(
+        lambda since: [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"], enough
+    )
+    baselines: dict[str, PathBaseline] = {}
+    for b in _widening(
+        lambda since: list(BaselineJournal(baseline_path(config.journal.path)).read(since=since)),
+        lambda found: remotes <= {b.remote for b in found},
+    ):
+        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
+            baselines[b.remote] = b
+    return baselines, results
+
+
+def _widening(read: Callable[[float | None], list[T]], enough: Callable[[list[T]], bool]) -> list[T]:
+    found: list[T] = []
+    for days in RECENT_DAYS:
+        found = read(None if days is None else time.time() - days * 86400)
+        if enough(found):
+            break
+    return found
 
 
 def _recent(results: Sequence[Result], remote: str, per_series: int) -> list[Result]:

@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--recent", type=_positive_int, default=1, help="judged transfers shown per series, newest (default 1)"
     )
     advise.set_defaults(func=cmd_advise)
+    compact = sub.add_parser(
+        "journal-compact",
+        parents=[common],
+        help="split the journal into day segments, apply journal.retention, write its checkpoint, exit "
+        "(what a start does; for an old single-file journal before the upgraded exporter starts)",
+    )
+    compact.set_defaults(func=cmd_journal_compact)
     lab_parser = sub.add_parser("lab", parents=[common], help="the local lab that stands in for a remote site")
     lab_parser.add_argument(
         "action",
@@ -628,6 +635,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 1
     print(f"sweep {run.name}: {len(run.results)} runs journaled as {run.sweep_id} in {config.journal.path}")
     return 1 if not run.results or all(r.outcome != "ok" for r in run.results) else 0
+
+
+def cmd_journal_compact(args: argparse.Namespace) -> int:
+    from bigbinf import checkpoint
+    from bigbinf.journal import BaselineJournal, Journal, baseline_path, segments
+
+    config = load_config(args.config_file)
+    results = Journal(config.journal.path, config.journal.retention)
+    baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
+    for journal in (results, baselines):
+        journal.rotate_now()
+    checkpoint.of(results)
+    checkpoint.baselines_of(baselines)
+    for journal in (results, baselines):
+        print(f"{journal.path}: {len(segments(journal.path))} closed segments, checkpoint current")
+    return 0
 
 
 def cmd_advise(args: argparse.Namespace) -> int:

@@ -491,8 +491,23 @@ def kept_pcap_directory(config: Config) -> Path:
     return config.journal.path.parent / "pcaps"
 
 
+def _retention(value: Any) -> float | None:
+    if value is None:
+        return None
+    seconds = parse_duration(value)
+    if seconds < 86400:
+        raise ValueError("must be at least 1d (a day segment is the least it removes), e.g. 400d; null keeps all")
+    return seconds
+
+
 class JournalConfig(_Strict):
+    # The live segment: results are appended here, and the closed day segments lie beside
+    # it (journal.FIRST-LAST.ID.jsonl.gz, bigbinf/journal.py), as its checkpoint does.
     path: LocalPath = Path("/var/lib/bigbinf/journal.jsonl")
+    # Closed segments whose newest result is this much older than the journal's newest are
+    # removed (whole; never imported 2015 dumps); null keeps everything.  400 days: enough
+    # for a year-on-year comparison (docs/configuration.md, docs/deployment.md).
+    retention: Annotated[float | None, BeforeValidator(_retention)] = 400 * 86400.0
 
 
 class MetricsConfig(_Strict):

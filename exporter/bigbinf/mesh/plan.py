@@ -896,13 +896,13 @@ def write_durations(
 
     A result's site is its own `site` field; for older results without one, the SITE of
     a SITE=PATH journal, else the site whose exporter.journal is that path."""
-    from bigbinf.journal import Journal
+    from bigbinf.journal import Journal, segments
 
     tests = mesh_tests(mesh)
     found: dict[TestKey, list[tuple[float, float]]] = {}
     for item in journals:
         given, path = item if isinstance(item, tuple) else (None, item)
-        if not path.is_file():
+        if not path.is_file() and not segments(path):
             raise MeshError(str(path), [ConfigIssue("", "no such journal file")])
         fallback = given or _journal_site(mesh, path)
         for result in Journal(path).read():

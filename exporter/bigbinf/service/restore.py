@@ -4,13 +4,24 @@ last ok iperf3 test among them gives the path's bandwidth, rounds.RoundRunner), 
 path baseline of every remote, each configured sweep's last verdict, and the regression
 test's history of every configured series (its verdicts), and the predicted moves.  A `once` that
 started from nothing judged its transfers against no bandwidth at all, where the running
-exporter judged the same transfers against the last iperf3 test (issue 23)."""
+exporter judged the same transfers against the last iperf3 test (issue 23).
+
+All of it from the journals' checkpoints (bigbinf/checkpoint.py: a few megabytes beside
+the journal, brought up to date from the journal's tail), not from the whole journal: a
+start with a year of results journaled answers /metrics in seconds (issue 37).  The
+journal is rotated first (an old single-file journal is split into day segments then)."""
 
 from __future__ import annotations
 
 import logging
+import time
 
+from bigbinf import checkpoint
 from bigbinf.config import Config
+from bigbinf.moveplan import RecentRuns
+from bigbinf.regression import WEEK
+from bigbinf.regression_journal import RegressionJournal
+from bigbinf.result import Result, SeriesKey
 from bigbinf.service import sweeps
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import LabFor, RoundRunner, series_of
@@ -23,21 +34,52 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     Only series this configuration measures: imported 2015 dumps and series removed from
     the config would otherwise come back as unbounded, stale label values."""
     configured = set(series_of(config, lab))
-    restored = state.restore(r for r in runner.journal.read() if r.source == "exporter" and r.key in configured)
+    for journal in (runner.journal, runner.baselines):
+        try:
+            journal.rotate_now()
+        except OSError as exc:  # e.g. a read-only journal directory: read as it is
+            log.warning("journal %s: not rotated (%s)", journal.path, exc)
+    results = checkpoint.of(runner.journal)
+    restored = state.restore(r for r in results.latest_results() if r.source == "exporter" and r.key in configured)
     log.info("restored %d results from %s", restored, config.journal.path)
     remotes = set(config.remotes)
-    baselines = [b for b in runner.baselines.read() if b.remote in remotes]
+    baselines = [b for b in checkpoint.baselines_of(runner.baselines).baselines() if b.remote in remotes]
     state.restore_paths(baselines)
+
     # The pages' last transfers (a round's, a slot's, a sweep's run) and baselines.
-    runner.recent.restore(
-        (r for r in runner.journal.read() if r.source == "sweep" or (r.source == "exporter" and r.key in configured)),
-        baselines,
-        config.sweeps,
-    )
+    def shown(r: Result) -> bool:
+        return r.source == "sweep" or (r.source == "exporter" and r.key in configured)
+
+    # More than the checkpoint keeps (pages.recent_transfers > RECENT_KEEP): from the journal itself.
+    kept = runner.recent.size <= checkpoint.RECENT_KEEP
+    recent = results.recent_results(runner.recent.size, shown) if kept else list(runner.journal.read())
+    runner.recent.restore((r for r in recent if shown(r)), baselines, config.sweeps)
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
-    sweeps.restore(state, runner.journal.read(), config)
+    sweeps.restore(state, results.sweep_results(), config)
     # The regression test's history and verdicts (bigbinf/regression.py).
-    runner.restore_history(runner.journal.read(), configured)
+    restore_history(runner, configured)
     # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
-    runner.note_moves(runner.journal.read(), restore=True)
+    restore_moves(runner)
     return restored
+
+
+def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
+    """The regression test's history of the `configured` series from the checkpoint (at
+    start, and after a reload changed the test's settings)."""
+    settings = runner.config.regression
+    # An open regression's baseline is the weeks before its start, however long ago that
+    # was (issue 35): the runs read reach that far back (as far as the checkpoint keeps).
+    opened = RegressionJournal(runner.config.journal.path).open_regressions()
+    since = min((e.since for k, e in opened.items() if k in configured), default=time.time())
+    weeks = settings.baseline_weeks + max(0.0, time.time() - since) / WEEK
+    runs = checkpoint.of(runner.journal).history_runs(settings.recent_runs, weeks)
+    runner.load_history({key: series for key, series in runs.items() if key in configured}, configured)
+
+
+def restore_moves(runner: RoundRunner) -> None:
+    """The move model's runs from the checkpoint (at start and after a reload, which
+    calls this again: a reload that configures moves.sizes gets them then)."""
+    if not runner.config.moves.sizes:  # nothing predicted: the runs are not even built
+        runner.restore_moves(RecentRuns())
+        return
+    runner.restore_moves(checkpoint.of(runner.journal).move_runs(runner.config.moves.direction))

@@ -31,12 +31,12 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from bigbinf.config import Config, kept_pcap_directory
-from bigbinf.journal import BaselineJournal, Journal, baseline_path, temporaries
+from bigbinf.journal import DAY, BaselineJournal, Journal, baseline_path, temporaries
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
@@ -106,8 +106,8 @@ class RoundRunner:
         self.config = config
         self.lab = lab
         self.state = state
-        self.journal = Journal(config.journal.path)
-        self.baselines = BaselineJournal(baseline_path(config.journal.path))
+        self.journal = Journal(config.journal.path, config.journal.retention)
+        self.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
         self.undo = UndoJournal.beside(config.journal.path)
         self.note = RoundNote(config.journal.path)
         self.on_result = on_result
@@ -145,14 +145,24 @@ class RoundRunner:
         an open regression takes a step (it may open one, journaled); then every verdict
         is published."""
         wanted = set(keys)
-        history = History(settings_of(self.config))
-        journal = RegressionJournal(self.config.journal.path)
-        first_start = not journal.path.exists()
-        history.restore(e for e in journal.read_events() if e.key in wanted)
         runs: dict[SeriesKey, list[tuple[float, float]]] = {}
         for r in results:
             if r.source == "exporter" and counts_in_baseline(r) and r.key in wanted:
                 runs.setdefault(r.key, []).append((r.start_timestamp, r.throughput_bytes_per_second))
+        self.load_history(runs, wanted)
+
+    def load_history(
+        self, runs: Mapping[SeriesKey, Iterable[tuple[float, float]]], keys: Iterable[SeriesKey] | None = None
+    ) -> None:
+        """The regression test's history: each series' ok runs (start, throughput), from
+        restore_history or the journal's checkpoint (service/restore.py); then every
+        verdict is published.  `keys`: the series whose regression states are restored
+        (default: those with runs)."""
+        history = History(settings_of(self.config))
+        journal = RegressionJournal(self.config.journal.path)
+        first_start = not journal.path.exists()
+        wanted = set(runs) if keys is None else set(keys)
+        history.restore(e for e in journal.read_events() if e.key in wanted)
         enabled = self.config.regression.enabled
         # The first start with a regressions' journal (none yet beside this journal): each
         # series' last runs are replayed through the state, in time order across series,
@@ -161,8 +171,8 @@ class RoundRunner:
         # one-off cost of about a millisecond per replayed run.
         replay_runs = min(REPLAY_RUNS, REPLAY_TOTAL // max(1, len(runs))) if first_start and enabled else 0
         replayed: list[tuple[float, float, SeriesKey]] = []
-        for key, series_runs in runs.items():
-            series_runs.sort()
+        for key, unsorted_runs in runs.items():
+            series_runs = sorted(unsorted_runs)
             cut = max(0, len(series_runs) - replay_runs)
             history.load(key, series_runs[:cut])
             history.retest(key)
@@ -191,9 +201,10 @@ class RoundRunner:
         """What changed when these regressions began (series -> start), from the journals."""
         if not opened:
             return {}
-        results = [r for r in self.journal.read() if r.key in opened]
-        baselines = list(self.baselines.read())
         span = self.config.regression.baseline_weeks * WEEK
+        since = min(opened.values()) - span  # the baseline's weeks before the first start: no more is read
+        results = [r for r in self.journal.read(since=since) if r.key in opened]
+        baselines = list(self.baselines.read(since=since))
         changes = {key: what_changed(key, since, span, results, baselines) for key, since in opened.items()}
         for key, change in changes.items():
             log.warning("regression of %s: what changed: %s", key, describe(change))
@@ -238,7 +249,6 @@ class RoundRunner:
         one is predicted again and published.  `restore`: the runs so far are replaced
         (at start, from the journal)."""
         moves = self.config.moves
-        zone = self.history.zone
         with self._history_lock:
             if restore:
                 self.move_runs = RecentRuns()
@@ -247,6 +257,19 @@ class RoundRunner:
                 for run in runs_to([r], r.remote, moves.direction):
                     self.move_runs.add(r.remote, run)
                     changed.add(r.remote)
+        self._predict_moves(changed)
+
+    def restore_moves(self, runs: RecentRuns) -> None:
+        """The move model's runs as the journal's checkpoint kept them (service/restore.py),
+        in place of those so far; every remote predicted again and published."""
+        with self._history_lock:
+            self.move_runs = runs
+        self._predict_moves(set(runs.remotes()))
+
+    def _predict_moves(self, changed: set[str]) -> None:
+        moves = self.config.moves
+        zone = self.history.zone
+        with self._history_lock:
             if not moves.sizes:
                 return
             published: dict[str, dict[str, Prediction]] = {}
@@ -536,7 +559,7 @@ class RoundRunner:
             )
             self.note.drop()
             return None
-        journaled = {r.key for r in self.journal.read() if r.round_id == note.round_id}
+        journaled = {r.key for r in self.journal.read(since=note.started - DAY) if r.round_id == note.round_id}
         wanted = set(note.series) - journaled - self.pending.series_of(note.round_id)
         return note, [s for s in plan_round(self.config, self.lab(self.config)) if _key(s) in wanted]
 

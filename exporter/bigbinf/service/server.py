@@ -49,7 +49,7 @@ from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
 from bigbinf.service.recent import RecentTransfers
-from bigbinf.service.restore import restore
+from bigbinf.service.restore import restore, restore_history, restore_moves
 from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
@@ -298,8 +298,8 @@ class Exporter:
             )
             self.runner.config = config
             self.web = web  # new connections use it; a connection in progress keeps its own
-            self.runner.journal = Journal(config.journal.path)
-            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path))
+            self.runner.journal = Journal(config.journal.path, config.journal.retention)
+            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
             self.runner.undo = UndoJournal.beside(config.journal.path)
             if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
                 self.runner.regression_journal = RegressionJournal(config.journal.path)
@@ -308,7 +308,7 @@ class Exporter:
             configured = series_of(config, self.runner.lab)
             self.state.prime(configured, self._stale_after(config, mesh))
             if regression_changed:  # the test's settings or time zone changed: tested again from the journal
-                self.runner.restore_history(self.runner.journal.read(), configured)
+                restore_history(self.runner, set(configured))
             else:
                 self.runner.forget_history(configured)
             if self.mesh_runner is not None and mesh is not None:
@@ -326,7 +326,7 @@ class Exporter:
             self.runner.recent.resize(config.pages.recent_transfers)
             self.runner.recent.forget_sweeps(config.sweeps)
             self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
-            self.runner.note_moves(self.runner.journal.read(), restore=True)
+            restore_moves(self.runner)
             sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)

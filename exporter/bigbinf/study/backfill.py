@@ -294,7 +294,7 @@ def _read(
     progress = Progress("read", "journal results", stream=stream)
     results = [
         r
-        for r in progress.counted(Journal(journal_path).read(unreadable))
+        for r in progress.counted(Journal(journal_path).read(unreadable, since=start, until=end))
         if (start is None or r.start_timestamp >= start)
         and (end is None or r.start_timestamp < end)
         # A tuning sweep's runs are not the scheduled series' history (the live exporter

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from bigbinf.journal import segments
 from bigbinf.result import Result
 
 
@@ -82,7 +83,7 @@ def check_journal(path: Path, must_exist: bool = True) -> None:
     try:
         info = path.stat()
     except FileNotFoundError:
-        if not must_exist:
+        if not must_exist or segments(path):  # all of it in closed day segments (bigbinf/journal.py)
             return
         raise UsageError(
             f"--journal {path}: no such file; give the exporter's journal path (journal.path in its configuration)", 1

@@ -77,7 +77,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--size must be more than 0 bytes and --files at least 1")
     zone = zoneinfo.ZoneInfo(config.schedule.timezone)
     journal = Journal(args.journal or config.journal.path)
-    runs = runs_to(journal.read(), args.remote, args.direction)
+    # The runs of the last moves.history (as the exporter's own predictions use), or, when
+    # there are none (an exporter stopped long ago), all of them: only those segments read.
+    since = time.time() - config.moves.history
+    runs = runs_to(journal.read(since=since), args.remote, args.direction) or runs_to(
+        journal.read(), args.remote, args.direction
+    )
     if not runs:
         print(
             f"plan-move: refused: nothing measured to {args.remote} ({args.direction}) in {journal.path}: no ok "

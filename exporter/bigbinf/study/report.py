@@ -190,7 +190,8 @@ def _load(
         path = Path(args.journal)
         check_journal(path)
         progress = Progress("read", "journal results")
-        return progress.counted(Journal(path).read(unreadable)), f"journal {path}"
+        # Only the segments of --from/--to are opened (bigbinf/journal.py).
+        return progress.counted(Journal(path).read(unreadable, since=start, until=end)), f"journal {path}"
     if len(source) == 2 and source[0] == "prometheus":
         url = source[1]
         if not re.match(r"https?://", url):

@@ -1,0 +1,244 @@
+"""A year of history (issue 37): the exporter's start, `once`'s history cost and the RSS
+with 10 k, 100 k and 1 M results journaled, before (main's code: one file read whole,
+five times) and after (day segments and the checkpoint beside them).
+
+Usage:
+    .venv/bin/python benchmarks/bench_journal.py                       # after only, 10k,100k,1M
+    .venv/bin/python benchmarks/bench_journal.py --before /work/main/.venv/bin/python
+    .venv/bin/python benchmarks/bench_journal.py --sizes 10000 --before-limit 120
+
+The journal: 120 series (tests/support/mesh.py's configuration, 6 remotes x 5 protocols
+x 2 datasets x 2 directions), one result an hour each (1 M results: 347 days), written
+as JSON lines directly from per-series templates (mesh_result's lines, ~1.4 KB) so a
+million take seconds; 1 in 20 failed.  Per size and way:
+
+* start: from exec of `bigbinf-exporter` to its first /metrics answer with all 120
+  series restored (bigbinf_last_transfer_start_timestamp_seconds of each), and the exporter's
+  VmRSS / VmHWM then;
+* once's history: what `once` spends before its round (RoundRunner + restore), in a
+  fresh process, with its VmHWM; advise's history: what `advise` reads of the journals
+  (advice.history; before: both journals whole, as main's advise did), in the same process.
+
+"after" first turns the old single file into what an upgraded exporter keeps (`split`:
+journal.rotate_now, day segments; `checkpoint`: rebuilt from the whole journal): the
+one-time cost of the upgrade, timed too.  "before" runs the same steps with another
+interpreter (main's venv: its code, read-only) on the single file; a start that has not
+answered within --before-limit seconds is reported as "> limit".
+
+The pass line (the issue's goals): at 1 M, start <= 5 s, VmHWM <= 200 MB, once's
+history <= 1 s, advise's history <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.support.mesh: the same mesh the tests use
+
+from tests.support.mesh import mesh_keys, mesh_result, write_mesh_config  # noqa: E402
+
+REMOTES, PROTOCOLS, DATASETS = 6, 5, 2
+SERIES = REMOTES * PROTOCOLS * DATASETS * 2
+HOUR = 3600.0
+GOAL_START_S, GOAL_RSS_MB, GOAL_ONCE_S = 5.0, 200.0, 1.0
+
+ONCE = r"""
+import resource, sys, time
+t0 = time.perf_counter()
+from bigbinf.config import load_config
+from bigbinf import lab
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.restore import restore
+from bigbinf.service.rounds import RoundRunner, series_of
+config = load_config(sys.argv[1])
+t1 = time.perf_counter()
+runner = RoundRunner(config, ExporterState(), lab=lab.site)
+restore(runner.state, runner, config, lab.site)
+t2 = time.perf_counter()
+from bigbinf import advice
+from bigbinf.journal import BaselineJournal, Journal, baseline_path
+t3 = time.perf_counter()
+if hasattr(advice, "history"):
+    advice.history(config, set(config.remotes), set(series_of(config)))
+else:  # main's advise: both journals read whole
+    list(BaselineJournal(baseline_path(config.journal.path)).read())
+    [r for r in Journal(config.journal.path).read() if r.source == "exporter"]
+t4 = time.perf_counter()
+print(t2 - t1, len(runner.state.latest), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, t4 - t3)
+"""
+
+
+def write_journal(path: Path, n: int) -> None:
+    """n results, SERIES series an hour apart each, ending now: written from templates."""
+    rng = random.Random(37)
+    keys = mesh_keys(REMOTES, PROTOCOLS, DATASETS)
+    marker = 1234567890.5
+    templates = []
+    for key in keys:
+        variants = []
+        for i in range(8):
+            outcome = "failed" if i == 0 else "ok"
+            record = mesh_result(key, marker, rng, outcome).to_json()
+            record.pop("start_utc", None)
+            variants.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
+        templates.append(variants)
+    rounds = -(-n // SERIES)
+    first = time.time() - rounds * HOUR
+    written = 0
+    with open(path, "w") as f:
+        for r in range(rounds):
+            t0 = first + r * HOUR
+            lines = []
+            for k, variants in enumerate(templates):
+                if written >= n:
+                    break
+                variant = variants[0] if (r + k) % 20 == 0 else variants[1 + (r * 7 + k) % 7]
+                lines.append(variant.replace(repr(marker), repr(t0 + k)) + "\n")
+                written += 1
+            f.write("".join(lines))
+
+
+def _status(pid: int) -> dict[str, float]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out
+
+
+def start(python: str, config: Path, port: int, limit: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [python, "-m", "bigbinf", "--config.file", str(config), "--web.listen-address", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            if time.perf_counter() - t0 > limit:
+                return {"start_s": None, "note": f"> {limit:.0f} s"}
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=limit) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("the exporter exited") from None
+                time.sleep(0.02)
+        elapsed = time.perf_counter() - t0
+        restored = sum(
+            1
+            for line in body.splitlines()
+            if line.startswith("bigbinf_last_transfer_start_timestamp_seconds{") and not line.endswith(" NaN")
+        )
+        return {"start_s": elapsed, "restored": restored, **_status(proc.pid)}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def once(python: str, config: Path, limit: float) -> dict[str, Any]:
+    try:
+        out = subprocess.run(
+            [python, "-c", ONCE, str(config)], cwd=ROOT, capture_output=True, text=True, timeout=limit, check=True
+        ).stdout.split()
+    except subprocess.TimeoutExpired:
+        return {"once_s": None, "advise_s": None}
+    return {
+        "once_s": float(out[0]),
+        "once_series": int(out[1]),
+        "once_hwm_mb": float(out[2]),
+        "advise_s": float(out[3]),
+    }
+
+
+def upgrade(python: str, journal: Path) -> dict[str, float]:
+    """What the first start after the upgrade does once: split the old file, build the checkpoint."""
+    code = (
+        "import sys, time\nfrom bigbinf import checkpoint\nfrom bigbinf.journal import Journal, BaselineJournal\n"
+        "t = time.perf_counter(); j = Journal(sys.argv[1]); j.rotate_now(); s = time.perf_counter() - t\n"
+        "t = time.perf_counter(); checkpoint.of(j); c = time.perf_counter() - t\nprint(s, c)\n"
+    )
+    out = subprocess.run([python, "-c", code, str(journal)], cwd=ROOT, capture_output=True, text=True, check=True)
+    split, built = map(float, out.stdout.split())
+    return {"split_s": split, "checkpoint_s": built}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000,1000000")
+    parser.add_argument("--before", help="the interpreter of main's venv, e.g. /work/main/.venv/bin/python")
+    parser.add_argument("--before-limit", type=float, default=120.0, help="seconds a before start may take")
+    parser.add_argument("--before-sizes", default="10000,100000", help="sizes measured before (1 M takes long)")
+    args = parser.parse_args()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix="bench-journal-") as tmp:
+            directory = Path(tmp)
+            config = write_mesh_config(directory, REMOTES, PROTOCOLS, DATASETS)
+            journal = directory / "journal.jsonl"
+            t = time.perf_counter()
+            write_journal(journal, n)
+            generated = time.perf_counter() - t
+            size_mb = journal.stat().st_size / 2**20
+            if args.before and str(n) in args.before_sizes.split(","):
+                before = {**start(args.before, config, 19_900, args.before_limit)}
+                before.update(once(args.before, config, args.before_limit))
+                rows.append({"n": n, "way": "before", "journal_mb": size_mb, **before})
+                print(json.dumps(rows[-1]), flush=True)
+            after: dict[str, Any] = {"generated_s": generated, **upgrade(sys.executable, journal)}
+            after["disk_mb"] = sum(p.stat().st_size for p in directory.iterdir() if p.is_file()) / 2**20
+            after.update(start(sys.executable, config, 19_901, 120.0))
+            after.update(once(sys.executable, config, 120.0))
+            rows.append({"n": n, "way": "after", "journal_mb": size_mb, **after})
+            print(json.dumps(rows[-1]), flush=True)
+            shutil.rmtree(directory, ignore_errors=True)
+    print()
+    print(
+        "| results | way | journal (MB) | start to first /metrics (s) | series restored | VmHWM (MB) "
+        "| once's history (s) | advise's history (s) |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        start_s = f"{row['start_s']:.2f}" if row.get("start_s") is not None else row.get("note", "n/a")
+        once_s = f"{row['once_s']:.2f}" if row.get("once_s") is not None else "n/a"
+        advise_s = f"{row['advise_s']:.2f}" if row.get("advise_s") is not None else "n/a"
+        print(
+            f"| {row['n']:,} | {row['way']} | {row['journal_mb']:.0f} | {start_s} | {row.get('restored', 'n/a')} "
+            f"| {row.get('VmHWM', float('nan')):.0f} | {once_s} | {advise_s} |"
+        )
+    big = [r for r in rows if r["way"] == "after" and r["n"] >= 1_000_000]
+    for row in big:
+        ok = (
+            row["start_s"] is not None
+            and row["start_s"] <= GOAL_START_S
+            and row["VmHWM"] <= GOAL_RSS_MB
+            and row["once_s"] <= GOAL_ONCE_S
+            and row["advise_s"] <= GOAL_ONCE_S
+            and row["restored"] == SERIES
+        )
+        print(
+            f"\npass line at {row['n']:,}: start {row['start_s']:.2f} s <= {GOAL_START_S}, VmHWM {row['VmHWM']:.0f} MB "
+            f"<= {GOAL_RSS_MB:.0f}, once {row['once_s']:.2f} s and advise {row['advise_s']:.2f} s <= {GOAL_ONCE_S}, "
+            f"{row['restored']}/{SERIES} series: " + ("PASS" if ok else "FAIL")
+        )
+
+
+if __name__ == "__main__":
+    main()
