@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bigbinf import journal
 from bigbinf.journal import (
     BaselineJournal,
     Journal,
@@ -485,3 +486,6 @@ def rotated(journal: _Records[Any], plain: Segment) -> None:
             return
     fold.current()
     fold.keep()  # current() saves only when it folded lines; the coverage changed too
+
+
+journal.ROTATED.append(rotated)

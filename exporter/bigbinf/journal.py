@@ -42,7 +42,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
@@ -373,6 +373,13 @@ def leftovers(journal: Path) -> list[Path]:
         return []
 
 
+# What runs after a rotation renamed the live file to a plain segment: checkpoint.py
+# registers its fold here when imported (every process that appends imports it: the
+# round runner, the importer), so that this module, which checkpoint.py reads journals
+# through, does not import it back.  Without it a checkpoint is only rebuilt later.
+ROTATED: list[Callable[[_Records[Any], Segment], None]] = []
+
+
 class _Records(Generic[RecordT]):
     """A journal of one kind of record (`record`: its class, with to_json/from_json).
     `retention` (seconds, None: forever): sealed parts older than it are removed at each
@@ -460,9 +467,8 @@ class _Records(Generic[RecordT]):
         return plain
 
     def _checkpoint(self, plain: Segment) -> None:
-        from bigbinf import checkpoint  # here: it reads journals through this module
-
-        checkpoint.rotated(self, plain)
+        for hook in ROTATED:
+            hook(self, plain)
 
     def settle(self) -> None:
         """Seal every plain segment (one a kill left unsealed too), then drop what is

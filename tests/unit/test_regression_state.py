@@ -333,7 +333,7 @@ def test_an_open_regression_says_what_changed(tmp_path: Path) -> None:
     retransmits = M.REGRESSION_CHANGE_RETRANSMITS.name
     assert registry.get_sample_value(retransmits, {**LABELS, "when": "before"}) == pytest.approx(1e-4)
     assert registry.get_sample_value(retransmits, {**LABELS, "when": "after"}) == pytest.approx(4e-3)
-    text = open_regressions_text(config, {"lab"}, list(runner.journal.read()))
+    text = open_regressions_text(config, {"lab"})
     assert "scp download of f32m with lab, since" in text
     assert "verdicts link_capacity 112 of 112 -> congestion 8 of 8" in text  # 4 weeks before; all 8 since
     assert "bandwidth estimate MB/s 30 -> 18" in text and "path RTT min ms 20 -> 20" in text

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from bigbinf import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.journal import DAY, BaselineJournal, Journal, baseline_path, temporaries
 from bigbinf.measure import leftovers

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from bigbinf import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal import Journal, SkippedLine
 from bigbinf.result import PAYLOAD_BUCKETS, WAYS, Result, empty_histogram
 from bigbinf.study.common import Progress, UsageError, check_journal, journal_read_error, parse_tz_offset
