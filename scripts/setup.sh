@@ -69,6 +69,22 @@ if [ "$FOR_TESTS" = 1 ] && ! go_usable; then
   apt-get install -y -qq --no-install-recommends -t bookworm-backports golang-go >/dev/null
 fi
 
+# The compose stack brought up for real (tests/e2e/test_compose_stack.py): rootful podman
+# with runc, netavark + aardvark-dns (networks with name resolution; iptables for their
+# NAT) and debootstrap (the base image, built from apt's mirror).  podman-compose comes
+# from the test extra below: Debian 12's is too old for compose.yaml (pyproject.toml).
+if [ "$FOR_TESTS" = 1 ]; then
+  container_missing=()
+  for p in podman runc netavark aardvark-dns iptables debootstrap; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || container_missing+=("$p")
+  done
+  if [ ${#container_missing[@]} -gt 0 ]; then
+    echo "setup: installing ${container_missing[*]} (for the compose stack test)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${container_missing[@]}" >/dev/null
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
