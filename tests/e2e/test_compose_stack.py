@@ -293,8 +293,10 @@ def test_prometheus_scrapes_and_loads_rules(stack: Stack, rules_dir: Path) -> No
         return health if health and all(h == "up" for h in health.values()) else None
 
     # The ports compose.yaml publishes on the host's loopback, as docs/deployment.md lists them.
-    assert get("http://127.0.0.1:9090/-/ready").startswith(b"Prometheus")
-    assert b"OK" in get("http://127.0.0.1:9093/-/ready")
+    wait_for(
+        "Prometheus ready on 127.0.0.1:9090", lambda: get("http://127.0.0.1:9090/-/ready").startswith(b"Prometheus"), 60
+    )
+    wait_for("Alertmanager ready on 127.0.0.1:9093", lambda: b"OK" in get("http://127.0.0.1:9093/-/ready"), 60)
     health = wait_for("every scrape target up", targets_up, 120)
     assert set(health) == {"bigbinf", "node", "prometheus", "alertmanager"}, health
 
