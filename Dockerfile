@@ -2,7 +2,10 @@
 # the transfer clients; capture needs CAP_NET_RAW and CAP_NET_ADMIN (compose.yaml adds
 # them) and runs on the container's own interfaces.  The same image is compose's demo
 # remote site (`lab serve`), so it carries the lab's servers too.
-FROM debian:12.11-slim
+# BASE_IMAGE: Debian 12 to build on; the compose stack test builds one locally where no
+# image registry can be reached (tests/e2e/test_compose_stack.py).
+ARG BASE_IMAGE=debian:12.11-slim
+FROM ${BASE_IMAGE}
 
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \

@@ -33,6 +33,11 @@ TEST_APT_PACKAGES=(
   nftables e2fsprogs mount                # the verdict matrix: a policer, a loop-mounted slow disk
   systemd                                 # systemd-analyze verify of packaging/ (nothing is started)
   chromium chromium-driver                # the exporter's pages, tested in a real browser (selenium)
+  # The compose stack brought up for real (tests/e2e/test_compose_stack.py): rootful podman
+  # with runc, netavark + aardvark-dns (networks with name resolution; iptables for their
+  # NAT) and debootstrap (the base image, built from apt's mirror).  podman-compose comes
+  # from the test extra: Debian 12's is too old for compose.yaml (pyproject.toml).
+  podman runc netavark aardvark-dns iptables debootstrap
 )
 [ "$FOR_TESTS" = 1 ] && APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}")
 SETUP_START=$SECONDS

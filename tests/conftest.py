@@ -43,6 +43,9 @@ def _needs_root_and_tools() -> str | None:
 # after them.  Each module's wall time in a CI run (3 workers, 2 cores; BIGBINF_TEST_CPU,
 # docs/benchmarks.md "The test suite").
 SLOWEST_FIRST = (
+    # ~190 s with the images cached, ~290 s on a fresh machine (they are built first): the
+    # stack's first round, Prometheus, an alert through Alertmanager (docs/benchmarks.md)
+    "tests/e2e/test_compose_stack.py",
     "tests/lab/test_protocols.py",  # 190 s
     "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data
     "tests/e2e/test_mesh_prometheus.py",  # 167 s: three sites' rounds, a central Prometheus

@@ -95,7 +95,13 @@ def test_images_are_pinned(project: dict[str, Any]) -> None:
     # The demo remote is the same image running `lab serve`.
     assert project["services"]["remote"]["build"]["context"] == str(ROOT)
     assert project["services"]["remote"]["image"] == project["services"]["exporter"]["image"]
-    froms = re.findall(r"^FROM\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    # A FROM may name a build argument (BASE_IMAGE): its default is what docker compose builds on.
+    defaults = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", dockerfile, re.M))
+    froms = [
+        re.sub(r"\$\{(\w+)\}", lambda m: defaults.get(m[1], m[0]), f)
+        for f in re.findall(r"^FROM\s+(\S+)", dockerfile, re.M)
+    ]
     assert froms and all(re.fullmatch(r"[\w./-]+:[\w.-]+", f) and not f.endswith(":latest") for f in froms)
 
 
