@@ -1,6 +1,6 @@
 """The verdict's confusion matrix (issue 23): known causes induced in the lab, one at a time,
 each run through the real path (run_transfer judged against the round's probe), and what
-measure/tcp/limits.py said of it.  Shared by tests/lab/test_verdicts_*.py (three runs per
+judge/ (bigbinf.judge) said of it.  Shared by tests/lab/test_verdicts_*.py (three runs per
 cause, in CI) and benchmarks/verdict_matrix.py (the table in docs/benchmarks.md).
 
 Every cause is induced by what really causes it, never by editing a result:

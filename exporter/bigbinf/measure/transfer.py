@@ -23,13 +23,14 @@ from typing import Any
 
 from bigbinf import credentials
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
+from bigbinf.judge.verdict import judge_limit
+from bigbinf.judge.words import human_bytes
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import ProgramWatch
 from bigbinf.measure.programs import summary as program_summary
-from bigbinf.measure.tcp.limits import human_bytes, judge_limit
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
 from bigbinf.measure.undo import Undo, UndoError, UndoJournal

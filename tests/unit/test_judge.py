@@ -12,7 +12,7 @@ from bigbinf.advice import buffer_changes, target_buffer
 from bigbinf.cli import format_paths, main
 from bigbinf.config import ConfigError, parse_config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.measure.tcp.limits import judge_limit
+from bigbinf.judge.verdict import judge_limit
 from bigbinf.result import PathBaseline, Result
 
 MiB = 1 << 20

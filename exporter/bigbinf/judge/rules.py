@@ -1,4 +1,4 @@
-"""What limited a transfer: one verdict of result.LIMITS, the side it is on, and the
+"""The rules: what limited a transfer, one verdict of result.LIMITS, the side it is on, and the
 numbers that say so.
 
 Every input is assembled in one place (`Inputs.of`) from the Result and the round's path
@@ -36,14 +36,14 @@ is a guess: with no rule met the verdict is empty and the evidence says what was
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from bigbinf.result import PathBaseline, Result
+from bigbinf.judge.inputs import Inputs
+from bigbinf.judge.words import host_name, human_bytes, human_rate
 
 LINK_SHARE = 0.9  # "within 10% of the shaped rate"
 LIMITED_SHARE = 0.3  # of the sender's busy time
 LOSS_SHARE = 0.001  # retransmitted segments per segment sent: 0.1%
-CEILING_SHARE = 0.9  # a buffer this close to its sysctl maximum has reached it
 # Mean fill of the receiver's queue above which its application is behind: one that reads
 # as fast as data arrives keeps it near 0 (0.001-0.006 seen with a capped buffer), curl
 # --limit-rate 0.3-0.7.
@@ -56,8 +56,6 @@ IDLE_SHARE = 0.6  # data in flight for less than this share of the transfer: the
 STARTUP_SHARE = 0.2  # of the transfer's time lost below its steady rate
 BULK_SHARE = 0.5  # a program that lived this share of the transfer did its bulk work
 STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
-SHORT_RTTS = 20  # a data phase of fewer round trips than this is slow start, not a steady rate
-SHORT_BDPS = 16  # ... where that cannot be told: a file of fewer BDPs than this
 
 
 @dataclass(frozen=True)
@@ -70,221 +68,7 @@ class Limit:
     reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """What the rules read, from one Result and its round's path baseline."""
-
-    duration: float
-    file_bytes: int
-    rate: float  # achieved over the transfer (the higher of file/wall clock and the capture's)
-    steady: float | None  # bytes/s past slow start (the progress series)
-    data_start: float | None  # seconds after the command started
-    data_end: float | None
-    bandwidth: float | None  # the path's (a wire rate), unless circular (iperf3 judged by iperf3)
-    wire_factor: float  # wire bytes per payload byte the way the data went (the capture's; 1 without)
-    bandwidth_note: str  # "(N% of the path's X, source)" or why there is none
-    bdp: float | None
-    rtt: float | None  # the path's minimum round trip (the probe's, else the kernel's)
-    sender: Mapping[str, float]
-    receiver: Mapping[str, float]
-    sender_side: str
-    receiver_side: str
-    ceilings: dict[str, str]  # kind -> evidence that the buffer reached its maximum ("" if not)
-    programs: Mapping[str, Mapping[str, float]]
-    # Seconds the transfer's programs (both ends, where sampled) queued for a core before
-    # the first data: set-up a busy host slowed, not the path's or the protocol's.
-    setup_queued: float
-    # Seconds the one of them that queued longest for a core did so after the first data:
-    # a data phase a busy host stretched (the programs overlap: the longest, not the sum).
-    data_queued: float
-    retransmits: int
-    segments: int
-    loss_source: str
-    probe_loss: str  # "x% of N probes" where the round's probe lost any, else ""
-
-    @classmethod
-    def of(cls, r: Result, baseline: PathBaseline | None) -> Inputs:
-        receiver = r.tcp_local if r.direction == "download" else r.tcp_remote
-        receiver_side, sender_side = ("local", "remote") if r.direction == "download" else ("remote", "local")
-        bandwidth = baseline.bandwidth_bytes_per_second if baseline else None
-        source = baseline.bandwidth_source if baseline else ""
-        note = ""
-        if bandwidth and source == "iperf3" and r.protocol == "iperf3":
-            # iperf3's own earlier rate under the same limits proves nothing about the path.
-            bandwidth, note = None, "the path's capacity is known only from iperf3 itself"
-        elif not bandwidth:
-            note = "the path's capacity is unknown (no bandwidth configured, no iperf3 test)"
-        bdp = baseline.bdp_bytes if baseline else None
-        cap = r.tcp_buffer_max_bytes
-        progress = r.tcp_local if "steady_rate_bytes_per_second" in r.tcp_local else r.tcp_remote
-        retransmits, segments, counted = _loss(r, r.sender_tcp)
-        wire, payload = (
-            (r.wire_bytes_down, r.payload_bytes_down)
-            if r.direction == "download"
-            else (r.wire_bytes_up, r.payload_bytes_up)
-        )
-        return cls(
-            duration=r.duration_seconds,
-            file_bytes=r.file_bytes,
-            rate=_achieved_rate(r),
-            steady=progress.get("steady_rate_bytes_per_second"),
-            data_start=progress.get("data_start_seconds"),
-            data_end=progress.get("data_end_seconds"),
-            bandwidth=bandwidth,
-            wire_factor=wire / payload if r.wire_measured and payload > 0 and wire >= payload else 1.0,
-            bandwidth_note=note or (f"{source}" if bandwidth else ""),
-            bdp=bdp,
-            rtt=(baseline.rtt_min_seconds if baseline else None) or progress.get("min_rtt_seconds") or None,
-            sender=r.sender_tcp,
-            receiver=receiver,
-            sender_side=sender_side,
-            receiver_side=receiver_side,
-            ceilings={
-                "tcp_rmem": _at_ceiling(
-                    receiver.get("rcvbuf_max_bytes"), baseline, receiver_side, "tcp_rmem", bdp, cap
-                ),
-                "tcp_wmem": _at_ceiling(
-                    r.sender_tcp.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", bdp, cap
-                ),
-            },
-            programs=r.programs,
-            setup_queued=sum(v.get("run_queue_seconds_before_data", 0.0) for v in r.programs.values()),
-            data_queued=max(
-                (
-                    max(0.0, v.get("run_queue_seconds", 0.0) - v.get("run_queue_seconds_before_data", 0.0))
-                    for v in r.programs.values()
-                ),
-                default=0.0,
-            ),
-            retransmits=retransmits,
-            segments=segments,
-            loss_source=counted,
-            probe_loss=f"{baseline.loss_ratio:.1%} of {baseline.probes_sent} probes lost"
-            if baseline and baseline.probes_sent and baseline.probes_answered < baseline.probes_sent
-            else "",
-        )
-
-    def path_share(self, rate: float) -> float | None:
-        """A data rate's share of the path's bandwidth, both as wire rates (headers count
-        against a link's rate: a full 1500-byte-MTU link carries ~95% of it as data)."""
-        return rate * self.wire_factor / self.bandwidth if self.bandwidth else None
-
-    def share_of_path(self, rate: float) -> str:
-        share = self.path_share(rate)
-        if share is not None and self.bandwidth:
-            on_wire = f"{human_rate(rate * self.wire_factor)} on the wire: " if self.wire_factor > 1 else ""
-            return f" ({on_wire}{share:.0%} of the path's {human_rate(self.bandwidth)}, {self.bandwidth_note})"
-        return f" ({self.bandwidth_note})" if self.bandwidth_note else ""
-
-    @property
-    def steady_fit(self) -> float | None:
-        """The listings' steady rate, never above the path's bandwidth (as data): a fit
-        above it is the bottleneck's bursts (a policer's bucket: 122% and 185% of the
-        policed rate beside CPU burners) or listings each late by a wait for a CPU, not a
-        rate the path sustains."""
-        if self.steady and self.bandwidth:
-            return min(self.steady, self.bandwidth / self.wire_factor)
-        return self.steady
-
-    @property
-    def loss(self) -> float:
-        return self.retransmits / self.segments if self.segments else 0.0
-
-    def loss_words(self) -> str:
-        if not self.segments:
-            return ""
-        return f"{self.retransmits} retransmitted of {self.segments} segments ({self.loss:.2%}, {self.loss_source})"
-
-    @property
-    def short(self) -> bool:
-        """Whether the data moved in fewer than SHORT_RTTS round trips (slow start needs
-        about log2(BDP / initial window) of them to fill a path: 6 for 1 MB), or, where
-        the data phase or the RTT is unknown, the file was under SHORT_BDPS BDPs."""
-        if self.rtt and self.data_start is not None and self.data_end is not None:
-            return self.span < SHORT_RTTS * self.rtt
-        return bool(self.bdp) and self.file_bytes < SHORT_BDPS * (self.bdp or 0.0)
-
-    @property
-    def span(self) -> float:
-        """The data phase's length (first to last data), else the whole transfer's."""
-        if self.data_start is not None and self.data_end is not None and self.data_end > self.data_start:
-            return self.data_end - self.data_start
-        return self.duration
-
-
-def judge_limit(r: Result, baseline: PathBaseline | None) -> Limit | None:
-    """The limiting factor of an ok TCP transfer; None when there is nothing to judge by."""
-    if r.outcome != "ok" or r.transport == "udp":
-        return None
-    if not r.sender_tcp and not (r.tcp_local if r.direction == "download" else r.tcp_remote):
-        return None
-    i = Inputs.of(r, baseline)
-    steady = _steady_limit(i)
-    limit = _startup(i, steady) or steady
-    return replace(limit, next_step=next_step(limit, i, r))
-
-
-# Programs whose CPU work is ssh's cipher (scp and sftp run over it).
-SSH_PROGRAMS = frozenset({"ssh", "sshd", "scp", "sftp", "sftp-server"})
-
-
-def next_step(limit: Limit, i: Inputs, r: Result) -> str:
-    """The concrete next step for a verdict, with its numbers (docs/metrics.md says the
-    same per verdict)."""
-    host = _host(limit.side)
-    target = f" to at least 2 x BDP = {human_bytes(2 * i.bdp)}" if i.bdp else " to at least the path's BDP"
-    capped = r.tcp_buffer_max_bytes is not None and "tcp_buffer_max cap" in limit.evidence
-    if limit.reason in ("receive_window", "send_buffer"):
-        key = "net.ipv4.tcp_rmem" if limit.reason == "receive_window" else "net.ipv4.tcp_wmem"
-        if capped:
-            step = f"raise or drop the protocol's tcp_buffer_max ({human_bytes(r.tcp_buffer_max_bytes)}){target}"
-        else:
-            step = f"raise {key}'s maximum on {host}{target} (`advise` prints the sysctl lines)"
-        return step + ("; or more parallel streams, each with its own window" if r.protocol != "iperf3" else "")
-    if limit.reason == "congestion":
-        probe = f"; the probe saw {i.probe_loss}" if i.probe_loss else ""
-        return (
-            f"the network: talk to the path's operator ({i.loss_words()}{probe}); a congestion control "
-            "that does not take random loss for congestion (bbr) keeps more of the rate meanwhile"
-        )
-    if limit.reason == "link_capacity":
-        if i.loss >= LOSS_SHARE:
-            return (
-                "the path is full and its bottleneck drops what exceeds the rate: pacing (bbr) or shaping just "
-                "below it avoids the retransmissions; more speed needs a faster path"
-            )
-        return "the path is full: nothing on either host makes this faster; a faster path, or fewer bytes, would"
-    if limit.reason == "startup":
-        return (
-            f"larger files (at least {human_bytes(limit.reach_bytes)}), or many files over one persistent "
-            "connection (ssh ControlMaster, GridFTP -pp, HTTP keep-alive, rsync of a whole tree)"
-        )
-    program = limit.program
-    if limit.reason == "cpu":
-        if program in SSH_PROGRAMS:
-            return (
-                f"ssh's cipher on one core ({host}): HPN-scp (multithreaded AES-CTR, or its NONE cipher for data "
-                "already protected), a cheaper cipher (scp -c aes128-gcm@openssh.com where the CPU has AES-NI), "
-                "or parallel streams (GridFTP -p N, several transfers at once)"
-            )
-        return f"{program} used all the CPU it could get ({host}): parallel streams or transfers, or a less busy host"
-    if limit.reason == "disk":
-        return f"{program} waited on its disk ({host}): faster storage, or several files read or written at once"
-    if limit.reason == "application":
-        if limit.side == i.receiver_side:
-            return (
-                f"the receiving program reads slower than the network delivers ({host}): lift its rate limit "
-                "(curl --limit-rate, a consumer that does not keep up)"
-            )
-        steady = i.steady_fit or i.rate
-        return (
-            f"the sending program sent at {human_rate(steady)} ({host}): a rate limit (nginx limit_rate, "
-            "--limit-rate, a QoS policy) or a program that does not keep up; lift it there"
-        )
-    return ""
-
-
-def _steady_limit(i: Inputs) -> Limit:
+def steady_limit(i: Inputs) -> Limit:
     """The limit of the transfer's steady phase (rules 1-7 of the module docstring)."""
     # Never below the average over the packet span: slow start and gaps only lower that.
     # The listings' fit can be (a few sparse listings, each late by its wait for a CPU:
@@ -398,7 +182,7 @@ def _program_limit(
     if program:
         name, side, v = program
         said = (
-            f"{name} ({_host(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
+            f"{name} ({host_name(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
             f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "
             f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
         )
@@ -413,7 +197,7 @@ def _program_limit(
     if waiting:
         name, side, v = waiting
         said = (
-            f"{name} ({_host(side)}) waited on storage in {v['io_wait_share']:.0%} of {v['samples']:.0f} "
+            f"{name} ({host_name(side)}) waited on storage in {v['io_wait_share']:.0%} of {v['samples']:.0f} "
             f"samples over {v['seconds']:.1f} s"
         )
         return Limit("disk", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
@@ -439,7 +223,7 @@ def _link(i: Inputs, steady: float) -> Limit | None:
     )
 
 
-def _startup(i: Inputs, steady_limit: Limit) -> Limit | None:
+def startup(i: Inputs, steady_limit: Limit) -> Limit | None:
     """startup, where the time lost below the steady rate (set-up, slow start) is at least
     STARTUP_SHARE of the transfer and more than the steady phase's own limit cost."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
@@ -530,10 +314,6 @@ def _busiest(
     return name, side, values
 
 
-def _host(side: str) -> str:
-    return {"local": "this host", "remote": "the remote"}.get(side, side)
-
-
 def _window_words(sender: Mapping[str, float], rwnd: float, busy: float, streams: int) -> str:
     if not busy:
         return ""
@@ -553,57 +333,3 @@ def _in_flight(sender: Mapping[str, float], i: Inputs, streams: int) -> float | 
     if busy is None or i.span <= 0:
         return None
     return min(1.0, busy / i.span)
-
-
-def _at_ceiling(
-    buffer: float | None, baseline: PathBaseline | None, side: str, kind: str, bdp: float | None, cap: int | None
-) -> str:
-    """Evidence that a buffer grew to the maximum autotuning had for this transfer and that
-    maximum is below the BDP ("" if not): autotuning wanted more and was refused.  The
-    maximum is the host's sysctl, or the transfer's own `tcp_buffer_max` cap where that is
-    lower (a sweep's setting: the host's sysctl is not what the transfer had).  A buffer
-    below its maximum was big enough for what the transfer asked, however small."""
-    host = baseline.buffers.get(side, {}).get(kind) if baseline else None
-    ceiling, named = host, f"{kind} maximum"
-    if cap is not None and (host is None or cap < host):
-        ceiling, named = cap, "tcp_buffer_max cap"
-    if buffer is None or ceiling is None or bdp is None or ceiling >= bdp or buffer < CEILING_SHARE * ceiling:
-        return ""
-    return f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, below the BDP {human_bytes(bdp)}"
-
-
-def _achieved_rate(r: Result) -> float:
-    """How fast the path carried the data over the whole transfer: the capture's payload
-    rate over its packet span, or the file over the wall clock, the higher (each can only
-    fall short: process start-up, idle gaps).  Not the kernel's delivery_rate: that is
-    measured per ACK and a bursty sender's samples overstate the path (a curl throttled
-    to 4 MB/s showed 200 MB/s on a 25 MB/s link)."""
-    rates = [r.throughput_bytes_per_second]
-    first, last = r.first_packet_timestamp, r.last_packet_timestamp
-    if first is not None and last is not None and last > first:
-        payload = r.payload_bytes_down if r.direction == "download" else r.payload_bytes_up
-        rates.append(payload / (last - first))
-    return max(rates)
-
-
-def _loss(r: Result, sender: Mapping[str, float]) -> tuple[int, int, str]:
-    """(retransmits, segments sent, whose count) from the best source there is."""
-    if r.retransmits_sender is not None and sender.get("segs_out"):
-        return r.retransmits_sender, int(sender["segs_out"]), "the sender's kernel"
-    packets = r.packets_down if r.direction == "download" else r.packets_up
-    return r.retransmits_wire, packets, "seen on the wire: a lower bound"
-
-
-def human_bytes(value: float | None) -> str:
-    if value is None:
-        return "unknown"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.2f} {unit} ({value:.0f} B)"
-    return f"{value:.0f} B"
-
-
-def human_rate(value: float | None) -> str:
-    if value is None:
-        return "unknown"
-    return f"{value / 1e6:.2f} MB/s ({value * 8 / 1e6:.0f} Mbit/s)"

@@ -1,0 +1,196 @@
+"""What the rules read, assembled in one place from a Result and its round's path
+baseline (`Inputs.of`): the sender's tcp_info clocks, the buffers against their maxima and
+the BDP, the retransmissions, the progress over time, the programs' waits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bigbinf.judge.words import human_bytes, human_rate
+from bigbinf.result import PathBaseline, Result
+
+CEILING_SHARE = 0.9  # a buffer this close to its sysctl maximum has reached it
+SHORT_RTTS = 20  # a data phase of fewer round trips than this is slow start, not a steady rate
+SHORT_BDPS = 16  # ... where that cannot be told: a file of fewer BDPs than this
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the rules read, from one Result and its round's path baseline."""
+
+    duration: float
+    file_bytes: int
+    rate: float  # achieved over the transfer (the higher of file/wall clock and the capture's)
+    steady: float | None  # bytes/s past slow start (the progress series)
+    data_start: float | None  # seconds after the command started
+    data_end: float | None
+    bandwidth: float | None  # the path's (a wire rate), unless circular (iperf3 judged by iperf3)
+    wire_factor: float  # wire bytes per payload byte the way the data went (the capture's; 1 without)
+    bandwidth_note: str  # "(N% of the path's X, source)" or why there is none
+    bdp: float | None
+    rtt: float | None  # the path's minimum round trip (the probe's, else the kernel's)
+    sender: Mapping[str, float]
+    receiver: Mapping[str, float]
+    sender_side: str
+    receiver_side: str
+    ceilings: dict[str, str]  # kind -> evidence that the buffer reached its maximum ("" if not)
+    programs: Mapping[str, Mapping[str, float]]
+    # Seconds the transfer's programs (both ends, where sampled) queued for a core before
+    # the first data: set-up a busy host slowed, not the path's or the protocol's.
+    setup_queued: float
+    # Seconds the one of them that queued longest for a core did so after the first data:
+    # a data phase a busy host stretched (the programs overlap: the longest, not the sum).
+    data_queued: float
+    retransmits: int
+    segments: int
+    loss_source: str
+    probe_loss: str  # "x% of N probes" where the round's probe lost any, else ""
+
+    @classmethod
+    def of(cls, r: Result, baseline: PathBaseline | None) -> Inputs:
+        receiver = r.tcp_local if r.direction == "download" else r.tcp_remote
+        receiver_side, sender_side = ("local", "remote") if r.direction == "download" else ("remote", "local")
+        bandwidth = baseline.bandwidth_bytes_per_second if baseline else None
+        source = baseline.bandwidth_source if baseline else ""
+        note = ""
+        if bandwidth and source == "iperf3" and r.protocol == "iperf3":
+            # iperf3's own earlier rate under the same limits proves nothing about the path.
+            bandwidth, note = None, "the path's capacity is known only from iperf3 itself"
+        elif not bandwidth:
+            note = "the path's capacity is unknown (no bandwidth configured, no iperf3 test)"
+        bdp = baseline.bdp_bytes if baseline else None
+        cap = r.tcp_buffer_max_bytes
+        progress = r.tcp_local if "steady_rate_bytes_per_second" in r.tcp_local else r.tcp_remote
+        retransmits, segments, counted = _loss(r, r.sender_tcp)
+        wire, payload = (
+            (r.wire_bytes_down, r.payload_bytes_down)
+            if r.direction == "download"
+            else (r.wire_bytes_up, r.payload_bytes_up)
+        )
+        return cls(
+            duration=r.duration_seconds,
+            file_bytes=r.file_bytes,
+            rate=_achieved_rate(r),
+            steady=progress.get("steady_rate_bytes_per_second"),
+            data_start=progress.get("data_start_seconds"),
+            data_end=progress.get("data_end_seconds"),
+            bandwidth=bandwidth,
+            wire_factor=wire / payload if r.wire_measured and payload > 0 and wire >= payload else 1.0,
+            bandwidth_note=note or (f"{source}" if bandwidth else ""),
+            bdp=bdp,
+            rtt=(baseline.rtt_min_seconds if baseline else None) or progress.get("min_rtt_seconds") or None,
+            sender=r.sender_tcp,
+            receiver=receiver,
+            sender_side=sender_side,
+            receiver_side=receiver_side,
+            ceilings={
+                "tcp_rmem": _at_ceiling(
+                    receiver.get("rcvbuf_max_bytes"), baseline, receiver_side, "tcp_rmem", bdp, cap
+                ),
+                "tcp_wmem": _at_ceiling(
+                    r.sender_tcp.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", bdp, cap
+                ),
+            },
+            programs=r.programs,
+            setup_queued=sum(v.get("run_queue_seconds_before_data", 0.0) for v in r.programs.values()),
+            data_queued=max(
+                (
+                    max(0.0, v.get("run_queue_seconds", 0.0) - v.get("run_queue_seconds_before_data", 0.0))
+                    for v in r.programs.values()
+                ),
+                default=0.0,
+            ),
+            retransmits=retransmits,
+            segments=segments,
+            loss_source=counted,
+            probe_loss=f"{baseline.loss_ratio:.1%} of {baseline.probes_sent} probes lost"
+            if baseline and baseline.probes_sent and baseline.probes_answered < baseline.probes_sent
+            else "",
+        )
+
+    def path_share(self, rate: float) -> float | None:
+        """A data rate's share of the path's bandwidth, both as wire rates (headers count
+        against a link's rate: a full 1500-byte-MTU link carries ~95% of it as data)."""
+        return rate * self.wire_factor / self.bandwidth if self.bandwidth else None
+
+    def share_of_path(self, rate: float) -> str:
+        share = self.path_share(rate)
+        if share is not None and self.bandwidth:
+            on_wire = f"{human_rate(rate * self.wire_factor)} on the wire: " if self.wire_factor > 1 else ""
+            return f" ({on_wire}{share:.0%} of the path's {human_rate(self.bandwidth)}, {self.bandwidth_note})"
+        return f" ({self.bandwidth_note})" if self.bandwidth_note else ""
+
+    @property
+    def steady_fit(self) -> float | None:
+        """The listings' steady rate, never above the path's bandwidth (as data): a fit
+        above it is the bottleneck's bursts (a policer's bucket: 122% and 185% of the
+        policed rate beside CPU burners) or listings each late by a wait for a CPU, not a
+        rate the path sustains."""
+        if self.steady and self.bandwidth:
+            return min(self.steady, self.bandwidth / self.wire_factor)
+        return self.steady
+
+    @property
+    def loss(self) -> float:
+        return self.retransmits / self.segments if self.segments else 0.0
+
+    def loss_words(self) -> str:
+        if not self.segments:
+            return ""
+        return f"{self.retransmits} retransmitted of {self.segments} segments ({self.loss:.2%}, {self.loss_source})"
+
+    @property
+    def short(self) -> bool:
+        """Whether the data moved in fewer than SHORT_RTTS round trips (slow start needs
+        about log2(BDP / initial window) of them to fill a path: 6 for 1 MB), or, where
+        the data phase or the RTT is unknown, the file was under SHORT_BDPS BDPs."""
+        if self.rtt and self.data_start is not None and self.data_end is not None:
+            return self.span < SHORT_RTTS * self.rtt
+        return bool(self.bdp) and self.file_bytes < SHORT_BDPS * (self.bdp or 0.0)
+
+    @property
+    def span(self) -> float:
+        """The data phase's length (first to last data), else the whole transfer's."""
+        if self.data_start is not None and self.data_end is not None and self.data_end > self.data_start:
+            return self.data_end - self.data_start
+        return self.duration
+
+
+def _at_ceiling(
+    buffer: float | None, baseline: PathBaseline | None, side: str, kind: str, bdp: float | None, cap: int | None
+) -> str:
+    """Evidence that a buffer grew to the maximum autotuning had for this transfer and that
+    maximum is below the BDP ("" if not): autotuning wanted more and was refused.  The
+    maximum is the host's sysctl, or the transfer's own `tcp_buffer_max` cap where that is
+    lower (a sweep's setting: the host's sysctl is not what the transfer had).  A buffer
+    below its maximum was big enough for what the transfer asked, however small."""
+    host = baseline.buffers.get(side, {}).get(kind) if baseline else None
+    ceiling, named = host, f"{kind} maximum"
+    if cap is not None and (host is None or cap < host):
+        ceiling, named = cap, "tcp_buffer_max cap"
+    if buffer is None or ceiling is None or bdp is None or ceiling >= bdp or buffer < CEILING_SHARE * ceiling:
+        return ""
+    return f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, below the BDP {human_bytes(bdp)}"
+
+
+def _achieved_rate(r: Result) -> float:
+    """How fast the path carried the data over the whole transfer: the capture's payload
+    rate over its packet span, or the file over the wall clock, the higher (each can only
+    fall short: process start-up, idle gaps).  Not the kernel's delivery_rate: that is
+    measured per ACK and a bursty sender's samples overstate the path (a curl throttled
+    to 4 MB/s showed 200 MB/s on a 25 MB/s link)."""
+    rates = [r.throughput_bytes_per_second]
+    first, last = r.first_packet_timestamp, r.last_packet_timestamp
+    if first is not None and last is not None and last > first:
+        payload = r.payload_bytes_down if r.direction == "download" else r.payload_bytes_up
+        rates.append(payload / (last - first))
+    return max(rates)
+
+
+def _loss(r: Result, sender: Mapping[str, float]) -> tuple[int, int, str]:
+    """(retransmits, segments sent, whose count) from the best source there is."""
+    if r.retransmits_sender is not None and sender.get("segs_out"):
+        return r.retransmits_sender, int(sender["segs_out"]), "the sender's kernel"
+    packets = r.packets_down if r.direction == "download" else r.packets_up
+    return r.retransmits_wire, packets, "seen on the wire: a lower bound"
