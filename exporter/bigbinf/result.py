@@ -23,7 +23,18 @@ WAYS = ("down", "up")
 
 # What limited a transfer (bigbinf/judge/rules.py); new reasons go at the end (dashboards
 # number them by their place here).
-LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu", "disk")
+LIMITS = (
+    "receive_window",
+    "send_buffer",
+    "congestion",
+    "link_capacity",
+    "application",
+    "startup",
+    "cpu",
+    "disk",
+    "busy_host",  # this host's programs, capture or delay line waited for a CPU (issue 34)
+    "shared_path",  # network-limited below the path's estimate: no loss, no window (issue 34)
+)
 LIMIT_SIDES = ("local", "remote", "path")
 
 # Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is

@@ -12,7 +12,7 @@ from bigbinf.advice import buffer_changes, target_buffer
 from bigbinf.cli import format_paths, main
 from bigbinf.config import ConfigError, parse_config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.judge.verdict import judge_limit
+from bigbinf.judge.verdict import NO_TCP_STATE, judge_limit
 from bigbinf.result import PathBaseline, Result
 
 MiB = 1 << 20
@@ -31,8 +31,14 @@ CAPPED = PathBaseline(
 )
 
 
+# The remote seen as it ran (Result.remote_view): every listing answered on time, its
+# programs found.  The tests of a remote not seen say so.
+SEEN = {"listings_expected": 100.0, "listings_received": 100.0, "listing_late_max_seconds": 0.05, "programs_seen": 1.0}
+
+
 def download(**kw: object) -> Result:
     values: dict = {
+        "remote_view": SEEN,
         "protocol": "http",
         "remote": "lab",
         "dataset": "f64m",
@@ -283,12 +289,19 @@ def test_iperf3_is_never_judged_against_its_own_estimate() -> None:
     "kw",
     [
         {"outcome": "failed", "tcp_remote": sender()},
-        {"transport": "udp", "tcp_remote": sender()},
         {},  # no TCP state from either end
     ],
 )
 def test_nothing_to_judge(kw: dict) -> None:
     assert judge_limit(download(**kw), PATH) is None
+
+
+def test_a_udp_transfer_says_it_is_not_judged() -> None:
+    # UDT carries the data over UDP: no kernel TCP state to judge by, and the evidence says
+    # so instead of nothing.
+    for kw in ({"tcp_remote": sender()}, {}):
+        limit = judge_limit(download(transport="udp", protocol="gridftp-udt", **kw), PATH)
+        assert limit is not None and limit.reason == "" and limit.evidence == NO_TCP_STATE
 
 
 def test_without_a_baseline_the_kernel_counters_still_judge() -> None:
@@ -555,6 +568,8 @@ def test_a_data_phase_stretched_by_waits_for_a_cpu_is_not_startup() -> None:
 
     limit = judge_limit(took(1.2), PATH)
     assert limit is not None and limit.reason == "link_capacity", limit
-    # Without those waits, 1.6 s of 4.4 s below the steady rate is the start's.
+    # Without those waits, 1.6 s of 4.4 s below the steady rate is still not the start's:
+    # slow start moves 64 MiB in at most log2(64 MiB / 10 segments) + 4 = 16 round trips,
+    # 0.65 s on this 40 ms path.  The steady phase's limit stands.
     limit = judge_limit(took(0.01), PATH)
-    assert limit is not None and limit.reason == "startup", limit
+    assert limit is not None and limit.reason == "link_capacity", limit

@@ -5,7 +5,7 @@ the BDP, the retransmissions, the progress over time, the programs' waits."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from bigbinf.judge.words import human_bytes, human_rate
 from bigbinf.result import PathBaseline, Result
@@ -13,6 +13,10 @@ from bigbinf.result import PathBaseline, Result
 CEILING_SHARE = 0.9  # a buffer this close to its sysctl maximum has reached it
 SHORT_RTTS = 20  # a data phase of fewer round trips than this is slow start, not a steady rate
 SHORT_BDPS = 16  # ... where that cannot be told: a file of fewer BDPs than this
+# A transfer's average above this share of the path's estimate (as wire rates) proves the
+# estimate wrong: no path carries more than it can.  The margin covers what the average
+# can overstate (a short file inside a policer's bucket, the capture's span).
+STALE_SHARE = 1.2
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,39 @@ class Inputs:
     segments: int
     loss_source: str
     probe_loss: str  # "x% of N probes" where the round's probe lost any, else ""
+    # How the remote was seen as the transfer ran, and this host's waits for a CPU
+    # (result.py: Result.remote_view, Result.host_busy); {} = not seen, not measured.
+    remote_view: Mapping[str, float] = field(default_factory=dict)
+    host_busy: Mapping[str, float] = field(default_factory=dict)
+    # Where the path's estimate was proven stale by this transfer's own rate: what it said
+    # and how to renew it (then `bandwidth` is None: nothing is judged against it).
+    stale_estimate: str = ""
+    remote: str = ""  # the remote's name in the configuration
+
+    @property
+    def mss(self) -> float:
+        """The sender's segment size (1448: a 1500-byte MTU with timestamps, where unread)."""
+        return self.sender.get("mss_bytes") or self.receiver.get("mss_bytes") or 1448.0
+
+    @property
+    def sending_samples(self) -> float | None:
+        """How many listings of the sending side saw it move data (None: not counted, a
+        journal from before the count).  A remote sender's listings are also counted by
+        the remote view; the fewer of the two is what the verdict stands on."""
+        counts = [v for v in (self.sender.get("sending_samples"),) if v is not None]
+        if self.sender_side == "remote" and "listings_received" in self.remote_view:
+            counts.append(self.remote_view["listings_received"])
+        return min(counts) if counts else None
+
+    @property
+    def remote_programs_seen(self) -> bool:
+        """Whether the remote's programs were seen doing the work: the remote view's count
+        where it made one; else (a journal or a remote without the view) any remote program
+        the samples named.  Unseen, nothing is said of the remote's programs, and nothing
+        on this host stands in for them."""
+        if "programs_seen" in self.remote_view:
+            return self.remote_view["programs_seen"] > 0
+        return any(name.startswith("remote ") for name in self.programs)
 
     @classmethod
     def of(cls, r: Result, baseline: PathBaseline | None) -> Inputs:
@@ -107,6 +144,36 @@ class Inputs:
             probe_loss=f"{baseline.loss_ratio:.1%} of {baseline.probes_sent} probes lost"
             if baseline and baseline.probes_sent and baseline.probes_answered < baseline.probes_sent
             else "",
+            remote_view=r.remote_view,
+            host_busy=r.host_busy,
+            remote=r.remote,
+        )._checked_estimate(source)
+
+    def _checked_estimate(self, source: str) -> Inputs:
+        """These inputs with the path's estimate dropped where the transfer's own average
+        ran above it (STALE_SHARE): a rate above the estimate proves the estimate stale,
+        never the path full.  The BDP becomes what this rate proves at least."""
+        share = self.path_share(self.rate)
+        if share is None or share <= STALE_SHARE or not self.bandwidth:
+            return self
+        renew = {
+            "iperf3": "the next round's probe measures it again (iperf3); if it stays low, the probe's own "
+            "buffers hold it (`advise`)",
+            "configured": f"correct remotes.{self.remote or 'NAME'}.bandwidth in the configuration",
+            "lab": "the lab's link rate is not what this path gives: check lab.link.rate",
+        }.get(source, "re-measure it")
+        said = (
+            f"the path's estimate {human_rate(self.bandwidth)} ({source or 'unknown source'}) is stale: this transfer "
+            f"ran at {human_rate(self.rate * self.wire_factor)} on the wire, {share:.0%} of it, and no path carries "
+            "more than it can; nothing is judged against it"
+        )
+        floor = self.rate * self.wire_factor * self.rtt if self.rtt else None
+        return replace(
+            self,
+            bandwidth=None,
+            bandwidth_note="the path's estimate is stale",
+            bdp=max(self.bdp or 0.0, floor or 0.0) or None,
+            stale_estimate=f"{said} ({renew})",
         )
 
     def path_share(self, rate: float) -> float | None:
@@ -145,9 +212,15 @@ class Inputs:
         """Whether the data moved in fewer than SHORT_RTTS round trips (slow start needs
         about log2(BDP / initial window) of them to fill a path: 6 for 1 MB), or, where
         the data phase or the RTT is unknown, the file was under SHORT_BDPS BDPs."""
-        if self.rtt and self.data_start is not None and self.data_end is not None:
+        if self.rtt and self.phase_measured:
             return self.span < SHORT_RTTS * self.rtt
         return bool(self.bdp) and self.file_bytes < SHORT_BDPS * (self.bdp or 0.0)
+
+    @property
+    def phase_measured(self) -> bool:
+        """Whether the listings saw the data phase begin and end apart (a one-point progress
+        series, all of a short file moved between two listings, says neither)."""
+        return self.data_start is not None and self.data_end is not None and self.data_end > self.data_start
 
     @property
     def span(self) -> float:

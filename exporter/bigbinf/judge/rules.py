@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bigbinf.judge import vetoes
 from bigbinf.judge.inputs import Inputs
 from bigbinf.judge.words import host_name, human_bytes, human_rate
 
@@ -52,7 +53,7 @@ CPU_SHARE = 0.9  # of a program's life on a core or queued for one: it could not
 CPU_EXPLAINS = 0.5  # ... and this much explains a sender with nothing to send
 BACKLOG_SHARE = 0.5  # a sender with unsent data in fewer of its samples had nothing to send
 DISK_SHARE = 0.3  # of a program's samples waiting on storage
-IDLE_SHARE = 0.6  # data in flight for less than this share of the transfer: the sender was idle
+IDLE_SHARE = vetoes.IDLE_SHARE  # data in flight for less than this share of the transfer: the sender was idle
 STARTUP_SHARE = 0.2  # of the transfer's time lost below its steady rate
 BULK_SHARE = 0.5  # a program that lived this share of the transfer did its bulk work
 STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
@@ -65,11 +66,14 @@ class Limit:
     side: str = ""  # local | remote (this host, the remote host) | path | ""
     next_step: str = ""  # what to do about it, concretely (`advise` adds the sysctl lines)
     program: str = ""  # cpu, disk: the program named
+    detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it
     reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
 
 
 def steady_limit(i: Inputs) -> Limit:
-    """The limit of the transfer's steady phase (rules 1-7 of the module docstring)."""
+    """The limit of the transfer's steady phase (the rules of the module docstring, in
+    their order); where none holds, the empty verdict with what was seen and what each
+    veto withheld."""
     # Never below the average over the packet span: slow start and gaps only lower that.
     # The listings' fit can be (a few sparse listings, each late by its wait for a CPU:
     # a full 200 Mbit/s link fitted at under 90% of it beside two CPU burners).
@@ -80,13 +84,21 @@ def steady_limit(i: Inputs) -> Limit:
     # the buffer rules below may call the link full.
     if link and i.bandwidth_note != "iperf3":
         return link
+    # The remote's programs are judged only where they were seen doing the work.
+    sides = ("local", "remote") if i.remote_programs_seen else ("local",)
     # A program on a core or queued for one nearly all its life could not have gone
     # faster, whatever TCP shows.  (Waiting on storage counts only where TCP shows that it
     # mattered, below: a writer in the kernel's I/O wait now and then is not the limit of
     # a transfer the network holds back.)
-    program = _program_limit(i, CPU_SHARE, "", rate_words, disk=False)
+    program = _program_limit(i, CPU_SHARE, "", rate_words, sides=sides, disk=False)
     if program:
         return program
+    # A remote too starved of CPU to answer its own listings cannot have kept up with the
+    # transfer either (its listings and its programs wait for the same CPU).
+    starved = vetoes.starved_remote(i)
+    if starved:
+        return Limit("cpu", f"{starved}; {rate_words}", "remote", program=_remote_program(i), detail="starved")
+    withheld: list[str] = []
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
     rwnd = sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
@@ -99,8 +111,14 @@ def steady_limit(i: Inputs) -> Limit:
             f"{window}, but the receiver's queue stood {behind:.0%} full: its program reads slower than the "
             "network delivers"
         )
-        return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=(i.receiver_side,), fed=True) or Limit(
-            "application", f"{why}; {rate_words}", i.receiver_side
+        if i.receiver_side == "local" or i.remote_programs_seen:
+            receiving = tuple(s for s in sides if s == i.receiver_side)
+            return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True) or Limit(
+                "application", f"{why}; {rate_words}", i.receiver_side
+            )
+        withheld.append(
+            f"not application on the remote ({why}): the remote's programs could not be seen, so its writer's "
+            "disk or CPU cannot be ruled out"
         )
     lossy = bool(sender) and i.loss >= LOSS_SHARE
     # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
@@ -110,7 +128,7 @@ def steady_limit(i: Inputs) -> Limit:
     snd_ceiling = i.ceilings["tcp_wmem"] if not lossy else ""
     receive_limited = rwnd >= LIMITED_SHARE or bool(rcv_ceiling)
     send_limited = sndbuf >= LIMITED_SHARE or bool(snd_ceiling)
-    if receive_limited and (not send_limited or rwnd >= sndbuf):
+    if receive_limited and (not send_limited or rwnd >= sndbuf) and not withheld:
         said = [window if rwnd >= LIMITED_SHARE else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
         return Limit("receive_window", "; ".join([*filter(None, said), rate_words]), i.receiver_side)
     if send_limited:
@@ -119,26 +137,89 @@ def steady_limit(i: Inputs) -> Limit:
         return Limit("send_buffer", "; ".join([*filter(None, said), rate_words]), i.sender_side)
     if link:
         return link
+    # Loss that kept the sender repairing a hole in every round trip explains a sender that
+    # looks idle (notsent 0, little in flight): congestion, before any idleness is read.
+    in_flight = _in_flight(sender, i, streams)
+    recovery = vetoes.in_recovery(i, in_flight) if sender else ""
+    if recovery:
+        return Limit("congestion", f"{recovery}; {rate_words}", "path")
     idle = _sender_idle(sender, i, streams)
     if idle:
         # The sender had nothing to send.  Its own program, or (ssh, whose channel window
-        # the receiving end opens) the receiving one: the one on a core or queued for one
-        # most of its life is why; else the program chose its pace (a throttle).
-        return _program_limit(i, CPU_EXPLAINS, idle, rate_words) or Limit(
-            "application",
-            f"{idle}: its program sent no faster (a throttle, or a program that does not keep up); "
-            f"steady rate {human_rate(steady)}{i.share_of_path(steady)}",
-            i.sender_side,
-        )
+        # the receiving end opens) the receiving one: the one seen on a core or queued for
+        # one most of its life, or on storage, is why; else the program chose its pace,
+        # where nothing stands against that (vetoes.application_veto).
+        program = _program_limit(i, CPU_EXPLAINS, idle, rate_words, sides=sides)
+        if program:
+            return program
+        veto = vetoes.application_veto(i)
+        if not veto:
+            return Limit(
+                "application",
+                f"{idle}: its program sent no faster (a throttle, or a program that does not keep up); "
+                f"steady rate {human_rate(steady)}{i.share_of_path(steady)}",
+                i.sender_side,
+            )
+        withheld.append(f"not application ({idle}): {veto}")
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
         return Limit("congestion", f"{i.loss_words()}; {rate_words}", "path")
+    busy_host = vetoes.busy_host(i)
+    if busy_host:
+        return Limit("busy_host", f"{busy_host}; {rate_words}", "local")
     if not sender:
         # The sender (a download's remote) could not be asked: its limits cannot be ruled
         # out, so naming one would be a guess.
-        return Limit("", f"the sender's TCP state is unknown; {rate_words}")
-    in_flight = _in_flight(sender, i, streams)
+        return Limit("", "; ".join([f"the sender's TCP state is unknown; {rate_words}", *withheld]))
+    shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if not withheld else None
+    if shared:
+        return shared
     flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
-    return Limit("", f"no limit found: {flight}{rate_words}")
+    return Limit("", "; ".join([f"no limit found: {flight}{rate_words}", *withheld]))
+
+
+def _shared_path(
+    i: Inputs, steady: float, in_flight: float | None, rwnd: float, sndbuf: float, streams: int
+) -> Limit | None:
+    """shared_path: a sender network-limited below the path's estimate, positively seen:
+    data in flight most of the data phase, a backlog of unsent data, no loss and no window
+    or buffer limit, yet the rate below LINK_SHARE of the path.  What holds it is on the
+    path and not this transfer's: another flow on the bottleneck, or an estimate that is
+    no longer the path's."""
+    share = i.path_share(steady)
+    backlog = i.sender.get("sender_backlog_ratio")
+    if (
+        share is None
+        or share >= LINK_SHARE
+        or in_flight is None
+        or in_flight < IDLE_SHARE
+        or backlog is None
+        or backlog < BACKLOG_SHARE
+        or i.loss >= LOSS_SHARE
+        or rwnd >= LIMITED_SHARE
+        or sndbuf >= LIMITED_SHARE
+    ):
+        return None
+    samples = i.sending_samples
+    if samples is not None and samples < vetoes.MIN_SENDER_SAMPLES:
+        return None
+    busiest = " (its busiest stream)" if streams > 1 else ""
+    return Limit(
+        "shared_path",
+        f"the sender had data in flight {in_flight:.0%} of the {i.span:.1f} s data phase{busiest} and unsent data "
+        f"in {backlog:.0%} of its samples, with {i.loss_words() or 'no retransmission counted'}, limited by the "
+        f"receive window {rwnd:.0%} and its send buffer {sndbuf:.0%} of its busy time, yet its steady rate was "
+        f"{human_rate(steady)}{i.share_of_path(steady)}: the path gave it {1 - share:.0%} less than its estimate "
+        "(another flow on the bottleneck, cross traffic, or an estimate no longer the path's)",
+        "path",
+    )
+
+
+def _remote_program(i: Inputs) -> str:
+    """The remote program that did the most work, by its samples' seconds ("the remote's
+    programs" where none was seen)."""
+    remote = [(v.get("cpu_seconds", 0.0), name.partition(" ")[2]) for name, v in i.programs.items()]
+    remote = [(cpu, name) for cpu, name in remote if name and f"remote {name}" in i.programs]
+    return max(remote)[1] if remote else "the remote's programs"
 
 
 def _sender_idle(sender: Mapping[str, float], i: Inputs, streams: int) -> str:
@@ -223,18 +304,21 @@ def _link(i: Inputs, steady: float) -> Limit | None:
     )
 
 
-def startup(i: Inputs, steady_limit: Limit) -> Limit | None:
+def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     """startup, where the time lost below the steady rate (set-up, slow start) is at least
-    STARTUP_SHARE of the transfer and more than the steady phase's own limit cost."""
+    STARTUP_SHARE of the transfer and more than the steady phase's own limit cost; and,
+    where it is not, why, if the physics withheld it ("" otherwise).  Only what the
+    physics allows counts: a set-up of at most vetoes.setup_seconds and a slow start of at
+    most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
-        return None  # with loss, a slow ramp is the loss's doing: congestion says so
+        return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
     steady, measured = i.steady_fit, True
     if i.bandwidth and i.short:
         # Too short for a steady rate to show (what the listings saw was slow start): the
         # path's rate (as data) stands in for it.
         steady, measured = i.bandwidth / i.wire_factor, False
     if not steady or steady <= i.rate:
-        return None
+        return None, ""
     lost = i.duration - i.file_bytes / steady
     setup = max(0.0, i.data_start) if i.data_start is not None else None
     # Time spent queued for a core is the host's business, not the start's: a larger file
@@ -242,27 +326,37 @@ def startup(i: Inputs, steady_limit: Limit) -> Limit | None:
     # (the longest any one program waited then: a slow start stretched to 1.59 s of 4.39 s
     # beside CPU burners, on a path where it takes a tenth of a second).
     queued = min(setup, i.setup_queued) if setup is not None else 0.0
-    if lost - queued - i.data_queued < STARTUP_SHARE * i.duration:
-        return None
-    if steady_limit.reason in ("cpu", "disk") and measured:
-        # A program's own pace: the steady rate is not the network's.  (Over in a few
-        # round trips, what kept a program busy was its set-up: ssh's key exchange.)
-        return None
+    tail = max(0.0, i.duration - i.data_end) if i.data_end is not None else 0.0
+    ramp = lost - (setup or 0.0) - tail
+    # What the physics allows each part: the rest is not startup.
+    setup_most, ramp_most = vetoes.setup_seconds(i), vetoes.slow_start_seconds(i)
+    slow_setup = max(0.0, (setup or 0.0) - queued - setup_most) if setup_most is not None else 0.0
+    slow_ramp = max(0.0, ramp - i.data_queued - ramp_most) if ramp_most is not None else 0.0
+    cost = lost - queued - i.data_queued - slow_setup - slow_ramp
+    beyond = _beyond_words(i, slow_setup, slow_ramp, setup_most, ramp_most)
+    if cost < STARTUP_SHARE * i.duration:
+        if beyond and lost - queued - i.data_queued >= STARTUP_SHARE * i.duration:
+            return None, f"not startup: {beyond}"
+        return None, ""
+    if steady_limit.reason in ("cpu", "disk", "busy_host") and measured:
+        # A program's own pace, or a busy host's: the steady rate is not the network's.
+        # (Over in a few round trips, what kept a program busy was its set-up: ssh's
+        # key exchange.)
+        return None, ""
     if steady_limit.reason and steady_limit.reason != "link_capacity":
         # The steady phase's own limit cost file/steady - file/bandwidth; unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
         steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
-        if steady_cost >= lost - queued - i.data_queued:
-            return None
+        if steady_cost >= cost:
+            return None, ""
     waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
     parts = [f"connection set-up {setup:.2f} s before the first data{waited}" if setup is not None else ""]
-    ramp = lost - (setup or 0.0) - (max(0.0, i.duration - i.data_end) if i.data_end is not None else 0.0)
     if ramp >= 0.01:
         stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
         parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
     # A file averages within 10% of the steady rate when the lost time is a tenth of it:
     # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
-    reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * lost
+    reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * (cost + queued + i.data_queued)
     then = (
         f"; its steady phase was limited by {steady_limit.reason}"
         if measured and steady_limit.reason not in ("", "link_capacity")
@@ -280,10 +374,31 @@ def startup(i: Inputs, steady_limit: Limit) -> Limit | None:
         seen + f", but {' and '.join(filter(None, parts)) or 'the start'} cost {lost:.2f} s of the {i.duration:.2f} s "
         f"transfer (its average {human_rate(i.rate)} is {i.rate / steady:.0%} of the "
         f"{'steady rate' if measured else 'path'}); files of at least "
-        f"{human_bytes(reach)} would average within 10% of it{then}",
+        f"{human_bytes(reach)} would average within 10% of it{then}" + (f"; but {beyond}" if beyond else ""),
         "path",
         reach_bytes=reach,
-    )
+    ), ""
+
+
+def _beyond_words(
+    i: Inputs, slow_setup: float, slow_ramp: float, setup_most: float | None, ramp_most: float | None
+) -> str:
+    """The start's time beyond what the physics allows it, in words ("" if none worth saying)."""
+    said = []
+    rtt = i.rtt or 0.0
+    if slow_setup >= 0.01 and setup_most is not None:
+        said.append(
+            f"{slow_setup:.2f} s of the set-up beyond the {setup_most:.2f} s a protocol's set-up takes on this path "
+            f"({vetoes.SETUP_RTTS} round trips of {rtt * 1000:.1f} ms and {vetoes.SETUP_HOST_SECONDS:.1f} s on the "
+            "hosts): set-up slow on a host (a slow login or name lookup, a busy or starved host)"
+        )
+    if slow_ramp >= 0.01 and ramp_most is not None:
+        said.append(
+            f"{slow_ramp:.2f} s of the ramp-up beyond the {ramp_most:.2f} s slow start of "
+            f"{human_bytes(i.file_bytes)} takes ({ramp_most / rtt if rtt else 0:.0f} round trips): not slow start "
+            "but a sender or receiver that started slowly (a starved remote, a busy host, a program's own pace)"
+        )
+    return "; ".join(said)
 
 
 def _asleep(program: Mapping[str, float]) -> float:

@@ -43,7 +43,25 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
             f"larger files (at least {human_bytes(limit.reach_bytes)}), or many files over one persistent "
             "connection (ssh ControlMaster, GridFTP -pp, HTTP keep-alive, rsync of a whole tree)"
         )
+    if limit.reason == "busy_host":
+        return (
+            "this host's CPUs were wanted elsewhere: run the transfers on a less busy host, at quieter times, or "
+            "with fewer programs beside them; the run is left out of the regression test's baselines and "
+            "plan-move's model (judge.verdict.leaves_out_of_baselines)"
+        )
+    if limit.reason == "shared_path":
+        return (
+            "the path gave less than its estimate with nothing of this transfer holding it: look for other "
+            "traffic on the bottleneck (its operator's counters, the same hours on other days) and re-measure "
+            "the path's estimate; more parallel streams take a larger share of a shared bottleneck"
+        )
     program = limit.program
+    if limit.reason == "cpu" and limit.detail == "starved":
+        return (
+            f"the remote's programs ({program}) waited for a CPU: lift the CPU quota of their cgroup (cpu.max, "
+            "cpu.cfs_quota_us; sshd's children inherit its own) or move the load off the remote; its listings "
+            "will be on time again when it has the CPU"
+        )
     if limit.reason == "cpu":
         if program in SSH_PROGRAMS:
             return (
@@ -65,4 +83,6 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
             f"the sending program sent at {human_rate(steady)} ({host}): a rate limit (nginx limit_rate, "
             "--limit-rate, a QoS policy) or a program that does not keep up; lift it there"
         )
+    if not limit.reason and i.stale_estimate:
+        return "re-measure the path's estimate, then judge again: " + i.stale_estimate.rpartition("(")[2].rstrip(")")
     return ""
