@@ -57,6 +57,7 @@ class Inputs:
     # Where the path's estimate was proven stale by this transfer's own rate: what it said
     # and how to renew it (then `bandwidth` is None: nothing is judged against it).
     stale_estimate: str = ""
+    stale_renew: str = ""  # ... and how to renew it
     remote: str = ""  # the remote's name in the configuration
 
     @property
@@ -98,7 +99,13 @@ class Inputs:
             note = "the path's capacity is unknown (no bandwidth configured, no iperf3 test)"
         bdp = baseline.bdp_bytes if baseline else None
         cap = r.tcp_buffer_max_bytes
-        progress = r.tcp_local if "steady_rate_bytes_per_second" in r.tcp_local else r.tcp_remote
+        # The side whose listings timed the progress: the one with a steady rate, else the
+        # one that saw the data start (a one-point series has no steady rate, but its
+        # first data still ends the set-up).
+        sides = (r.tcp_local, r.tcp_remote)
+        progress = next((t for t in sides if "steady_rate_bytes_per_second" in t), None) or next(
+            (t for t in sides if "data_start_seconds" in t), r.tcp_remote
+        )
         retransmits, segments, counted = _loss(r, r.sender_tcp)
         wire, payload = (
             (r.wire_bytes_down, r.payload_bytes_down)
@@ -174,6 +181,7 @@ class Inputs:
             bandwidth_note="the path's estimate is stale",
             bdp=max(self.bdp or 0.0, floor or 0.0) or None,
             stale_estimate=f"{said} ({renew})",
+            stale_renew=renew,
         )
 
     def path_share(self, rate: float) -> float | None:

@@ -334,6 +334,11 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     slow_ramp = max(0.0, ramp - i.data_queued - ramp_most) if ramp_most is not None else 0.0
     cost = lost - queued - i.data_queued - slow_setup - slow_ramp
     beyond = _beyond_words(i, slow_setup, slow_ramp, setup_most, ramp_most)
+    host = (vetoes.busy_host(i) or vetoes.starved_remote(i)) if beyond else ""
+    if host:
+        # A start longer than the physics allows, on a host seen busy or a remote seen
+        # starved: how much of even the allowed part was theirs is unknown.  Not startup.
+        return None, f"not startup: {beyond}; {host}"
     if cost < STARTUP_SHARE * i.duration:
         if beyond and lost - queued - i.data_queued >= STARTUP_SHARE * i.duration:
             return None, f"not startup: {beyond}"
@@ -353,7 +358,11 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     parts = [f"connection set-up {setup:.2f} s before the first data{waited}" if setup is not None else ""]
     if ramp >= 0.01:
         stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
-        parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
+        # Slow start is named only for what it can have taken (vetoes.slow_start_seconds).
+        if slow_ramp < 0.01:
+            parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
+        else:
+            parts.append(f"the ramp-up to it {ramp:.2f} s{stretched}, slow start at most {ramp_most:.2f} s of it")
     # A file averages within 10% of the steady rate when the lost time is a tenth of it:
     # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
     reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * (cost + queued + i.data_queued)

@@ -84,5 +84,5 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
             "--limit-rate, a QoS policy) or a program that does not keep up; lift it there"
         )
     if not limit.reason and i.stale_estimate:
-        return "re-measure the path's estimate, then judge again: " + i.stale_estimate.rpartition("(")[2].rstrip(")")
+        return f"re-measure the path's estimate, then judge again: {i.stale_renew}"
     return ""

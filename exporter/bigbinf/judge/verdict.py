@@ -41,7 +41,7 @@ def rules_verdict(i: Inputs) -> Limit:
     start, not_startup = startup(i, steady)
     if start:
         return start
-    if not_startup and not steady.reason:
+    if not_startup:  # what was slow at the start, named beside whatever held the rest
         return replace(steady, evidence=f"{steady.evidence}; {not_startup}")
     return steady
 
