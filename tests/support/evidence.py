@@ -25,6 +25,11 @@ def _shares(text: str, *after: str) -> list[int]:
     return found
 
 
+def _path_shares(text: str) -> list[int]:
+    """Every "N% of the path's X" (Inputs.share_of_path's words)."""
+    return [int(v) for v in re.findall(r"(\d+)% of the path's", text)]
+
+
 def _pct(share: float) -> int:
     """A threshold as the evidence rounds it (":.0%")."""
     return round(share * 100)
@@ -36,7 +41,7 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
     found = []
     # Any verdict: a share of the path above what a path carries is a stale estimate, and
     # must be said so, never read as a share of a path.
-    for share in _shares(evidence, "on the wire:"):
+    for share in _path_shares(evidence):
         if share > _pct(STALE_SHARE) and "stale" not in evidence:
             found.append(f"{reason or 'no verdict'} quoting {share}% of the path without calling the estimate stale")
     if "the path is full" in evidence and reason != "link_capacity":
@@ -57,13 +62,14 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         idle_words = "unsent data in" in evidence or "data in flight" in evidence
         if "queue stood" not in evidence:  # the sender's side: its idleness is the evidence
             for share in _shares(evidence, "data in flight"):
-                if share >= _pct(rules.IDLE_SHARE) and not any(
-                    s < _pct(rules.BACKLOG_SHARE) for s in _shares(evidence, "unsent data in")
+                # Rounded (":.0%"): a share just under a threshold prints as it.
+                if share > _pct(rules.IDLE_SHARE) and not any(
+                    s <= _pct(rules.BACKLOG_SHARE) for s in _shares(evidence, "unsent data in")
                 ):
                     found.append(f"application with data in flight {share}% of the time")
             for share in _shares(evidence, "unsent data in"):
-                if share >= _pct(rules.BACKLOG_SHARE) and not any(
-                    s < _pct(rules.IDLE_SHARE) for s in _shares(evidence, "data in flight")
+                if share > _pct(rules.BACKLOG_SHARE) and not any(
+                    s <= _pct(rules.IDLE_SHARE) for s in _shares(evidence, "data in flight")
                 ):
                     found.append(f"application with unsent data in {share}% of the samples")
             for share in _shares(evidence, "app-limited in"):
@@ -78,8 +84,8 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
                 if share < _pct(rules.RECEIVER_BEHIND):
                     found.append(f"application with the receiver's queue {share}% full")
     if reason == "link_capacity":
-        shares = _shares(evidence, "on the wire:") or _shares(evidence, "steady rate")
-        for share in shares:
+        # The steady rate's share (the first said: the delivery rate's may follow).
+        for share in _path_shares(evidence)[:1]:
             if share < _pct(rules.LINK_SHARE):
                 found.append(f"link_capacity at {share}% of the path")
             if share > _pct(STALE_SHARE):
@@ -88,11 +94,12 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
             found.append("link_capacity against a stale estimate")
     if reason == "congestion" and re.search(r"(?<!\d)0 retransmitted|\(0\.00%", evidence):
         found.append("congestion without retransmissions")
-    if reason == "cpu" and "starved" not in evidence:
+    starved = evidence.startswith("the remote was starved of CPU")
+    if reason == "cpu" and not starved:
         for share in _shares(evidence, "was on a core or queued for one"):
             if share < _pct(rules.CPU_EXPLAINS):
                 found.append(f"cpu with a program runnable {share}% of its life")
-    if reason == "cpu" and "starved" in evidence and side != "remote":
+    if reason == "cpu" and starved and side != "remote":
         found.append("a starved remote named on another side")
     if reason == "disk":
         for share in _shares(evidence, "waited on storage in"):
@@ -103,8 +110,8 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         if not shares or max(shares) < _pct(vetoes.BUSY_SHARE):
             found.append(f"busy_host with waits for a CPU of {shares}%")
     if reason == "shared_path":
-        for share in _shares(evidence, "on the wire:") or _shares(evidence, "steady rate"):
-            if share >= _pct(rules.LINK_SHARE):
+        for share in _path_shares(evidence)[:1]:
+            if share > _pct(rules.LINK_SHARE):
                 found.append(f"shared_path at {share}% of the path")
         for share in _shares(evidence, "data in flight"):
             if share < _pct(rules.IDLE_SHARE):
@@ -112,9 +119,13 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         if re.search(r"\(\d+\.\d\d%, ", evidence) and not re.search(r"\(0\.0\d%, ", evidence):
             found.append("shared_path beside loss")
     if reason == "startup":
-        match = re.search(r"\(slow start\) ([\d.]+) s", evidence)
-        if match and slow_start_most is not None and float(match.group(1)) > slow_start_most + 0.01:
-            found.append(f"startup calling {match.group(1)} s slow start, more than its {slow_start_most:.2f} s")
+        # The ramp named slow start, less what it spent queued for a CPU (the host's).
+        match = re.search(r"\(slow start\) ([\d.]+) s(?: \(([\d.]+) s of it queued for a CPU\))?", evidence)
+        if match and slow_start_most is not None:
+            ramp = float(match.group(1)) - float(match.group(2) or 0.0)
+            # Said to 0.01 s, and a wait for a CPU under 0.01 s is not said.
+            if ramp > slow_start_most + 0.02:
+                found.append(f"startup calling {ramp:.2f} s slow start, more than its {slow_start_most:.2f} s")
     if reason in ("cpu", "disk", "application") and side == "remote" and "could not be seen" in evidence:
         found.append(f"{reason} on the remote, whose programs could not be seen")
     return found

@@ -359,7 +359,7 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     if ramp >= 0.01:
         stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
         # Slow start is named only for what it can have taken (vetoes.slow_start_seconds).
-        if slow_ramp < 0.01:
+        if ramp_most is None or ramp - i.data_queued <= ramp_most:
             parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
         else:
             parts.append(f"the ramp-up to it {ramp:.2f} s{stretched}, slow start at most {ramp_most:.2f} s of it")
