@@ -7,30 +7,44 @@ receive window and the send buffer, summed and per stream), the buffers both end
 against the maximum the transfer had (the host's sysctl, or its own tcp_buffer_max cap),
 the retransmissions, the progress over time (the steady rate past slow start, when data
 started and ended: measure/tcp/state.py), and the transfer's programs' CPU and storage
-waits (measure/programs.py).  The rules, in order (docs/metrics.md, "Why was it slow?"):
+waits (measure/programs.py), the remote as it was seen and this host's waits for a CPU
+(Result.remote_view, Result.host_busy).  The rules, in order (docs/metrics.md, "Why was
+it slow?"), which follows the physics: what the path allows first, then what held the
+sender, and what only shows once nothing else does last:
 
-1. cpu: a program of the transfer was on a core or queued for one for CPU_SHARE of its
-   life (ssh's cipher on one core: the case that motivated HPN-scp);
-2. disk: a program of the transfer waited on storage in DISK_SHARE of the samples;
-3. link_capacity: the steady rate (never below the transfer's average) reached
-   LINK_SHARE of the path's bandwidth (said with
-   the loss, when the sender lost more than LOSS_SHARE: a policer or a short queue);
-   never against an estimate made by iperf3 for iperf3 itself (circular);
+1. link_capacity: the steady rate (never below the transfer's average) reached
+   LINK_SHARE of the path's bandwidth (said with the loss, when the sender lost more
+   than LOSS_SHARE: a policer or a short queue); never against an estimate made by
+   iperf3 for iperf3 itself (circular), nor one the transfer outran (stale: inputs.py);
+2. cpu: a program of the transfer (on this host, or on the remote where its programs
+   were seen) was on a core or queued for one for CPU_SHARE of its life;
+3. cpu on the remote, starved: its cgroup held by its quota, or its own listings late or
+   unanswered (vetoes.starved_remote);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
-   queue stood full: its program did not read fast enough;
+   queue stood full: its program did not read fast enough (on the remote only where its
+   programs were seen);
 5. receive_window / send_buffer: the sender was limited by the window or its send buffer
    for LIMITED_SHARE of its busy time (per stream where there are several), or a buffer
    grew to its maximum and that is below the BDP (what shows where the sender cannot be
    asked, and under BBR) unless the sender's loss says otherwise;
-6. application (the sender's side), only with positive evidence: the sender had data in
-   flight for less than IDLE_SHARE of the transfer (a throttle, a program that does not
-   keep up); before congestion, so a few segments lost in slow start never outrank it;
-7. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
+6. congestion, in loss recovery: a segment lost per window while data was in flight
+   most of the time (vetoes.in_recovery): a sender repairing holes looks idle, and is not;
+7. application (the sender's side), only with positive evidence: the sender had data in
+   flight for less than IDLE_SHARE of the transfer or rarely a backlog, and no veto
+   (vetoes.application_veto: enough listings, flagged app-limited, the remote seen);
+   cpu or disk where a program seen explains it; before congestion, so a few segments
+   lost in slow start never outrank a throttle;
+8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
+9. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host);
+10. shared_path: network-limited below the path's estimate, nothing of the transfer
+    holding it (_shared_path);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
 programs spent queued for a CPU does not count, nor the longest any one of them queued in
-the data phase: a busy host's, not the start's).  Nothing else
-is a guess: with no rule met the verdict is empty and the evidence says what was seen.
+the data phase: a busy host's, not the start's; nor any time beyond what the physics
+allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds).  Nothing else is a
+guess: with no rule met the verdict is empty and the evidence says what was seen, and
+what the vetoes withheld.
 """
 
 from __future__ import annotations
