@@ -654,7 +654,7 @@ def test_a_rate_above_the_path_estimate_makes_it_stale_never_the_path_full() -> 
     assert limit is not None and limit.reason not in ("link_capacity", "shared_path"), limit
     assert "is stale" in limit.evidence and "232% of it" in limit.evidence
     assert "the path is full" not in limit.evidence + limit.next_step
-    assert "re-measure" in limit.next_step and "next round's probe" in limit.next_step
+    assert "re-measure" in limit.next_step and "the next ok iperf3 test to lab renews it" in limit.next_step
     assert text_contradictions(limit, r, stale) == []
     # A policer's drops with it: congestion, the estimate still called stale.
     lossy = download(

@@ -164,8 +164,10 @@ class Inputs:
         if share is None or share <= STALE_SHARE or not self.bandwidth:
             return self
         renew = {
-            "iperf3": "the next round's probe measures it again (iperf3); if it stays low, the probe's own "
-            "buffers hold it (`advise`)",
+            # The judge measures nothing: an iperf3 estimate is the last ok iperf3 test's own
+            # report (service/rounds.py), renewed only when one runs again.
+            "iperf3": f"the next ok iperf3 test to {self.remote or 'this remote'} renews it: schedule one if "
+            "none runs; if it stays low, its own buffers hold it (`advise`)",
             "configured": f"correct remotes.{self.remote or 'NAME'}.bandwidth in the configuration",
             "lab": "the lab's link rate is not what this path gives: check lab.link.rate",
         }.get(source, "re-measure it")

@@ -231,8 +231,11 @@ def _shared_path(
 def _remote_program(i: Inputs) -> str:
     """The remote program that did the most work, by its samples' seconds ("the remote's
     programs" where none was seen)."""
-    remote = [(v.get("cpu_seconds", 0.0), name.partition(" ")[2]) for name, v in i.programs.items()]
-    remote = [(cpu, name) for cpu, name in remote if name and f"remote {name}" in i.programs]
+    remote = [
+        (v.get("cpu_seconds", 0.0), label[len("remote ") :])
+        for label, v in i.programs.items()
+        if label.startswith("remote ")
+    ]
     return max(remote)[1] if remote else "the remote's programs"
 
 
