@@ -877,3 +877,25 @@ def test_new_reasons_are_at_the_end_of_limits() -> None:
         "receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu", "disk"
     )  # fmt: skip
     assert LIMITS[8:] == ("busy_host", "shared_path")
+
+
+def test_a_starved_remote_program_seen_is_named_with_its_quota() -> None:
+    # The remote's sshd seen, on a core or queued for one 97% of its life, its cgroup
+    # throttled 80% of the transfer: the quota, not ssh's cipher, is the next step.
+    sshd = {"seconds": 19.0, "cpu_share": 0.05, "runnable_share": 0.97, "io_wait_share": 0.0, "samples": 40.0}
+    r = download(
+        protocol="scp",
+        remote_view={**SEEN, "cpu_throttled_share": 0.8},
+        programs={"remote sshd": sshd},
+        tcp_remote=sender(busy_seconds=6.0),
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side, limit.program) == ("cpu", "remote", "sshd"), limit
+    assert "held by its CPU quota 80%" in limit.evidence and "CPU quota" in limit.next_step
+
+
+def test_a_remote_that_answered_no_listing_is_not_called_starved() -> None:
+    # None answered: a remote that cannot be asked looks the same; not a verdict on it.
+    r = starved_scp_download({"listings_expected": 110.0, "listings_received": 0.0})
+    limit = judge_limit(r, PATH10)
+    assert limit is not None and limit.reason != "cpu", limit

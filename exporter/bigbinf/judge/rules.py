@@ -50,7 +50,7 @@ what the vetoes withheld.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bigbinf.judge import vetoes
 from bigbinf.judge.inputs import Inputs
@@ -105,11 +105,14 @@ def steady_limit(i: Inputs) -> Limit:
     # mattered, below: a writer in the kernel's I/O wait now and then is not the limit of
     # a transfer the network holds back.)
     program = _program_limit(i, CPU_SHARE, "", rate_words, sides=sides, disk=False)
+    starved = vetoes.starved_remote(i)
+    if program and program.side == "remote" and starved:
+        # A remote program short of CPU on a remote seen starved: its quota, not its cipher.
+        return replace(program, evidence=f"{program.evidence}; {starved}", detail="starved")
     if program:
         return program
     # A remote too starved of CPU to answer its own listings cannot have kept up with the
     # transfer either (its listings and its programs wait for the same CPU).
-    starved = vetoes.starved_remote(i)
     if starved:
         return Limit("cpu", f"{starved}; {rate_words}", "remote", program=_remote_program(i), detail="starved")
     withheld: list[str] = []

@@ -143,7 +143,9 @@ def starved_remote(i: Inputs) -> str:
     late = view.get("listing_late_max_seconds")
     if late is not None and late >= max(LATE_SECONDS, LATE_SHARE * i.duration):
         said.append(f"its own listings came up to {late:.1f} s late ({late / i.duration:.0%} of the transfer)")
-    if expected and expected >= MIN_LISTINGS and received is not None and received < ANSWERED_SHARE * expected:
+    # None answered at all is not counted here: a remote that cannot be asked (a broken
+    # stats_command) answers none either; its lateness, where measured, still says it.
+    if expected and expected >= MIN_LISTINGS and received and received < ANSWERED_SHARE * expected:
         said.append(f"it answered {received:.0f} of {expected:.0f} listings")
     if not said:
         return ""
