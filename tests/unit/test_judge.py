@@ -899,3 +899,26 @@ def test_a_remote_that_answered_no_listing_is_not_called_starved() -> None:
     r = starved_scp_download({"listings_expected": 110.0, "listings_received": 0.0})
     limit = judge_limit(r, PATH10)
     assert limit is not None and limit.reason != "cpu", limit
+
+
+def test_retransmitted_payload_is_not_a_rate_above_the_path() -> None:
+    # The lab's policer at 50 Mbit/s (6.25 MB/s), 16 MiB downloaded: the capture (before
+    # the policer) saw 23.4 MB of payload in 2.9 s, 4,581 of its 16,170 segments resent.
+    # What was delivered is the 16.8 MB: 5.8 MB/s, 93% of the path, never 129% or "stale".
+    policed = PathBaseline(
+        "lab", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=6.25e6, bandwidth_source="configured"
+    )
+    r = download(
+        file_bytes=16 * MiB,
+        duration_seconds=3.4,
+        first_packet_timestamp=100.0,
+        last_packet_timestamp=102.9,
+        payload_bytes_down=23_414_160,
+        packets_down=16_170,
+        retransmits_wire=4_581,
+        retransmits_sender=4_581,
+        tcp_remote=sender(busy_seconds=3.0, segs_out=16_170.0),
+    )
+    limit = judge_limit(r, policed)
+    assert limit is not None and "stale" not in limit.evidence, limit
+    assert limit.reason == "link_capacity" and "the bottleneck drops what exceeds its rate" in limit.evidence
