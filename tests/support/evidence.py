@@ -42,7 +42,7 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
     # Any verdict: a share of the path above what a path carries is a stale estimate, and
     # must be said so, never read as a share of a path.
     for share in _path_shares(evidence):
-        if share > _pct(STALE_SHARE) and "stale" not in evidence:
+        if share > _pct(STALE_SHARE) and "stale" not in evidence and "a burst above it, not sustained" not in evidence:
             found.append(f"{reason or 'no verdict'} quoting {share}% of the path without calling the estimate stale")
     if "the path is full" in evidence and reason != "link_capacity":
         found.append(f"{reason} saying the path is full")

@@ -88,10 +88,7 @@ def steady_limit(i: Inputs) -> Limit:
     """The limit of the transfer's steady phase (the rules of the module docstring, in
     their order); where none holds, the empty verdict with what was seen and what each
     veto withheld."""
-    # Never below the average over the packet span: slow start and gaps only lower that.
-    # The listings' fit can be (a few sparse listings, each late by its wait for a CPU:
-    # a full 200 Mbit/s link fitted at under 90% of it beside two CPU burners).
-    steady = max(i.steady_fit or 0.0, i.rate)
+    steady = i.steady_rate
     rate_words = f"delivery rate {human_rate(i.rate)}{i.share_of_path(i.rate)}"
     link = _link(i, steady)
     # An estimate from iperf3 can itself be held down by the hosts' buffers: then only

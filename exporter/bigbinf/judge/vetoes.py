@@ -182,7 +182,7 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
     if reason == "link_capacity":
-        share = i.path_share(max(i.steady_fit or 0.0, i.rate))
+        share = i.path_share(i.steady_rate)
         if share is None:
             return "link_capacity without a path estimate"
         if share > STALE_SHARE:
