@@ -21,9 +21,9 @@ from typing import TypeVar
 
 from bigbinf.config import Config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.judge.words import human_bytes, human_rate
 from bigbinf.measure.path.baseline import buffer_values
 from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
-from bigbinf.measure.tcp.limits import human_bytes, human_rate
 from bigbinf.measure.tcp.state import TcpStateError, read_tcp_settings
 from bigbinf.process import in_netns
 from bigbinf.regression import WEEK

@@ -49,6 +49,7 @@ from datetime import datetime
 
 import numpy as np
 
+from bigbinf.judge.verdict import leaves_out_of_baselines
 from bigbinf.result import Result
 
 HOUR = 3600.0
@@ -103,7 +104,8 @@ def command_digest(argv: Sequence[str]) -> str:
 
 def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
     """The ok runs to `remote` in `direction` that the model can use: the exporter's own
-    and tuning sweeps' (not imported 2015 results: another measure of time)."""
+    and tuning sweeps' (not imported 2015 results: another measure of time), less those a
+    busy host limited (judge.leaves_out_of_baselines)."""
     return [
         Run(
             r.protocol,
@@ -122,6 +124,7 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
         and r.source in ("exporter", "sweep")
         and r.file_bytes > 0
         and r.duration_seconds > 0
+        and not leaves_out_of_baselines(r)  # a run this host's CPU held says nothing of the move
     ]
 
 

@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from bigbinf.judge.verdict import leaves_out_of_baselines
+
 if TYPE_CHECKING:
     from bigbinf.config import Config
     from bigbinf.result import Result
@@ -544,11 +546,11 @@ def apply_event(track: Track, event: Event) -> None:
 
 def counts_in_baseline(result: Result) -> bool:
     """Whether a result is one of the series' runs for the regression test (recent, then
-    baseline): the one predicate every caller (service/rounds.py, backfill) asks, so a new
-    reason to leave runs out (e.g. a busy host's) is added here once.  The caller picks
+    baseline): the one predicate every caller (service/rounds.py, backfill, the checkpoint)
+    asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out.  The caller picks
     the source (the exporter's own runs, or an import's)."""
     x = result.throughput_bytes_per_second
-    return result.outcome == "ok" and x > 0 and math.isfinite(x)
+    return result.outcome == "ok" and x > 0 and math.isfinite(x) and not leaves_out_of_baselines(result)
 
 
 def settings_of(config: Config) -> RegressionSettings:

@@ -21,10 +21,20 @@ DIRECTIONS = ("download", "upload")
 # "up" is client -> remote, whatever the transfer direction.
 WAYS = ("down", "up")
 
-# What can limit a transfer, as judged by measure/tcp/limits.py.
-# What limited a transfer (measure/tcp/limits.py); new reasons go at the end (dashboards
+# What limited a transfer (bigbinf/judge/rules.py); new reasons go at the end (dashboards
 # number them by their place here).
-LIMITS = ("receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu", "disk")
+LIMITS = (
+    "receive_window",
+    "send_buffer",
+    "congestion",
+    "link_capacity",
+    "application",
+    "startup",
+    "cpu",
+    "disk",
+    "busy_host",  # this host's programs, capture or delay line waited for a CPU (issue 34)
+    "shared_path",  # network-limited below the path's estimate: no loss, no window (issue 34)
+)
 LIMIT_SIDES = ("local", "remote", "path")
 
 # Upper bounds (bytes) of the L4 payload-size histogram.  0 isolates pure ACKs; 1448 is
@@ -150,7 +160,7 @@ class Result(_Journaled):
     limited_by: str = ""
     limited_evidence: str = ""
     limited_side: str = ""  # where the limit is (LIMIT_SIDES): this host, the remote host, the path
-    limited_next_step: str = ""  # what to do about it (measure/tcp/limits.py's next_step)
+    limited_next_step: str = ""  # what to do about it (bigbinf/judge/steps.py)
     # The transfer's programs (measure/programs.py), per "SIDE NAME": seconds seen,
     # cpu_seconds, run_queue_seconds, cpu_share, runnable_share, io_wait_share, samples,
     # and run_queue_seconds_before_data where the listings saw the first data.

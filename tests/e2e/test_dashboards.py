@@ -70,7 +70,7 @@ PANELS_MAY_BE_EMPTY = {
     ("bigbinf-path", "Open regressions"),
 }
 # Instant targets whose latest value may be absent but which must have shown data in the
-# test's time range: with no rule met a transfer's verdict is empty (measure/tcp/limits.py),
+# test's time range: with no rule met a transfer's verdict is empty (bigbinf/judge/rules.py),
 # and beside two CPU burners the last 2 MiB scp download met none once.
 SEEN_IN_RANGE = {
     ("bigbinf-path", "Last verdict and the TCP evidence", "A"): "the last transfer's verdict may be empty",

@@ -136,7 +136,7 @@ def test_streams_fill_a_window_bound_path(streams_lab: Config) -> None:
     assert mean[2] > 1.3 * mean[1]
     assert mean[8] > 1.5 * mean[1]
     assert mean[4] > 1.5 * mean[1]
-    # One stream is bound by the capped window (the sender's tcp_info, measure/tcp/limits.py);
+    # One stream is bound by the capped window (the sender's tcp_info, bigbinf/judge/rules.py);
     # the gain flattens once the streams' windows together exceed the BDP, never above
     # the shaped rate.
     # The cap binds both buffers; the receiver's reached it (skmem rb), and that cap, not

@@ -1,6 +1,6 @@
 """The verdict's confusion matrix (issue 23): known causes induced in the lab, one at a time,
 each run through the real path (run_transfer judged against the round's probe), and what
-measure/tcp/limits.py said of it.  Shared by tests/lab/test_verdicts_*.py (three runs per
+judge/ (bigbinf.judge) said of it.  Shared by tests/lab/test_verdicts_*.py (three runs per
 cause, in CI) and benchmarks/verdict_matrix.py (the table in docs/benchmarks.md).
 
 Every cause is induced by what really causes it, never by editing a result:
@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +45,7 @@ from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import LIMITS, Result
 
+from . import evidence
 from .exporter import ROOT
 
 CURL = ["{binary}", "-sS", "--fail"]
@@ -385,39 +385,11 @@ def lab_specs(config: Config) -> list[TransferSpec]:
 
 def contradictions(r: Result) -> list[str]:
     """What in a verdict's evidence says the opposite of the verdict itself (the defects
-    issue 23 reported): a window verdict whose clock share is tiny, an application verdict
-    whose sender was in flight all the time, a link verdict below the link share..."""
-    found = []
-    evidence = r.limited_evidence
-    if r.limited_by in ("receive_window", "send_buffer"):
-        # Several streams: the rule reads their share together ("(31% of the 9.6 s they
-        # were busy together)"); the per-stream range before it may start below 30%.
-        together = re.findall(r"\((\d+)% of the [\d.]+ s they were busy together\)", evidence)
-        shares = [int(v) for v in together] or _shares(
-            evidence, "limited by the receive window", "limited by its send buffer"
-        )
-        for share in shares:
-            if share < 30:
-                found.append(f"{r.limited_by} with a clock share of {share}%")
-    if r.limited_by == "application" and "data in flight" in evidence:
-        for share in _shares(evidence, "data in flight"):
-            if share >= 60:
-                found.append(f"application with data in flight {share}% of the time")
-    if r.limited_by == "link_capacity":
-        for share in _shares(evidence, "on the wire:"):
-            if share < 90:
-                found.append(f"link_capacity at {share}% of the path")
-    if r.limited_by == "congestion" and re.search(r"(?<!\d)0 retransmitted|\(0\.00%", evidence):
-        found.append("congestion without retransmissions")
-    return found
-
-
-def _shares(text: str, *after: str) -> list[int]:
-    shares = []
-    for phrase in after:
-        for match in re.finditer(re.escape(phrase) + r"[^%]*?(\d+)%", text):
-            shares.append(int(match.group(1)))
-    return shares
+    issues 23 and 34 reported: a window verdict whose clock share is tiny, an application
+    verdict whose sender was in flight all the time or app-limited in 0% of the samples, a
+    link verdict below the link share or above the path...): each number read back from
+    the words and checked against the rule that chose the verdict (tests/support/evidence.py)."""
+    return evidence.contradictions(r.limited_by, r.limited_side, r.limited_evidence)
 
 
 def matrix_lab(make_lab: Callable[..., Config], name: str, causes: list[Cause]) -> Config:

@@ -196,3 +196,25 @@ def test_measure_has_rooms_and_they_do_not_import_upward() -> None:
         or (_in(module, ("bigbinf.measure.wire",)) and _in(m, ("bigbinf.measure.tcp", "bigbinf.measure.path")))
     )
     assert upward == []
+
+
+def test_the_judgement_has_its_own_room_apart_from_measure() -> None:
+    """judge/ (the verdict: its inputs, rules, vetoes, next steps) reads a Result and a
+    path baseline and nothing of measure/; measure/ measures, and only the transfer, the
+    step that hands its Result on to be judged, calls it."""
+    graph = import_graph()
+    assert {"bigbinf.judge.inputs", "bigbinf.judge.rules", "bigbinf.judge.steps", "bigbinf.judge.verdict"} <= set(graph)
+    judged_from_measure = sorted(
+        f"{module} -> {m}"
+        for module, imports in graph.items()
+        if _in(module, ("bigbinf.judge",))
+        for m in imports
+        if _in(m, ("bigbinf.measure", "bigbinf.service"))
+    )
+    assert judged_from_measure == []
+    callers = sorted(
+        m
+        for m, imports in graph.items()
+        if _in(m, ("bigbinf.measure",)) and any(_in(x, ("bigbinf.judge",)) for x in imports)
+    )
+    assert callers == ["bigbinf.measure.transfer"]

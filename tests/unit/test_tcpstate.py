@@ -302,6 +302,7 @@ def test_summary_of_two_parallel_streams() -> None:
         "sndbuf_max_bytes": 200_000,
         "app_limited_ratio": 2 / 5,  # B's two samples of five sender samples
         "sender_backlog_ratio": 0.0,  # no listing showed unsent data
+        "sending_samples": 2,  # listings 1 and 2 saw data move; 3 (the end) did not
         "mss_bytes": 1448,
         # Each stream on its own: A busy 2 s (a quarter of it limited by the window), B 1 s.
         "streams": 2,

@@ -23,6 +23,8 @@ from typing import Any, overload
 
 from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
+from bigbinf.judge.verdict import judge_limit
+from bigbinf.judge.words import human_bytes
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
@@ -30,7 +32,6 @@ from bigbinf.measure.pending import PendingAnalysis, PendingStore
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import BusyHost, ProgramWatch, remote_view
 from bigbinf.measure.programs import summary as program_summary
-from bigbinf.measure.tcp.limits import human_bytes, judge_limit
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
 from bigbinf.measure.undo import Undo, UndoError, UndoJournal

@@ -185,6 +185,8 @@ VERDICT_COLOURS = {
     "startup": "light-green",
     "cpu": "purple",
     "disk": "brown",
+    "busy_host": "dark-purple",
+    "shared_path": "dark-green",
 }
 VERDICT_MAPPINGS: list[ValueMapping] = [
     ValueMap(

@@ -78,6 +78,8 @@ VERDICT_COLOURS = {
     "startup": "#6d6d2a",
     "cpu": "#a1334d",
     "disk": "#5d4037",
+    "busy_host": "#c2185b",
+    "shared_path": "#00796b",
 }
 VERDICT_OTHER = "#666"
 FAILED_COLOUR = "#a11"

@@ -306,6 +306,9 @@ VALUE_KEYS = (
     # listing) with a backlog (notsent > 0): near 1 the network took less than the program
     # wrote; near 0 the program wrote less than the network would take.
     "sender_backlog_ratio",
+    # The listings in which the senders moved data (what the two ratios above and the
+    # delivery rate stand on): a verdict about the sender needs enough of them.
+    "sending_samples",
     "mss_bytes",  # of the data socket that moved the most
     # Parallel streams: the senders, and the extremes of their own busy time and of their
     # busy time's share limited by the receive window (each stream judged on its own).
@@ -446,6 +449,8 @@ def _values(
         previous.update((s.key, s) for s in listing)
     _put(values, "delivery_rate_median_bytes_per_second", statistics.median, rates)
     _put(values, "sender_backlog_ratio", statistics.fmean, backlog)
+    if rates:
+        values["sending_samples"] = float(len(rates))
     _put(values, "delivery_rate_max_bytes_per_second", max, rates)
     _put(values, "rcv_queue_ratio_avg", statistics.fmean, queue_ratios)
     flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]

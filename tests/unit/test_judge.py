@@ -3,6 +3,7 @@ tests/lab/test_why_slow.py proves each verdict on real transfers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -12,8 +13,13 @@ from bigbinf.advice import buffer_changes, target_buffer
 from bigbinf.cli import format_paths, main
 from bigbinf.config import ConfigError, parse_config
 from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.measure.tcp.limits import judge_limit
-from bigbinf.result import PathBaseline, Result
+from bigbinf.judge import vetoes
+from bigbinf.judge.inputs import Inputs
+from bigbinf.judge.rules import Limit
+from bigbinf.judge.verdict import NO_TCP_STATE, judge_limit, leaves_out_of_baselines
+from bigbinf.result import LIMITS, PathBaseline, Result
+
+from ..support import evidence
 
 MiB = 1 << 20
 PATH = PathBaseline("lab", 0.0, rtt_min_seconds=0.04, bandwidth_bytes_per_second=25e6, bandwidth_source="lab")
@@ -31,8 +37,14 @@ CAPPED = PathBaseline(
 )
 
 
+# The remote seen as it ran (Result.remote_view): every listing answered on time, its
+# programs found.  The tests of a remote not seen say so.
+SEEN = {"listings_expected": 100.0, "listings_received": 100.0, "listing_late_max_seconds": 0.05, "programs_seen": 1.0}
+
+
 def download(**kw: object) -> Result:
     values: dict = {
+        "remote_view": SEEN,
         "protocol": "http",
         "remote": "lab",
         "dataset": "f64m",
@@ -283,12 +295,19 @@ def test_iperf3_is_never_judged_against_its_own_estimate() -> None:
     "kw",
     [
         {"outcome": "failed", "tcp_remote": sender()},
-        {"transport": "udp", "tcp_remote": sender()},
         {},  # no TCP state from either end
     ],
 )
 def test_nothing_to_judge(kw: dict) -> None:
     assert judge_limit(download(**kw), PATH) is None
+
+
+def test_a_udp_transfer_says_it_is_not_judged() -> None:
+    # UDT carries the data over UDP: no kernel TCP state to judge by, and the evidence says
+    # so instead of nothing.
+    for kw in ({"tcp_remote": sender()}, {}):
+        limit = judge_limit(download(transport="udp", protocol="gridftp-udt", **kw), PATH)
+        assert limit is not None and limit.reason == "" and limit.evidence == NO_TCP_STATE
 
 
 def test_without_a_baseline_the_kernel_counters_still_judge() -> None:
@@ -555,6 +574,345 @@ def test_a_data_phase_stretched_by_waits_for_a_cpu_is_not_startup() -> None:
 
     limit = judge_limit(took(1.2), PATH)
     assert limit is not None and limit.reason == "link_capacity", limit
-    # Without those waits, 1.6 s of 4.4 s below the steady rate is the start's.
+    # Without those waits, 1.6 s of 4.4 s below the steady rate is still not the start's:
+    # slow start moves 64 MiB in at most log2(64 MiB / 10 segments) + 4 = 16 round trips,
+    # 0.65 s on this 40 ms path.  The steady phase's limit stands.
     limit = judge_limit(took(0.01), PATH)
+    assert limit is not None and limit.reason == "link_capacity", limit
+
+
+# ---------------------------------------------------------------- issue 34: the numbers an
+# independent site measured, each a verdict that did not hold there.
+
+# 100 Mbit/s paths: 10 ms (the starved sshd), 80 ms (the short queue, the 1 MiB upload).
+PATH10 = PathBaseline("site", 0.0, rtt_min_seconds=0.01, bandwidth_bytes_per_second=12.5e6, bandwidth_source="iperf3")
+PATH80 = PathBaseline("site", 0.0, rtt_min_seconds=0.08, bandwidth_bytes_per_second=12.5e6, bandwidth_source="iperf3")
+PATH20 = PathBaseline("site", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=25e6, bandwidth_source="lab")
+
+
+def text_contradictions(limit: Limit, r: Result, baseline: PathBaseline | None) -> list[str]:
+    return evidence.contradictions(
+        limit.reason, limit.side, limit.evidence, vetoes.slow_start_seconds(Inputs.of(r, baseline))
+    )
+
+
+def starved_scp_download(remote_view: dict[str, float]) -> Result:
+    """8 MiB by scp from a remote whose sshd was held to 5% of a core: 11 s on a 10 ms
+    path, the first data after 0.3 s, the listings' steady rate 5 MB/s over the last half:
+    9.3 s lost below it, of which the data phase's ramp was 8.9 s (~900 round trips)."""
+    return download(
+        protocol="scp",
+        file_bytes=8 * MiB,
+        duration_seconds=11.0,
+        remote_view=remote_view,
+        programs={},
+        tcp_local={"data_start_seconds": 0.3, "data_end_seconds": 10.9, "steady_rate_bytes_per_second": 5e6},
+    )
+
+
+def test_nine_seconds_of_slow_start_on_a_10_ms_path_is_never_startup() -> None:
+    # The remote's listings came late or not at all: the remote is starved, said with how late.
+    late = {
+        "listings_expected": 110.0,
+        "listings_received": 12.0,
+        "listing_late_max_seconds": 4.2,
+        "programs_seen": 0.0,
+    }
+    r = starved_scp_download(late)
+    limit = judge_limit(r, PATH10)
+    assert limit is not None and (limit.reason, limit.side) == ("cpu", "remote"), limit
+    assert "starved" in limit.evidence and "4.2 s late" in limit.evidence and "answered 12 of 110" in limit.evidence
+    assert "CPU quota" in limit.next_step and "cipher" not in limit.next_step
+    assert text_contradictions(limit, r, PATH10) == []
+    # Its cgroup's throttling says the same, even with every listing on time.
+    quota = {**SEEN, "cpu_throttled_share": 0.93}
+    limit = judge_limit(starved_scp_download(quota), PATH10)
+    assert limit is not None and (limit.reason, limit.side) == ("cpu", "remote")
+    assert "held by its CPU quota 93% of the transfer" in limit.evidence
+    # Not asked at all: nothing names the remote, and the 8.9 s are not called slow start
+    # (which takes at most log2(8 MiB / 10 segments) + 4 = 13 round trips: 0.13 s).
+    r = starved_scp_download({})
+    limit = judge_limit(r, PATH10)
+    assert limit is not None and limit.reason == "", limit
+    assert "not startup" in limit.evidence and "not slow start" in limit.evidence
+    assert "beyond the 0.13 s slow start" in limit.evidence, limit.evidence
+    assert text_contradictions(limit, r, PATH10) == []
+
+
+def test_a_short_late_remote_listing_is_not_starvation() -> None:
+    # A second late on a 60 s transfer, every listing answered: not starved (1 s and 10%).
+    view = {**SEEN, "listing_late_max_seconds": 1.5}
+    limit = judge_limit(download(duration_seconds=60.0, remote_view=view, tcp_remote=sender(busy_seconds=59.0)), PATH)
+    assert limit is not None and limit.reason != "cpu"
+
+
+def test_a_rate_above_the_path_estimate_makes_it_stale_never_the_path_full() -> None:
+    # The journal's earlier iperf3 estimate of 2.7 MB/s, a transfer at 6.26 MB/s: 232%.
+    stale = PathBaseline("site", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=2.7e6, bandwidth_source="iperf3")
+    r = download(file_bytes=25 * MiB, duration_seconds=25 * MiB / 6.264e6, tcp_remote=sender(busy_seconds=4.1))
+    limit = judge_limit(r, stale)
+    assert limit is not None and limit.reason not in ("link_capacity", "shared_path"), limit
+    assert "is stale" in limit.evidence and "232% of it" in limit.evidence
+    assert "the path is full" not in limit.evidence + limit.next_step
+    assert "re-measure" in limit.next_step and "the next ok iperf3 test to lab renews it" in limit.next_step
+    assert text_contradictions(limit, r, stale) == []
+    # A policer's drops with it: congestion, the estimate still called stale.
+    lossy = download(
+        file_bytes=25 * MiB,
+        duration_seconds=25 * MiB / 6.264e6,
+        tcp_remote=sender(busy_seconds=4.1),
+        retransmits_sender=1400,
+    )
+    limit = judge_limit(lossy, stale)
+    assert limit is not None and limit.reason == "congestion" and "is stale" in limit.evidence
+    # A configured estimate names the setting to correct.
+    configured = dataclasses.replace(stale, bandwidth_source="configured")
+    limit = judge_limit(r, configured)
+    assert limit is not None and "correct remotes.lab.bandwidth" in limit.evidence
+    # At the estimate (within STALE_SHARE): the link is full, as before.
+    assert judge_limit(r, dataclasses.replace(stale, bandwidth_bytes_per_second=6.4e6)).reason == "link_capacity"  # type: ignore[union-attr]
+
+
+def loss_bound_bbr(direction: str, retransmitted: float) -> Result:
+    """scp of 64 MiB through a 100 Mbit/s, 80 ms path into a short queue (tbf latency
+    50ms): BBR keeps data in flight all the time, its write queue empty of unsent data
+    (what awaits retransmission is not notsent; ssh's channel window is full behind the
+    holes), its kernel never app-limited, 9-24% of segments retransmitted."""
+    segs = 50_000
+    state = sender(
+        busy_seconds=40.0,
+        sender_backlog_ratio=0.0,
+        app_limited_ratio=0.0,
+        cwnd_max_segments=1100.0,
+        sending_samples=300.0,
+        segs_out=float(segs),
+    )
+    side = {"tcp_remote": state} if direction == "download" else {"tcp_local": state}
+    return download(
+        protocol="scp",
+        direction=direction,
+        duration_seconds=41.0,
+        retransmits_sender=int(segs * retransmitted),
+        tcp_local={**state, "data_start_seconds": 0.9, "data_end_seconds": 40.9} if direction == "upload" else {},
+        **{k: v for k, v in side.items() if k != "tcp_local" or direction == "download"},
+    )
+
+
+@pytest.mark.parametrize("direction", ["download", "upload"])
+@pytest.mark.parametrize("retransmitted", [0.09, 0.24])
+def test_loss_bound_bbr_into_a_short_queue_is_congestion_never_application(
+    direction: str, retransmitted: float
+) -> None:
+    r = loss_bound_bbr(direction, retransmitted)
+    limit = judge_limit(r, PATH80)
+    assert limit is not None and (limit.reason, limit.side) == ("congestion", "path"), limit
+    assert "repaired in every round trip" in limit.evidence
+    assert text_contradictions(limit, r, PATH80) == []
+    # Without its window known, 1 segment in 20 retransmitted says the same.
+    r = dataclasses.replace(r, tcp_remote={k: v for k, v in r.tcp_remote.items() if k != "cwnd_max_segments"})
+    r = dataclasses.replace(r, tcp_local={k: v for k, v in r.tcp_local.items() if k != "cwnd_max_segments"})
+    assert judge_limit(r, PATH80).reason == "congestion"  # type: ignore[union-attr]
+
+
+def test_an_application_verdict_needs_its_kernel_to_have_seen_it_app_limited() -> None:
+    # Unsent data in 10% of the samples, but app-limited in 0% of them: its kernel never
+    # saw it wait for its program.  Never "application ... app-limited in 0%".
+    r = download(tcp_remote=sender(busy_seconds=19.0, sender_backlog_ratio=0.1, app_limited_ratio=0.0))
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "" and "app-limited in 0%" in limit.evidence, limit
+    assert "not application" in limit.evidence
+    flagged = download(tcp_remote=sender(busy_seconds=19.0, sender_backlog_ratio=0.1, app_limited_ratio=0.6))
+    assert judge_limit(flagged, PATH).reason == "application"  # type: ignore[union-attr]
+
+
+def test_a_download_judged_from_two_remote_listings_is_not_application() -> None:
+    view = {**SEEN, "listings_expected": 3.0, "listings_received": 2.0}
+    r = download(remote_view=view, tcp_remote=sender(busy_seconds=2.0, sending_samples=2.0))
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "" and "only 2 listings of the sender" in limit.evidence, limit
+    # The kernel's own count, where the remote view is absent, says the same.
+    r = download(remote_view={"programs_seen": 1.0}, tcp_remote=sender(busy_seconds=2.0, sending_samples=1.0))
+    assert "only 1 listing of the sender" in judge_limit(r, PATH).evidence  # type: ignore[union-attr]
+
+
+def slow_remote_disk_upload(remote_view: dict[str, float], programs: dict[str, dict[str, float]]) -> Result:
+    """16 MiB by scp to a remote whose file system writes at 2 MiB/s: our ssh idle (the
+    channel window waits for the remote's writer), in flight 30% of the time."""
+    return upload(
+        protocol="scp",
+        file_bytes=16 * MiB,
+        duration_seconds=8.5,
+        remote_view=remote_view,
+        programs=programs,
+        tcp_local=sender(busy_seconds=2.5, sender_backlog_ratio=0.05, app_limited_ratio=0.7),
+    )
+
+
+def test_a_slow_remote_disk_unseen_is_never_application_on_this_host() -> None:
+    idle_sshd = {"seconds": 8.4, "cpu_share": 0.02, "runnable_share": 0.03, "io_wait_share": 0.0, "samples": 80.0}
+    ssh = {**idle_sshd, "cpu_share": 0.1, "runnable_share": 0.12}
+    # The product sampled another sshd (no I/O wait): the view found none of the
+    # transfer's programs, so nothing is said of the remote, and nothing here stands in.
+    r = slow_remote_disk_upload({**SEEN, "programs_seen": 0.0}, {"local ssh": ssh, "remote sshd": idle_sshd})
+    limit = judge_limit(r, PATH80)
+    assert limit is not None and limit.reason == "" and limit.side == "", limit
+    assert "the remote's programs could not be seen" in limit.evidence
+    assert "this host" not in limit.next_step
+    assert text_contradictions(limit, r, PATH80) == []
+    # No view at all (an older remote): the same.
+    r = slow_remote_disk_upload({}, {"local ssh": ssh})
+    assert judge_limit(r, PATH80).reason == ""  # type: ignore[union-attr]
+    # Seen: the internal-sftp child in state D in every sample is the remote's disk.
+    writer = {**idle_sshd, "io_wait_share": 0.95}
+    r = slow_remote_disk_upload(SEEN, {"local ssh": ssh, "remote sshd": writer})
+    limit = judge_limit(r, PATH80)
+    assert limit is not None and (limit.reason, limit.side, limit.program) == ("disk", "remote", "sshd"), limit
+
+
+def test_a_remote_receiver_behind_whose_programs_are_unseen_is_not_named() -> None:
+    # An HTTP upload whose remote receiver's queue stood full: its writer's disk or CPU
+    # cannot be ruled out unseen, and the window is not the limit either.
+    r = upload(
+        remote_view={**SEEN, "programs_seen": 0.0},
+        tcp_local=sender(rwnd_limited_seconds=15.0),
+        tcp_remote={"rcv_queue_ratio_avg": 0.8},
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and limit.reason == "" and "not application on the remote" in limit.evidence, limit
+
+
+def test_a_one_mib_scp_upload_with_a_one_point_progress_series_is_startup() -> None:
+    # 80 ms: 2.9 s before the first data (ssh set-up), all 1 MiB moved by the one listing
+    # that saw data.  The data phase is not known; the file is one BDP: startup, the
+    # set-up beyond what ssh's round trips take (20 x 80 ms + 0.5 s = 2.1 s) named.
+    progress = {"data_start_seconds": 2.9, "data_end_seconds": 2.9}
+    r = upload(
+        protocol="scp",
+        file_bytes=MiB,
+        duration_seconds=3.3,
+        tcp_local=sender(busy_seconds=0.3, segs_out=800.0, **progress),
+    )
+    limit = judge_limit(r, PATH80)
     assert limit is not None and limit.reason == "startup", limit
+    assert "0.80 s of the set-up beyond the 2.10 s a protocol's set-up takes" in limit.evidence
+    assert text_contradictions(limit, r, PATH80) == []
+
+
+def busy_demo(host_busy: dict[str, float]) -> Result:
+    """The demo on a host at load 22: 32 MiB over 200 Mbit/s, 20 ms; data in flight all
+    the time, a backlog, no loss, no window limit, at 40% of the path."""
+    return download(
+        file_bytes=32 * MiB,
+        duration_seconds=32 * MiB / 10e6,
+        host_busy=host_busy,
+        tcp_remote=sender(busy_seconds=3.3, sender_backlog_ratio=0.9, app_limited_ratio=0.0, sending_samples=30.0),
+        tcp_local={"data_start_seconds": 0.05, "data_end_seconds": 3.35, "steady_rate_bytes_per_second": 10e6},
+    )
+
+
+def test_a_busy_host_is_named_and_left_out_of_the_baselines() -> None:
+    busy = {"transfer_programs": 0.04, "capture": 0.06, "delay_line": 0.31, "load1": 22.0}
+    r = busy_demo(busy)
+    limit = judge_limit(r, PATH20)
+    assert limit is not None and (limit.reason, limit.side) == ("busy_host", "local"), limit
+    assert "the lab's delay line 31%" in limit.evidence and "load average 22.0" in limit.evidence
+    assert "less busy host" in limit.next_step
+    assert text_contradictions(limit, r, PATH20) == []
+    judged = dataclasses.replace(r, limited_by=limit.reason)
+    assert leaves_out_of_baselines(judged)
+
+
+def test_a_network_limited_sender_below_the_estimate_is_a_shared_path() -> None:
+    r = busy_demo({"transfer_programs": 0.01, "capture": 0.02, "delay_line": 0.03, "load1": 0.4})
+    limit = judge_limit(r, PATH20)
+    assert limit is not None and (limit.reason, limit.side) == ("shared_path", "path"), limit
+    for said in ("data in flight 100%", "unsent data in 90%", "40% of the path", "60% less than its estimate"):
+        assert said in limit.evidence, limit.evidence
+    assert "other traffic on the bottleneck" in limit.next_step
+    assert text_contradictions(limit, r, PATH20) == []
+    assert not leaves_out_of_baselines(dataclasses.replace(r, limited_by=limit.reason))
+    # With loss it is congestion; with a window limit, the window.
+    assert judge_limit(dataclasses.replace(r, retransmits_sender=400), PATH20).reason == "congestion"  # type: ignore[union-attr]
+    windowed = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "rwnd_limited_seconds": 2.0})
+    assert judge_limit(windowed, PATH20).reason == "receive_window"  # type: ignore[union-attr]
+
+
+def test_host_side_set_up_on_a_busy_host_is_not_startup() -> None:
+    # 20 ms: 3.1 s before the first data of a 16 MiB download (the demo at load 15-28),
+    # then the link's rate: not startup (ssh's set-up takes 0.9 s here), the host named.
+    r = download(
+        protocol="scp",
+        file_bytes=16 * MiB,
+        duration_seconds=3.1 + 16 * MiB / 24e6,
+        host_busy={"transfer_programs": 0.35, "capture": 0.1, "load1": 18.0},
+        tcp_remote=sender(busy_seconds=0.7, sender_backlog_ratio=0.9, app_limited_ratio=0.0),
+        tcp_local={"data_start_seconds": 3.1, "data_end_seconds": 3.8, "steady_rate_bytes_per_second": 24e6},
+    )
+    limit = judge_limit(r, PATH20)
+    assert limit is not None and limit.reason != "startup", limit
+    assert "not startup: 2.20 s of the set-up beyond the 0.90 s" in limit.evidence
+    assert "this host was busy" in limit.evidence
+    assert text_contradictions(limit, r, PATH20) == []
+
+
+def test_which_runs_leave_the_baselines() -> None:
+    plain = download(tcp_remote=sender())
+    assert not leaves_out_of_baselines(plain)
+    assert leaves_out_of_baselines(dataclasses.replace(plain, limited_by="busy_host"))
+    # A run the path (or anything but this host's CPU) limited stays, however busy the host.
+    busy = {"transfer_programs": 0.3, "capture": 0.12, "delay_line": 0.2}
+    for reason in ("link_capacity", "congestion", "cpu", "receive_window", ""):
+        assert not leaves_out_of_baselines(dataclasses.replace(plain, limited_by=reason, host_busy=busy))
+
+
+def test_new_reasons_are_at_the_end_of_limits() -> None:
+    # Dashboards number the reasons by their place: the old ones keep theirs.
+    assert LIMITS[:8] == (
+        "receive_window", "send_buffer", "congestion", "link_capacity", "application", "startup", "cpu", "disk"
+    )  # fmt: skip
+    assert LIMITS[8:] == ("busy_host", "shared_path")
+
+
+def test_a_starved_remote_program_seen_is_named_with_its_quota() -> None:
+    # The remote's sshd seen, on a core or queued for one 97% of its life, its cgroup
+    # throttled 80% of the transfer: the quota, not ssh's cipher, is the next step.
+    sshd = {"seconds": 19.0, "cpu_share": 0.05, "runnable_share": 0.97, "io_wait_share": 0.0, "samples": 40.0}
+    r = download(
+        protocol="scp",
+        remote_view={**SEEN, "cpu_throttled_share": 0.8},
+        programs={"remote sshd": sshd},
+        tcp_remote=sender(busy_seconds=6.0),
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side, limit.program) == ("cpu", "remote", "sshd"), limit
+    assert "held by its CPU quota 80%" in limit.evidence and "CPU quota" in limit.next_step
+
+
+def test_a_remote_that_answered_no_listing_is_not_called_starved() -> None:
+    # None answered: a remote that cannot be asked looks the same; not a verdict on it.
+    r = starved_scp_download({"listings_expected": 110.0, "listings_received": 0.0})
+    limit = judge_limit(r, PATH10)
+    assert limit is not None and limit.reason != "cpu", limit
+
+
+def test_retransmitted_payload_is_not_a_rate_above_the_path() -> None:
+    # The lab's policer at 50 Mbit/s (6.25 MB/s), 16 MiB downloaded: the capture (before
+    # the policer) saw 23.4 MB of payload in 2.9 s, 4,581 of its 16,170 segments resent.
+    # What was delivered is the 16.8 MB: 5.8 MB/s, 93% of the path, never 129% or "stale".
+    policed = PathBaseline(
+        "lab", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=6.25e6, bandwidth_source="configured"
+    )
+    r = download(
+        file_bytes=16 * MiB,
+        duration_seconds=3.4,
+        first_packet_timestamp=100.0,
+        last_packet_timestamp=102.9,
+        payload_bytes_down=23_414_160,
+        packets_down=16_170,
+        retransmits_wire=4_581,
+        retransmits_sender=4_581,
+        tcp_remote=sender(busy_seconds=3.0, segs_out=16_170.0),
+    )
+    limit = judge_limit(r, policed)
+    assert limit is not None and "stale" not in limit.evidence, limit
+    assert limit.reason == "link_capacity" and "the bottleneck drops what exceeds its rate" in limit.evidence

@@ -1,0 +1,476 @@
+"""The rules: what limited a transfer, one verdict of result.LIMITS, the side it is on, and the
+numbers that say so.
+
+Every input is assembled in one place (`Inputs.of`) from the Result and the round's path
+baseline: the sender's tcp_info clocks (busy time, and the parts of it limited by the
+receive window and the send buffer, summed and per stream), the buffers both ends grew to
+against the maximum the transfer had (the host's sysctl, or its own tcp_buffer_max cap),
+the retransmissions, the progress over time (the steady rate past slow start, when data
+started and ended: measure/tcp/state.py), and the transfer's programs' CPU and storage
+waits (measure/programs.py), the remote as it was seen and this host's waits for a CPU
+(Result.remote_view, Result.host_busy).  The rules, in order (docs/metrics.md, "Why was
+it slow?"), which follows the physics: what the path allows first, then what held the
+sender, and what only shows once nothing else does last:
+
+1. link_capacity: the steady rate (never below the transfer's average) reached
+   LINK_SHARE of the path's bandwidth (said with the loss, when the sender lost more
+   than LOSS_SHARE: a policer or a short queue); never against an estimate made by
+   iperf3 for iperf3 itself (circular), nor one the transfer outran (stale: inputs.py);
+2. cpu: a program of the transfer (on this host, or on the remote where its programs
+   were seen) was on a core or queued for one for CPU_SHARE of its life;
+3. cpu on the remote, starved: its cgroup held by its quota, or its own listings late or
+   unanswered (vetoes.starved_remote);
+4. application (the receiver's side): the sender was window-limited, but the receiver's
+   queue stood full: its program did not read fast enough (on the remote only where its
+   programs were seen);
+5. receive_window / send_buffer: the sender was limited by the window or its send buffer
+   for LIMITED_SHARE of its busy time (per stream where there are several), or a buffer
+   grew to its maximum and that is below the BDP (what shows where the sender cannot be
+   asked, and under BBR) unless the sender's loss says otherwise;
+6. congestion, in loss recovery: a segment lost per window while data was in flight
+   most of the time (vetoes.in_recovery): a sender repairing holes looks idle, and is not;
+7. application (the sender's side), only with positive evidence: the sender had data in
+   flight for less than IDLE_SHARE of the transfer or rarely a backlog, and no veto
+   (vetoes.application_veto: enough listings, flagged app-limited, the remote seen);
+   cpu or disk where a program seen explains it; before congestion, so a few segments
+   lost in slow start never outrank a throttle;
+8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
+9. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host);
+10. shared_path: network-limited below the path's estimate, nothing of the transfer
+    holding it (_shared_path);
+then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
+of its time or more below its steady rate (connection set-up, slow start; set-up its
+programs spent queued for a CPU does not count, nor the longest any one of them queued in
+the data phase: a busy host's, not the start's; nor any time beyond what the physics
+allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds).  Nothing else is a
+guess: with no rule met the verdict is empty and the evidence says what was seen, and
+what the vetoes withheld.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from bigbinf.judge import vetoes
+from bigbinf.judge.inputs import Inputs
+from bigbinf.judge.words import host_name, human_bytes, human_rate
+
+LINK_SHARE = 0.9  # "within 10% of the shaped rate"
+LIMITED_SHARE = 0.3  # of the sender's busy time
+LOSS_SHARE = 0.001  # retransmitted segments per segment sent: 0.1%
+# Mean fill of the receiver's queue above which its application is behind: one that reads
+# as fast as data arrives keeps it near 0 (0.001-0.006 seen with a capped buffer), curl
+# --limit-rate 0.3-0.7.
+RECEIVER_BEHIND = 0.2
+CPU_SHARE = 0.9  # of a program's life on a core or queued for one: it could not go faster
+CPU_EXPLAINS = 0.5  # ... and this much explains a sender with nothing to send
+BACKLOG_SHARE = 0.5  # a sender with unsent data in fewer of its samples had nothing to send
+DISK_SHARE = 0.3  # of a program's samples waiting on storage
+IDLE_SHARE = vetoes.IDLE_SHARE  # data in flight for less than this share of the transfer: the sender was idle
+STARTUP_SHARE = 0.2  # of the transfer's time lost below its steady rate
+BULK_SHARE = 0.5  # a program that lived this share of the transfer did its bulk work
+STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
+
+
+@dataclass(frozen=True)
+class Limit:
+    reason: str  # one of result.LIMITS; "" = no limit could be named (evidence says why)
+    evidence: str  # the numbers, in words
+    side: str = ""  # local | remote (this host, the remote host) | path | ""
+    next_step: str = ""  # what to do about it, concretely (`advise` adds the sysctl lines)
+    program: str = ""  # cpu, disk: the program named
+    detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it
+    reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
+
+
+def steady_limit(i: Inputs) -> Limit:
+    """The limit of the transfer's steady phase (the rules of the module docstring, in
+    their order); where none holds, the empty verdict with what was seen and what each
+    veto withheld."""
+    steady = i.steady_rate
+    rate_words = f"delivery rate {human_rate(i.rate)}{i.share_of_path(i.rate)}"
+    link = _link(i, steady)
+    # An estimate from iperf3 can itself be held down by the hosts' buffers: then only
+    # the buffer rules below may call the link full.
+    if link and i.bandwidth_note != "iperf3":
+        return link
+    # The remote's programs are judged only where they were seen doing the work.
+    sides = ("local", "remote") if i.remote_programs_seen else ("local",)
+    # A program on a core or queued for one nearly all its life could not have gone
+    # faster, whatever TCP shows.  (Waiting on storage counts only where TCP shows that it
+    # mattered, below: a writer in the kernel's I/O wait now and then is not the limit of
+    # a transfer the network holds back.)
+    program = _program_limit(i, CPU_SHARE, "", rate_words, sides=sides, disk=False)
+    starved = vetoes.starved_remote(i)
+    if program and program.side == "remote" and starved:
+        # A remote program short of CPU on a remote seen starved: its quota, not its cipher.
+        return replace(program, evidence=f"{program.evidence}; {starved}", detail="starved")
+    if program:
+        return program
+    # A remote too starved of CPU to answer its own listings cannot have kept up with the
+    # transfer either (its listings and its programs wait for the same CPU).
+    if starved:
+        return Limit("cpu", f"{starved}; {rate_words}", "remote", program=_remote_program(i), detail="starved")
+    withheld: list[str] = []
+    sender = i.sender
+    busy = sender.get("busy_seconds", 0.0)
+    rwnd = sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
+    sndbuf = sender.get("sndbuf_limited_seconds", 0.0) / busy if busy > 0 else 0.0
+    streams = int(sender.get("streams", 1) or 1)
+    window = _window_words(sender, rwnd, busy, streams)
+    behind = i.receiver.get("rcv_queue_ratio_avg")
+    if rwnd >= LIMITED_SHARE and behind is not None and behind >= RECEIVER_BEHIND:
+        why = (
+            f"{window}, but the receiver's queue stood {behind:.0%} full: its program reads slower than the "
+            "network delivers"
+        )
+        if i.receiver_side == "local" or i.remote_programs_seen:
+            receiving = tuple(s for s in sides if s == i.receiver_side)
+            return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True) or Limit(
+                "application", f"{why}; {rate_words}", i.receiver_side
+            )
+        withheld.append(
+            f"not application on the remote ({why}): the remote's programs could not be seen, so its writer's "
+            "disk or CPU cannot be ruled out"
+        )
+    lossy = bool(sender) and i.loss >= LOSS_SHARE
+    # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
+    # BBR's pacing hiding the window from them) and the sender's loss does not explain the
+    # rate better: with loss, cwnd stays below the window and more buffer buys nothing.
+    rcv_ceiling = i.ceilings["tcp_rmem"] if not lossy else ""
+    snd_ceiling = i.ceilings["tcp_wmem"] if not lossy else ""
+    receive_limited = rwnd >= LIMITED_SHARE or bool(rcv_ceiling)
+    send_limited = sndbuf >= LIMITED_SHARE or bool(snd_ceiling)
+    if receive_limited and (not send_limited or rwnd >= sndbuf) and not withheld:
+        said = [window if rwnd >= LIMITED_SHARE else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
+        return Limit("receive_window", "; ".join([*filter(None, said), rate_words]), i.receiver_side)
+    if send_limited:
+        buffered = f"the sender was limited by its send buffer {sndbuf:.0%} of its {busy:.1f} s busy time"
+        said = [buffered if sndbuf >= LIMITED_SHARE else "", snd_ceiling and f"the sender's {snd_ceiling}"]
+        return Limit("send_buffer", "; ".join([*filter(None, said), rate_words]), i.sender_side)
+    if link:
+        return link
+    # Loss that kept the sender repairing a hole in every round trip explains a sender that
+    # looks idle (notsent 0, little in flight): congestion, before any idleness is read.
+    in_flight = _in_flight(sender, i, streams)
+    recovery = vetoes.in_recovery(i, in_flight) if sender else ""
+    if recovery:
+        return Limit("congestion", f"{recovery}; {rate_words}", "path")
+    idle = _sender_idle(sender, i, streams)
+    if idle:
+        # The sender had nothing to send.  Its own program, or (ssh, whose channel window
+        # the receiving end opens) the receiving one: the one seen on a core or queued for
+        # one most of its life, or on storage, is why; else the program chose its pace,
+        # where nothing stands against that (vetoes.application_veto).
+        program = _program_limit(i, CPU_EXPLAINS, idle, rate_words, sides=sides)
+        if program:
+            return program
+        veto = vetoes.application_veto(i)
+        if not veto:
+            return Limit(
+                "application",
+                f"{idle}: its program sent no faster (a throttle, or a program that does not keep up); "
+                f"steady rate {human_rate(steady)}{i.share_of_path(steady)}",
+                i.sender_side,
+            )
+        withheld.append(f"not application ({idle}): {veto}")
+    if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
+        return Limit("congestion", f"{i.loss_words()}; {rate_words}", "path")
+    busy_host = vetoes.busy_host(i)
+    if busy_host:
+        return Limit("busy_host", f"{busy_host}; {rate_words}", "local")
+    if not sender:
+        # The sender (a download's remote) could not be asked: its limits cannot be ruled
+        # out, so naming one would be a guess.
+        return Limit("", "; ".join([f"the sender's TCP state is unknown; {rate_words}", *withheld]))
+    shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if not withheld else None
+    if shared:
+        return shared
+    flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
+    return Limit("", "; ".join([f"no limit found: {flight}{rate_words}", *withheld]))
+
+
+def _shared_path(
+    i: Inputs, steady: float, in_flight: float | None, rwnd: float, sndbuf: float, streams: int
+) -> Limit | None:
+    """shared_path: a sender network-limited below the path's estimate, positively seen:
+    data in flight most of the data phase, a backlog of unsent data, no loss and no window
+    or buffer limit, yet the rate below LINK_SHARE of the path.  What holds it is on the
+    path and not this transfer's: another flow on the bottleneck, or an estimate that is
+    no longer the path's."""
+    share = i.path_share(steady)
+    backlog = i.sender.get("sender_backlog_ratio")
+    if (
+        share is None
+        or share >= LINK_SHARE
+        or in_flight is None
+        or in_flight < IDLE_SHARE
+        or backlog is None
+        or backlog < BACKLOG_SHARE
+        or i.loss >= LOSS_SHARE
+        or rwnd >= LIMITED_SHARE
+        or sndbuf >= LIMITED_SHARE
+    ):
+        return None
+    samples = i.sending_samples
+    if samples is not None and samples < vetoes.MIN_SENDER_SAMPLES:
+        return None
+    busiest = " (its busiest stream)" if streams > 1 else ""
+    return Limit(
+        "shared_path",
+        f"the sender had data in flight {in_flight:.0%} of the {i.span:.1f} s data phase{busiest} and unsent data "
+        f"in {backlog:.0%} of its samples, with {i.loss_words() or 'no retransmission counted'}, limited by the "
+        f"receive window {rwnd:.0%} and its send buffer {sndbuf:.0%} of its busy time, yet its steady rate was "
+        f"{human_rate(steady)}{i.share_of_path(steady)}: the path gave it {1 - share:.0%} less than its estimate "
+        "(another flow on the bottleneck, cross traffic, or an estimate no longer the path's)",
+        "path",
+    )
+
+
+def _remote_program(i: Inputs) -> str:
+    """The remote program that did the most work, by its samples' seconds ("the remote's
+    programs" where none was seen)."""
+    remote = [
+        (v.get("cpu_seconds", 0.0), label[len("remote ") :])
+        for label, v in i.programs.items()
+        if label.startswith("remote ")
+    ]
+    return max(remote)[1] if remote else "the remote's programs"
+
+
+def _sender_idle(sender: Mapping[str, float], i: Inputs, streams: int) -> str:
+    """Positive evidence that the sender had nothing to send, in words ("" if none): it
+    rarely had a backlog (notsent) while sending, or data in flight for less than
+    IDLE_SHARE of the data phase (a bursty throttle)."""
+    backlog = sender.get("sender_backlog_ratio")
+    in_flight = _in_flight(sender, i, streams)
+    said = []
+    if backlog is not None and backlog < BACKLOG_SHARE:
+        said.append(f"the sender had unsent data in {backlog:.0%} of its samples")
+    if in_flight is not None and in_flight < IDLE_SHARE:
+        said.append(
+            f"data in flight {in_flight:.0%} of the {i.span:.1f} s data phase"
+            + (" (its busiest stream)" if streams > 1 else "")
+        )
+    if not said:
+        return ""
+    app = sender.get("app_limited_ratio")
+    flagged = f"; app-limited in {app:.0%} of the samples" if app is not None else ""
+    return "; ".join(said) + flagged
+
+
+def _program_limit(
+    i: Inputs,
+    threshold: float,
+    why: str,
+    rate_words: str,
+    sides: tuple[str, ...] = ("local", "remote"),
+    disk: bool = True,
+    fed: bool = False,
+) -> Limit | None:
+    """cpu or disk naming the transfer's program (on `sides`) that was on a core or
+    queued for one for `threshold` of its life, or waited on storage in DISK_SHARE of its
+    samples; `why` (what TCP showed, "" for none) leads the evidence, the rate ends it.
+    `fed`: its input stood waiting for it (a receiver whose queue stood full), so one
+    that slept more often than it waited on storage paced itself (curl --limit-rate
+    beside other writers: 36% of its samples on storage, the rest mostly asleep), and its
+    storage is not why."""
+    program = _busiest(i.programs, "runnable_share", threshold, i.duration, sides)
+    if program:
+        name, side, v = program
+        said = (
+            f"{name} ({host_name(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
+            f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "
+            f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
+        )
+        return Limit("cpu", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
+    waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides) if disk else None
+    if (
+        waiting
+        and fed
+        and 1.0 - waiting[2]["runnable_share"] - waiting[2]["io_wait_share"] > waiting[2]["io_wait_share"]
+    ):
+        waiting = None
+    if waiting:
+        name, side, v = waiting
+        said = (
+            f"{name} ({host_name(side)}) waited on storage in {v['io_wait_share']:.0%} of {v['samples']:.0f} "
+            f"samples over {v['seconds']:.1f} s"
+        )
+        return Limit("disk", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
+    return None
+
+
+def _link(i: Inputs, steady: float) -> Limit | None:
+    """link_capacity when the steady rate reached LINK_SHARE of the path's bandwidth; the
+    sender's loss is said with it (a policer or a short queue drops what exceeds the rate)."""
+    share = i.path_share(steady)
+    if share is None or share < LINK_SHARE:
+        return None
+    lossy = i.loss >= LOSS_SHARE
+    return Limit(
+        "link_capacity",
+        f"steady rate {human_rate(steady)}{i.share_of_path(steady)}"
+        + (
+            f"; {i.loss_words()}: the bottleneck drops what exceeds its rate (a policer, a short queue)"
+            if lossy
+            else ""
+        ),
+        "path",
+    )
+
+
+def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
+    """startup, where the time lost below the steady rate (set-up, slow start) is at least
+    STARTUP_SHARE of the transfer and more than the steady phase's own limit cost; and,
+    where it is not, why, if the physics withheld it ("" otherwise).  Only what the
+    physics allows counts: a set-up of at most vetoes.setup_seconds and a slow start of at
+    most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
+    if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
+        return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    steady, measured = i.steady_fit, True
+    if i.bandwidth and i.short:
+        # Too short for a steady rate to show (what the listings saw was slow start): the
+        # path's rate (as data) stands in for it.
+        steady, measured = i.bandwidth / i.wire_factor, False
+    if not steady or steady <= i.rate:
+        return None, ""
+    lost = i.duration - i.file_bytes / steady
+    setup = max(0.0, i.data_start) if i.data_start is not None else None
+    # Time spent queued for a core is the host's business, not the start's: a larger file
+    # or a persistent connection would not have saved it.  Set-up's, and the data phase's
+    # (the longest any one program waited then: a slow start stretched to 1.59 s of 4.39 s
+    # beside CPU burners, on a path where it takes a tenth of a second).
+    queued = min(setup, i.setup_queued) if setup is not None else 0.0
+    tail = max(0.0, i.duration - i.data_end) if i.data_end is not None else 0.0
+    ramp = lost - (setup or 0.0) - tail
+    # What the physics allows each part: the rest is not startup.
+    setup_most, ramp_most = vetoes.setup_seconds(i), vetoes.slow_start_seconds(i)
+    slow_setup = max(0.0, (setup or 0.0) - queued - setup_most) if setup_most is not None else 0.0
+    slow_ramp = max(0.0, ramp - i.data_queued - ramp_most) if ramp_most is not None else 0.0
+    cost = lost - queued - i.data_queued - slow_setup - slow_ramp
+    beyond = _beyond_words(i, slow_setup, slow_ramp, setup_most, ramp_most)
+    host = (vetoes.busy_host(i) or vetoes.starved_remote(i)) if beyond else ""
+    if host:
+        # A start longer than the physics allows, on a host seen busy or a remote seen
+        # starved: how much of even the allowed part was theirs is unknown.  Not startup.
+        return None, f"not startup: {beyond}; {host}"
+    if cost < STARTUP_SHARE * i.duration:
+        if beyond and lost - queued - i.data_queued >= STARTUP_SHARE * i.duration:
+            return None, f"not startup: {beyond}"
+        return None, ""
+    if steady_limit.reason in ("cpu", "disk", "busy_host") and measured:
+        # A program's own pace, or a busy host's: the steady rate is not the network's.
+        # (Over in a few round trips, what kept a program busy was its set-up: ssh's
+        # key exchange.)
+        return None, ""
+    if steady_limit.reason and steady_limit.reason != "link_capacity":
+        # The steady phase's own limit cost file/steady - file/bandwidth; unknown
+        # without a bandwidth: then the larger share of the time decides as well as it can.
+        steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
+        if steady_cost >= cost:
+            return None, ""
+    waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
+    parts = [f"connection set-up {setup:.2f} s before the first data{waited}" if setup is not None else ""]
+    if ramp >= 0.01:
+        stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
+        # Slow start is named only for what it can have taken (vetoes.slow_start_seconds).
+        if ramp_most is None or ramp - i.data_queued <= ramp_most:
+            parts.append(f"the ramp-up to it (slow start) {ramp:.2f} s{stretched}")
+        else:
+            parts.append(f"the ramp-up to it {ramp:.2f} s{stretched}, slow start at most {ramp_most:.2f} s of it")
+    # A file averages within 10% of the steady rate when the lost time is a tenth of it:
+    # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
+    reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * (cost + queued + i.data_queued)
+    then = (
+        f"; its steady phase was limited by {steady_limit.reason}"
+        if measured and steady_limit.reason not in ("", "link_capacity")
+        else ""
+    )
+    if measured or not i.bdp:
+        seen = f"the steady rate was {human_rate(steady)}{i.share_of_path(steady)}"
+    else:
+        seen = (
+            f"the {human_bytes(i.file_bytes)} ended within {i.file_bytes / i.bdp:.1f} BDPs of the path "
+            f"({human_bytes(i.bdp)}), before a steady rate could show"
+        )
+    return Limit(
+        "startup",
+        seen + f", but {' and '.join(filter(None, parts)) or 'the start'} cost {lost:.2f} s of the {i.duration:.2f} s "
+        f"transfer (its average {human_rate(i.rate)} is {i.rate / steady:.0%} of the "
+        f"{'steady rate' if measured else 'path'}); files of at least "
+        f"{human_bytes(reach)} would average within 10% of it{then}" + (f"; but {beyond}" if beyond else ""),
+        "path",
+        reach_bytes=reach,
+    ), ""
+
+
+def _beyond_words(
+    i: Inputs, slow_setup: float, slow_ramp: float, setup_most: float | None, ramp_most: float | None
+) -> str:
+    """The start's time beyond what the physics allows it, in words ("" if none worth saying)."""
+    said = []
+    rtt = i.rtt or 0.0
+    if slow_setup >= 0.01 and setup_most is not None:
+        said.append(
+            f"{slow_setup:.2f} s of the set-up beyond the {setup_most:.2f} s a protocol's set-up takes on this path "
+            f"({vetoes.SETUP_RTTS} round trips of {rtt * 1000:.1f} ms and {vetoes.SETUP_HOST_SECONDS:.1f} s on the "
+            "hosts): set-up slow on a host (a slow login or name lookup, a busy or starved host)"
+        )
+    if slow_ramp >= 0.01 and ramp_most is not None:
+        said.append(
+            f"{slow_ramp:.2f} s of the ramp-up beyond the {ramp_most:.2f} s slow start of "
+            f"{human_bytes(i.file_bytes)} takes ({ramp_most / rtt if rtt else 0:.0f} round trips): not slow start "
+            "but a sender or receiver that started slowly (a starved remote, a busy host, a program's own pace)"
+        )
+    return "; ".join(said)
+
+
+def _asleep(program: Mapping[str, float]) -> float:
+    """The share of a program's life neither on a core, queued for one, nor on storage."""
+    return max(0.0, 1.0 - program.get("runnable_share", 0.0) - program.get("io_wait_share", 0.0))
+
+
+def _busiest(
+    programs: Mapping[str, Mapping[str, float]],
+    key: str,
+    threshold: float,
+    duration: float,
+    sides: tuple[str, ...] = ("local", "remote"),
+) -> tuple[str, str, Mapping[str, float]] | None:
+    """(name, side, values) of the program with the highest `key` at or above `threshold`
+    among those that lived BULK_SHARE of the transfer (the ones that moved the data)."""
+    found = [
+        (v[key], name, v)
+        for name, v in programs.items()
+        if v.get(key, 0.0) >= threshold
+        and v.get("seconds", 0.0) >= BULK_SHARE * duration
+        and name.partition(" ")[0] in sides
+    ]
+    if not found:
+        return None
+    _, label, values = max(found, key=lambda item: item[0])
+    side, _, name = label.partition(" ")
+    return name, side, values
+
+
+def _window_words(sender: Mapping[str, float], rwnd: float, busy: float, streams: int) -> str:
+    if not busy:
+        return ""
+    low, high = sender.get("stream_rwnd_share_min"), sender.get("stream_rwnd_share_max")
+    if streams > 1 and low is not None and high is not None:
+        return (
+            f"each of the sender's {streams} streams was limited by the receive window {low:.0%}-{high:.0%} of its "
+            f"busy time ({rwnd:.0%} of the {busy:.1f} s they were busy together)"
+        )
+    return f"the sender was limited by the receive window {rwnd:.0%} of its {busy:.1f} s busy time"
+
+
+def _in_flight(sender: Mapping[str, float], i: Inputs, streams: int) -> float | None:
+    """The share of the data phase the sender had data in flight: its busiest stream's
+    busy time over the phase (busy time summed over streams would exceed the wall clock)."""
+    busy = sender.get("stream_busy_max_seconds") if streams > 1 else sender.get("busy_seconds")
+    if busy is None or i.span <= 0:
+        return None
+    return min(1.0, busy / i.span)

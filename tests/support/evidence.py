@@ -1,0 +1,131 @@
+"""Each number in a verdict's evidence, read back from its words and checked against the
+rule that chose the verdict (issue 34, item 4): an evidence line that contradicts its own
+verdict is a defect, whatever the verdict.  Read from the text alone, as a reader of the
+journal or the exporter's pages sees it, with the rules' thresholds (bigbinf.judge), so a
+rule changed without its words (or the reverse) is caught.
+
+Shared by the synthetic walk over the rules (tests/unit/test_judge_evidence.py) and the
+lab's verdict matrix (tests/support/verdicts.py: tests/lab/test_verdicts_*.py,
+benchmarks/verdict_matrix.py)."""
+
+from __future__ import annotations
+
+import re
+
+from bigbinf.judge import rules, vetoes
+from bigbinf.judge.inputs import STALE_SHARE
+
+
+def _shares(text: str, *after: str) -> list[int]:
+    """The first percentage after each phrase (every occurrence)."""
+    found = []
+    for phrase in after:
+        for match in re.finditer(re.escape(phrase) + r"[^%]*?(\d+)%", text):
+            found.append(int(match.group(1)))
+    return found
+
+
+def _path_shares(text: str) -> list[int]:
+    """Every "N% of the path's X" (Inputs.share_of_path's words)."""
+    return [int(v) for v in re.findall(r"(\d+)% of the path's", text)]
+
+
+def _pct(share: float) -> int:
+    """A threshold as the evidence rounds it (":.0%")."""
+    return round(share * 100)
+
+
+def contradictions(reason: str, side: str, evidence: str, slow_start_most: float | None = None) -> list[str]:
+    """What in `evidence` says the opposite of `reason` (on `side`); [] if nothing.
+    `slow_start_most`, where known: the longest slow start the transfer could have had."""
+    found = []
+    # Any verdict: a share of the path above what a path carries is a stale estimate, and
+    # must be said so, never read as a share of a path.
+    for share in _path_shares(evidence):
+        if share > _pct(STALE_SHARE) and "stale" not in evidence and "a burst above it, not sustained" not in evidence:
+            found.append(f"{reason or 'no verdict'} quoting {share}% of the path without calling the estimate stale")
+    if "the path is full" in evidence and reason != "link_capacity":
+        found.append(f"{reason} saying the path is full")
+    if reason in ("receive_window", "send_buffer"):
+        # Several streams: the rule reads their share together ("(31% of the 9.6 s they
+        # were busy together)"); the per-stream range before it may start below 30%.
+        together = re.findall(r"\((\d+)% of the [\d.]+ s they were busy together\)", evidence)
+        shares = [int(v) for v in together] or _shares(
+            evidence, "limited by the receive window", "limited by its send buffer"
+        )
+        for share in shares:
+            if share < _pct(rules.LIMITED_SHARE):
+                found.append(f"{reason} with a clock share of {share}%")
+        if not shares and "grew to" not in evidence:
+            found.append(f"{reason} with neither a clock share nor a buffer at its maximum")
+    if reason == "application":
+        idle_words = "unsent data in" in evidence or "data in flight" in evidence
+        if "queue stood" not in evidence:  # the sender's side: its idleness is the evidence
+            for share in _shares(evidence, "data in flight"):
+                # Rounded (":.0%"): a share just under a threshold prints as it.
+                if share > _pct(rules.IDLE_SHARE) and not any(
+                    s <= _pct(rules.BACKLOG_SHARE) for s in _shares(evidence, "unsent data in")
+                ):
+                    found.append(f"application with data in flight {share}% of the time")
+            for share in _shares(evidence, "unsent data in"):
+                if share > _pct(rules.BACKLOG_SHARE) and not any(
+                    s <= _pct(rules.IDLE_SHARE) for s in _shares(evidence, "data in flight")
+                ):
+                    found.append(f"application with unsent data in {share}% of the samples")
+            for share in _shares(evidence, "app-limited in"):
+                if share < _pct(vetoes.APP_LIMITED_MIN):
+                    found.append(f"application with the sender app-limited in {share}% of the samples")
+            if not idle_words:
+                found.append("application without evidence that the sender was idle")
+            if "retransmitted" in evidence and "repaired" in evidence:
+                found.append("application beside loss recovery")
+        else:
+            for share in _shares(evidence, "queue stood"):
+                if share < _pct(rules.RECEIVER_BEHIND):
+                    found.append(f"application with the receiver's queue {share}% full")
+    if reason == "link_capacity":
+        # The steady rate's share (the first said: the delivery rate's may follow).
+        for share in _path_shares(evidence)[:1]:
+            if share < _pct(rules.LINK_SHARE):
+                found.append(f"link_capacity at {share}% of the path")
+            if share > _pct(STALE_SHARE):
+                found.append(f"link_capacity at {share}% of the path (the estimate is stale)")
+        if "stale" in evidence:
+            found.append("link_capacity against a stale estimate")
+    if reason == "congestion" and re.search(r"(?<!\d)0 retransmitted|\(0\.00%", evidence):
+        found.append("congestion without retransmissions")
+    starved = evidence.startswith("the remote was starved of CPU")
+    if reason == "cpu" and not starved:
+        for share in _shares(evidence, "was on a core or queued for one"):
+            if share < _pct(rules.CPU_EXPLAINS):
+                found.append(f"cpu with a program runnable {share}% of its life")
+    if reason == "cpu" and starved and side != "remote":
+        found.append("a starved remote named on another side")
+    if reason == "disk":
+        for share in _shares(evidence, "waited on storage in"):
+            if share < _pct(rules.DISK_SHARE):
+                found.append(f"disk with {share}% of the samples on storage")
+    if reason == "busy_host":
+        shares = [int(v) for v in re.findall(r"(?:programs|capture|delay line) (\d+)%", evidence)]
+        if not shares or max(shares) < _pct(vetoes.BUSY_SHARE):
+            found.append(f"busy_host with waits for a CPU of {shares}%")
+    if reason == "shared_path":
+        for share in _path_shares(evidence)[:1]:
+            if share > _pct(rules.LINK_SHARE):
+                found.append(f"shared_path at {share}% of the path")
+        for share in _shares(evidence, "data in flight"):
+            if share < _pct(rules.IDLE_SHARE):
+                found.append(f"shared_path with data in flight {share}%")
+        if re.search(r"\(\d+\.\d\d%, ", evidence) and not re.search(r"\(0\.0\d%, ", evidence):
+            found.append("shared_path beside loss")
+    if reason == "startup":
+        # The ramp named slow start, less what it spent queued for a CPU (the host's).
+        match = re.search(r"\(slow start\) ([\d.]+) s(?: \(([\d.]+) s of it queued for a CPU\))?", evidence)
+        if match and slow_start_most is not None:
+            ramp = float(match.group(1)) - float(match.group(2) or 0.0)
+            # Said to 0.01 s, and a wait for a CPU under 0.01 s is not said.
+            if ramp > slow_start_most + 0.02:
+                found.append(f"startup calling {ramp:.2f} s slow start, more than its {slow_start_most:.2f} s")
+    if reason in ("cpu", "disk", "application") and side == "remote" and "could not be seen" in evidence:
+        found.append(f"{reason} on the remote, whose programs could not be seen")
+    return found
