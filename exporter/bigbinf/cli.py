@@ -709,7 +709,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pass
     log.info("shutting down")
     stopped_at = time.monotonic()
-    exporter.stop()
+    exporter.stop(exiting=True)
     # The round the stop cut journals what it measured, or keeps it for the next start
     # (service/rounds.py); its last steps (a remote's last listing, an upload's removal)
     # get what is left of STOP_SECONDS.  Past that, what remains is left as a kill leaves

@@ -393,3 +393,23 @@ def test_shutdown_is_bounded_when_a_process_still_holds_the_resource_tracker(mon
         assert not Path(f"/proc/{tracker}").exists()  # killed and reaped
     finally:
         os.kill(orphan, signal.SIGKILL)  # reaped by its executor's manager thread
+
+
+def test_only_an_exiting_exporters_stop_refuses_later_analyses(captures: dict[str, tuple[Path, str, str]]) -> None:
+    # An Exporter stopped inside a process that goes on (a test's, a pytest worker where an
+    # earlier test ran process.own_children) must leave that process analysing; the serving
+    # exporter's own stop (exiting) refuses at once until the next start (a CI run saw seven
+    # later tests' transfers fail "the exporter is stopping" in one worker).
+    path, client, remote = captures["basic"]
+    expected = analyse_pcap(path, client, remote, engine="python")
+    try:
+        analyser_worker.stop()
+        assert analyse_in_worker(path, client, remote) == expected
+        analyser_worker.stop(exiting=True)
+        with pytest.raises(analyser_worker.AnalysisStopped, match="the exporter is stopping"):
+            analyse_in_worker(path, client, remote)
+        analyser_worker.start()
+        assert analyse_in_worker(path, client, remote) == expected
+    finally:
+        analyser_worker.start()  # not left refusing for the tests after this one
+        analyser_worker.shutdown()

@@ -332,7 +332,9 @@ class Exporter:
             log.info("configuration reloaded from %s", self.config_path)
             return True
 
-    def stop(self) -> None:
+    def stop(self, exiting: bool = False) -> None:
+        """Stop serving and running rounds; `exiting`: the process ends after this (cli's
+        serve), so nothing is analysed any more in it (analyser_worker.stop)."""
         self.runner.stopping.set()
         if self.mesh_runner is not None:
             self.mesh_runner.stop()
@@ -343,4 +345,4 @@ class Exporter:
         killed = kill_all_active()
         if killed:
             log.info("stopped %d running transfer/capture process group(s)", killed)
-        analyser_worker.stop()  # the pcap analyser's worker: an analysis past 1 s is finished at the next start
+        analyser_worker.stop(exiting)  # the pcap analyser's worker: an analysis past 1 s is finished at the next start

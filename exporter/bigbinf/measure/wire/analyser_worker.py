@@ -206,15 +206,15 @@ def start() -> None:
     _running_pool()
 
 
-def stop() -> None:
-    """The exporter's stop: shutdown(), and in an exporter's own process (one that owns
-    its children: process.own_children, which then exits) no worker is started again
-    until start(): an analysis its rounds ask for meanwhile raises AnalysisStopped at
-    once.  Elsewhere (an Exporter run inside a test) only shutdown()."""
+def stop(exiting: bool = False) -> None:
+    """The exporter's stop: shutdown(), and where the process is `exiting` (the serving
+    exporter's own stop, cli.py) no worker is started again until start(): an analysis
+    its rounds ask for meanwhile raises AnalysisStopped at once.  Otherwise (an Exporter
+    stopped inside a longer-lived process, e.g. a test's) only shutdown(): that process
+    goes on analysing.  (Not judged from process.own_children's marker: a test that
+    called own_children left it set in its worker for every later test.)"""
     global _stopped
-    from bigbinf import guardian, process
-
-    _stopped = os.environ.get(guardian.MARKER) == process.owner()
+    _stopped = exiting
     shutdown()
 
 
