@@ -172,8 +172,12 @@ def test_a_start_ends_what_a_dead_exporter_left_and_nothing_of_a_live_one(tmp_pa
     said = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60).stdout
     assert _wait_gone(dead.children, 5) == set()
     # Each said, with the exporter it belonged to (other tests' killed exporters may have
-    # left processes for their guardians meanwhile: those are ended too, and said).
-    assert sorted(s for s in _said(said) if s[1] == dead.owner) == sorted((pid, dead.owner) for pid in dead.children)
+    # left processes for their guardians meanwhile: those are ended too, and said).  Any
+    # exporter's start on the host ends a dead one's leftovers, so one that another test
+    # started between the kill and this start may have ended some of them first (a CI run:
+    # 2 of the 4 said here): what this start said is the dead one's, and nothing is left.
+    ended_here = [pid for pid, owner in _said(said) if owner == dead.owner]
+    assert len(ended_here) == len(set(ended_here)) and set(ended_here) <= dead.children, (ended_here, dead.children)
     # The live exporter's children and guardian were not touched.
     assert {p for p in live.everything() if _running(p)} == live.everything()
 
