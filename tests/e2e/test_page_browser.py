@@ -15,7 +15,6 @@ for docs/pages.md: set BIGBINF_SCREENSHOTS to a directory)."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import secrets
@@ -192,14 +191,11 @@ def screenshot(site: Pages, name: str) -> Path:
 
 
 def journal(site: Pages) -> dict[str, dict[str, object]]:
-    """The journal as written: by transfer id, its JSON (the truth the page is held to)."""
-    from bigbinf.result import Result
+    """The journal as written: by transfer id, its JSON (the truth the page is held to);
+    every segment of it (a seeded history of several days is rotated into day segments)."""
+    from bigbinf.journal import Journal
 
-    out = {}
-    for line in site.seeded.journal.read_text().splitlines():
-        r = Result.from_json(json.loads(line))
-        out[transfer_id(r)] = json.loads(line)
-    return out
+    return {transfer_id(r): r.to_json() for r in Journal(site.seeded.journal).read()}
 
 
 def assert_one_time_format(text: str, where: str) -> None:
