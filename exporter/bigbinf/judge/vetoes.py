@@ -132,11 +132,11 @@ def unflagged(i: Inputs) -> bool:
     round trip if its program is what it waits for (a program writing less than a window
     per round trip keeps the flag set), or window-bound with its queue just drained (the
     flag clear).  Not where its write queue stood empty most of the data phase (the
-    kernel's own busy clock): the flag marks only the round trip after each gap, and only
-    where that round trip's rate sample beat the last one kept (after an idle restart's
-    small window, it rarely does), so a bursty throttle shows it in few samples however
-    long it waited: nginx's limit_rate, empty 67-71% of the data phase, was flagged in
-    2-7% of them."""
+    kernel's own busy clock): the flag marks only the round trip after each gap, and
+    tcp_info's copy of it keeps "the last non-app-limited or the highest app-limited" rate
+    sample (tcp_rate.c: after an idle restart's small window, an app-limited one is rarely
+    the highest), so a bursty throttle shows it in few samples however long it waited:
+    nginx's limit_rate, empty 60-78% of the data phase, was flagged in 2-11% of them."""
     app = i.sender.get("app_limited_ratio")
     if app is None or app >= APP_LIMITED_MIN:
         return False
