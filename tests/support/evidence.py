@@ -72,8 +72,12 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
                     s <= _pct(rules.IDLE_SHARE) for s in _shares(evidence, "data in flight")
                 ):
                     found.append(f"application with unsent data in {share}% of the samples")
+            # The kernel's flag marks only the round trip after each gap: a sender whose
+            # write queue stood empty most of the data phase needs no share of it
+            # (vetoes.unflagged).
+            idle_most = any(s <= _pct(rules.IDLE_SHARE) for s in _shares(evidence, "data in flight"))
             for share in _shares(evidence, "app-limited in"):
-                if share < _pct(vetoes.APP_LIMITED_MIN):
+                if share < _pct(vetoes.APP_LIMITED_MIN) and not idle_most:
                     found.append(f"application with the sender app-limited in {share}% of the samples")
             if not idle_words:
                 found.append("application without evidence that the sender was idle")

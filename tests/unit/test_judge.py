@@ -725,6 +725,33 @@ def test_an_application_verdict_needs_its_kernel_to_have_seen_it_app_limited() -
     assert judge_limit(flagged, PATH).reason == "application"  # type: ignore[union-attr]
 
 
+def test_a_bursty_remote_throttle_needs_no_share_of_the_kernels_flag() -> None:
+    # nginx's limit_rate 2m, 8 MiB over 200 Mbit/s and 40 ms (the lab's
+    # test_verdicts_programs): its socket empty 71% of the 3.0 s data phase, unsent data
+    # in 25% of the samples, no loss, but flagged app-limited in only 2% of them: the
+    # kernel flags the round trip after each gap, not the gap.  application, remote.
+    progress = {"data_start_seconds": 0.15, "data_end_seconds": 3.15, "steady_rate_bytes_per_second": 2.6e6}
+    r = download(
+        file_bytes=8 * MiB,
+        duration_seconds=8 * MiB / 2.62e6,
+        tcp_remote=sender(
+            busy_seconds=0.87, sender_backlog_ratio=0.25, app_limited_ratio=0.02, sending_samples=12.0, segs_out=6000.0
+        ),
+        tcp_local=progress,
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "remote"), limit
+    assert "data in flight 29% of the 3.0 s data phase" in limit.evidence and "app-limited in 2%" in limit.evidence
+    assert text_contradictions(limit, r, PATH) == []
+    # The same flag with data in flight all the time: its kernel never saw it wait for
+    # its program, whatever the backlog says.  Withheld.
+    busy = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "busy_seconds": 3.0})
+    limit = judge_limit(busy, PATH)
+    assert limit is not None and limit.reason == "" and "not application" in limit.evidence, limit
+    assert "app-limited in 2% of the samples" in limit.evidence
+    assert text_contradictions(limit, busy, PATH) == []
+
+
 def test_a_download_judged_from_two_remote_listings_is_not_application() -> None:
     view = {**SEEN, "listings_expected": 3.0, "listings_received": 2.0}
     r = download(remote_view=view, tcp_remote=sender(busy_seconds=2.0, sending_samples=2.0))

@@ -253,6 +253,18 @@ class Inputs:
         return self.data_start is not None and self.data_end is not None and self.data_end > self.data_start
 
     @property
+    def in_flight(self) -> float | None:
+        """The share of the data phase the sender had data in flight (its write queue not
+        empty: the kernel's busy clock, which counts time held by the window or the send
+        buffer too): its busiest stream's busy time over the phase (busy time summed over
+        streams would exceed the wall clock).  None: the sender's clocks are unknown."""
+        streams = int(self.sender.get("streams", 1) or 1)
+        busy = self.sender.get("stream_busy_max_seconds") if streams > 1 else self.sender.get("busy_seconds")
+        if busy is None or self.span <= 0:
+            return None
+        return min(1.0, busy / self.span)
+
+    @property
     def span(self) -> float:
         """The data phase's length (first to last data), else the whole transfer's."""
         if self.data_start is not None and self.data_end is not None and self.data_end > self.data_start:

@@ -153,7 +153,7 @@ def steady_limit(i: Inputs) -> Limit:
         return link
     # Loss that kept the sender repairing a hole in every round trip explains a sender that
     # looks idle (notsent 0, little in flight): congestion, before any idleness is read.
-    in_flight = _in_flight(sender, i, streams)
+    in_flight = i.in_flight
     recovery = vetoes.in_recovery(i, in_flight) if sender else ""
     if recovery:
         return Limit("congestion", f"{recovery}; {rate_words}", "path")
@@ -244,7 +244,7 @@ def _sender_idle(sender: Mapping[str, float], i: Inputs, streams: int) -> str:
     rarely had a backlog (notsent) while sending, or data in flight for less than
     IDLE_SHARE of the data phase (a bursty throttle)."""
     backlog = sender.get("sender_backlog_ratio")
-    in_flight = _in_flight(sender, i, streams)
+    in_flight = i.in_flight
     said = []
     if backlog is not None and backlog < BACKLOG_SHARE:
         said.append(f"the sender had unsent data in {backlog:.0%} of its samples")
@@ -465,12 +465,3 @@ def _window_words(sender: Mapping[str, float], rwnd: float, busy: float, streams
             f"busy time ({rwnd:.0%} of the {busy:.1f} s they were busy together)"
         )
     return f"the sender was limited by the receive window {rwnd:.0%} of its {busy:.1f} s busy time"
-
-
-def _in_flight(sender: Mapping[str, float], i: Inputs, streams: int) -> float | None:
-    """The share of the data phase the sender had data in flight: its busiest stream's
-    busy time over the phase (busy time summed over streams would exceed the wall clock)."""
-    busy = sender.get("stream_busy_max_seconds") if streams > 1 else sender.get("busy_seconds")
-    if busy is None or i.span <= 0:
-        return None
-    return min(1.0, busy / i.span)

@@ -14,10 +14,12 @@ the opposite of it is never given.
   a starved remote, a slow login.
 - application (the sender's side): a sender that had nothing to send, with no
   retransmission backlog (a sender repairing a hole in every window shows notsent 0 and
-  little in flight: the loss holds it, not its program), flagged app-limited by its kernel,
-  over enough listings of the side that sent, and with the other end's programs seen (an
-  ssh sender waits on the channel window the receiving end's writer opens: where that
-  writer cannot be seen, this host's program does not stand in for it).
+  little in flight: the loss holds it, not its program), flagged app-limited by its kernel
+  where it was in flight most of the time (the flag marks only the round trip after each
+  gap, so a sender whose write queue stood empty most of the data phase shows it rarely:
+  `unflagged`), over enough listings of the side that sent, and with the other end's
+  programs seen (an ssh sender waits on the channel window the receiving end's writer
+  opens: where that writer cannot be seen, this host's program does not stand in for it).
 - link_capacity: a rate above the path's estimate proves the estimate stale, never the
   path full (inputs.py drops such an estimate before any rule reads it).
 """
@@ -109,8 +111,8 @@ def application_veto(i: Inputs) -> str:
             f"only {samples:.0f} listing{'s' if samples != 1 else ''} of the sender "
             f"({host_name(i.sender_side)}) saw it send, fewer than the {MIN_SENDER_SAMPLES} a sender's verdict needs"
         )
-    app = i.sender.get("app_limited_ratio")
-    if app is not None and app < APP_LIMITED_MIN:
+    if unflagged(i):
+        app = i.sender.get("app_limited_ratio", 0.0)
         return f"its kernel flagged it app-limited in {app:.0%} of the samples: it was not waiting for its program"
     if not i.remote_programs_seen:
         other = "the sender's" if i.sender_side == "remote" else "the receiving end's"
@@ -120,6 +122,26 @@ def application_veto(i: Inputs) -> str:
             "nothing on this host stands in for it"
         )
     return ""
+
+
+def unflagged(i: Inputs) -> bool:
+    """Whether the sender's kernel contradicts an idle program: it flagged the sender
+    app-limited in fewer than APP_LIMITED_MIN of the samples, where the idleness rests on
+    its backlog alone (data in flight IDLE_SHARE of the data phase or more, or unknown).
+    A sender in flight nearly all the time with nothing unsent is app-limited in every
+    round trip if its program is what it waits for (a program writing less than a window
+    per round trip keeps the flag set), or window-bound with its queue just drained (the
+    flag clear).  Not where its write queue stood empty most of the data phase (the
+    kernel's own busy clock): the flag marks only the round trip after each gap, and
+    tcp_info's copy of it keeps "the last non-app-limited or the highest app-limited" rate
+    sample (tcp_rate.c: after an idle restart's small window, an app-limited one is rarely
+    the highest), so a bursty throttle shows it in few samples however long it waited:
+    nginx's limit_rate, empty 60-78% of the data phase, was flagged in 2-11% of them."""
+    app = i.sender.get("app_limited_ratio")
+    if app is None or app >= APP_LIMITED_MIN:
+        return False
+    in_flight = i.in_flight
+    return in_flight is None or in_flight >= IDLE_SHARE
 
 
 def _remote_seen_words(view: Mapping[str, float]) -> str:
@@ -194,10 +216,9 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"
         if sender.get(key, 0.0) / busy < 0.3 and not i.ceilings.get(kind):
             return f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%} and no buffer at its maximum"
-    if reason == "application" and side == i.sender_side:
-        app = sender.get("app_limited_ratio")
-        if app is not None and app < APP_LIMITED_MIN:
-            return f"application with the sender app-limited in {app:.0%} of the samples"
+    if reason == "application" and side == i.sender_side and unflagged(i):
+        app = sender.get("app_limited_ratio", 0.0)
+        return f"application with the sender app-limited in {app:.0%} of the samples and in flight most of the time"
     unseen = side == "remote" and reason in ("cpu", "disk", "application") and not i.remote_programs_seen
     if unseen and not (reason == "cpu" and starved_remote(i)):
         return f"{reason} on the remote, whose programs could not be seen"
