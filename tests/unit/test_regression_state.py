@@ -24,8 +24,11 @@ from bigbinf.regression import (
     DISMISSED,
     OPENED,
     RECOVERED,
+    Episode,
     History,
     RegressionSettings,
+    Tested,
+    Track,
     judge,
     recovered,
 )
@@ -103,6 +106,48 @@ def test_another_series_result_never_flips_an_open_regression() -> None:
     assert history.verdicts()["a"].q_value > settings.fdr
     assert not judge(history.tests, settings)["a"].regressed  # what issue 35's alert did
     assert [e.key for e in history.events if e.kind == OPENED] == ["a"]
+
+
+def test_an_open_regression_is_a_discovery_once_not_every_round() -> None:
+    """The Benjamini-Hochberg family a closed series opens in: every series without an
+    open regression, and an open one only while the run that opened it is among its
+    recent runs.  An open regression's p-value stays tiny for as long as it lasts; counted
+    every round it would lower every other series' bar for weeks (on noisy unchanged
+    series: twice the false alarms, docs/benchmarks.md)."""
+    settings = RegressionSettings()
+    # b: rank 2 of 12 with a (q = p * 12 / 2 = 0.0018), rank 1 of 11 without (0.0033).
+    p_b = 0.0003
+    assert p_b * 12 / 2 <= settings.fdr < p_b * 11
+
+    def tested(p: float, ratio: float, at: float) -> Tested:
+        return Tested(ratio, ratio * 0.9, ratio * 1.1, p, 3, 84, at)
+
+    def history(a_opened_runs_ago: int) -> History:
+        h = History(settings)
+        times = START + np.arange(40) * 6 * 3600.0
+        h.runs["a"] = (times, times % DAY, np.full(40, math.log(12e6)))
+        h.tests["a"] = tested(1e-9, 0.5, float(times[-1]))  # open, against the level before
+        opened = float(times[-1 - a_opened_runs_ago])
+        h.tracks["a"] = Track(Episode(opened - 2 * 6 * 3600.0, opened, 25e6), [(opened - 2 * 6 * 3600.0, math.inf)])
+        for j in range(10):
+            h.tests[f"n{j}"] = tested(0.5, 1.0, float(times[-1]))
+        h.tests["b"] = tested(p_b, 0.8, float(times[-1]))
+        return h
+
+    # a opened on this round's run or the two before (its opening test's recent runs are
+    # still the evidence): one discovery with b's, as series that drop together (a link cut).
+    for ago in range(3):
+        h = history(ago)
+        h.step("b")
+        assert [e.kind for e in h.events] == [OPENED], ago
+    # a opened three runs ago or more: its tiny p-value is not a new discovery; b stands alone.
+    for ago in (3, 30):
+        h = history(ago)
+        h.step("b")
+        assert h.events == [], ago
+        assert h.tracks["b"].episode is None
+    # The published q-value is still the whole exporter's (information, no decision).
+    assert h.verdicts()["b"].q_value == pytest.approx(p_b * 12 / 2)
 
 
 def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_one() -> None:
