@@ -418,6 +418,22 @@ MIN_NOISE = 0.01  # log: a lab link's near-constant rate would make one run deci
 CONFIRM_P = 0.01
 
 
+# A drop opens on one test when it is beyond this many of the series' own per-run SDs (the
+# baseline's robust SD); within them, only when the series' next test says "open" too.
+AT_ONCE_SDS = 3.0
+
+
+def beyond_noise(test: Tested) -> bool:
+    """Whether a test that says "open" may open at once: its drop (the Hodges-Lehmann
+    shift, log) is more than AT_ONCE_SDS of the series' own per-run noise.  Three runs at
+    the bottom of 84 have p ~ 1e-4 however small the drop; on a series with 12% noise per
+    run a chance such triple is a 20-25% "drop", and it turned up about once per 1,000
+    series-days: the next run must be low too (docs/runbook.md, "A regression is a state").
+    A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
+    noise = test.noise if math.isfinite(test.noise) else 0.0
+    return -math.log(test.ratio) > AT_ONCE_SDS * max(noise, MIN_NOISE)
+
+
 def recovered(residuals: Sequence[float], noise: float, material_drop: float) -> bool:
     """Whether an open regression's runs since its start (residuals, log, against the
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
@@ -504,6 +520,10 @@ class Track:
     episode: Episode | None = None
     excluded: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     accepted_at: float | None = None
+    # The first recent run's start of the series' last test, when that test said "open"
+    # but its drop was within the noise (`History.step`: the next test must say it too).
+    # Not journaled: after a restart the series waits for one more confirming test.
+    pending: float | None = None
 
 
 @dataclass(frozen=True)
@@ -663,8 +683,14 @@ class History:
         s = self.settings
         if track.episode is None:
             if not self._opens(key, test):
+                track.pending = None
                 return
-            self._apply(track, Event(OPENED, key, test.at, test.first, test.level))
+            if track.pending is None and not beyond_noise(test):
+                track.pending = test.first  # within the noise: the next test must confirm it
+                return
+            since = test.first if track.pending is None else min(track.pending, test.first)
+            track.pending = None
+            self._apply(track, Event(OPENED, key, test.at, since, test.level))
             self.retest(key)  # against the level before it, from now on
             return
         runs_since = len(test.episode_residuals)

@@ -150,6 +150,32 @@ def test_an_open_regression_is_a_discovery_once_not_every_round() -> None:
     assert h.verdicts()["b"].q_value == pytest.approx(p_b * 12 / 2)
 
 
+def test_a_drop_within_the_noise_opens_only_when_the_next_test_confirms_it() -> None:
+    """regression.beyond_noise: a 20% "drop" of a series with 12% noise per run (1.9 of
+    its SDs) opens only when the series' next test says "open" too, from the first test's
+    start; one test in between that does not say it starts over.  The same drop on a
+    series with 3% noise (7.4 SDs) opens at once."""
+    six_hours = 6 * 3600.0
+
+    def tested(i: int, noise: float, p: float = 1e-5) -> Tested:
+        at = START + i * six_hours
+        return Tested(0.8, 0.7, 0.88, p, 3, 84, at, level=25e6, first=at - 2 * six_hours, noise=noise)
+
+    history = History(RegressionSettings())
+    steps = [(1, 1e-5), (2, 0.3), (3, 1e-5), (4, 1e-5)]  # open, no, open, open
+    kinds = []
+    for i, p in steps:
+        history.tests["s"] = tested(i, 0.12, p)
+        history.step("s")
+        kinds.append([e.kind for e in history.events])
+    assert kinds == [[], [], [], [OPENED]]
+    assert history.events[0].since == START + 1 * six_hours  # the first test of the two
+    quiet = History(RegressionSettings())
+    quiet.tests["q"] = tested(1, 0.03)
+    quiet.step("q")
+    assert [e.kind for e in quiet.events] == [OPENED]
+
+
 def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_one() -> None:
     rng = np.random.default_rng(37)
     history = History(RegressionSettings())
@@ -174,11 +200,16 @@ def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_o
 
 
 def test_materially_below_but_not_significant_is_a_gauge_not_a_regression() -> None:
-    rng = np.random.default_rng(38)
+    # A chance triple at the bottom of a noisy series' runs, within its noise, no longer
+    # opens on one test (regression.beyond_noise): with seed 38 it did, now nothing opens.
+    quiet = History(RegressionSettings())
+    feed(quiet, "noisy", runs(30, 0, 25e6, 0.30, np.random.default_rng(38)))
+    assert quiet.events == []
+    rng = np.random.default_rng(88)  # one of the seeds 38-139 where chance confirmed it too
     history = History(RegressionSettings())
     feed(history, "noisy", runs(30, 0, 25e6, 0.30, rng))
-    # On the way a few unlucky runs opened one; its runs, taken together, did not confirm
-    # it: dismissed, and they count as baseline again (no span left out).
+    # On the way unlucky runs opened one (two tests in a row); its runs, taken together,
+    # did not confirm it: dismissed, and they count as baseline again (no span left out).
     assert [e.kind for e in history.events] == [OPENED, DISMISSED]
     assert history.tracks["noisy"].excluded == []
     # Three runs 15% down on a series with 30% noise: below, not significant.
