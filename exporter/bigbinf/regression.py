@@ -428,8 +428,9 @@ def beyond_noise(test: Tested) -> bool:
     shift, log) is more than AT_ONCE_SDS of the series' own per-run noise.  Three runs at
     the bottom of 84 have p ~ 1e-4 however small the drop; on a series with 12% noise per
     run a chance such triple is a 20-25% "drop", and it turned up about once per 1,000
-    series-days: the next run must be low too (docs/runbook.md, "A regression is a state").
-    A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
+    series-days.  Within the noise the series' next test must confirm it: material, and
+    its own p-value at most `fdr` (the next run low too; docs/runbook.md, "A regression
+    is a state").  A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
     noise = test.noise if math.isfinite(test.noise) else 0.0
     return -math.log(test.ratio) > AT_ONCE_SDS * max(noise, MIN_NOISE)
 
@@ -521,7 +522,7 @@ class Track:
     excluded: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     accepted_at: float | None = None
     # The first recent run's start of the series' last test, when that test said "open"
-    # but its drop was within the noise (`History.step`: the next test must say it too).
+    # but its drop was within the noise (`History.step`: the next test must confirm it).
     # Not journaled: after a restart the series waits for one more confirming test.
     pending: float | None = None
 
@@ -682,13 +683,16 @@ class History:
         track = self.tracks.setdefault(key, Track())
         s = self.settings
         if track.episode is None:
-            if not self._opens(key, test):
+            if track.pending is not None and test.ratio <= 1.0 - s.material_drop and test.p_value <= s.fdr:
+                since = min(track.pending, test.first)  # confirmed (its own p: q >= p, so no family)
+            elif not self._opens(key, test):
                 track.pending = None
                 return
-            if track.pending is None and not beyond_noise(test):
+            elif beyond_noise(test):
+                since = test.first
+            else:
                 track.pending = test.first  # within the noise: the next test must confirm it
                 return
-            since = test.first if track.pending is None else min(track.pending, test.first)
             track.pending = None
             self._apply(track, Event(OPENED, key, test.at, since, test.level))
             self.retest(key)  # against the level before it, from now on

@@ -152,9 +152,10 @@ def test_an_open_regression_is_a_discovery_once_not_every_round() -> None:
 
 def test_a_drop_within_the_noise_opens_only_when_the_next_test_confirms_it() -> None:
     """regression.beyond_noise: a 20% "drop" of a series with 12% noise per run (1.9 of
-    its SDs) opens only when the series' next test says "open" too, from the first test's
-    start; one test in between that does not say it starts over.  The same drop on a
-    series with 3% noise (7.4 SDs) opens at once."""
+    its SDs) opens only when the series' next test confirms it (material, its own p at
+    most fdr, whatever the other series' p-values), from the first test's start; one test
+    in between that does not starts over.  The same drop on a series with 3% noise (7.4
+    SDs) opens at once."""
     six_hours = 6 * 3600.0
 
     def tested(i: int, noise: float, p: float = 1e-5) -> Tested:
@@ -162,7 +163,10 @@ def test_a_drop_within_the_noise_opens_only_when_the_next_test_confirms_it() -> 
         return Tested(0.8, 0.7, 0.88, p, 3, 84, at, level=25e6, first=at - 2 * six_hours, noise=noise)
 
     history = History(RegressionSettings())
-    steps = [(1, 1e-5), (2, 0.3), (3, 1e-5), (4, 1e-5)]  # open, no, open, open
+    for j in range(11):  # the family: q = p * 12 for the lowest p
+        history.tests[f"n{j}"] = Tested(1.0, 0.9, 1.1, 0.5, 3, 84, START)
+    # opens (q 1.2e-4), not confirmed (p 0.003 > fdr), opens, confirmed (p 0.0015, q 0.018)
+    steps = [(1, 1e-5), (2, 0.003), (3, 1e-5), (4, 0.0015)]
     kinds = []
     for i, p in steps:
         history.tests["s"] = tested(i, 0.12, p)
