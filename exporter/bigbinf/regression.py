@@ -31,7 +31,8 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   over every tested series' current p-value (`judge`, published).  A regression **opens**
   when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
   significant and large enough to matter; that q is over the hypotheses being decided
-  now (`History._opens`: an open regression is a discovery once, not every round).
+  now (`History._opens`: an open regression is a discovery once, not every round), and
+  a drop within the series' own noise must be confirmed by its next test (`beyond_noise`).
 * **A regression is a state** (issue 35; `History.step`): once open, its runs are never
   baseline (the test compares the recent runs with the weeks before its start), no
   other series' result moves it, and it closes only when its own runs show the series
