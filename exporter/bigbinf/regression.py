@@ -28,9 +28,11 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   differences' order statistics at U's critical values), so the CI and the p-value
   never contradict each other.
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
-  over every tested series' current p-value (`judge`).  A regression **opens** when a
-  series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
-  significant and large enough to matter.
+  over every tested series' current p-value (`judge`, published).  A regression **opens**
+  when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
+  significant and large enough to matter; that q is over the hypotheses being decided
+  now (`History._opens`: an open regression is a discovery once, not every round), and
+  a drop within the series' own noise must be confirmed by its next test (`beyond_noise`).
 * **A regression is a state** (issue 35; `History.step`): once open, its runs are never
   baseline (the test compares the recent runs with the weeks before its start), no
   other series' result moves it, and it closes only when its own runs show the series
@@ -417,6 +419,23 @@ MIN_NOISE = 0.01  # log: a lab link's near-constant rate would make one run deci
 CONFIRM_P = 0.01
 
 
+# A drop opens on one test when it is beyond this many of the series' own per-run SDs (the
+# baseline's robust SD); within them, only when the series' next test says "open" too.
+AT_ONCE_SDS = 3.0
+
+
+def beyond_noise(test: Tested) -> bool:
+    """Whether a test that says "open" may open at once: its drop (the Hodges-Lehmann
+    shift, log) is more than AT_ONCE_SDS of the series' own per-run noise.  Three runs at
+    the bottom of 84 have p ~ 1e-4 however small the drop; on a series with 12% noise per
+    run a chance such triple is a 20-25% "drop", and it turned up about once per 1,000
+    series-days.  Within the noise the series' next test must confirm it: material, and
+    its own p-value at most `fdr` (the next run low too; docs/runbook.md, "A regression
+    is a state").  A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
+    noise = test.noise if math.isfinite(test.noise) else 0.0
+    return -math.log(test.ratio) > AT_ONCE_SDS * max(noise, MIN_NOISE)
+
+
 def recovered(residuals: Sequence[float], noise: float, material_drop: float) -> bool:
     """Whether an open regression's runs since its start (residuals, log, against the
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
@@ -503,6 +522,10 @@ class Track:
     episode: Episode | None = None
     excluded: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     accepted_at: float | None = None
+    # The first recent run's start of the series' last test, when that test said "open"
+    # but its drop was within the noise (`History.step`: the next test must confirm it).
+    # Not journaled: after a restart the series waits for one more confirming test.
+    pending: float | None = None
 
 
 @dataclass(frozen=True)
@@ -661,13 +684,19 @@ class History:
         track = self.tracks.setdefault(key, Track())
         s = self.settings
         if track.episode is None:
-            if test.ratio > 1.0 - s.material_drop:
+            if track.pending is not None and test.ratio <= 1.0 - s.material_drop and test.p_value <= s.fdr:
+                since = min(track.pending, test.first)  # confirmed (its own p: q >= p, so no family)
+            elif not self._opens(key, test):
+                track.pending = None
                 return
-            keys = list(self.tests)
-            q = bh_qvalues([self.tests[k].p_value for k in keys])[keys.index(key)]
-            if q <= s.fdr:
-                self._apply(track, Event(OPENED, key, test.at, test.first, test.level))
-                self.retest(key)  # against the level before it, from now on
+            elif beyond_noise(test):
+                since = test.first
+            else:
+                track.pending = test.first  # within the noise: the next test must confirm it
+                return
+            track.pending = None
+            self._apply(track, Event(OPENED, key, test.at, since, test.level))
+            self.retest(key)  # against the level before it, from now on
             return
         runs_since = len(test.episode_residuals)
         unconfirmed = runs_since >= 2 * s.recent_runs and not test.episode_p_value <= CONFIRM_P
@@ -677,6 +706,32 @@ class History:
         elif recovered(test.episode_residuals, test.noise, s.material_drop):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
+
+    def _opens(self, key: Any, test: Tested) -> bool:
+        """Whether the series' closed state opens on its test: material, and significant
+        (q <= fdr) among the hypotheses being decided now.  The Benjamini-Hochberg family
+        is every tested series without an open regression, and an open one only while the
+        run that opened it is still among its recent runs (the evidence it was discovered
+        on): a regression is one discovery, made once.  Counted afresh every round, an
+        open regression's p-value (its runs against the level before, tiny for as long as
+        it lasts) would lower every other series' bar for weeks: on noisy unchanged series
+        that doubled the false alarms (docs/benchmarks.md, "Regressions that last"), while
+        series that drop together (one link cut) still open together."""
+        if test.ratio > 1.0 - self.settings.material_drop:
+            return False
+        keys = [k for k in self.tests if k == key or self._deciding(k)]
+        q = bh_qvalues([self.tests[k].p_value for k in keys])[keys.index(key)]
+        return q <= self.settings.fdr
+
+    def _deciding(self, key: Any) -> bool:
+        """Whether the series' test is a hypothesis being decided now (`_opens`): no open
+        regression, or one opened by a run still among its recent_runs last."""
+        track = self.tracks.get(key)
+        if track is None or track.episode is None:
+            return True
+        ts = self.runs[key][0] if key in self.runs else np.zeros(0)
+        k = self.settings.recent_runs
+        return len(ts) >= k and track.episode.opened >= float(ts[-k])
 
     def accept(self, key: Any, at: float) -> Event | None:
         """An operator accepts the open regression's level as the series' new level (at

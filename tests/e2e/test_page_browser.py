@@ -255,6 +255,22 @@ def test_the_front_page_says_what_is_slow_and_why(site: Pages) -> None:
     screenshot(site, "front")
 
 
+def test_the_front_page_lists_open_regressions_with_their_start(site: Pages) -> None:
+    """Issue 35: an open regression's start, the level before and what changed, in a
+    section under the series, as the browser shows it (the seed: 81 runs near 2.0 MB/s,
+    then three at half that from start + 50 s on)."""
+    load(site, "/")
+    driver = site.driver
+    section = driver.find_element(By.XPATH, "//h2[starts-with(., 'Open regressions')]")  # type: ignore[attr-defined]
+    assert section.text == "Open regressions (1)" and section.is_displayed()
+    opened = section.find_element(By.XPATH, "following-sibling::table[1]//tbody/tr")
+    cells = [td.text for td in opened.find_elements(By.TAG_NAME, "td")]
+    assert cells[:3] == [site.seeded.regressed, "2026-05-28 20:27:30 UTC", "2.00 MB/s (16.0 Mbit/s)"]
+    assert cells[3].startswith("51% [")
+    assert "verdicts congestion 81 of 81 -> congestion 3 of 3" in cells[4]
+    assert_clean(site)
+
+
 def test_every_page_has_one_time_format_and_is_screenshot(site: Pages) -> None:
     site.driver.set_window_size(1400, 1000)  # type: ignore[attr-defined]
     for name, path in (

@@ -5,8 +5,10 @@ tests/e2e/test_page_browser.py loads the same pages in Chromium."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
+import math
 import os
 import re
 import statistics
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bigbinf.regression import Verdict
 from bigbinf.result import LIMITS, PathBaseline, Result
 from bigbinf.service import logtail, pages
 from bigbinf.service.httpd import HttpServer, Request, Response, Route
@@ -338,6 +341,32 @@ def test_a_series_below_its_usual_level_or_in_an_open_regression_is_marked(tmp_p
     assert page.count("<tr class='slow'>") == 1  # no other series is marked
     assert "1 of 5 series marked" in page
     assert "<td class='n'>Next</td>" not in page and "<thead><tr><th></th>" not in page  # no empty header row
+    # Its start, the level before and what changed (issue 35), from the seed's runs: 81 at
+    # 2.0 MB/s (+-4%, median 2.0) before, three at 1.00-1.02 MB/s from start + 50 on.
+    assert "<h2>Open regressions (1)</h2>" in page
+    opened = re.search(r"<tr><td>http site/b download</td><td>([^<]*)</td>(.*?)</tr>", page)
+    assert opened is not None, "the open regression's row"
+    assert opened.group(1) == "2026-05-28 20:27:30 UTC" == pages.utc(1_780_000_000.0 + 50)  # seed(start=...)
+    assert opened.group(2).startswith("<td class='n'>2.00 MB/s (16.0 Mbit/s)</td><td class='n'>51% [")
+    assert "median throughput MB/s 2 -&gt; 1.01" in opened.group(2)
+    assert "verdicts congestion 81 of 81 -&gt; congestion 3 of 3" in opened.group(2)
+
+
+def test_open_regressions_are_listed_escaped_even_when_the_test_cannot_decide() -> None:
+    """Every open regression, whether or not its runs are among the last shown, each value
+    escaped; a closed series is not listed, and with none open there is no section."""
+    open_one = Verdict(None, math.nan, True, since=1_780_000_050.0, level_before=2e6)
+    closed = Verdict(None, math.nan, False)
+    front = pages.Front("", "", "in 1 h", None, (), 10, regressions={"<b>x</b> site/a download": open_one, "y": closed})
+    page = pages.front_page(front).decode()
+    assert "<h2>Open regressions (1)</h2>" in page and "<b>x</b>" not in page
+    assert (
+        "<tr><td>&lt;b&gt;x&lt;/b&gt; site/a download</td><td>2026-05-28 20:27:30 UTC</td>"
+        "<td class='n'>2.00 MB/s (16.0 Mbit/s)</td><td class='n'>the test cannot decide now</td>"
+        "<td>not read from the journal yet</td></tr>"
+    ) in page
+    assert "<td>y</td>" not in page
+    assert "Open regressions" not in pages.front_page(dataclasses.replace(front, regressions={"y": closed})).decode()
 
 
 def test_the_regression_state_is_read_in_one_place() -> None:

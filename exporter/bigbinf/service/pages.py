@@ -28,6 +28,7 @@ import yaml
 
 from bigbinf import DOCS_URL, __version__
 from bigbinf.moveplan import _t_quantile
+from bigbinf.regression_change import Change, describe
 from bigbinf.result import PathBaseline, Result
 
 CONTENT_SECURITY_POLICY = (
@@ -349,6 +350,43 @@ def regression_open(state: object | None) -> bool:
     return bool(getattr(state, "regressed", False))
 
 
+def open_regression_row(name: str, state: object) -> str:
+    """An open regression's row (Verdict: its start, the level before, the ratio now
+    against that level with its interval, and what changed between the runs before the
+    start and since, regression_change.describe); every value escaped."""
+    test = getattr(state, "test", None)
+    ratio = getattr(test, "ratio", None)
+    now = (
+        f"{ratio:.0%} [{getattr(test, 'ratio_lower', math.nan):.0%}, {getattr(test, 'ratio_upper', math.nan):.0%}]"
+        if ratio is not None
+        else "the test cannot decide now"
+    )
+    change = getattr(state, "change", None)
+    cells = (
+        esc(name),
+        esc(utc(getattr(state, "since", None))),
+        esc(human_rate(getattr(state, "level_before", None))),
+        esc(now),
+        esc(describe(change) if isinstance(change, Change) else "not read from the journal yet"),
+    )
+    return row_html(cells, numeric=(2, 3))
+
+
+def open_regressions(regressions: Mapping[str, object]) -> str:
+    """The section "Open regressions" of the front page (nothing when none is open): every
+    series whose regression is open, whether or not its runs are among the last shown."""
+    rows = [open_regression_row(name, v) for name, v in sorted(regressions.items()) if regression_open(v)]
+    if not rows:
+        return ""
+    return (
+        f"<h2>Open regressions ({len(rows)})</h2>"
+        + "<p>Open until the series recovers or someone accepts the new level "
+        + "(<code>bigbinf-exporter regression accept</code>); now: the recent runs' median over the "
+        + "level before, with its interval (<code>regression.confidence</code>).</p>"
+        + table_of(("series", "since", "level before", "now", "what changed (before -> since)"), rows)
+    )
+
+
 def below_usual(runs: Sequence[Result]) -> float | None:
     """The last ok run's throughput over the median of the series' earlier ok runs shown,
     when below USUAL_SHARE of it (at least USUAL_RUNS earlier runs); else None."""
@@ -404,6 +442,7 @@ def front_page(front: Front) -> bytes:
         + "<h2>Series in the last transfers</h2>"
         + summary
         + table_of(("series", "runs (dots: verdicts)", "last", "% of path", "verdict", "ok", ""), series_rows)
+        + open_regressions(front.regressions)
         + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
         + "<p>The cause in one line; click it for the whole evidence and the next step.</p>"
         + table_of(
