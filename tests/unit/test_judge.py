@@ -646,6 +646,31 @@ def test_a_short_late_remote_listing_is_not_starvation() -> None:
     assert limit is not None and limit.reason != "cpu"
 
 
+def test_late_listings_on_a_busy_host_or_a_lossy_path_do_not_make_a_starved_remote() -> None:
+    # Measured beside CPU burners (load 10): an unstarved remote answered 8 of 18 listings,
+    # the latest 1.7 s behind; this host's own ssh and ss waited.  Not the remote's CPU.
+    view = {**SEEN, "listings_expected": 18.0, "listings_received": 8.0, "listing_late_max_seconds": 1.7}
+    busy = {"transfer_programs": 0.3, "capture": 0.12, "load1": 10.0}
+    r = download(duration_seconds=6.0, remote_view=view, host_busy=busy, tcp_remote=sender(busy_seconds=5.5))
+    limit = judge_limit(r, PATH)
+    assert limit is None or (limit.reason, limit.side) != ("cpu", "remote"), limit
+    assert not vetoes.starved_remote(Inputs.of(r, PATH))
+    # The starved sshd's own numbers (12 of 110 answered, 4.2 s late) on a busy host: the
+    # listings say nothing of the remote there; its cgroup's throttling still would.
+    late = {"listings_expected": 110.0, "listings_received": 12.0, "listing_late_max_seconds": 4.2}
+    busy_start = dataclasses.replace(starved_scp_download(late), host_busy=busy)
+    assert not vetoes.starved_remote(Inputs.of(busy_start, PATH10))
+    throttled = dataclasses.replace(busy_start, remote_view={**late, "cpu_throttled_share": 0.6})
+    assert "CPU quota 60%" in vetoes.starved_remote(Inputs.of(throttled, PATH10))
+    # The same late listings with the sender losing 1.3% of its segments: the stats session
+    # crossed that path too (retransmission timeouts), so no starvation is read from them.
+    lossy = dataclasses.replace(
+        starved_scp_download(late), retransmits_sender=600, tcp_remote=sender(busy_seconds=10.0)
+    )
+    assert Inputs.of(lossy, PATH10).loss >= 0.01  # 600 of ~46,000 segments: 1.3%
+    assert not vetoes.starved_remote(Inputs.of(lossy, PATH10))
+
+
 def test_a_rate_above_the_path_estimate_makes_it_stale_never_the_path_full() -> None:
     # The journal's earlier iperf3 estimate of 2.7 MB/s, a transfer at 6.26 MB/s: 232%.
     stale = PathBaseline("site", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=2.7e6, bandwidth_source="iperf3")
