@@ -4,6 +4,7 @@ series may go without a result before it is stale."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
@@ -38,18 +39,7 @@ def shortest_gap_seconds(schedule: ScheduleConfig) -> float:
     fit in not to meet the next one.  For cron schedules over a year from a fixed date."""
     if schedule.interval:
         return float(schedule.interval)
-    trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    previous, gap = None, float("inf")
-    when = trigger.get_next_fire_time(None, start)
-    for _ in range(2000):
-        if when is None or when > start + dt.timedelta(days=400):
-            break
-        if previous is not None:
-            gap = min(gap, (when - previous).total_seconds())
-        previous = when
-        when = trigger.get_next_fire_time(when, when + dt.timedelta(microseconds=1))
-    return gap
+    return min(_cron_gaps(schedule), default=float("inf"))
 
 
 def longest_gap_seconds(schedule: ScheduleConfig) -> float:
@@ -58,15 +48,20 @@ def longest_gap_seconds(schedule: ScheduleConfig) -> float:
     times over a year from a fixed date, so the value does not depend on today."""
     if schedule.interval:
         return schedule.interval + schedule.jitter
+    return max(_cron_gaps(schedule), default=0.0) + schedule.jitter
+
+
+def _cron_gaps(schedule: ScheduleConfig) -> Iterator[float]:
+    """Seconds between consecutive cron fire times over 400 days from a fixed date (at
+    most 2,000 of them), so the answer does not depend on today."""
     trigger = OrTrigger([crontab_trigger(expr, schedule.timezone) for expr in schedule.cron])
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    previous, gap = None, 0.0
+    previous = None
     when = trigger.get_next_fire_time(None, start)
     for _ in range(2000):
         if when is None or when > start + dt.timedelta(days=400):
-            break
+            return
         if previous is not None:
-            gap = max(gap, (when - previous).total_seconds())
+            yield (when - previous).total_seconds()
         previous = when
         when = trigger.get_next_fire_time(when, when + dt.timedelta(microseconds=1))
-    return gap + schedule.jitter
