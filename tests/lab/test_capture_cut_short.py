@@ -52,15 +52,28 @@ def _send(ns: str, count: int) -> None:
     assert done.stdout.strip() == f"sent {count}", done.stderr
 
 
-def _capture(ns: str, pcap: Path, tool: str) -> Capture:
+@pytest.fixture
+def held() -> Iterator[list[Capture]]:
+    """The captures a test started: any still running at its end (a failed assertion
+    before its stop) is killed, so none outlives the test in its deleted namespace."""
+    captures: list[Capture] = []
+    yield captures
+    for capture in captures:
+        if capture.proc is not None and capture.proc.poll() is None:
+            capture.proc.kill()
+            capture.proc.wait(10)
+
+
+def _capture(ns: str, pcap: Path, tool: str, held: list[Capture]) -> Capture:
     capture = Capture("lo", pcap, "127.0.0.1", "127.0.0.1", netns=ns, tool=tool, bpf=["udp", "port", "50999"])
+    held.append(capture)
     capture.start()
     return capture
 
 
 @pytest.mark.parametrize("tool", ["pcapdump", "tcpdump"])
-def test_a_whole_capture_has_every_echo(namespace: str, tmp_path: Path, tool: str) -> None:
-    capture = _capture(namespace, tmp_path / "a.pcap", tool)
+def test_a_whole_capture_has_every_echo(namespace: str, tmp_path: Path, tool: str, held: list[Capture]) -> None:
+    capture = _capture(namespace, tmp_path / "a.pcap", tool, held)
     _send(namespace, 40)
     stats = capture.stop()
     assert stats is not None and stats.captured == 40
@@ -73,9 +86,9 @@ def test_a_whole_capture_has_every_echo(namespace: str, tmp_path: Path, tool: st
     ("tcpdump", signal.SIGKILL, "killed by SIGKILL"),
 ])  # fmt: skip
 def test_a_capture_that_ended_before_the_transfer_is_cut_short(
-    namespace: str, tmp_path: Path, tool: str, sig: signal.Signals, said: str
+    namespace: str, tmp_path: Path, tool: str, sig: signal.Signals, said: str, held: list[Capture]
 ) -> None:
-    capture = _capture(namespace, tmp_path / "a.pcap", tool)
+    capture = _capture(namespace, tmp_path / "a.pcap", tool, held)
     _send(namespace, 20)
     assert capture.proc is not None
     os.kill(capture.proc.pid, sig)  # `ip netns exec` has exec'd the tool: its pid
