@@ -49,8 +49,13 @@ def test_a_move_takes_what_the_rounds_predict(make_lab) -> None:
     rounds = [s for s in specs if s.dataset != "f64m"]
     for _ in range(3):
         assert runner.run_round(rounds) is not None
-    runs = runs_to(runner.journal.read(), "lab")
-    assert len(runs) == 9
+    results = list(runner.journal.read())
+    runs = runs_to(results, "lab")
+    # Nine ok runs, less those a busy host limited (judge.leaves_out_of_baselines: a CI run
+    # beside three other workers judged one `busy_host`), which the model leaves out.
+    assert [r.outcome for r in results].count("ok") == 9
+    busy = sum(r.limited_by == "busy_host" for r in results)
+    assert len(runs) == 9 - busy and busy <= 3, [r.limited_evidence for r in results if r.limited_by == "busy_host"]
     # Three real runs of one command are one command to plan-move (each ran in its own
     # private directory): what lets a sweep's setting that is the protocol's own merge.
     for size in {r.bytes for r in runs}:
