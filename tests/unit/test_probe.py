@@ -7,6 +7,7 @@ RFC 1071 example, known MTUs behind a fake path, the clock, real loopback socket
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -17,6 +18,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -457,9 +459,10 @@ def test_a_name_without_an_address_is_an_error_outcome() -> None:
 # ---------------------------------------------------------------- TCP on loopback (no root needed)
 
 
-def test_tcp_probes_to_a_listener_measure_connect_and_report_the_kernels_mtu() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
+@contextlib.contextmanager
+def _accepting(host: str, family: socket.AddressFamily) -> Iterator[int]:
+    """A listener on `host` that accepts and closes every connection; yields its port."""
+    with socket.create_server((host, 0), family=family) as server:
         stop = threading.Event()
 
         def accept() -> None:
@@ -473,10 +476,15 @@ def test_tcp_probes_to_a_listener_measure_connect_and_report_the_kernels_mtu() -
         acceptor = threading.Thread(target=accept)
         acceptor.start()
         try:
-            outcome = probe_path("127.0.0.1", _settings(method="tcp", port=port, count=5, interval=0.01))
+            yield server.getsockname()[1]
         finally:
             stop.set()
             acceptor.join()
+
+
+def test_tcp_probes_to_a_listener_measure_connect_and_report_the_kernels_mtu() -> None:
+    with _accepting("127.0.0.1", socket.AF_INET) as port:
+        outcome = probe_path("127.0.0.1", _settings(method="tcp", port=port, count=5, interval=0.01))
     assert (outcome.sent, outcome.answered, outcome.error) == (5, 5, "")
     assert outcome.rtt_min_seconds is not None and 0 < outcome.rtt_min_seconds < 0.05
     assert outcome.mtu_bytes == probe.local_mtu(socket.AF_INET, "127.0.0.1")  # loopback's 65536
@@ -496,25 +504,8 @@ def test_an_ipv6_remote_asked_for_icmp_gets_the_tcp_probe() -> None:
     """The echo here is IPv4's: an IPv6 remote with method icmp (the default) is probed by
     TCP connect to its port instead, and the outcome says so (before issue 36: nothing
     measured, only an error)."""
-    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
-        port = server.getsockname()[1]
-        stop = threading.Event()
-
-        def accept() -> None:
-            server.settimeout(0.1)
-            while not stop.is_set():
-                try:
-                    server.accept()[0].close()
-                except TimeoutError:
-                    continue
-
-        acceptor = threading.Thread(target=accept)
-        acceptor.start()
-        try:
-            outcome = probe_path("::1", _settings(method="icmp", port=port, count=4, interval=0.01))
-        finally:
-            stop.set()
-            acceptor.join()
+    with _accepting("::1", socket.AF_INET6) as port:
+        outcome = probe_path("::1", _settings(method="icmp", port=port, count=4, interval=0.01))
     assert (outcome.method, outcome.sent, outcome.answered, outcome.error) == ("tcp", 4, 4, "")
     assert outcome.rtt_min_seconds is not None and outcome.rtt_min_seconds > 0
     assert outcome.mtu_bytes == probe.local_mtu(socket.AF_INET6, "::1")
