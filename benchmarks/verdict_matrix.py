@@ -3,6 +3,12 @@ RUNS times each, through the real path, and what the verdict said; the table in
 docs/benchmarks.md ("Why was it slow? The confusion matrix").
 
     sudo .venv/bin/python benchmarks/verdict_matrix.py [--runs 3] [--only NAME[,NAME]] [--markdown]
+    sudo .venv/bin/python benchmarks/verdict_matrix.py --plain [--burners 2] [--runs 3] [--markdown]
+
+--plain runs the causes of tests/support/plain_causes*.py against a plain remote (issue 34,
+item 5: its own sshd with the distribution's sftp subsystem, nginx, iperf3, stats and
+sysctls over ssh through a ControlMaster, not `lab: true`; tests/support/plain_site.py)
+and prints the confusion matrix too; --burners N runs it all beside N CPU burners.
 
 Builds the labs the causes need (unique names, removed at the end, also on Ctrl-C), runs
 the causes one lab at a time and prints, per cause and protocol, the verdicts seen and how
@@ -24,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the causes are the tests' own (tests/support/verdicts.py)
 
 from tests.conftest import lab_config  # noqa: E402
-from tests.support import verdicts  # noqa: E402
+from tests.support import plain_site, verdicts  # noqa: E402
+from tests.support.plain_causes import CAUSES as PLAIN_CAUSES  # noqa: E402
 
 from bigbinf import lab  # noqa: E402
 from bigbinf.config import Config  # noqa: E402
@@ -36,7 +43,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=verdicts.RUNS)
     parser.add_argument("--only", default="", help="causes whose name contains one of these (comma-separated)")
     parser.add_argument("--markdown", action="store_true", help="the table as Markdown")
+    parser.add_argument("--plain", action="store_true", help="the plain-remote matrix (issue 34, item 5)")
+    parser.add_argument("--burners", type=int, default=0, help="CPU burners beside the whole run")
     args = parser.parse_args()
+    if args.burners < 0 or args.runs < 1:
+        parser.error("--burners must be 0 or more and --runs 1 or more")
+    with plain_site.burners(args.burners):
+        return plain(args) if args.plain else lab_matrix(args)
+
+
+def lab_matrix(args: argparse.Namespace) -> int:
     only = [o for o in args.only.split(",") if o]
     causes = [c for c in verdicts.CAUSES if not only or any(o in c.name for o in only)]
     layouts: list[LabLayout] = []
@@ -102,6 +118,88 @@ def _print(outcomes: list[verdicts.Outcome], runs: int, markdown: bool) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def plain(args: argparse.Namespace) -> int:
+    """The plain-remote matrix: per site, its causes RUNS times each; the per-cause table,
+    the confusion matrix (expected against said), precision (of the verdicts given, the
+    share right) and coverage (the share of runs with a verdict)."""
+    only = [o for o in args.only.split(",") if o]
+    causes = [c for c in PLAIN_CAUSES if not only or any(o in c.name for o in only)]
+    layouts: list[LabLayout] = []
+
+    def make_lab(**kwargs: object) -> Config:
+        name = "bbp" + uuid.uuid4().hex[:6]
+        config = lab_config(Path(tempfile.mkdtemp(prefix="bigbinf-plain-")), name, **kwargs)  # type: ignore[arg-type]
+        layouts.append(LabLayout(config.lab))
+        lab.up(config)
+        return config
+
+    outcomes: list[verdicts.Outcome] = []
+    start = time.monotonic()
+    try:
+        for name in dict.fromkeys(c.site for c in causes):
+            here = [c for c in causes if c.site == name]
+            tmp = Path(tempfile.mkdtemp(prefix="bigbinf-plain-"))
+            with plain_site.plain_site(make_lab, name, {c.dataset for c in here} | {"f8m"}, tmp) as site:
+                for cause in here:
+                    outcome = verdicts.Outcome(cause)  # type: ignore[arg-type]
+                    for _ in range(args.runs):
+                        r = plain_site.run_cause(site, cause)
+                        outcome.results.append(r)
+                        print(f"  {cause.name}, {cause.protocol} {cause.direction}: {r.outcome} "
+                              f"{r.limited_by or '-'}/{r.limited_side or '-'}: {r.limited_evidence}",
+                              file=sys.stderr, flush=True)  # fmt: skip
+                    outcomes.append(outcome)
+            lab.teardown(layouts.pop())
+    finally:
+        for layout in layouts:
+            lab.teardown(layout)
+    _print(outcomes, args.runs, args.markdown)
+    _print_confusion(outcomes, args.markdown)
+    results = [(o, r) for o in outcomes for r in o.results]
+    judged = [(o, r) for o, r in results if r.limited_by]
+    right = sum(o.right(r) for o, r in judged)
+    contradicting = [(o.cause, r) for o, r in results if verdicts.contradictions(r)]
+    print(
+        f"\n{len(results)} runs of {len(outcomes)} causes, {args.burners} CPU burners: {len(judged)} judged "
+        f"(coverage {len(judged) / max(len(results), 1):.1%}), {right} of them right (precision "
+        f"{right / max(len(judged), 1):.1%}); {len(contradicting)} evidence lines contradict their verdict; "
+        f"{time.monotonic() - start:.0f} s"
+    )
+    for cause, r in contradicting:
+        print(f"  {cause.name}, {cause.protocol}: {verdicts.contradictions(r)}: {r.limited_evidence}")
+    for o, r in results:
+        if r.outcome != "ok":
+            print(f"  {o.cause.name}, {o.cause.protocol}: {r.outcome}: {r.error}")
+    for o, r in judged:
+        if not o.right(r):
+            print(f"  wrong: {o.cause.name}, {o.cause.protocol} {o.cause.direction}: {r.limited_by}/{r.limited_side}: "
+                  f"{r.limited_evidence}")  # fmt: skip
+    ok = right >= 0.95 * len(judged) and len(judged) >= 0.9 * len(results) and not contradicting
+    return 0 if ok else 1
+
+
+def _print_confusion(outcomes: list[verdicts.Outcome], markdown: bool) -> None:
+    """Rows: the verdict/side each cause needs; columns: what was said ('-' = withheld)."""
+    said = sorted({f"{r.limited_by or '-'}/{r.limited_side or '-'}" for o in outcomes for r in o.results})
+    rows: dict[str, Counter[str]] = {}
+    for o in outcomes:
+        row = rows.setdefault(f"{o.cause.expected}/{o.cause.side}", Counter())
+        row.update(f"{r.limited_by or '-'}/{r.limited_side or '-'}" for r in o.results)
+    table = [("expected \\ said", *said)] + [
+        (expected, *(str(row.get(s, 0) or "") for s in said)) for expected, row in sorted(rows.items())
+    ]
+    print()
+    if markdown:
+        print("| " + " | ".join(table[0]) + " |")
+        print("|" + "---|" * len(table[0]))
+        for line in table[1:]:
+            print("| " + " | ".join(line) + " |")
+        return
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
 
 
 if __name__ == "__main__":
