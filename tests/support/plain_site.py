@@ -49,6 +49,7 @@ SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")  # Debian's default `Subsyste
 REMOTE = "site"  # the remote's name in the plain config
 CPU = Path("/sys/fs/cgroup/cpu")
 BLKIO = Path("/sys/fs/cgroup/blkio")
+Changes = dict[str, dict[str, Any]]  # config sections to change for one run
 THROTTLE_PORT = 8080  # a throttled nginx beside the lab's own (a cause's setup starts it)
 CURL = ["{binary}", "-sS", "--fail"]
 
@@ -145,10 +146,16 @@ class PlainSite:
             check=False, timeout=30, capture_output=True,
         )  # fmt: skip
 
-    def with_remote(self, **extra: Any) -> Config:
-        """The plain config with remotes.site's settings changed (e.g. bandwidth)."""
+    def with_changes(self, changes: Changes | None) -> Config:
+        """The plain config with sections changed: {"remote": {...}} updates remotes.site
+        (e.g. upload_dir), any other key the top-level section of that name (e.g.
+        {"transfer": {"workdir": ...}})."""
+        if not changes:
+            return self.config
         raw = self.config.model_dump(mode="json", exclude_unset=True)
-        raw["remotes"][REMOTE].update(extra)
+        for section, values in changes.items():
+            target = raw["remotes"][REMOTE] if section == "remote" else raw.setdefault(section, {})
+            target.update(values)
         return parse_config(yaml.safe_dump(raw), f"plain-{self.name}.yaml")
 
 
@@ -314,7 +321,9 @@ def listener_in_group(hierarchy: Path, pid: int, kind: str) -> Iterator[Path]:
 
 # ---------------------------------------------------------------- causes and runs
 
-Setup = Callable[[PlainSite], contextlib.AbstractContextManager[None]]  # induces a cause for a `with`
+# Induces a cause for a `with`; what it yields changes the plain config for the run
+# (PlainSite.with_changes), e.g. a remote upload_dir on a slow disk.
+Setup = Callable[[PlainSite], contextlib.AbstractContextManager["Changes | None"]]
 Estimate = Callable[[PlainSite], float | None]  # the path's bandwidth estimate the round has (bytes/s)
 
 
@@ -337,8 +346,8 @@ class PlainCause:
 def run_cause(site: PlainSite, cause: PlainCause) -> Result:
     """One run: the cause induced, the path probed as a round does (with the estimate the
     exporter would have), then the transfer, judged against that probe."""
-    config = site.config
-    with cause.setup(site) if cause.setup else contextlib.nullcontext():
+    with cause.setup(site) if cause.setup else contextlib.nullcontext() as changes:
+        config = site.with_changes(changes)
         bandwidth = cause.estimate(site) if cause.estimate else None
         (spec,) = [
             s
