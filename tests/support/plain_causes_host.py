@@ -1,7 +1,117 @@
-"""Plain-site causes on the host side (tests/support/plain_site.py)."""
+"""Plain-site causes on this host (tests/support/plain_site.py): what this host's own
+programs, disk and CPU do to a transfer, each induced as a real host produces it.
+
+- a busy host: CPU burners at normal priority, more of them than there are cores, so the
+  transfer's programs (and the capture) wait for a CPU behind them: busy_host;
+- a slow local disk under a download: the transfer's workdir (where the received copy is
+  written) on a sync-mounted file system on a loop device whose writes this thread's
+  blkio cgroup throttles (a sync mount: the writer itself waits for each write to reach
+  the disk, as on a slow disk whose cache is full; without it the page cache would take
+  the file at memory speed and write it back later, in the flusher's cgroup): disk;
+- a slow local disk under an upload: the source read through a blkio read throttle
+  (tests/support/verdicts.py slow_disk): disk;
+- a CPU-bound program: this thread (and so the transfer it starts) in a cpu cgroup with a
+  quota of 20% of a core (verdicts.cpu_capped): cpu;
+- a local throttle: curl --limit-rate 2M: application.
+
+The transfer's programs are started from the thread that runs run_cause, which is the
+thread a cgroup cause moves (verdicts._in_cgroup): they inherit its cgroups.
+"""
 
 from __future__ import annotations
 
-from .plain_site import PlainCause
+import contextlib
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-CAUSES: list[PlainCause] = []
+from bigbinf.config import capture_directory
+
+from . import verdicts
+from .plain_site import Changes, PlainCause, PlainSite, burners
+
+BUSY_BURNERS = 6  # on this 2-core machine: three per core, each its own session (autogroup)
+SLOW_DISK_BYTES_PER_SECOND = verdicts.SLOW_DISK_BYTES_PER_SECOND
+
+
+@contextlib.contextmanager
+def busy(site: PlainSite) -> Iterator[Changes | None]:
+    """BUSY_BURNERS CPU burners at normal priority for the run: this host's programs wait for a CPU."""
+    with burners(BUSY_BURNERS):
+        yield None
+
+
+@contextlib.contextmanager
+def slow_write_disk(site: PlainSite) -> Iterator[Changes | None]:
+    """The transfer's workdir (a download's received copy) on an ext4 file system of its
+    own, mounted `sync`, on a loop device whose writes reach it through a blkio throttle
+    of SLOW_DISK_BYTES_PER_SECOND for this thread's cgroup; the capture stays where it
+    was.  Everything undone after, whatever happened."""
+    config = site.config
+    biggest = max(ds.size for ds in config.datasets.values())
+    with contextlib.ExitStack() as undo:
+        base = Path(tempfile.mkdtemp(prefix="bbt-slowdisk-", dir=config.transfer.workdir.parent))
+        undo.callback(_rmdir_quiet, base)
+        image, mountpoint = base / "disk.img", base / "workdir"
+        mountpoint.mkdir()
+        undo.callback(_rmdir_quiet, mountpoint)
+        with open(image, "wb") as f:
+            f.truncate(biggest + 64 * 1024 * 1024)
+        undo.callback(image.unlink, missing_ok=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+        device = subprocess.run(
+            ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        undo.callback(subprocess.run, ["losetup", "-d", device], check=False)
+        subprocess.run(["mount", "-o", "sync", device, str(mountpoint)], check=True)
+        undo.callback(subprocess.run, ["umount", "-l", str(mountpoint)], check=False)
+        major, minor = (int(n) for n in Path(f"/sys/class/block/{Path(device).name}/dev").read_text().split(":"))
+        cgroup = undo.enter_context(verdicts._in_cgroup(verdicts.BLKIO, "blkio"))
+        (cgroup / "blkio.throttle.write_bps_device").write_text(f"{major}:{minor} {SLOW_DISK_BYTES_PER_SECOND}")
+        yield {
+            "transfer": {"workdir": str(mountpoint)},
+            "capture": {"directory": str(capture_directory(config))},
+        }
+
+
+def _rmdir_quiet(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+@contextlib.contextmanager
+def slow_read_disk(site: PlainSite, dataset: str) -> Iterator[Changes | None]:
+    """The upload's source on a file system of its own read through a blkio throttle
+    (verdicts.slow_disk, in the plain site's workdir)."""
+    with verdicts.slow_disk(site.config, dataset):
+        yield None
+
+
+@contextlib.contextmanager
+def cpu_capped(site: PlainSite) -> Iterator[Changes | None]:
+    """This thread, and the transfer it starts, held to 20% of a core by a CFS quota."""
+    with verdicts.cpu_capped(site.config):
+        yield None
+
+
+CAUSES: list[PlainCause] = [
+    # A busy host on an unshaped link with no delay line (nothing in userspace on the
+    # path): quiet, the transfer runs far faster than beside the burners.
+    PlainCause("a busy local host", "open", "http", "f64m", "download", "busy_host", "local", busy),
+    PlainCause("a busy local host", "open", "scp", "f32m", "upload", "busy_host", "local", busy),
+    PlainCause("a slow local disk (the receiver's writes)", "wan", "http", "f8m", "download", "disk", "local",
+               slow_write_disk),
+    PlainCause("a slow local disk (the receiver's writes)", "wan", "scp", "f8m", "download", "disk", "local",
+               slow_write_disk),
+    PlainCause("a slow local disk (the sender's reads)", "wan", "scp", "f4m", "upload", "disk", "local",
+               lambda site: slow_read_disk(site, "f4m")),
+    PlainCause("a slow local disk (the sender's reads)", "wan", "http", "f4m", "upload", "disk", "local",
+               lambda site: slow_read_disk(site, "f4m")),
+    PlainCause("a CPU-bound local program (a quota)", "open", "scp", "f8m", "upload", "cpu", "local", cpu_capped),
+    PlainCause("a CPU-bound local program (a quota)", "open", "scp", "f8m", "download", "cpu", "local", cpu_capped),
+    PlainCause("a local throttle (curl --limit-rate)", "wan", "http-local-throttle", "f8m", "download",
+               "application", "local"),
+    PlainCause("a local throttle (curl --limit-rate)", "wan", "http-local-throttle", "f8m", "upload",
+               "application", "local"),
+]  # fmt: skip

@@ -968,3 +968,31 @@ def test_retransmitted_payload_is_not_a_rate_above_the_path() -> None:
     limit = judge_limit(r, policed)
     assert limit is not None and "stale" not in limit.evidence, limit
     assert limit.reason == "link_capacity" and "the bottleneck drops what exceeds its rate" in limit.evidence
+
+
+def test_a_program_held_off_its_cores_by_a_busy_host_is_busy_host_not_cpu() -> None:
+    # Six CPU burners on 2 cores (tests/support/plain_causes_host.py): curl used 16% of a
+    # core and waited 77% for one, its cgroup never throttled: the host held it.
+    curl = {"seconds": 19.0, "cpu_share": 0.16, "runnable_share": 0.93, "io_wait_share": 0.0, "samples": 40.0}
+    busy = {"transfer_programs": 0.65, "capture": 0.18, "load1": 9.0}
+    r = download(
+        tcp_remote=sender(busy_seconds=6.0),
+        programs={"local curl": {**curl, "cpu_throttled_share": 0.0}},
+        host_busy=busy,
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("busy_host", "local"), limit
+    assert "used 16% of a core and waited 77% for one" in limit.evidence
+    assert "the transfer's programs 65%" in limit.evidence
+    assert text_contradictions(limit, r, PATH) == []
+    # Held by its own quota (cpu_capped: throttled most of the time), it is cpu ...
+    quota = dataclasses.replace(r, programs={"local curl": {**curl, "cpu_throttled_share": 0.7}})
+    assert judge_limit(quota, PATH).reason == "cpu"  # type: ignore[union-attr]
+    # ... and where its cgroup could not be read a quota cannot be ruled out: cpu as before;
+    assert judge_limit(dataclasses.replace(r, programs={"local curl": curl}), PATH).reason == "cpu"  # type: ignore[union-attr]
+    # so is one that ran more than it waited (its own need for a core),
+    ran = {**curl, "cpu_share": 0.55, "runnable_share": 0.97, "cpu_throttled_share": 0.0}
+    assert judge_limit(dataclasses.replace(r, programs={"local curl": ran}), PATH).reason == "cpu"  # type: ignore[union-attr]
+    # and a remote program waiting as long: its host is not this one.
+    remote = dataclasses.replace(r, programs={"remote nginx": {**curl, "cpu_throttled_share": 0.0}})
+    assert judge_limit(remote, PATH).reason == "cpu"  # type: ignore[union-attr]

@@ -17,7 +17,9 @@ sender, and what only shows once nothing else does last:
    than LOSS_SHARE: a policer or a short queue); never against an estimate made by
    iperf3 for iperf3 itself (circular), nor one the transfer outran (stale: inputs.py);
 2. cpu: a program of the transfer (on this host, or on the remote where its programs
-   were seen) was on a core or queued for one for CPU_SHARE of its life;
+   were seen) was on a core or queued for one for CPU_SHARE of its life; busy_host
+   instead where it was this host's and waited for a core at least as long as it ran,
+   no quota holding it, on a host seen busy (vetoes.held_by_busy_host);
 3. cpu on the remote, starved: its cgroup held by its quota, or its own listings late or
    unanswered (vetoes.starved_remote);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
@@ -279,6 +281,10 @@ def _program_limit(
     program = _busiest(i.programs, "runnable_share", threshold, i.duration, sides)
     if program:
         name, side, v = program
+        # Short of a core because this host's other programs held it: the host, not the program.
+        held = vetoes.held_by_busy_host(i, name, side, v)
+        if held:
+            return Limit("busy_host", f"{why + ': ' if why else ''}{held}; {rate_words}", "local", program=name)
         said = (
             f"{name} ({host_name(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
             f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "

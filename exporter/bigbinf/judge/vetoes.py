@@ -208,6 +208,34 @@ def busy_host(i: Inputs) -> str:
     return f"this host was busy: waiting for a CPU, {', '.join(waited)} of the {i.duration:.1f} s transfer{load}"
 
 
+def held_by_busy_host(i: Inputs, name: str, side: str, program: Mapping[str, float]) -> str:
+    """Words, where a program of this host that was on a core or queued for one nearly all
+    its life (the cpu rule's) was held by this host's other programs rather than by its
+    own need for a core ("" if not): it waited for a core at least as long as it ran on
+    one (given the cores it waited for, it would have gone twice as fast or more), its
+    cgroup's CPU quota did not hold it (throttled less than THROTTLED_SHARE of the time:
+    a quota's waits are the program's own limit, cpu), and this host was busy (busy_host).
+    Not said where its cgroups could not be read (a quota cannot be ruled out), nor of the
+    remote's programs (their host is not this one).  Six CPU burners on 2 cores: curl at
+    16% of a core, waiting 77%."""
+    throttled = program.get("cpu_throttled_share")
+    if side != "local" or throttled is None or throttled >= THROTTLED_SHARE:
+        return ""
+    used = program.get("cpu_share", 0.0)
+    waited = program.get("runnable_share", 0.0) - used
+    if waited - throttled < used:
+        return ""
+    busy = busy_host(i)
+    if not busy:
+        return ""
+    return (
+        f"{name} (this host) was on a core or queued for one {program.get('runnable_share', 0.0):.0%} of its "
+        f"{program.get('seconds', 0.0):.1f} s but used {used:.0%} of a core and waited {waited:.0%} for one, "
+        f"no CPU quota holding it (its cgroup throttled {throttled:.0%} of the time): other programs held its "
+        f"cores; {busy}"
+    )
+
+
 def contradiction(reason: str, side: str, i: Inputs) -> str:
     """What in the verdict's own inputs says the opposite of it ("" if nothing): the last
     check before a verdict is given (a test holds that the rules never reach it)."""
