@@ -16,6 +16,7 @@ from bigbinf.measure.programs import (
     ProgramWatch,
     adaptive_interval,
     descendants,
+    host_wait_seconds,
     parse_parent,
     program_name,
     read_stat,
@@ -253,3 +254,19 @@ def test_busy_host_reads_the_path_programs_pid_file(tmp_path: Path) -> None:
     with BusyHost(0.05, tmp_path / "gone.pid") as nothing:
         pass
     assert "delay_line" not in nothing.values([], 1.0)
+
+
+def test_waits_a_cpu_quota_explains_are_not_a_busy_host() -> None:
+    # ssh held to 20% of a core by its cgroup's quota: 0.9 s of its 1.4 s queued for a
+    # core, its group throttled 70% of the time (0.98 s): the quota's wait, not the host's.
+    held = ProgramLife("ssh", 0.0, 1.4, 0.0, 0.07, 0.0, 0.9, samples=10)
+    held.cgroup_dirs = ("/bbt",)
+    held.throttled, held.throttle_span = {"/bbt": (0.0, 0.98)}, (0.0, 1.4)
+    assert host_wait_seconds(held) == 0.0
+    assert BusyHost(0.05).values([held], duration=1.5)["transfer_programs"] == 0.0
+    # Throttled 0.2 s of it: the other 0.7 s it waited behind other programs.
+    held.throttled = {"/bbt": (0.0, 0.2)}
+    assert host_wait_seconds(held) == pytest.approx(0.7)
+    assert BusyHost(0.05).values([held], duration=1.4)["transfer_programs"] == pytest.approx(0.5)
+    # Its cgroups unread: every wait counts, as before.
+    assert host_wait_seconds(ProgramLife("ssh", 0.0, 1.4, 0.0, 0.07, 0.0, 0.9, samples=10)) == pytest.approx(0.9)

@@ -186,11 +186,15 @@ def starved_remote(i: Inputs) -> str:
 
 def busy_shares(i: Inputs) -> dict[str, float]:
     """This host's waits for a CPU as shares of the transfer, by what waited: the host
-    view's where measured, else its programs' run-queue time (the samples')."""
+    view's where measured, else its programs' run-queue time (the samples') less what
+    their cgroup's CPU quota explains (measure/programs.py host_wait_seconds)."""
     shares = {k: i.host_busy[k] for k in BUSY_PARTS if k in i.host_busy}
     if "transfer_programs" not in shares and i.duration > 0:
         local = [
-            v.get("run_queue_seconds", 0.0) / i.duration for name, v in i.programs.items() if name.startswith("local ")
+            max(0.0, v.get("run_queue_seconds", 0.0) - v.get("cpu_throttled_share", 0.0) * v.get("seconds", 0.0))
+            / i.duration
+            for name, v in i.programs.items()
+            if name.startswith("local ")
         ]
         if local:
             shares["transfer_programs"] = max(local)

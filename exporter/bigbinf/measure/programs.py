@@ -409,17 +409,30 @@ class BusyHost:
     def values(self, transfer_programs: Iterable[ProgramLife], duration: float) -> dict[str, float]:
         """Result.host_busy: per role, the share of its observed life it queued for a core;
         transfer_programs, the most any of the transfer's programs on this host queued, as
-        a share of the transfer's `duration`; load1 now."""
+        a share of the transfer's `duration`; load1 now.  Waits its cgroup's CPU quota
+        explains are not counted (host_wait_seconds): they are the quota's, not a busy host's."""
         found: dict[str, float] = {}
-        queued = [life.values()["run_queue_seconds"] for life in transfer_programs if life.samples >= 2]
+        queued = [host_wait_seconds(life) for life in transfer_programs if life.samples >= 2]
         if queued and duration > 0:
             found["transfer_programs"] = min(1.0, max(queued) / duration)
         for life in self._watch.lives():
             role = self._roles.get(life.pid)
             if role is not None and life.samples >= 2 and life.seconds > 0:
-                found[role] = min(1.0, max(found.get(role, 0.0), life.values()["run_queue_seconds"] / life.seconds))
+                found[role] = min(1.0, max(found.get(role, 0.0), host_wait_seconds(life) / life.seconds))
         found["load1"] = os.getloadavg()[0]
         return found
+
+
+def host_wait_seconds(life: ProgramLife) -> float:
+    """Seconds a process queued for a core that its cgroup's CPU quota does not explain:
+    its run-queue time less the time its groups were throttled, never below 0.  The tasks
+    of a throttled group stay in the run queue, and /proc/PID/schedstat counts that time
+    as waiting (a transfer held to 20% of a core by a quota showed ssh using 5% of a core
+    and waiting 53%, on a host with cores to spare): the quota's wait, not a busy host's.
+    A lower bound of the host's: the process may have slept through some of it."""
+    queued = life.wait_last - life.wait_first
+    share = life.throttled_share()
+    return max(0.0, queued - (share * life.seconds if share is not None else 0.0))
 
 
 def _pid_in(path: Path) -> int | None:
