@@ -996,3 +996,28 @@ def test_a_program_held_off_its_cores_by_a_busy_host_is_busy_host_not_cpu() -> N
     # and a remote program waiting as long: its host is not this one.
     remote = dataclasses.replace(r, programs={"remote nginx": {**curl, "cpu_throttled_share": 0.0}})
     assert judge_limit(remote, PATH).reason == "cpu"  # type: ignore[union-attr]
+
+
+def test_a_program_of_this_host_held_by_its_cpu_quota_is_cpu_with_the_quota() -> None:
+    # scp download, this host's programs under a 20% quota (tests/support/plain_causes_host.py):
+    # the remote sender kept data in flight 79% of the data phase (no idle sender, no full
+    # window), ssh runnable 79% of its life, its group throttled 83% of the time.
+    ssh = {"seconds": 1.9, "cpu_share": 0.09, "runnable_share": 0.79, "io_wait_share": 0.0, "samples": 22.0}
+    held = {**ssh, "cpu_throttled_share": 0.83, "cpu_quota_cores": 0.2}
+    r = download(
+        protocol="scp",
+        duration_seconds=2.0,
+        file_bytes=32 * MiB,
+        tcp_remote=sender(busy_seconds=1.5, sender_backlog_ratio=1.0, app_limited_ratio=0.5, sending_samples=6.0),
+        tcp_local={"data_start_seconds": 0.1, "data_end_seconds": 2.0},
+        programs={"local ssh": held},
+    )
+    limit = judge_limit(r, None)
+    assert limit is not None and (limit.reason, limit.side, limit.program) == ("cpu", "local", "ssh"), limit
+    assert "its cgroup was held by its CPU quota of 0.20 cores 83% of the time" in limit.evidence
+    assert "lift the quota" in limit.next_step
+    assert text_contradictions(limit, r, None) == []
+    # Its group barely throttled, or the program mostly asleep: not the quota's.
+    for values in ({**held, "cpu_throttled_share": 0.1}, {**held, "runnable_share": 0.3}):
+        other = judge_limit(dataclasses.replace(r, programs={"local ssh": values}), None)
+        assert other is None or other.detail != "quota", other

@@ -19,7 +19,9 @@ sender, and what only shows once nothing else does last:
 2. cpu: a program of the transfer (on this host, or on the remote where its programs
    were seen) was on a core or queued for one for CPU_SHARE of its life; busy_host
    instead where it was this host's and waited for a core at least as long as it ran,
-   no quota holding it, on a host seen busy (vetoes.held_by_busy_host);
+   no quota holding it, on a host seen busy (vetoes.held_by_busy_host); cpu too where
+   a program of this host wanted a core CPU_EXPLAINS of its life and its cgroup's CPU
+   quota held it back (_quota_held);
 3. cpu on the remote, starved: its cgroup held by its quota, or its own listings late or
    unanswered (vetoes.starved_remote);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
@@ -82,7 +84,8 @@ class Limit:
     side: str = ""  # local | remote (this host, the remote host) | path | ""
     next_step: str = ""  # what to do about it, concretely (`advise` adds the sysctl lines)
     program: str = ""  # cpu, disk: the program named
-    detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it
+    detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it;
+    # "quota" where this host's program was held by its cgroup's CPU quota
     reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
 
 
@@ -110,6 +113,9 @@ def steady_limit(i: Inputs) -> Limit:
         return replace(program, evidence=f"{program.evidence}; {starved}", detail="starved")
     if program:
         return program
+    quota = _quota_held(i, rate_words)
+    if quota:
+        return quota
     # A remote too starved of CPU to answer its own listings cannot have kept up with the
     # transfer either (its listings and its programs wait for the same CPU).
     if starved:
@@ -227,6 +233,39 @@ def _shared_path(
         f"{human_rate(steady)}{i.share_of_path(steady)}: the path gave it {1 - share:.0%} less than its estimate "
         "(another flow on the bottleneck, cross traffic, or an estimate no longer the path's)",
         "path",
+    )
+
+
+def _quota_held(i: Inputs, rate_words: str) -> Limit | None:
+    """cpu on this host, held by a CPU quota: a program of the transfer that wanted a core
+    (on one or queued for one) CPU_EXPLAINS of its life, in a cgroup its CPU quota held
+    back vetoes.THROTTLED_SHARE of the time (cgroup v1 cpu.stat throttled_time, v2
+    throttled_usec).  Its group ran out of CPU time in those periods while the program
+    was ready to run: the quota, not the network or the program's own pace, set the rate,
+    however idle the host (the remote's counterpart is vetoes.starved_remote).  A program
+    held so sends or reads in bursts, so TCP shows neither an idle sender nor a full
+    window reliably: an scp download under a 20% quota kept data in flight 67-79% of the
+    data phase, its ssh runnable 79% and its group throttled 45-100% of the time."""
+    held = [
+        (v["runnable_share"], label.partition(" ")[2], v)
+        for label, v in i.programs.items()
+        if label.startswith("local ")
+        and v.get("runnable_share", 0.0) >= CPU_EXPLAINS
+        and v.get("cpu_throttled_share", 0.0) >= vetoes.THROTTLED_SHARE
+        and v.get("seconds", 0.0) >= BULK_SHARE * i.duration
+    ]
+    if not held:
+        return None
+    _, name, v = max(held, key=lambda item: item[0])
+    quota = f" of {v['cpu_quota_cores']:.2f} cores" if "cpu_quota_cores" in v else ""
+    return Limit(
+        "cpu",
+        f"{name} (this host) was on a core or queued for one {v['runnable_share']:.0%} of its {v['seconds']:.1f} s: "
+        f"it used {v['cpu_share']:.0%} of a core and its cgroup was held by its CPU quota{quota} "
+        f"{v['cpu_throttled_share']:.0%} of the time; {rate_words}",
+        "local",
+        program=name,
+        detail="quota",
     )
 
 

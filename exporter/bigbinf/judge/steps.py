@@ -62,6 +62,11 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
             "cpu.cfs_quota_us; sshd's children inherit its own) or move the load off the remote; its listings "
             "will be on time again when it has the CPU"
         )
+    if limit.reason == "cpu" and limit.detail == "quota":
+        return (
+            f"{program} was held by its cgroup's CPU quota ({host}): lift the quota (cpu.max, cpu.cfs_quota_us: a "
+            "container's or a systemd unit's CPU limit) or run the transfers outside it"
+        )
     if limit.reason == "cpu":
         if program in SSH_PROGRAMS:
             return (
