@@ -177,7 +177,8 @@ class Result(_Journaled):
     # the remote's cgroups could be read; programs' own values carry the same two per program.
     remote_view: dict[str, float] = field(default_factory=dict)
     # This host's waits for a CPU while the transfer ran, as shares of the transfer's
-    # duration: transfer_programs (its programs' run-queue time), capture (tcpdump's),
+    # duration, less what their cgroup's CPU quota explains (measure/programs.py
+    # host_wait_seconds): transfer_programs (its programs' run-queue time), capture (tcpdump's),
     # delay_line (the lab's userspace delay line, where there is one), and load1 (the
     # load average at the end).  {} = not measured.
     host_busy: dict[str, float] = field(default_factory=dict)

@@ -1021,3 +1021,46 @@ def test_a_program_of_this_host_held_by_its_cpu_quota_is_cpu_with_the_quota() ->
     for values in ({**held, "cpu_throttled_share": 0.1}, {**held, "runnable_share": 0.3}):
         other = judge_limit(dataclasses.replace(r, programs={"local ssh": values}), None)
         assert other is None or other.detail != "quota", other
+
+
+def test_late_listings_from_a_remote_whose_programs_had_their_cores_are_not_starvation() -> None:
+    # Beside CPU burners on this host (load 7-12) with curl asleep most of the time (this
+    # host not "busy" by its transfer's waits): a listing 3.6 s late on a 3.8 s transfer,
+    # from a remote whose nginx queued 0.3% of its life, never throttled.
+    view = {**SEEN, "listings_expected": 10.0, "listings_received": 9.0, "listing_late_max_seconds": 3.6}
+    nginx = {"seconds": 3.5, "cpu_share": 0.003, "run_queue_seconds": 0.011, "runnable_share": 0.006,
+             "io_wait_share": 0.0, "samples": 8.0, "cpu_throttled_share": 0.0}  # fmt: skip
+    r = upload(duration_seconds=3.8, file_bytes=8 * MiB, remote_view=view, programs={"remote nginx": nginx},
+               tcp_local=sender(busy_seconds=3.8))  # fmt: skip
+    assert not vetoes.starved_remote(Inputs.of(r, PATH))
+    limit = judge_limit(r, PATH)
+    assert limit is None or (limit.reason, limit.side) != ("cpu", "remote"), limit
+    # Its nginx queued for a core 40% of its life (a starved remote's program waits): starved.
+    waiting = dataclasses.replace(r, programs={"remote nginx": {**nginx, "run_queue_seconds": 1.4}})
+    assert "listings came up to 3.6 s late" in vetoes.starved_remote(Inputs.of(waiting, PATH))
+    # Its programs unseen: the lateness still counts, as before.
+    unseen = dataclasses.replace(r, programs={}, remote_view={**view, "programs_seen": 0.0})
+    assert "listings came up to 3.6 s late" in vetoes.starved_remote(Inputs.of(unseen, PATH))
+
+
+def test_a_sender_whose_program_waited_for_a_core_is_not_application() -> None:
+    # scp upload, ssh under a 20% quota on a host at load 10-12: it waited for a core 33%
+    # of its life and ran 5%; its sender looked idle (data in flight 39%, nothing unsent).
+    ssh = {"seconds": 3.5, "cpu_share": 0.045, "run_queue_seconds": 1.16, "runnable_share": 0.37,
+           "io_wait_share": 0.0, "samples": 31.0, "cpu_throttled_share": 0.01}  # fmt: skip
+    r = upload(
+        protocol="scp",
+        duration_seconds=3.6,
+        file_bytes=32 * MiB,
+        tcp_local=sender(busy_seconds=1.4, sender_backlog_ratio=0.0, app_limited_ratio=0.95, sending_samples=6.0),
+        programs={"local ssh": ssh, "remote sshd": {**ssh, "run_queue_seconds": 0.01, "cpu_throttled_share": 0.0}},
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is None or limit.reason != "application", limit
+    assert "ssh (this host) waited for a core 33% of its 3.5 s and ran 4%" in vetoes.application_veto(
+        Inputs.of(r, PATH)
+    )
+    # A throttled program sleeps: curl --limit-rate waited 5% of its life.  Application.
+    curl = {**ssh, "run_queue_seconds": 0.17, "cpu_share": 0.007, "runnable_share": 0.05}
+    throttled = dataclasses.replace(r, protocol="http", programs={"local curl": curl, "remote nginx": curl})
+    assert judge_limit(throttled, PATH).reason == "application"  # type: ignore[union-attr]

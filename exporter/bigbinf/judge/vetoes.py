@@ -127,6 +127,37 @@ def application_veto(i: Inputs) -> str:
             "remote may hold it (an ssh sender waits for the channel window the receiving writer opens), and "
             "nothing on this host stands in for it"
         )
+    kept = kept_from_cores(i)
+    if kept:
+        return kept
+    return ""
+
+
+# A program of this host that queued for a core this share of its life or more, and
+# longer than it ran, was kept from running, not pacing itself: a throttled program sleeps
+# (curl --limit-rate waited 0.1-5% of its life, beside CPU burners too).
+KEPT_WAIT_SHARE = 0.25
+KEPT_LIFE_SHARE = 0.5  # rules.BULK_SHARE: ... among those that lived this share of the transfer (the bulk work)
+
+
+def kept_from_cores(i: Inputs) -> str:
+    """Words, where a program of this host that did the bulk of the work waited for a core
+    KEPT_WAIT_SHARE of its life and longer than it ran ("" if none did): the sender's
+    idleness is then its CPU's (a busy host, a quota), not a program that chose its pace.
+    ssh under a 20% quota on a host at load 10-12 waited 33-40% of its life and ran 5%;
+    its sender looked idle (data in flight 13-39%) and was called application."""
+    for label, v in sorted(i.programs.items()):
+        side, _, name = label.partition(" ")
+        seconds = v.get("seconds", 0.0)
+        if side != "local" or seconds <= 0 or seconds < KEPT_LIFE_SHARE * i.duration:
+            continue
+        waited = v.get("run_queue_seconds", 0.0) / seconds
+        if waited >= KEPT_WAIT_SHARE and waited > v.get("cpu_share", 0.0):
+            return (
+                f"{name} (this host) waited for a core {waited:.0%} of its {seconds:.1f} s and ran "
+                f"{v.get('cpu_share', 0.0):.0%}: a program kept from its cores (a busy host, a CPU quota), not one "
+                "that chose its pace"
+            )
     return ""
 
 
@@ -165,6 +196,12 @@ def starved_remote(i: Inputs) -> str:
     LATE_SHARE of the transfer) or mostly unanswered."""
     view = i.remote_view
     said = []
+    unhurried = remote_unhurried(i)
+    if unhurried:
+        # Its programs, sampled by those very listings, were not short of CPU: the listings'
+        # lateness was this host's (its ssh and the stats command wait for a CPU on a busy
+        # host) or the path's, not a starved remote's.
+        view = {k: v for k, v in view.items() if k != "listing_late_max_seconds"}
     throttled = view.get("cpu_throttled_share")
     if throttled is not None and throttled >= THROTTLED_SHARE:
         said.append(f"its programs' cgroup was held by its CPU quota {throttled:.0%} of the transfer")
@@ -182,6 +219,31 @@ def starved_remote(i: Inputs) -> str:
     if not said:
         return ""
     return "the remote was starved of CPU: " + ", ".join(said)
+
+
+UNHURRIED_WAIT = 0.1  # a remote program that queued for a core less than this share of its life had one
+
+
+def remote_unhurried(i: Inputs) -> bool:
+    """Whether the remote's programs were seen doing the work (remote_programs_seen) and
+    none of them was short of CPU: each queued for a core less than UNHURRIED_WAIT of its
+    life, its cgroup held by a CPU quota less than THROTTLED_SHARE of the time (a starved
+    program waits in the run queue, throttled or not: a remote sshd at 5% of a core waited
+    most of its life).  Then a late listing says nothing of the remote's CPU: beside CPU
+    burners on this host (load 7-12, this host's transfer programs asleep most of the
+    time), an unstarved remote whose nginx queued under 1% of its life answered a listing
+    3.1-3.6 s late."""
+    if not i.remote_programs_seen:
+        return False
+    remote = [v for name, v in i.programs.items() if name.startswith("remote ")]
+    if not remote or i.remote_view.get("cpu_throttled_share", 0.0) >= THROTTLED_SHARE:
+        return False
+    return all(
+        v.get("seconds", 0.0) > 0
+        and v.get("run_queue_seconds", 0.0) / v["seconds"] < UNHURRIED_WAIT
+        and v.get("cpu_throttled_share", 0.0) < THROTTLED_SHARE
+        for v in remote
+    )
 
 
 def busy_shares(i: Inputs) -> dict[str, float]:
