@@ -21,6 +21,7 @@ thread a cgroup cause moves (verdicts._in_cgroup): they inherit its cgroups.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -31,15 +32,45 @@ from bigbinf.config import capture_directory
 from . import verdicts
 from .plain_site import Changes, PlainCause, PlainSite, burners
 
-BUSY_BURNERS = 6  # on this 2-core machine: three per core, each its own session (autogroup)
+BUSY_BURNERS = 4  # on this host's one CPU (busy()), each its own session (autogroup): a fifth of it for our programs
 SLOW_DISK_BYTES_PER_SECOND = verdicts.SLOW_DISK_BYTES_PER_SECOND
 
 
 @contextlib.contextmanager
 def busy(site: PlainSite) -> Iterator[Changes | None]:
-    """BUSY_BURNERS CPU burners at normal priority for the run: this host's programs wait for a CPU."""
-    with burners(BUSY_BURNERS):
+    """This host busy for the run: BUSY_BURNERS CPU burners at normal priority on this
+    host's CPU, so its programs (the transfer's and the capture, started from this thread,
+    which is pinned there) wait for it.  The lab's remote shares this machine's CPUs; it is
+    another host on a real site, so for the block every process in the remote's namespace
+    (its sshd and the sessions it forks, nginx, iperf3) runs on the other CPUs, which the
+    burners leave alone: the busy host is this one, not both.  Every affinity is put back
+    after, whatever happened."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:  # one CPU: the remote cannot be kept apart; both ends are busy
+        with burners(BUSY_BURNERS):
+            yield None
+        return
+    here, there = {cpus[0]}, set(cpus[1:])
+    with contextlib.ExitStack() as undo:
+        for pid in _pids_in(site.layout.remote_ns):
+            with contextlib.suppress(OSError):  # exited meanwhile
+                before = os.sched_getaffinity(pid)
+                os.sched_setaffinity(pid, there)
+                undo.callback(_set_affinity, pid, before)
+        undo.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
+        os.sched_setaffinity(0, here)  # this thread: the transfer's programs and the capture inherit it
+        undo.enter_context(burners(BUSY_BURNERS))  # on this thread's CPUs: `here`
         yield None
+
+
+def _pids_in(netns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    with contextlib.suppress(OSError):  # exited meanwhile
+        os.sched_setaffinity(pid, cpus)
 
 
 @contextlib.contextmanager
@@ -99,7 +130,7 @@ CAUSES: list[PlainCause] = [
     # A busy host on an unshaped link with no delay line (nothing in userspace on the
     # path): quiet, the transfer runs far faster than beside the burners.
     PlainCause("a busy local host", "open", "http", "f64m", "download", "busy_host", "local", busy),
-    PlainCause("a busy local host", "open", "scp", "f32m", "upload", "busy_host", "local", busy),
+    PlainCause("a busy local host", "open", "scp", "f64m", "upload", "busy_host", "local", busy),
     PlainCause("a slow local disk (the receiver's writes)", "wan", "http", "f8m", "download", "disk", "local",
                slow_write_disk),
     PlainCause("a slow local disk (the receiver's writes)", "wan", "scp", "f8m", "download", "disk", "local",
