@@ -1,8 +1,10 @@
 """Plain-site causes on this host (tests/support/plain_site.py): what this host's own
 programs, disk and CPU do to a transfer, each induced as a real host produces it.
 
-- a busy host: CPU burners at normal priority, more of them than there are cores, so the
-  transfer's programs (and the capture) wait for a CPU behind them: busy_host;
+- a busy host: CPU burners at normal priority, four on this host's CPU (the transfer's
+  programs and the capture pinned there, the remote's namespace on the other CPU: on a
+  real site the remote is another machine), so they wait for a CPU behind them, on an
+  unshaped link that quiet carries the transfer 1.5-3x faster: busy_host;
 - a slow local disk under a download: the transfer's workdir (where the received copy is
   written) on a sync-mounted file system on a loop device whose writes this thread's
   blkio cgroup throttles (a sync mount: the writer itself waits for each write to reach
