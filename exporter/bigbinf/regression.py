@@ -437,7 +437,7 @@ CONFIRM_P = 0.01
 
 
 # A drop opens on one test when it is beyond this many of the series' own per-run SDs (the
-# baseline's robust SD); within them, only when the series' next test says "open" too.
+# baseline's robust SD); within them, only on more than recent_runs runs since it began.
 AT_ONCE_SDS = 3.0
 # A suspicion that has not opened by this many runs ends (its runs count as baseline
 # again): a drop that stays this long at the edge of material is the series' level.
@@ -783,8 +783,8 @@ class History:
         compared with while they are being decided.  It opens when those runs are
         significant (their q-value among the hypotheses being decided now, `_opens`: the
         false discovery rate is controlled as regressions open) and material, at once if
-        the drop is beyond the series' noise (`beyond_noise`), else once one more run has
-        joined them; the suspicion ends when its runs, taken together, are no longer
+        the drop is beyond the series' noise (`beyond_noise`: the test alone), else once
+        more than recent_runs runs show it; the suspicion ends when its runs, taken together, are no longer
         materially below (their runs count as baseline again).  An open one stays open
         by its own data alone, and closes when its runs since the start show it
         recovered (`recovered`) or no longer confirm it (dismissed)."""
