@@ -393,7 +393,8 @@ def examine_arrays(
     if len(episode_res):
         exact_p = len(episode_res) <= EXACT_RUNS
         episode_p = (mann_whitney_less if exact_p else mann_whitney_less_normal)(episode_res, base_res)
-        episode_ratio = math.exp(float(np.median((episode_res[:, None] - base_res[None, :]).ravel())))
+        if len(episode_res) <= SUSPECT_RUNS + k:  # a suspicion's; a long regression's is not needed
+            episode_ratio = math.exp(float(np.median((episode_res[:, None] - base_res[None, :]).ravel())))
     noise = robust_sd(base_res)  # the baseline's
     shift, lower, upper = hodges_lehmann(recent_res, base_res, settings.confidence)
     return Tested(
