@@ -31,8 +31,11 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   over every tested series' current p-value (`judge`, published).  A regression **opens**
   when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
   significant and large enough to matter; that q is over the hypotheses being decided
-  now (`History._opens`: an open regression is a discovery once, not every round), and
-  a drop within the series' own noise must be confirmed by its next test (`beyond_noise`).
+  now (`History._opens`: an open regression is a discovery once, not every round).  A
+  material test makes the series *suspect* first (`Track.suspect`): its runs since the
+  drop began are kept out of its baseline and tested together until decided, and a
+  drop within the series' own noise opens only once a run more has joined them
+  (`beyond_noise`).
 * **A regression is a state** (issue 35; `History.step`): once open, its runs are never
   baseline (the test compares the recent runs with the weeks before its start), no
   other series' result moves it, and it closes only when its own runs show the series
@@ -68,6 +71,7 @@ DAY = 86400.0
 WEEK = 7 * DAY
 BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
 EPISODE_RUNS = 200  # an open regression's last runs that its recovery is judged on
+EXACT_RUNS = 30  # up to this many runs since a start, their p-value is the exact one
 BINS = int(DAY // BIN_SECONDS)
 
 
@@ -260,9 +264,12 @@ class Tested:
     # An open regression's runs since its start (the last EPISODE_RUNS), as residuals (log)
     # against the level before; () when none is open.
     episode_residuals: tuple[float, ...] = ()
-    # The same runs against the baseline: the one-sided Mann-Whitney p-value (normal
-    # approximation) that they are slower; nan when none is open.
+    # The same runs against the baseline: the one-sided Mann-Whitney p-value that they
+    # are slower (exact up to EXACT_RUNS of them, else the normal approximation), and
+    # their Hodges-Lehmann ratio; nan when none is open.  A suspicion (Track.suspect) is
+    # such a span too: its runs since, not yet a regression.
     episode_p_value: float = math.nan
+    episode_ratio: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -382,8 +389,13 @@ def examine_arrays(
     p_value = mann_whitney_less(recent_res, base_res)
     episode_res = residuals(episode_tod, episode_log)
     episode_res = episode_res[~np.isnan(episode_res)]
-    episode_p = mann_whitney_less_normal(episode_res, base_res) if len(episode_res) else math.nan
-    noise = 1.4826 * float(np.median(np.abs(base_res - np.median(base_res))))  # the baseline's robust SD
+    episode_p, episode_ratio = math.nan, math.nan
+    if len(episode_res):
+        exact_p = len(episode_res) <= EXACT_RUNS
+        episode_p = (mann_whitney_less if exact_p else mann_whitney_less_normal)(episode_res, base_res)
+        if len(episode_res) <= SUSPECT_RUNS + k:  # a suspicion's; a long regression's is not needed
+            episode_ratio = math.exp(float(np.median((episode_res[:, None] - base_res[None, :]).ravel())))
+    noise = robust_sd(base_res)  # the baseline's
     shift, lower, upper = hodges_lehmann(recent_res, base_res, settings.confidence)
     return Tested(
         ratio=math.exp(shift),
@@ -398,6 +410,7 @@ def examine_arrays(
         noise=noise,
         episode_residuals=tuple(float(x) for x in episode_res),
         episode_p_value=episode_p,
+        episode_ratio=episode_ratio,
     )
 
 
@@ -411,6 +424,11 @@ K = TypeVar("K")
 # one lucky run never closes it (docs/runbook.md, "A regression is a state").
 CLOSE_AFTER = 2
 RECOVERY_ODDS = 1000.0
+# `recovered`: l1 is taken LEVEL_SES of its standard errors nearer the level before, and
+# each run's residual is clipped to CLIP_SDS per-run SDs beyond the two levels: one
+# outlying run never carries the evidence of several.
+LEVEL_SES = 1.0
+CLIP_SDS = 1.5
 MIN_NOISE = 0.01  # log: a lab link's near-constant rate would make one run decisive
 # An open regression whose runs since its start (2 x recent_runs or more), taken
 # together, are no longer significantly slower than the level before (one-sided
@@ -420,55 +438,134 @@ CONFIRM_P = 0.01
 
 
 # A drop opens on one test when it is beyond this many of the series' own per-run SDs (the
-# baseline's robust SD); within them, only when the series' next test says "open" too.
+# baseline's robust SD); within them, only on more than recent_runs runs since it began.
 AT_ONCE_SDS = 3.0
+# A suspicion that has not opened by this many runs ends (its runs count as baseline
+# again): a drop that stays this long at the edge of material is the series' level.
+SUSPECT_RUNS = 30
+# A suspicion's p-value is multiplied by its looks + LOOKS_EXTRA - 1: each round is a look,
+# and where its runs begin is chosen where the drop looks worst (`drop_began`): one more.
+LOOKS_EXTRA = 2
 
 
-def beyond_noise(test: Tested) -> bool:
-    """Whether a test that says "open" may open at once: its drop (the Hodges-Lehmann
-    shift, log) is more than AT_ONCE_SDS of the series' own per-run noise.  Three runs at
-    the bottom of 84 have p ~ 1e-4 however small the drop; on a series with 12% noise per
-    run a chance such triple is a 20-25% "drop", and it turned up about once per 1,000
-    series-days.  Within the noise the series' next test must confirm it: material, and
-    its own p-value at most `fdr` (the next run low too; docs/runbook.md, "A regression
-    is a state").  A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
-    noise = test.noise if math.isfinite(test.noise) else 0.0
-    return -math.log(test.ratio) > AT_ONCE_SDS * max(noise, MIN_NOISE)
+def beyond_noise(ratio: float, noise: float) -> bool:
+    """Whether a drop that is significant may open on the runs that show it alone: the
+    drop (the Hodges-Lehmann shift, log) is more than AT_ONCE_SDS of the series' own
+    per-run noise.  Three runs at the bottom of 84 have p ~ 1e-4 however small the drop;
+    on a series with 12% noise per run a chance such triple is a 20-25% "drop", and it
+    turned up about once per 1,000 series-days.  Within the noise one more run must join
+    them (the suspicion's runs, `History.step`; docs/runbook.md, "A regression is a
+    state").  A 50% drop there (6 SDs), a 20% drop of a 3% series (7 SDs) open at once."""
+    sd = noise if math.isfinite(noise) else 0.0
+    return -math.log(ratio) > AT_ONCE_SDS * max(sd, MIN_NOISE)
 
 
-def recovered(residuals: Sequence[float], noise: float, material_drop: float) -> bool:
+def suspicion(test: Tested, recent_runs: int, looks: int) -> tuple[float, float, int]:
+    """(p-value, ratio, runs) of a suspect series' runs since its drop began, taken
+    together against the baseline before it (the test's episode fields; the test's own
+    recent runs when it has none).  The p-value is Bonferroni-corrected for the looks the
+    suspicion has taken (each round one, and the start chosen where the drop looks
+    worst): without that, a noisy unchanged series' stretch of unlucky runs, tested
+    every round, opened about once per 1,000 series-days."""
+    if test.episode_residuals and math.isfinite(test.episode_p_value) and math.isfinite(test.episode_ratio):
+        p = min(1.0, test.episode_p_value * (looks + LOOKS_EXTRA - 1))
+        return p, test.episode_ratio, len(test.episode_residuals)
+    return test.p_value, test.ratio, recent_runs
+
+
+def drop_began(residuals: Sequence[float], material_drop: float) -> int:
+    """Where a drop began among runs (residuals, log, oldest first): the index after the
+    last time a CUSUM of the log-likelihood ratio "down by material_drop" over "at the
+    level" (reset at 0) was 0 (len(residuals) if it is 0 at the end)."""
+    mid = math.log(1.0 - material_drop) / 2
+    cusum, began = 0.0, 0
+    for i, r in enumerate(residuals):
+        cusum = max(0.0, cusum + mid - float(r))
+        if cusum == 0.0:
+            began = i + 1
+    return began
+
+
+def recovered(residuals: Sequence[float], noise: float, material_drop: float, baseline_runs: int = 0) -> bool:
     """Whether an open regression's runs since its start (residuals, log, against the
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
-    the level before (0) than the regression's own level (the median of its runs, l1),
-    and a CUSUM of the log-likelihood ratio of "back at the level before" over "at l1"
-    (Gaussian, the baseline's robust SD), reset at 0, has reached log(RECOVERY_ODDS);
-    l1 leaves out the latest stretch of runs back near the level before.
+    the level before (0) than the regression's own level (l1), and a CUSUM of the
+    log-likelihood ratio of "back at the level before" over "at l1" (Gaussian, reset at
+    0) has reached log(RECOVERY_ODDS).  l1 is the median of the runs before the recovery
+    the CUSUM dates (the last time it was 0; found again with that l1, up to three
+    times), so the runs back never pull the regression's own level up.  It is taken
+    LEVEL_SES standard errors nearer the level before, each run is clipped (CLIP_SDS),
+    and the SD is the baseline's robust one (`noise`, of `baseline_runs` runs) pooled
+    with that of the regression's own runs around l1: the baseline's alone, from a few
+    dozen runs, is 13% off on one series in six, and the series where it is low, or
+    whose first slow runs were unluckily slow, are those whose evidence it overstates
+    (false "recovered" mid-drop in the benchmark, then a flap).
     A 50% drop is cleared by the first two runs back; a 20% drop on a series with 12%
-    noise needs about four (the evidence a page can trust: docs/benchmarks.md).  If its
+    noise needs about five (the evidence a page can trust: docs/benchmarks.md).  If its
     runs are not, as a whole, materially below the level before (l1 above 1 -
     material_drop / 2: it opened on a few unlucky runs), the last CLOSE_AFTER runs
     above the midpoint are enough."""
     if len(residuals) < CLOSE_AFTER:
         return False
     r = np.asarray(residuals, dtype=float)
-    level = min(float(np.median(r)), 0.0)
-    # Its own level is that of its runs before the latest stretch back near the level
-    # before (the recovery would otherwise pull the estimate up and slow itself down).
-    above = r >= level / 2
-    stretch = len(r) - int(np.nonzero(~above)[0][-1]) - 1 if not above.all() else len(r)
-    if stretch < len(r):
-        level = min(float(np.median(r[: len(r) - stretch])), 0.0)
-    mid = level / 2
-    if np.any(r[-CLOSE_AFTER:] < mid):
+    own = r
+    cusum = np.zeros(len(r))
+    for _ in range(3):  # l1 from the runs before the recovery the CUSUM dates, and again
+        level = min(float(np.median(own)), 0.0)
+        if level >= math.log(1.0 - material_drop / 2):
+            return bool(np.all(r[-CLOSE_AFTER:] >= level / 2))
+        sd = pooled_noise(noise, baseline_runs, own)
+        # l1 is estimated (the median of its runs: SE 1.25 SD / sqrt(n)); taken as known,
+        # a short regression's unlucky runs overstate how far apart the two levels are,
+        # and two runs back would be "decisive".  The CUSUM takes l1 LEVEL_SES SEs
+        # nearer the level before (within 1% of l1 for a month-long regression), but
+        # never less than half as far from it; and a Gaussian log-likelihood ratio is
+        # linear in the run, so a run 4 SDs out would count as two: clipped (Huber).
+        gap = min(level + LEVEL_SES * 1.2533 * sd / math.sqrt(len(own)), level / 2)
+        clipped = np.clip(r, gap - CLIP_SDS * sd, CLIP_SDS * sd)
+        cusum = cusum_path((-gap / sd**2) * (clipped - gap / 2))
+        zero = np.nonzero(cusum == 0.0)[0]
+        began = int(zero[-1]) + 1 if len(zero) else 0  # the recovery, if it is one, began here
+        if began < CLOSE_AFTER or began == len(own):
+            break
+        own = r[:began]
+    if np.any(r[-CLOSE_AFTER:] < level / 2):
         return False
-    if level >= math.log(1.0 - material_drop / 2):
-        return True
-    sd = max(noise, MIN_NOISE) if math.isfinite(noise) else MIN_NOISE
-    steps = (-level / sd**2) * (r - mid)
-    cusum = 0.0
-    for step in steps:
-        cusum = max(0.0, cusum + float(step))
-    return cusum >= math.log(RECOVERY_ODDS)
+    return bool(cusum[-1] >= math.log(RECOVERY_ODDS))
+
+
+def cusum_path(steps: np.ndarray) -> np.ndarray:
+    """The CUSUM (reset at 0) after each step."""
+    out = np.zeros(len(steps))
+    total = 0.0
+    for i, step in enumerate(steps):
+        total = max(0.0, total + float(step))
+        out[i] = total
+    return out
+
+
+def robust_sd(values: np.ndarray) -> float:
+    """The SD of values winsorized at 3 robust SDs (1.4826 MAD) from their median: as
+    robust to a congested afternoon as the MAD, and nearly as precise as the SD on
+    Gaussian noise (the MAD's own is 13% off on one series in six with 84 runs, the
+    winsorized SD's 8%; the series where it is low are those whose evidence it
+    overstates)."""
+    if len(values) < 2:
+        return 0.0
+    centre = float(np.median(values))
+    mad = 1.4826 * float(np.median(np.abs(values - centre)))
+    return float(np.std(np.clip(values, centre - 3 * mad, centre + 3 * mad), ddof=1))
+
+
+def pooled_noise(noise: float, baseline_runs: int, own: np.ndarray) -> float:
+    """The per-run SD (log): the baseline's robust SD (`noise`, of `baseline_runs` runs)
+    pooled with the robust SD of `own` runs around their median, weighted by their
+    numbers (at least MIN_NOISE)."""
+    sd = noise if math.isfinite(noise) else 0.0
+    if len(own) >= 2 * CLOSE_AFTER + 2 and baseline_runs > 0:
+        own_sd = robust_sd(own)
+        sd = math.sqrt((baseline_runs * sd**2 + len(own) * own_sd**2) / (baseline_runs + len(own)))
+    return max(sd, MIN_NOISE)
 
 
 @dataclass(frozen=True)
@@ -522,10 +619,18 @@ class Track:
     episode: Episode | None = None
     excluded: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     accepted_at: float | None = None
-    # The first recent run's start of the series' last test, when that test said "open"
-    # but its drop was within the noise (`History.step`: the next test must confirm it).
-    # Not journaled: after a restart the series waits for one more confirming test.
-    pending: float | None = None
+    # A suspicion: the first run of a closed series' stretch materially below its level
+    # that is not (yet) a regression (`History.step`).  Its runs since are kept out of
+    # the baseline until it is decided, and tested together.  Not journaled: after a
+    # restart the series' next material test starts it again.
+    suspect: float | None = None
+    suspect_began: float | None = None  # where the suspicion began (before any re-anchoring)
+
+    def spans(self) -> list[tuple[float, float]]:
+        """The spans whose runs are not baseline now: `excluded`, and a suspicion's."""
+        if self.suspect is None or self.episode is not None:
+            return self.excluded
+        return [*self.excluded, (self.suspect, math.inf)]
 
 
 @dataclass(frozen=True)
@@ -652,7 +757,7 @@ class History:
         if len(ts) <= k:
             return ts, tod, logs
         track = self.tracks.get(key)
-        end = min(float(ts[-k]), track.episode.since) if track and track.episode else float(ts[-k])
+        end = min([float(ts[-k]), *(lo for lo, hi in (track.spans() if track else ()) if hi == math.inf)])
         since = baseline_start(end, track.excluded if track else (), self.settings.baseline_weeks * WEEK) - DAY
         start = int(np.searchsorted(ts, since, side="left"))
         if track:  # spans that ended before what is kept are of no more use
@@ -661,7 +766,7 @@ class History:
 
     def retest(self, key: Any) -> None:
         track = self.tracks.get(key)
-        excluded = track.excluded if track else ()
+        excluded = track.spans() if track else ()
         outcome = (
             examine_arrays(*self.runs[key], self.settings, excluded) if key in self.runs else Untested("no ok run")
         )
@@ -673,55 +778,103 @@ class History:
             self.untested[key] = outcome.reason
 
     def step(self, key: Any) -> None:
-        """The series' state after its latest test: a closed series opens when its test
-        is significant (its q-value across the exporter's tested series, now: the false
-        discovery rate is controlled as regressions open) and material; an open one
-        stays open by its own data alone, and closes when its runs since the start show
-        it recovered (`recovered`)."""
+        """The series' state after its latest test.  A closed series whose test is
+        material becomes suspect (`Track.suspect`): its runs since are kept out of its
+        baseline and tested together, so slow runs never dilute the level they are
+        compared with while they are being decided.  It opens when those runs are
+        significant (their q-value among the hypotheses being decided now, `_opens`: the
+        false discovery rate is controlled as regressions open) and material, at once if
+        the drop is beyond the series' noise (`beyond_noise`: the test alone), else once
+        more than recent_runs runs show it; the suspicion ends when its runs, taken together, are no longer
+        materially below (their runs count as baseline again).  An open one stays open
+        by its own data alone, and closes when its runs since the start show it
+        recovered (`recovered`) or no longer confirm it (dismissed)."""
         test = self.tests.get(key)
         if test is None:
             return  # the test cannot decide: the state stays as it is
         track = self.tracks.setdefault(key, Track())
         s = self.settings
         if track.episode is None:
-            if track.pending is not None and test.ratio <= 1.0 - s.material_drop and test.p_value <= s.fdr:
-                since = min(track.pending, test.first)  # confirmed (its own p: q >= p, so no family)
-            elif not self._opens(key, test):
-                track.pending = None
-                return
-            elif beyond_noise(test):
-                since = test.first
+            if track.suspect is None:
+                if test.ratio > 1.0 - s.material_drop:
+                    return
+                track.suspect = track.suspect_began = test.first
+                test = self._retested(key, test)
+            test = self._anchored(key, track, test)
+            p, ratio, runs = suspicion(test, s.recent_runs, self._looks(key, track))
+            material = 1.0 - s.material_drop
+            # A drop beyond the noise opens on the test alone, as it always did; one within
+            # it once more than recent_runs runs since it began show it, taken together.
+            at_once = test.ratio <= material and beyond_noise(test.ratio, test.noise)
+            if at_once and self._opens(key, test.p_value):
+                since = max(track.suspect, test.first)  # the test's runs (from the drop's first)
+            elif ratio <= material and runs > s.recent_runs and self._opens(key, p):
+                since = track.suspect
             else:
-                track.pending = test.first  # within the noise: the next test must confirm it
-                return
-            track.pending = None
-            self._apply(track, Event(OPENED, key, test.at, since, test.level))
-            self.retest(key)  # against the level before it, from now on
+                since = None
+            if since is not None:
+                track.suspect = None
+                self._apply(track, Event(OPENED, key, test.at, since, test.level))
+                self._retested(key, test)  # against the level before it, from now on
+            elif max(ratio, test.ratio) > 1.0 - s.material_drop / 2 or self._looks(key, track) >= SUSPECT_RUNS:
+                track.suspect = None  # not materially below, taken together: baseline again
+                self._retested(key, test)
             return
         runs_since = len(test.episode_residuals)
         unconfirmed = runs_since >= 2 * s.recent_runs and not test.episode_p_value <= CONFIRM_P
         if unconfirmed:
             self._apply(track, Event(DISMISSED, key, test.at, track.episode.since))
             self.retest(key)
-        elif recovered(test.episode_residuals, test.noise, s.material_drop):
+        elif recovered(test.episode_residuals, test.noise, s.material_drop, test.baseline_runs):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 
-    def _opens(self, key: Any, test: Tested) -> bool:
-        """Whether the series' closed state opens on its test: material, and significant
-        (q <= fdr) among the hypotheses being decided now.  The Benjamini-Hochberg family
-        is every tested series without an open regression, and an open one only while the
-        run that opened it is still among its recent runs (the evidence it was discovered
-        on): a regression is one discovery, made once.  Counted afresh every round, an
-        open regression's p-value (its runs against the level before, tiny for as long as
-        it lasts) would lower every other series' bar for weeks: on noisy unchanged series
-        that doubled the false alarms (docs/benchmarks.md, "Regressions that last"), while
-        series that drop together (one link cut) still open together."""
-        if test.ratio > 1.0 - self.settings.material_drop:
-            return False
-        keys = [k for k in self.tests if k == key or self._deciding(k)]
-        q = bh_qvalues([self.tests[k].p_value for k in keys])[keys.index(key)]
-        return q <= self.settings.fdr
+    def _anchored(self, key: Any, track: Track, test: Tested) -> Tested:
+        """The suspicion re-anchored where its runs' drop began: after the last time a
+        CUSUM of "a material drop" over "at the level" (reset at 0) was 0 (`drop_began`).
+        A suspicion that a chance run started before the drop is then not diluted by the
+        runs at the level before it, and a regression's start is its first slow run."""
+        ts = self.runs[key][0] if key in self.runs and track.suspect is not None else np.zeros(0)
+        since = ts[ts >= (track.suspect or 0.0)][-EPISODE_RUNS:]
+        residuals = test.episode_residuals
+        if not len(residuals) or len(since) != len(residuals):
+            return test
+        began = drop_began(residuals, self.settings.material_drop)
+        if began == 0 or began >= len(residuals):
+            return test
+        track.suspect = float(since[began])
+        return self._retested(key, test)
+
+    def _looks(self, key: Any, track: Track) -> int:
+        """The tests a suspicion has had: one per run since it began, from its first
+        (recent_runs runs) on."""
+        if key not in self.runs or track.suspect_began is None:
+            return 1
+        ts = self.runs[key][0]
+        since = len(ts) - int(np.searchsorted(ts, track.suspect_began, side="left"))
+        return max(1, since - self.settings.recent_runs + 1)
+
+    def _retested(self, key: Any, test: Tested) -> Tested:
+        """The series tested again after its state changed (unchanged without runs)."""
+        if key not in self.runs:
+            return test
+        self.retest(key)
+        return self.tests.get(key, test)
+
+    def _opens(self, key: Any, p_value: float) -> bool:
+        """Whether a closed series' hypothesis, with this p-value, is significant (q <=
+        fdr) among the hypotheses being decided now.  The Benjamini-Hochberg family is
+        every tested series without an open regression (a suspect one with its
+        suspicion's p-value, `deciding_p`), and an open one only while the run that
+        opened it is still among its recent runs (the evidence it was discovered on): a
+        regression is one discovery, made once.  Counted afresh every round, an open
+        regression's p-value (its runs against the level before, tiny for as long as it
+        lasts) would lower every other series' bar for weeks: on noisy unchanged series
+        that doubled the false alarms (docs/benchmarks.md, "Regressions that last"),
+        while series that drop together (one link cut) still open together."""
+        keys = [k for k in self.tests if k != key and self._deciding(k)]
+        ps = [p_value, *(self._deciding_p(k) for k in keys)]
+        return bh_qvalues(ps)[0] <= self.settings.fdr
 
     def _deciding(self, key: Any) -> bool:
         """Whether the series' test is a hypothesis being decided now (`_opens`): no open
@@ -732,6 +885,15 @@ class History:
         ts = self.runs[key][0] if key in self.runs else np.zeros(0)
         k = self.settings.recent_runs
         return len(ts) >= k and track.episode.opened >= float(ts[-k])
+
+    def _deciding_p(self, key: Any) -> float:
+        """The p-value of the series' hypothesis being decided: a suspect series' runs
+        since its suspicion began, taken together; else its test's."""
+        test = self.tests[key]
+        track = self.tracks.get(key)
+        if track is not None and track.episode is None and track.suspect is not None:
+            return suspicion(test, self.settings.recent_runs, self._looks(key, track))[0]
+        return test.p_value
 
     def accept(self, key: Any, at: float) -> Event | None:
         """An operator accepts the open regression's level as the series' new level (at
@@ -790,7 +952,9 @@ class History:
                 level_before=episode.level_before if episode else None,
                 accepted_at=track.accepted_at,
                 suspected=bool(
-                    episode is None and test is not None and test.ratio <= 1.0 - self.settings.material_drop
+                    episode is None
+                    and test is not None
+                    and (track.suspect is not None or test.ratio <= 1.0 - self.settings.material_drop)
                 ),
             )
         return out
