@@ -43,7 +43,9 @@ def test_a_busy_loop_is_runnable_all_its_life_whatever_the_machine_does() -> Non
 
 def test_a_sleeping_program_is_neither_on_a_core_nor_waiting() -> None:
     seen = _watched(["sleep", "5"], 0.6)
-    assert seen["local sleep"]["runnable_share"] < 0.1
+    # Its start (fork, exec) can queue for a core on a busy host (failed at < 0.1 at load
+    # 14); a program counted runnable while it sleeps would be near 1.
+    assert seen["local sleep"]["runnable_share"] < 0.5
     assert seen["local sleep"]["io_wait_share"] == 0.0
 
 
