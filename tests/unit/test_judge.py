@@ -718,9 +718,26 @@ def test_a_busy_host_does_not_stand_in_for_a_remote_not_ruled_out() -> None:
     assert not vetoes.remote_not_ruled_out(Inputs.of(backlog, None))
     limit = judge_limit(backlog, None)
     assert limit is not None and (limit.reason, limit.side) == ("busy_host", "local"), limit
-    # So are the remote's programs, seen doing the work for most of the transfer.
-    longer = {name: {**v, "seconds": 3.5} for name, v in r.programs.items()}
-    assert not vetoes.remote_not_ruled_out(Inputs.of(dataclasses.replace(r, programs=longer), None))
+    # So are the remote's programs, seen doing the work for most of the transfer; but not
+    # where their cgroup's quota held them as long as this host waited (20% of the time).
+    longer = dataclasses.replace(r, programs={name: {**v, "seconds": 3.5} for name, v in r.programs.items()})
+    assert not vetoes.remote_not_ruled_out(Inputs.of(longer, None))
+    # Nor where the set-up was slower than the physics allows by more than this host's
+    # waits then explain: 2.34 s before the first data (0.91 s allowed), this host's ssh
+    # queued 0.28 s of it (the same sshd beside CPU burners, its data phase unthrottled).
+    local = {"seconds": 5.4, "run_queue_seconds": 1.1, "run_queue_seconds_before_data": 0.28}
+    slow = dataclasses.replace(
+        longer,
+        programs={**longer.programs, "local ssh": local},
+        tcp_local={"data_start_seconds": 2.34, "data_end_seconds": 3.9},
+    )
+    said = vetoes.remote_not_ruled_out(Inputs.of(slow, PATH20))
+    assert "the set-up took 2.34 s, 1.16 s beyond the 0.90 s" in said and "the 0.28 s this host's programs" in said
+    assert not vetoes.remote_not_ruled_out(Inputs.of(slow, None))  # no RTT: what set-up takes is unknown
+    held = dataclasses.replace(longer, remote_view={**view, "cpu_throttled_share": 0.197})
+    assert "held by its CPU quota 20% of the time" in vetoes.remote_not_ruled_out(Inputs.of(held, None))
+    limit = judge_limit(held, None)
+    assert limit is not None and limit.reason == "", limit
 
 
 def test_a_rate_above_the_path_estimate_makes_it_stale_never_the_path_full() -> None:

@@ -207,7 +207,13 @@ def remote_not_ruled_out(i: Inputs) -> str:
     window: its rule comes first).  So the remote is ruled out by a sender seen with unsent
     data in BACKLOG_SHARE of at least MIN_SENDER_SAMPLES of its listings (network-limited:
     no program of either end kept it waiting), or by the remote's programs seen doing the
-    work for SEEN_SHARE of the transfer (the program rules judged them).  Otherwise a
+    work for SEEN_SHARE of the transfer (the program rules judged them), unless their cgroup
+    was held by its CPU quota BUSY_SHARE of the time (as long as this host waited to be
+    called busy: a remote sshd at 5% of a core throttled 20% of a 64 MiB sftp download on
+    a host whose programs waited 20% of it), and unless the set-up was slower than the
+    physics allows by more than this host's waits explain (_slow_setup_not_ours: the same
+    sshd's key exchange, 1.0 s beyond both, where its data phase ran unthrottled beside
+    CPU burners).  Otherwise a
     residual verdict on this host (busy_host) would stand in for the remote unseen: a
     remote sshd held to 5% of a core, its programs seen for 0.8-1.7 s of a 3-4 s scp
     download (the quota's throttling never read twice), the remote sender seen sending in
@@ -217,6 +223,13 @@ def remote_not_ruled_out(i: Inputs) -> str:
     samples = i.sending_samples
     if backlog is not None and backlog >= BACKLOG_SHARE and (samples is None or samples >= MIN_SENDER_SAMPLES):
         return ""
+    slow = _slow_setup_not_ours(i)
+    if slow:
+        return slow
+    throttled = i.remote_view.get("cpu_throttled_share")
+    if throttled is not None and throttled >= BUSY_SHARE:
+        # Held by its quota as long as this host waited to be called busy: either may be why.
+        return f"the remote's programs' cgroup was held by its CPU quota {throttled:.0%} of the time they were watched"
     remote = [v.get("seconds", 0.0) for name, v in i.programs.items() if name.startswith("remote ")]
     seen = max(remote, default=0.0)
     if i.duration > 0 and seen >= SEEN_SHARE * i.duration:
@@ -229,6 +242,29 @@ def remote_not_ruled_out(i: Inputs) -> str:
     return (
         f"the remote's programs could not be ruled out: {had}, and its programs were seen for {seen:.1f} s of the "
         f"{i.duration:.1f} s transfer ({_remote_seen_words(i.remote_view)})"
+    )
+
+
+def _slow_setup_not_ours(i: Inputs) -> str:
+    """Words, where the set-up took longer than the physics allows (setup_seconds) by more
+    than this host's programs queued for a CPU then, and the rest is at least BUSY_SHARE
+    of the transfer ("" if not): time this host's waits do not explain, spent before the
+    first data, where the remote's programs (a starved sshd's key exchange, a slow login)
+    may have spent it."""
+    most = setup_seconds(i)
+    if most is None or i.data_start is None or i.duration <= 0:
+        return ""
+    local = [v for name, v in i.programs.items() if name.startswith("local ")]
+    # The lab's delay line waiting for a CPU delays every packet of the set-up behind it.
+    ours = sum(v.get("run_queue_seconds_before_data", 0.0) for v in local)
+    ours += i.host_busy.get("delay_line", 0.0) * i.data_start
+    slow = i.data_start - most - ours
+    if slow < BUSY_SHARE * i.duration:
+        return ""
+    return (
+        f"the set-up took {i.data_start:.2f} s, {slow:.2f} s beyond the {most:.2f} s a protocol's set-up takes on this "
+        f"path and the {ours:.2f} s this host's programs queued for a CPU then (the remote's, a starved sshd's key "
+        "exchange or a slow login, or the path's)"
     )
 
 
