@@ -19,7 +19,7 @@ CI = [
     for c in CAUSES
     if (c.name, c.protocol, c.direction)
     in {
-        ("a remote sshd held to 5% of a core (listings through it)", "scp", "upload"),
+        ("a remote sshd held to 5% of a core (listings through it)", "scp", "download"),
         ("a remote sshd held to 5% of a core (listings unstarved)", "sftp", "download"),
         ("a slow remote disk under an upload", "sftp", "upload"),
         ("a remote throttle (nginx limit_rate)", "http-remote-throttle", "download"),
