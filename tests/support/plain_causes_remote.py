@@ -24,7 +24,7 @@ from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 
 from . import verdicts
-from .plain_site import BLKIO, CPU, Changes, PlainCause, PlainSite, listener_in_group
+from .plain_site import BLKIO, CPU, Changes, PlainCause, PlainSite, Setup, listener_in_group
 
 QUOTA = 0.05  # of a core, for the remote's sshd
 PERIOD_US = 100_000
@@ -106,7 +106,7 @@ def remote_cap(site: PlainSite, key: str) -> Iterator[Changes | None]:
         yield None
 
 
-def _quota(master_inside: bool):  # type: ignore[no-untyped-def]
+def _quota(master_inside: bool) -> Setup:
     return lambda site: sshd_cpu_quota(site, master_inside)
 
 
