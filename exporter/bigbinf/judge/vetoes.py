@@ -213,12 +213,11 @@ def remote_not_ruled_out(i: Inputs) -> str:
     a host whose programs waited 20% of it), and unless the set-up was slower than the
     physics allows by more than this host's waits explain (_slow_setup_not_ours: the same
     sshd's key exchange, 1.0 s beyond both, where its data phase ran unthrottled beside
-    CPU burners).  Otherwise a
-    residual verdict on this host (busy_host) would stand in for the remote unseen: a
-    remote sshd held to 5% of a core, its programs seen for 0.8-1.7 s of a 3-4 s scp
-    download (the quota's throttling never read twice), the remote sender seen sending in
-    one listing and flagged app-limited, was called a busy host at load 6 for this host's
-    11-14% of waits."""
+    CPU burners).  Otherwise a residual verdict on this host (busy_host) would stand in
+    for the remote unseen: a remote sshd held to 5% of a core, its programs seen for
+    0.8-1.7 s of a 3-4 s scp download (the quota's throttling never read twice), the
+    remote sender seen sending in one listing and flagged app-limited, was called a busy
+    host at load 6 for this host's 11-14% of waits."""
     backlog = i.sender.get("sender_backlog_ratio")
     samples = i.sending_samples
     if backlog is not None and backlog >= BACKLOG_SHARE and (samples is None or samples >= MIN_SENDER_SAMPLES):
