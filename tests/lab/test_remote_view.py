@@ -32,6 +32,8 @@ from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import Result
 
+from ..support.plain_causes_remote import slow_remote_disk
+
 pytestmark = pytest.mark.lab
 DATASETS = {"f8m": {"file": "f8m.bin", "size": "8MiB"}, "f64m": {"file": "f64m.bin", "size": "64MiB"}}
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -279,33 +281,6 @@ def test_a_starved_remote_answers_its_listings_late_and_says_so(
 def _throttled_ns(group: Path) -> int:
     stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
     return int(stat["throttled_time"])
-
-
-@contextlib.contextmanager
-def slow_remote_disk(lab_config: Config, pid: int, size: int) -> Iterator[tuple[Path, str]]:
-    """A sync-mounted ext4 file system on a loop device, mounted where process `pid` (the
-    lab's sshd: `ip netns exec` gave it a mount namespace of its own) sees it, for the
-    block: (its mount point, its major:minor).  Sync: every write goes to the device from
-    the writer's own context, where its blkio group's throttle holds it."""
-    assert lab_config.lab is not None
-    layout = LabLayout(lab_config.lab)
-    image = layout.state_dir / f"slow-remote-{uuid.uuid4().hex[:6]}.img"
-    mount = image.with_suffix(".d")
-    enter = ["nsenter", "-t", str(pid), "-m"]
-    with contextlib.ExitStack() as undo:
-        with open(image, "wb") as f:
-            f.truncate(size + 64 * 1024 * 1024)
-        undo.callback(image.unlink, missing_ok=True)
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-        device = subprocess.run(
-            ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True
-        ).stdout.strip()
-        undo.callback(subprocess.run, ["losetup", "-d", device], check=False)
-        mount.mkdir()
-        undo.callback(mount.rmdir)
-        subprocess.run([*enter, "mount", "-o", "sync", device, str(mount)], check=True)
-        undo.callback(subprocess.run, [*enter, "umount", "-l", str(mount)], check=False)
-        yield mount, Path(f"/sys/class/block/{Path(device).name}/dev").read_text().strip()
 
 
 @pytest.mark.skipif(not _v1(BLKIO, "blkio.throttle.write_bps_device"), reason="needs cgroup v1's blkio throttle")

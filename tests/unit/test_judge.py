@@ -671,6 +671,75 @@ def test_late_listings_on_a_busy_host_or_a_lossy_path_do_not_make_a_starved_remo
     assert not vetoes.starved_remote(Inputs.of(lossy, PATH10))
 
 
+def test_late_listings_on_a_busy_host_count_beyond_its_own_waits() -> None:
+    # A remote sshd at 5% of a core, its stats sessions through it, on a host at load 4.2
+    # (a plain site's sftp download, 16 MiB on 20 ms): this host's programs waited 18% of
+    # the 6.7 s (1.2 s); the listings came 6.4 s late, 5.2 s beyond that: starved.
+    view = {"listings_expected": 16.0, "listings_received": 4.0, "listing_late_max_seconds": 6.42, "programs_seen": 0.0}
+    busy = {"transfer_programs": 0.18, "capture": 0.01, "load1": 4.2}
+    r = download(
+        protocol="sftp", file_bytes=16 * MiB, duration_seconds=6.7, remote_view=view, host_busy=busy, programs={},
+        tcp_remote=sender(busy_seconds=1.4, segs_out=11_673.0, app_limited_ratio=1.0),
+    )  # fmt: skip
+    limit = judge_limit(r, PATH20)
+    assert limit is not None and (limit.reason, limit.side) == ("cpu", "remote"), limit
+    assert "6.4 s late" in limit.evidence and "5.2 s beyond this host's 1.2 s of waits" in limit.evidence
+    assert "answered" not in limit.evidence  # unanswered listings are a busy host's too
+    assert text_contradictions(limit, r, PATH20) == []
+    # Late by less than 3 s beyond what this host waited (4 s): the listings say nothing.
+    waited = dataclasses.replace(r, host_busy={**busy, "transfer_programs": 0.6})
+    assert not vetoes.starved_remote(Inputs.of(waited, PATH20))
+
+
+def test_a_busy_host_does_not_stand_in_for_a_remote_not_ruled_out() -> None:
+    # A remote sshd at 5% of a core, its listings unstarved, on a host at load 6.6 (a plain
+    # site's scp download, 16 MiB on 20 ms): this host's programs waited 14% of the 4.0 s;
+    # the remote sender was seen sending in one listing, flagged app-limited, its programs
+    # seen for 1.7 s (their quota read once: no throttling share).  Not busy_host.
+    view = {**SEEN, "listings_expected": 10.0, "listings_received": 6.0, "listing_late_max_seconds": 2.29,
+            "cpu_quota_cores": 0.05}  # fmt: skip
+    remote = {"seconds": 1.66, "cpu_seconds": 0.02, "run_queue_seconds": 0.18, "cpu_share": 0.01,
+              "runnable_share": 0.12, "io_wait_share": 0.0, "samples": 2.0, "cpu_quota_cores": 0.05}  # fmt: skip
+    r = download(
+        protocol="scp", file_bytes=16 * MiB, duration_seconds=4.0, remote_view=view,
+        host_busy={"transfer_programs": 0.14, "capture": 0.02, "load1": 6.6},
+        programs={"remote sshd": remote, "remote sftp-server": {**remote, "runnable_share": 0.07}},
+        tcp_remote=sender(busy_seconds=1.39, segs_out=11_694.0, app_limited_ratio=1.0, sender_backlog_ratio=0.0,
+                          sending_samples=1.0),
+        tcp_local={"data_start_seconds": 2.5, "data_end_seconds": 3.9},
+    )  # fmt: skip
+    limit = judge_limit(r, None)
+    assert limit is not None and limit.reason == "", limit
+    assert "not busy_host (this host was busy" in limit.evidence
+    assert "programs were seen for 1.7 s of the 4.0 s transfer" in limit.evidence, limit.evidence
+    # The sender seen with a backlog in most of enough listings: network-limited, no
+    # program of either end held it; the busy host is named.
+    backlog = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "sender_backlog_ratio": 0.9, "sending_samples": 6.0})
+    assert not vetoes.remote_not_ruled_out(Inputs.of(backlog, None))
+    limit = judge_limit(backlog, None)
+    assert limit is not None and (limit.reason, limit.side) == ("busy_host", "local"), limit
+    # So are the remote's programs, seen doing the work for most of the transfer; but not
+    # where their cgroup's quota held them as long as this host waited (20% of the time).
+    longer = dataclasses.replace(r, programs={name: {**v, "seconds": 3.5} for name, v in r.programs.items()})
+    assert not vetoes.remote_not_ruled_out(Inputs.of(longer, None))
+    # Nor where the set-up was slower than the physics allows by more than this host's
+    # waits then explain: 2.34 s before the first data (0.91 s allowed), this host's ssh
+    # queued 0.28 s of it (the same sshd beside CPU burners, its data phase unthrottled).
+    local = {"seconds": 5.4, "run_queue_seconds": 1.1, "run_queue_seconds_before_data": 0.28}
+    slow = dataclasses.replace(
+        longer,
+        programs={**longer.programs, "local ssh": local},
+        tcp_local={"data_start_seconds": 2.34, "data_end_seconds": 3.9},
+    )
+    said = vetoes.remote_not_ruled_out(Inputs.of(slow, PATH20))
+    assert "the set-up took 2.34 s, 1.16 s beyond the 0.90 s" in said and "the 0.28 s this host's programs" in said
+    assert not vetoes.remote_not_ruled_out(Inputs.of(slow, None))  # no RTT: what set-up takes is unknown
+    held = dataclasses.replace(longer, remote_view={**view, "cpu_throttled_share": 0.197})
+    assert "held by its CPU quota 20% of the time" in vetoes.remote_not_ruled_out(Inputs.of(held, None))
+    limit = judge_limit(held, None)
+    assert limit is not None and limit.reason == "", limit
+
+
 def test_a_rate_above_the_path_estimate_makes_it_stale_never_the_path_full() -> None:
     # The journal's earlier iperf3 estimate of 2.7 MB/s, a transfer at 6.26 MB/s: 232%.
     stale = PathBaseline("site", 0.0, rtt_min_seconds=0.02, bandwidth_bytes_per_second=2.7e6, bandwidth_source="iperf3")

@@ -39,7 +39,8 @@ sender, and what only shows once nothing else does last:
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
 8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
-9. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host);
+9. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
+   where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
 10. shared_path: network-limited below the path's estimate, nothing of the transfer
     holding it (_shared_path);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
@@ -69,11 +70,11 @@ LOSS_SHARE = 0.001  # retransmitted segments per segment sent: 0.1%
 RECEIVER_BEHIND = 0.2
 CPU_SHARE = 0.9  # of a program's life on a core or queued for one: it could not go faster
 CPU_EXPLAINS = 0.5  # ... and this much explains a sender with nothing to send
-BACKLOG_SHARE = 0.5  # a sender with unsent data in fewer of its samples had nothing to send
+BACKLOG_SHARE = vetoes.BACKLOG_SHARE  # a sender with unsent data in fewer of its samples had nothing to send
 DISK_SHARE = 0.3  # of a program's samples waiting on storage
 IDLE_SHARE = vetoes.IDLE_SHARE  # data in flight for less than this share of the transfer: the sender was idle
 STARTUP_SHARE = 0.2  # of the transfer's time lost below its steady rate
-BULK_SHARE = 0.5  # a program that lived this share of the transfer did its bulk work
+BULK_SHARE = vetoes.SEEN_SHARE  # a program that lived this share of the transfer did its bulk work
 STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
 
 
@@ -186,8 +187,12 @@ def steady_limit(i: Inputs) -> Limit:
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
         return Limit("congestion", f"{i.loss_words()}; {rate_words}", "path")
     busy_host = vetoes.busy_host(i)
-    if busy_host:
+    unseen = vetoes.remote_not_ruled_out(i) if busy_host else ""
+    if busy_host and not unseen:
         return Limit("busy_host", f"{busy_host}; {rate_words}", "local")
+    if unseen:
+        # This host's waits do not stand in for a remote that may have held it.
+        withheld.append(f"not busy_host ({busy_host}): {unseen}")
     if not sender:
         # The sender (a download's remote) could not be asked: its limits cannot be ruled
         # out, so naming one would be a guess.

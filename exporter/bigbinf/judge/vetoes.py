@@ -54,8 +54,9 @@ THROTTLED_SHARE = 0.2
 # other reasons too: this host's ssh and `ss` wait for a CPU on a busy host (at load 10 an
 # unstarved remote answered 8-21 of 18-24 listings, the latest 1.7 s behind), and a lossy
 # path delays the stats session's packets behind retransmission timeouts.  So lateness
-# counts only where neither is seen, and only past what those produced; a remote sshd at
-# 5% of a core answered 1-4 of 27-40, 8-12 s late.
+# counts only past what those produced, not on a lossy path, and on a busy host only beyond
+# what this host's programs waited for a CPU; a remote sshd at 5% of a core answered 1-4
+# of 27-40, 8-12 s late.
 LATE_SECONDS = 3.0
 LATE_SHARE = 0.25
 ANSWERED_SHARE = 0.25
@@ -64,6 +65,8 @@ LATE_LOSS_SHARE = 0.001  # a sender that lost this share of its segments: the pa
 # A busy host: this host's programs, its capture or the lab's delay line waited for a CPU
 # this share of the transfer (a delay line that waits delays every packet behind it).
 BUSY_SHARE = 0.1
+BACKLOG_SHARE = 0.5  # rules.BACKLOG_SHARE: a sender with unsent data in this share of its samples had data
+SEEN_SHARE = 0.5  # rules.BULK_SHARE: the remote's programs seen this share of the transfer were seen doing the work
 IDLE_SHARE = 0.6  # rules.IDLE_SHARE: data in flight less than this share of the data phase is idle
 BUSY_PARTS = {
     "transfer_programs": "the transfer's programs",
@@ -191,9 +194,10 @@ def _remote_seen_words(view: Mapping[str, float]) -> str:
 
 def starved_remote(i: Inputs) -> str:
     """Words, where the remote was too starved of CPU to keep up ("" if not seen so): its
-    programs' cgroup held by its quota THROTTLED_SHARE of the transfer, or, where this host
-    was not busy and the path lost nothing, its own listings late (LATE_SECONDS and
-    LATE_SHARE of the transfer) or mostly unanswered."""
+    programs' cgroup held by its quota THROTTLED_SHARE of the transfer, or, where the path
+    lost nothing, its own listings late (LATE_SECONDS and LATE_SHARE of the transfer; on a
+    busy host, beyond what this host's programs waited for a CPU) or, where this host was
+    not busy, mostly unanswered."""
     view = i.remote_view
     said = []
     unhurried = remote_unhurried(i)
@@ -207,11 +211,23 @@ def starved_remote(i: Inputs) -> str:
         said.append(f"its programs' cgroup was held by its CPU quota {throttled:.0%} of the transfer")
     expected, received = view.get("listings_expected"), view.get("listings_received")
     late = view.get("listing_late_max_seconds")
-    if busy_host(i) or (i.segments and i.loss >= LATE_LOSS_SHARE):
-        # Late listings are this host's wait or the path's, as much as the remote's.
-        expected = late = None
-    if late is not None and late >= max(LATE_SECONDS, LATE_SHARE * i.duration):
-        said.append(f"its own listings came up to {late:.1f} s late ({late / i.duration:.0%} of the transfer)")
+    excess, beyond = late, ""
+    if i.segments and i.loss >= LATE_LOSS_SHARE:
+        # Late listings are the path's delay as much as the remote's.
+        expected = late = excess = None
+    elif busy_host(i):
+        # On a busy host, unanswered listings are this host's as much as the remote's; a
+        # late one counts only for its lateness beyond what this host's programs waited
+        # for a CPU (a listing's ssh waits with them): a remote sshd at 5% of a core was
+        # 6.4 s late where this host's programs waited 1.2 s; an unstarved one at load
+        # 10, 1.7 s.
+        expected = None
+        waited = max(busy_shares(i).values(), default=0.0) * i.duration
+        if late is not None:
+            excess = late - waited
+            beyond = f", {excess:.1f} s beyond this host's {waited:.1f} s of waits for a CPU"
+    if late is not None and excess is not None and excess >= max(LATE_SECONDS, LATE_SHARE * i.duration):
+        said.append(f"its own listings came up to {late:.1f} s late ({late / i.duration:.0%} of the transfer){beyond}")
     # None answered at all is not counted here: a remote that cannot be asked (a broken
     # stats_command) answers none either; its lateness, where measured, still says it.
     if expected and expected >= MIN_LISTINGS and received and received < ANSWERED_SHARE * expected:
@@ -243,6 +259,73 @@ def remote_unhurried(i: Inputs) -> bool:
         and v.get("run_queue_seconds", 0.0) / v["seconds"] < UNHURRIED_WAIT
         and v.get("cpu_throttled_share", 0.0) < THROTTLED_SHARE
         for v in remote
+    )
+
+
+def remote_not_ruled_out(i: Inputs) -> str:
+    """Words, where the remote's programs may have held the transfer and nothing seen rules
+    them out ("" where something does): a remote program holds a transfer only by feeding
+    the sender too little (a sender with nothing unsent) or by reading too slowly (the
+    window: its rule comes first).  So the remote is ruled out by a sender seen with unsent
+    data in BACKLOG_SHARE of at least MIN_SENDER_SAMPLES of its listings (network-limited:
+    no program of either end kept it waiting), or by the remote's programs seen doing the
+    work for SEEN_SHARE of the transfer (the program rules judged them), unless their cgroup
+    was held by its CPU quota BUSY_SHARE of the time (as long as this host waited to be
+    called busy: a remote sshd at 5% of a core throttled 20% of a 64 MiB sftp download on
+    a host whose programs waited 20% of it), and unless the set-up was slower than the
+    physics allows by more than this host's waits explain (_slow_setup_not_ours: the same
+    sshd's key exchange, 1.0 s beyond both, where its data phase ran unthrottled beside
+    CPU burners).  Otherwise a residual verdict on this host (busy_host) would stand in
+    for the remote unseen: a remote sshd held to 5% of a core, its programs seen for
+    0.8-1.7 s of a 3-4 s scp download (the quota's throttling never read twice), the
+    remote sender seen sending in one listing and flagged app-limited, was called a busy
+    host at load 6 for this host's 11-14% of waits."""
+    backlog = i.sender.get("sender_backlog_ratio")
+    samples = i.sending_samples
+    if backlog is not None and backlog >= BACKLOG_SHARE and (samples is None or samples >= MIN_SENDER_SAMPLES):
+        return ""
+    slow = _slow_setup_not_ours(i)
+    if slow:
+        return slow
+    throttled = i.remote_view.get("cpu_throttled_share")
+    if throttled is not None and throttled >= BUSY_SHARE:
+        # Held by its quota as long as this host waited to be called busy: either may be why.
+        return f"the remote's programs' cgroup was held by its CPU quota {throttled:.0%} of the time they were watched"
+    remote = [v.get("seconds", 0.0) for name, v in i.programs.items() if name.startswith("remote ")]
+    seen = max(remote, default=0.0)
+    if i.duration > 0 and seen >= SEEN_SHARE * i.duration:
+        return ""
+    had = (
+        f"the sender had unsent data in {backlog:.0%} of {samples or 0:.0f} listings"
+        if backlog is not None
+        else "the sender's backlog unknown"
+    )
+    return (
+        f"the remote's programs could not be ruled out: {had}, and its programs were seen for {seen:.1f} s of the "
+        f"{i.duration:.1f} s transfer ({_remote_seen_words(i.remote_view)})"
+    )
+
+
+def _slow_setup_not_ours(i: Inputs) -> str:
+    """Words, where the set-up took longer than the physics allows (setup_seconds) by more
+    than this host's programs queued for a CPU then, and the rest is at least BUSY_SHARE
+    of the transfer ("" if not): time this host's waits do not explain, spent before the
+    first data, where the remote's programs (a starved sshd's key exchange, a slow login)
+    may have spent it."""
+    most = setup_seconds(i)
+    if most is None or i.data_start is None or i.duration <= 0:
+        return ""
+    local = [v for name, v in i.programs.items() if name.startswith("local ")]
+    # The lab's delay line waiting for a CPU delays every packet of the set-up behind it.
+    ours = sum(v.get("run_queue_seconds_before_data", 0.0) for v in local)
+    ours += i.host_busy.get("delay_line", 0.0) * i.data_start
+    slow = i.data_start - most - ours
+    if slow < BUSY_SHARE * i.duration:
+        return ""
+    return (
+        f"the set-up took {i.data_start:.2f} s, {slow:.2f} s beyond the {most:.2f} s a protocol's set-up takes on this "
+        f"path and the {ours:.2f} s this host's programs queued for a CPU then (the remote's, a starved sshd's key "
+        "exchange or a slow login, or the path's)"
     )
 
 
