@@ -968,3 +968,69 @@ def test_retransmitted_payload_is_not_a_rate_above_the_path() -> None:
     limit = judge_limit(r, policed)
     assert limit is not None and "stale" not in limit.evidence, limit
     assert limit.reason == "link_capacity" and "the bottleneck drops what exceeds its rate" in limit.evidence
+
+
+# A 400 ms path whose capacity nobody measured, this host's buffers capped at 1 MiB.
+LONG_UNKNOWN = PathBaseline(
+    "lab",
+    0.0,
+    rtt_min_seconds=0.4,
+    buffers={
+        "local": {"tcp_rmem": 1048576.0, "tcp_wmem": 1048576.0},
+        "remote": {"tcp_rmem": 33554432.0, "tcp_wmem": 4194304.0},
+    },
+)
+
+
+def test_a_buffer_at_its_maximum_with_the_bdp_unknown_needs_the_sender_s_clock_too() -> None:
+    # Measured (a plain remote, 50 Mbit/s at 400 ms, no estimate): this host's tcp_rmem
+    # capped at 1 MiB, a BBR sender rwnd-limited 1.66 s of its 8.1 s busy time (20%: it
+    # paces at what the window allows), our receive buffer at its 1 MiB maximum.
+    progress = {"data_start_seconds": 1.4, "data_end_seconds": 7.6, "steady_rate_bytes_per_second": 1.49e6}
+    r = download(
+        file_bytes=8 * MiB,
+        duration_seconds=8.1,
+        tcp_remote=sender(busy_seconds=8.1, rwnd_limited_seconds=1.66, segs_out=5800),
+        tcp_local={"rcvbuf_max_bytes": 1048576.0, "rcv_queue_ratio_avg": 0.0, **progress},
+    )
+    limit = judge_limit(r, LONG_UNKNOWN)
+    assert limit is not None and (limit.reason, limit.side) == ("receive_window", "local"), limit
+    assert "its tcp_rmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    assert text_contradictions(limit, r, LONG_UNKNOWN) == []
+    # The buffer at its maximum alone, the sender's clock silent: whether that maximum is
+    # below the BDP cannot be told, so it names nothing.
+    silent = dataclasses.replace(r, tcp_remote=sender(busy_seconds=8.1, rwnd_limited_seconds=0.2, segs_out=5800))
+    assert judge_limit(silent, LONG_UNKNOWN).reason != "receive_window"  # type: ignore[union-attr]
+    # The send buffer the same way (tcp_wmem at 1 MiB, the clock 28% of the busy time).
+    up = upload(
+        protocol="iperf3",
+        file_bytes=16 * MiB,
+        duration_seconds=12.0,
+        tcp_local=sender(
+            busy_seconds=10.0, sndbuf_limited_seconds=2.8, sndbuf_max_bytes=1048576.0, segs_out=11600,
+            app_limited_ratio=0.7, sender_backlog_ratio=0.3, sending_samples=20.0,
+            data_start_seconds=3.4, data_end_seconds=11.5, steady_rate_bytes_per_second=1.8e6,
+        ),
+    )  # fmt: skip
+    limit = judge_limit(up, LONG_UNKNOWN)
+    assert limit is not None and (limit.reason, limit.side) == ("send_buffer", "local"), limit
+    assert "tcp_wmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    # With the BDP known and above the maximum, the ceiling says so by itself, as before.
+    known = dataclasses.replace(LONG_UNKNOWN, bandwidth_bytes_per_second=6.25e6, bandwidth_source="configured")
+    assert Inputs.of(up, known).ceilings["tcp_wmem"] and not Inputs.of(up, known).at_max
+
+
+def test_listings_late_by_the_round_trips_of_a_long_path_are_not_a_starved_remote() -> None:
+    # Measured on a 400 ms path with nothing starved: listings answered in 1.0-1.15 s
+    # (median), the latest 2.2-3.9 s after it was due, over 8-10 s transfers.
+    view = {**SEEN, "listings_expected": 21.0, "listings_received": 10.0, "listing_late_max_seconds": 3.9}
+    long_path = PathBaseline("lab", 0.0, rtt_min_seconds=0.4)
+    r = upload(duration_seconds=9.0, remote_view=view, tcp_local=sender(busy_seconds=9.0))
+    assert not vetoes.starved_remote(Inputs.of(r, long_path))
+    # Late beyond what ten of its round trips take, it still is: 9 s late is 5 s more.
+    later = dataclasses.replace(r, remote_view={**view, "listing_late_max_seconds": 9.0})
+    said = vetoes.starved_remote(Inputs.of(later, long_path))
+    assert "9.0 s late" in said and "4.0 s of it what 10 round trips take" in said, said
+    # On a 10 ms path the round trips are nothing: the starved sshd's 4.2 s still counts.
+    starved = {"listings_expected": 110.0, "listings_received": 12.0, "listing_late_max_seconds": 4.2}
+    assert "4.2 s late" in vetoes.starved_remote(Inputs.of(starved_scp_download(starved), PATH10))

@@ -138,8 +138,9 @@ def steady_limit(i: Inputs) -> Limit:
     # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
     # BBR's pacing hiding the window from them) and the sender's loss does not explain the
     # rate better: with loss, cwnd stays below the window and more buffer buys nothing.
-    rcv_ceiling = i.ceilings["tcp_rmem"] if not lossy else ""
-    snd_ceiling = i.ceilings["tcp_wmem"] if not lossy else ""
+    # (Where the BDP is unknown, with the sender's clock saying the same: Inputs.maxed.)
+    rcv_ceiling = i.maxed("tcp_rmem", rwnd) if not lossy else ""
+    snd_ceiling = i.maxed("tcp_wmem", sndbuf) if not lossy else ""
     receive_limited = rwnd >= LIMITED_SHARE or bool(rcv_ceiling)
     send_limited = sndbuf >= LIMITED_SHARE or bool(snd_ceiling)
     if receive_limited and (not send_limited or rwnd >= sndbuf) and not withheld:
