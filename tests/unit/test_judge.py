@@ -1034,3 +1034,45 @@ def test_listings_late_by_the_round_trips_of_a_long_path_are_not_a_starved_remot
     # On a 10 ms path the round trips are nothing: the starved sshd's 4.2 s still counts.
     starved = {"listings_expected": 110.0, "listings_received": 12.0, "listing_late_max_seconds": 4.2}
     assert "4.2 s late" in vetoes.starved_remote(Inputs.of(starved_scp_download(starved), PATH10))
+
+
+def test_a_short_file_whose_path_capacity_is_unknown_is_startup_when_it_never_left_slow_start() -> None:
+    # Measured (a plain remote, 400 ms, no estimate): 1 MiB by scp, 8.5 s of ssh set-up
+    # (within 20 round trips and 0.5 s), then 3.0 s of data (slow start of 1 MiB takes up
+    # to 10 round trips: 4.1 s); the sender flagged app-limited between slow start's round
+    # trips and a "steady rate" of 0.19 MB/s fitted to its few listings.  Not application:
+    # the start, with the size that would average near even the data phase's rate.
+    progress = {"data_start_seconds": 8.5, "data_end_seconds": 11.5, "steady_rate_bytes_per_second": 0.19e6}
+    r = upload(
+        protocol="scp",
+        file_bytes=MiB,
+        duration_seconds=11.5,
+        tcp_local=sender(
+            busy_seconds=10.6, segs_out=760.0, app_limited_ratio=0.76, sender_backlog_ratio=0.4,
+            sending_samples=5.0, **progress,
+        ),
+    )  # fmt: skip
+    long_path = PathBaseline("site", 0.0, rtt_min_seconds=0.4)
+    limit = judge_limit(r, long_path)
+    assert limit is not None and (limit.reason, limit.side) == ("startup", "path"), limit
+    assert "moved in 3.00 s of data, within the 4.07 s slow start" in limit.evidence, limit.evidence
+    assert "never left its start" in limit.evidence and limit.reach_bytes and limit.reach_bytes > 30e6
+    assert text_contradictions(limit, r, long_path) == []
+    # A one-point progress series (the 1 MiB scp upload on 80 ms, no estimate):
+    # the data phase is at most from its first data to the end.
+    one = upload(
+        protocol="scp",
+        file_bytes=MiB,
+        duration_seconds=3.3,
+        tcp_local=sender(busy_seconds=0.3, segs_out=800.0, data_start_seconds=2.9, data_end_seconds=2.9),
+    )
+    path80 = PathBaseline("site", 0.0, rtt_min_seconds=0.08)
+    limit = judge_limit(one, path80)
+    assert limit is not None and limit.reason == "startup", limit
+    assert "moved in at most 0.40 s of data" in limit.evidence
+    assert "0.80 s of the set-up beyond the 2.10 s" in limit.evidence
+    # A data phase longer than slow start can take is not the start's: judged as before.
+    late = {"data_start_seconds": 1.0, "data_end_seconds": 11.5, "steady_rate_bytes_per_second": 0.1e6}
+    slow = dataclasses.replace(r, tcp_local=sender(busy_seconds=10.6, segs_out=760.0, **late))
+    limit = judge_limit(slow, long_path)
+    assert limit is None or "never left its start" not in limit.evidence

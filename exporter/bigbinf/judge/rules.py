@@ -330,6 +330,9 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
         return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    only = _start_only(i, steady_limit) if not i.bandwidth else None
+    if only is not None:
+        return only
     steady, measured = i.steady_fit, True
     if i.bandwidth and i.short:
         # Too short for a steady rate to show (what the listings saw was slow start): the
@@ -402,6 +405,54 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
         f"transfer (its average {human_rate(i.rate)} is {i.rate / steady:.0%} of the "
         f"{'steady rate' if measured else 'path'}); files of at least "
         f"{human_bytes(reach)} would average within 10% of it{then}" + (f"; but {beyond}" if beyond else ""),
+        "path",
+        reach_bytes=reach,
+    ), ""
+
+
+def _start_only(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str] | None:
+    """startup where the path's capacity is unknown and the data moved within what slow
+    start of this file takes on this path (vetoes.slow_start_seconds): the transfer never
+    left its start, so it has no steady rate (a "steady rate" fitted to its two or three
+    listings is slow start's, and a sender between slow start's round trips looks idle:
+    a steady phase's verdict would be a guess), and what the start cost is the whole
+    transfer but any set-up beyond what the physics allows and the time its programs
+    queued for a CPU.  None where the data phase was longer (startup() then judges it
+    against a steady rate) or is not known at all.  The data phase of a one-point
+    progress series (all of it between two listings) is at most from its first data to
+    the end."""
+    ramp_most, setup_most = vetoes.slow_start_seconds(i), vetoes.setup_seconds(i)
+    if ramp_most is None or setup_most is None or i.data_start is None or not i.rtt:
+        return None
+    measured = i.phase_measured
+    phase = i.span if measured else max(0.0, i.duration - i.data_start)
+    if phase - i.data_queued > ramp_most:
+        return None
+    setup = max(0.0, i.data_start)
+    queued = min(setup, i.setup_queued)
+    slow_setup = max(0.0, setup - queued - setup_most)
+    beyond = _beyond_words(i, slow_setup, 0.0, setup_most, ramp_most)
+    host = (vetoes.busy_host(i) or vetoes.starved_remote(i)) if beyond else ""
+    if host:
+        return None, f"not startup: {beyond}; {host}"
+    cost = i.duration - queued - i.data_queued - slow_setup
+    if cost < STARTUP_SHARE * i.duration or (steady_limit.reason == "busy_host" and queued + i.data_queued >= cost):
+        return None, (f"not startup: {beyond}" if beyond else "")
+    # The path carried the file at least as fast as its data phase did: the least a larger
+    # file's steady rate can be.
+    floor = i.file_bytes / max(phase, i.rtt)
+    reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * floor * (cost + queued + i.data_queued)
+    waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
+    stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
+    return Limit(
+        "startup",
+        f"the {human_bytes(i.file_bytes)} moved in {'' if measured else 'at most '}{phase:.2f} s of data"
+        f"{stretched}, within the {ramp_most:.2f} s slow start of it can take on this path "
+        f"({ramp_most / i.rtt:.0f} round trips of {i.rtt * 1000:.1f} ms), after connection set-up {setup:.2f} s"
+        f"{waited}: the transfer never left its start, which cost {cost:.2f} s of the {i.duration:.2f} s "
+        f"(the path's capacity unknown: no steady rate showed); files of at least {human_bytes(reach)} would "
+        f"average within 10% of even the rate its data phase reached, {human_rate(floor)}"
+        + (f"; but {beyond}" if beyond else ""),
         "path",
         reach_bytes=reach,
     ), ""
