@@ -42,7 +42,9 @@ then startup, where it costs more than the limit above: the transfer spent START
 of its time or more below its steady rate (connection set-up, slow start; set-up its
 programs spent queued for a CPU does not count, nor the longest any one of them queued in
 the data phase: a busy host's, not the start's; nor any time beyond what the physics
-allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds).  Nothing else is a
+allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds); where the path's capacity
+is unknown and the data moved within what slow start of the file takes, the transfer never
+left its start and has no steady phase to judge (_start_only).  Nothing else is a
 guess: with no rule met the verdict is empty and the evidence says what was seen, and
 what the vetoes withheld.
 """
