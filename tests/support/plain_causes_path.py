@@ -255,6 +255,7 @@ CAUSES: list[PlainCause] = [
     # Short files on long round trips: slow start and set-up are most of the transfer.
     *(PlainCause("a short file on a long round trip", s, p, f, d, "startup", "path")
       for s, p, f, d in (("long", "http", "f1m", "download"), ("long", "scp", "f1m", "upload"),
+                         ("shortq", "scp", "f1m", "upload"),
                          ("wan", "scp", "f1m", "upload"), ("wan", "sftp", "f2m", "download"))),
     # Random loss on the data path: CUBIC backs off at each loss.
     *(PlainCause("random loss on the path", "lossy", p, "f32m", d, "congestion", "path")
