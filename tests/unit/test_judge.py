@@ -996,6 +996,7 @@ def test_a_buffer_at_its_maximum_with_the_bdp_unknown_needs_the_sender_s_clock_t
     limit = judge_limit(r, LONG_UNKNOWN)
     assert limit is not None and (limit.reason, limit.side) == ("receive_window", "local"), limit
     assert "its tcp_rmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    assert "limited by the receive window 20% of its 8.1 s busy time" in limit.evidence
     assert text_contradictions(limit, r, LONG_UNKNOWN) == []
     # The buffer at its maximum alone, the sender's clock silent: whether that maximum is
     # below the BDP cannot be told, so it names nothing.
@@ -1015,6 +1016,8 @@ def test_a_buffer_at_its_maximum_with_the_bdp_unknown_needs_the_sender_s_clock_t
     limit = judge_limit(up, LONG_UNKNOWN)
     assert limit is not None and (limit.reason, limit.side) == ("send_buffer", "local"), limit
     assert "tcp_wmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    assert "limited by its send buffer 28% of its 10.0 s busy time" in limit.evidence
+    assert text_contradictions(limit, up, LONG_UNKNOWN) == []
     # With the BDP known and above the maximum, the ceiling says so by itself, as before.
     known = dataclasses.replace(LONG_UNKNOWN, bandwidth_bytes_per_second=6.25e6, bandwidth_source="configured")
     assert Inputs.of(up, known).ceilings["tcp_wmem"] and not Inputs.of(up, known).at_max

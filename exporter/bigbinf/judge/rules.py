@@ -146,11 +146,15 @@ def steady_limit(i: Inputs) -> Limit:
     receive_limited = rwnd >= LIMITED_SHARE or bool(rcv_ceiling)
     send_limited = sndbuf >= LIMITED_SHARE or bool(snd_ceiling)
     if receive_limited and (not send_limited or rwnd >= sndbuf) and not withheld:
-        said = [window if rwnd >= LIMITED_SHARE else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
+        # A clock share under LIMITED_SHARE is quoted only where it corroborates a buffer at
+        # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
+        quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
+        said = [window if quoted else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
         return Limit("receive_window", "; ".join([*filter(None, said), rate_words]), i.receiver_side)
     if send_limited:
         buffered = f"the sender was limited by its send buffer {sndbuf:.0%} of its {busy:.1f} s busy time"
-        said = [buffered if sndbuf >= LIMITED_SHARE else "", snd_ceiling and f"the sender's {snd_ceiling}"]
+        quoted = sndbuf >= LIMITED_SHARE or (bool(snd_ceiling) and not i.ceilings["tcp_wmem"])
+        said = [buffered if quoted else "", snd_ceiling and f"the sender's {snd_ceiling}"]
         return Limit("send_buffer", "; ".join([*filter(None, said), rate_words]), i.sender_side)
     if link:
         return link
