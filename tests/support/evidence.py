@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from bigbinf.judge import rules, vetoes
-from bigbinf.judge.inputs import STALE_SHARE
+from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
 
 
 def _shares(text: str, *after: str) -> list[int]:
@@ -53,8 +53,11 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         shares = [int(v) for v in together] or _shares(
             evidence, "limited by the receive window", "limited by its send buffer"
         )
+        # With the BDP unknown, a buffer at its maximum needs the clock only to corroborate
+        # it (inputs.CORROBORATED_SHARE).
+        least = CORROBORATED_SHARE if "(the BDP unknown)" in evidence else rules.LIMITED_SHARE
         for share in shares:
-            if share < _pct(rules.LIMITED_SHARE):
+            if share < _pct(least):
                 found.append(f"{reason} with a clock share of {share}%")
         if not shares and "grew to" not in evidence:
             found.append(f"{reason} with neither a clock share nor a buffer at its maximum")

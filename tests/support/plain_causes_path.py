@@ -1,11 +1,266 @@
-"""Plain-site causes on the path side (tests/support/plain_site.py)."""
+"""Plain-site causes on the path side (tests/support/plain_site.py): what the network
+between the two sites does to a transfer, induced as a real path does it (a short queue,
+a policer, a competing flow on the bottleneck, random loss, loss on the ACK path, a long
+round trip), and this host's buffers where the long round trip makes them matter."""
 
 from __future__ import annotations
 
-from .plain_site import PlainCause, iperf3_rate
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+from bigbinf.lab.network import mac, needs_delay_line
+from bigbinf.measure.plan import plan_round
+from bigbinf.measure.transfer import run_transfer
+
+from . import verdicts
+from .plain_site import Changes, PlainCause, PlainSite, iperf3_rate
+
+POLICED_BITS = 50_000_000  # the policer's rate
+STALE_POLICED_BITS = 20_000_000  # ... and the tighter one an earlier iperf3 test measured
+SHORT_QUEUE_RATE, SHORT_QUEUE_BYTES = "100mbit", 625_000  # tbf's `latency 50ms` at 100 Mbit/s
+BUFFER_MAX = 1024 * 1024  # a buffer cap below the "long" path's 2.5 MB BDP
+# A competing flow between two other addresses on the same link (the capture's host pair
+# does not see it): one on each lab veth, in 198.18.0.0/15.
+FLOW_CLIENT, FLOW_REMOTE, FLOW_PORT = "198.19.254.1", "198.19.254.2", 5299
+FLOW_SECONDS = 600  # longer than any run; stopped with the cause
+FLOW_RAMP = 2.0  # seconds the competing flow runs before the transfer starts
+
+
+@contextlib.contextmanager
+def router_queue(site: PlainSite) -> Iterator[Changes | None]:
+    """The bottleneck a router between the sites has: tbf at SHORT_QUEUE_RATE with a
+    SHORT_QUEUE_BYTES queue (`latency 50ms`) on each way out of the delay line's namespace,
+    for the block.  In the middle, not on a sender's own interface: there TCP small queues
+    hold the sender back before its own qdisc overflows (a tbf of 625 kB on the sender's
+    veth dropped nothing under BBR at 80 ms), and a short queue loses nothing."""
+    layout = site.layout
+    devices = (layout.wan_client_if, layout.wan_remote_if)
+    tc = ["ip", "netns", "exec", layout.wan_ns, "tc", "qdisc"]
+    try:
+        for dev in devices:
+            subprocess.run(
+                [*tc, "replace", "dev", dev, "root", "tbf", "rate", SHORT_QUEUE_RATE, "burst", "64kb",
+                 "limit", str(SHORT_QUEUE_BYTES)],
+                check=True,
+            )  # fmt: skip
+        yield None
+    finally:
+        for dev in devices:
+            subprocess.run([*tc, "del", "dev", dev, "root"], check=False, capture_output=True)
+
+
+def _nft(site: PlainSite, which: str) -> list[str]:
+    layout = site.layout
+    return ["ip", "netns", "exec", layout.client_ns if which == "local" else layout.remote_ns, "nft"]
+
+
+@contextlib.contextmanager
+def policer(site: PlainSite, which: str, bits: int, table: str = "bbt_policer") -> Iterator[None]:
+    """A policer at `bits`/s in front of `which` side (its namespace's prerouting: after
+    the wire, before its stack) on what the peer sends: a token bucket of 128 kB, the
+    excess dropped, never queued (as verdicts.policed, at any rate)."""
+    lab = site.lab.lab
+    assert lab is not None
+    peer = lab.remote_address if which == "local" else lab.client_address
+    nft = _nft(site, which)
+    subprocess.run([*nft, "add", "table", "inet", table], check=True)
+    try:
+        subprocess.run(
+            [*nft, "add", "chain", "inet", table, "in", "{ type filter hook prerouting priority -300; }"], check=True
+        )
+        subprocess.run(
+            [*nft, "add", "rule", "inet", table, "in", "ip", "saddr", peer, "limit", "rate", "over",
+             str(bits // 8000), "kbytes/second", "burst", "128", "kbytes", "drop"],
+            check=True,
+        )  # fmt: skip
+        yield
+    finally:
+        subprocess.run([*nft, "delete", "table", "inet", table], check=False)
+
+
+def policed(which: str) -> Callable[[PlainSite], contextlib.AbstractContextManager[Changes | None]]:
+    """The receiver's policer at POLICED_BITS (`which`: the receiving side)."""
+
+    @contextlib.contextmanager
+    def setup(site: PlainSite) -> Iterator[Changes | None]:
+        with policer(site, which, POLICED_BITS):
+            yield None
+
+    return setup
+
+
+_KEPT: dict[tuple[int, str], float] = {}  # estimates kept across runs, as the exporter keeps its last iperf3 test's
+
+
+def stale_iperf3_rate(site: PlainSite) -> float:
+    """An ok iperf3 test's report measured earlier under a tighter policer
+    (STALE_POLICED_BITS, in front of the current one) and kept: the path has since
+    changed (the policer is at POLICED_BITS now) and the estimate was not renewed."""
+    key = (id(site), "stale")
+    if key not in _KEPT:
+        with policer(site, "local", STALE_POLICED_BITS, table="bbt_policer_earlier"):
+            _KEPT[key] = iperf3_rate(site)
+    return _KEPT[key]
+
+
+def kept_iperf3_rate(site: PlainSite) -> float:
+    """An ok iperf3 test's report through the path as it is now, of 32 MiB, kept for the
+    site's later runs as the exporter keeps its last one.  Long enough for a policer:
+    nftables' `limit rate over` bucket holds a second of its rate besides its burst, so an
+    8 MiB test through the 50 Mbit/s policer passed whole in 0.45 s (149 Mbit/s, nothing
+    lost) while 32 MiB took 4.5 s (60 Mbit/s)."""
+    key = (id(site), "iperf3")
+    if key not in _KEPT:
+        want = ("iperf3", "f32m", "download")
+        (spec,) = [s for s in plan_round(site.config, None) if (s.protocol, s.dataset, s.direction) == want]
+        r = run_transfer(spec, site.config, "plain-estimate")
+        assert r.outcome == "ok" and r.reported.get("seconds", 0) > 0, (r.outcome, r.error)
+        _KEPT[key] = r.reported["bytes"] / r.reported["seconds"]
+    return _KEPT[key]
+
+
+def iperf3_rate_before_flow(site: PlainSite) -> float:
+    """The iperf3 estimate competing_flow measured before its flow started."""
+    return _KEPT[(id(site), "before-flow")]
+
+
+@contextlib.contextmanager
+def _flow_addresses(site: PlainSite) -> Iterator[None]:
+    """FLOW_CLIENT on the client's veth and FLOW_REMOTE on the remote's, each routed to the
+    other over the lab's link with a permanent neighbour entry (no ARP), for the block.  A
+    link without a delay line only (the delay line routes the lab's two addresses)."""
+    assert site.lab.lab is not None and not needs_delay_line(site.lab.lab.link), "a direct link only"
+    layout = site.layout
+    client, remote = (layout.client_ns, layout.client_if), (layout.remote_ns, layout.remote_if)
+    ends = ((*client, FLOW_CLIENT, FLOW_REMOTE, *remote), (*remote, FLOW_REMOTE, FLOW_CLIENT, *client))
+    undo: list[list[str]] = []
+    try:
+        for ns, ifname, mine, theirs, peer_ns, peer_if in ends:
+            subprocess.run(["ip", "-n", ns, "addr", "add", f"{mine}/32", "dev", ifname], check=True)
+            undo.append(["ip", "-n", ns, "addr", "del", f"{mine}/32", "dev", ifname])
+            subprocess.run(["ip", "-n", ns, "route", "add", f"{theirs}/32", "dev", ifname, "src", mine], check=True)
+            undo.append(["ip", "-n", ns, "route", "del", f"{theirs}/32", "dev", ifname])
+            lladdr = mac(peer_ns, peer_if)
+            subprocess.run(
+                ["ip", "-n", ns, "neigh", "replace", theirs, "lladdr", lladdr, "dev", ifname, "nud", "permanent"],
+                check=True,
+            )
+            undo.append(["ip", "-n", ns, "neigh", "del", theirs, "dev", ifname])
+        yield
+    finally:
+        for argv in reversed(undo):
+            subprocess.run(argv, check=False, capture_output=True)
+
+
+def competing_flow(direction: str) -> Callable[[PlainSite], contextlib.AbstractContextManager[Changes | None]]:
+    """A long-running iperf3 flow between two other addresses on the same link, in the
+    transfer's direction (`direction`: download = remote to client), started after the
+    path's estimate was measured (an ok iperf3 test on the idle link, kept for the runs)
+    and FLOW_RAMP seconds before the transfer; both iperf3s stopped after, by their pids."""
+
+    @contextlib.contextmanager
+    def setup(site: PlainSite) -> Iterator[Changes | None]:
+        key = (id(site), "before-flow")
+        if key not in _KEPT:
+            _KEPT[key] = iperf3_rate(site)
+        layout = site.layout
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_flow_addresses(site))
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", layout.remote_ns, "iperf3", "-s", "-B", FLOW_REMOTE, "-p", str(FLOW_PORT)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            stack.callback(_stop, server)
+            time.sleep(0.5)
+            client = subprocess.Popen(
+                ["ip", "netns", "exec", layout.client_ns, "iperf3", "-c", FLOW_REMOTE, "-B", FLOW_CLIENT,
+                 "-p", str(FLOW_PORT), "-t", str(FLOW_SECONDS), *(["-R"] if direction == "download" else [])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            stack.callback(_stop, client)
+            time.sleep(FLOW_RAMP)
+            assert client.poll() is None, "the competing flow did not start"
+            yield None
+
+    return setup
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def capped(key: str) -> Callable[[PlainSite], contextlib.AbstractContextManager[Changes | None]]:
+    """This host's `key` (tcp_rmem or tcp_wmem) maximum at BUFFER_MAX for the block."""
+
+    @contextlib.contextmanager
+    def setup(site: PlainSite) -> Iterator[Changes | None]:
+        with verdicts.sysctl(site.lab, "local", f"net.ipv4.{key}", f"4096 131072 {BUFFER_MAX}"):
+            yield None
+
+    return setup
+
+
+@contextlib.contextmanager
+def ack_loss(site: PlainSite) -> Iterator[Changes | None]:
+    """2% of what the remote receives from the client dropped (a download's ACKs)."""
+    with verdicts.ack_loss(site.lab):
+        yield None
+
 
 CAUSES: list[PlainCause] = [
     # A plain shaped link, its capacity known from an iperf3 test: the link is full.
     PlainCause("a plain shaped link (iperf3 estimate)", "shaped", "http", "f32m", "download", "link_capacity", "path",
                estimate=iperf3_rate),
+    # ... and an iperf3 upload on it, against the capacity the site configured (an iperf3
+    # estimate would be iperf3 judged by itself).
+    PlainCause("a plain shaped link (configured rate)", "shaped-known", "iperf3", "f32m", "upload", "link_capacity",
+               "path"),
+    # BBR into a router's 625 kB queue at 80 ms: it overshoots and loses 9-24% of its segments,
+    # a sender repairing holes every round trip, which looks idle (notsent 0).
+    *(PlainCause("loss-bound BBR into a short queue", "shortq", p, "f32m", d, "congestion", "path",
+                 setup=router_queue)
+      for p, d in (("scp", "download"), ("scp", "upload"), ("http", "download"))),
+    # CUBIC fills the same queue and backs off at each overflow.
+    *(PlainCause("loss-bound CUBIC into a short queue", "shortq", p, "f32m", d, "congestion", "path",
+                 setup=router_queue)
+      for p, d in (("http-cubic", "download"), ("scp-cubic", "upload"))),
+    # A 50 Mbit/s policer with no capacity known: what is seen is loss on the path.
+    PlainCause("a policer, no estimate", "open20", "http", "f32m", "download", "congestion", "path",
+               setup=policed("local")),
+    PlainCause("a policer, no estimate", "open20", "iperf3", "f32m", "upload", "congestion", "path",
+               setup=policed("remote")),
+    # ... measured by an iperf3 test through it: the transfer fills what the path gives.
+    PlainCause("a policer, iperf3 estimate", "open20", "http", "f32m", "download", "link_capacity", "path",
+               setup=policed("local"), estimate=kept_iperf3_rate),
+    # ... measured earlier under a 20 Mbit/s policer and kept: the transfer outruns it.
+    PlainCause("a policer, stale estimate", "open20", "http", "f32m", "download", "congestion", "path",
+               setup=policed("local"), estimate=stale_iperf3_rate),
+    # Another flow on the bottleneck, started after the estimate was measured.
+    *(PlainCause("a competing flow on the bottleneck", "shaped", p, "f32m", "download", "shared_path", "path",
+                 setup=competing_flow("download"), estimate=iperf3_rate_before_flow)
+      for p in ("http", "scp")),
+    # This host's buffers capped below the 2.5 MB BDP of a 400 ms path.
+    PlainCause("tcp_rmem capped on a long path", "long", "http", "f16m", "download", "receive_window", "local",
+               setup=capped("tcp_rmem")),
+    *(PlainCause("tcp_wmem capped on a long path", "long", p, "f16m", "upload", "send_buffer", "local",
+                 setup=capped("tcp_wmem"))
+      for p in ("http", "iperf3")),
+    # Short files on long round trips: slow start and set-up are most of the transfer.
+    *(PlainCause("a short file on a long round trip", s, p, f, d, "startup", "path")
+      for s, p, f, d in (("long", "http", "f1m", "download"), ("long", "scp", "f1m", "upload"),
+                         ("shortq", "scp", "f1m", "upload"),
+                         ("wan", "scp", "f1m", "upload"), ("wan", "sftp", "f2m", "download"))),
+    # Random loss on the data path: CUBIC backs off at each loss.
+    *(PlainCause("random loss on the path", "lossy", p, "f32m", d, "congestion", "path")
+      for p, d in (("http-cubic", "download"), ("iperf3-cubic", "upload"))),
+    # Loss on the ACK path only: the data path is full and loses nothing.
+    PlainCause("ACKs lost on a shaped link", "shaped", "http", "f32m", "download", "link_capacity", "path",
+               setup=ack_loss, estimate=iperf3_rate),
 ]  # fmt: skip

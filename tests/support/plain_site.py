@@ -58,8 +58,11 @@ CURL = ["{binary}", "-sS", "--fail"]
 SITES: dict[str, dict[str, Any]] = {
     # 200 Mbit/s, 40 ms RTT: BDP 1 MB.
     "wan": {"link": {"rate": "200mbit", "delay": "20ms"}},
-    # 100 Mbit/s, 80 ms RTT, a short queue: tbf's `latency 50ms` at 100 Mbit/s is 625 kB.
-    "shortq": {"link": {"rate": "100mbit", "delay": "40ms", "limit": "625KB"}},
+    # 80 ms RTT through the delay line, no shaper on the hosts: the causes put the short
+    # queue in the middle, as a router's (plain_causes_path.router_queue: 100 Mbit/s, tbf's
+    # `latency 50ms` 625 kB); on a sender's own interface TCP small queues keep it from
+    # ever overflowing.
+    "shortq": {"link": {"delay": "40ms"}},
     # 50 Mbit/s, 400 ms RTT: BDP 2.5 MB.
     "long": {"link": {"rate": "50mbit", "delay": "200ms"}},
     # 200 Mbit/s, 20 ms RTT, 0.5% loss each way.
@@ -68,6 +71,8 @@ SITES: dict[str, dict[str, Any]] = {
     "open20": {"link": {"delay": "10ms"}},
     # 100 Mbit/s with a normal queue, no delay line.
     "shaped": {"link": {"rate": "100mbit"}},
+    # ... its rate configured for the remote (remotes.NAME.bandwidth), as a site knows its link.
+    "shaped-known": {"link": {"rate": "100mbit"}, "remote": {"bandwidth": "100mbit"}},
     # No shaper, no delay line: what limits is the hosts.
     "open": {"link": {}},
 }

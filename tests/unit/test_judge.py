@@ -1133,3 +1133,114 @@ def test_a_sender_whose_program_waited_for_a_core_is_not_application() -> None:
     curl = {**ssh, "run_queue_seconds": 0.17, "cpu_share": 0.007, "runnable_share": 0.05}
     throttled = dataclasses.replace(r, protocol="http", programs={"local curl": curl, "remote nginx": curl})
     assert judge_limit(throttled, PATH).reason == "application"  # type: ignore[union-attr]
+
+
+# A 400 ms path whose capacity nobody measured, this host's buffers capped at 1 MiB.
+LONG_UNKNOWN = PathBaseline(
+    "lab",
+    0.0,
+    rtt_min_seconds=0.4,
+    buffers={
+        "local": {"tcp_rmem": 1048576.0, "tcp_wmem": 1048576.0},
+        "remote": {"tcp_rmem": 33554432.0, "tcp_wmem": 4194304.0},
+    },
+)
+
+
+def test_a_buffer_at_its_maximum_with_the_bdp_unknown_needs_the_sender_s_clock_too() -> None:
+    # Measured (a plain remote, 50 Mbit/s at 400 ms, no estimate): this host's tcp_rmem
+    # capped at 1 MiB, a BBR sender rwnd-limited 1.66 s of its 8.1 s busy time (20%: it
+    # paces at what the window allows), our receive buffer at its 1 MiB maximum.
+    progress = {"data_start_seconds": 1.4, "data_end_seconds": 7.6, "steady_rate_bytes_per_second": 1.49e6}
+    r = download(
+        file_bytes=8 * MiB,
+        duration_seconds=8.1,
+        tcp_remote=sender(busy_seconds=8.1, rwnd_limited_seconds=1.66, segs_out=5800),
+        tcp_local={"rcvbuf_max_bytes": 1048576.0, "rcv_queue_ratio_avg": 0.0, **progress},
+    )
+    limit = judge_limit(r, LONG_UNKNOWN)
+    assert limit is not None and (limit.reason, limit.side) == ("receive_window", "local"), limit
+    assert "its tcp_rmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    assert "limited by the receive window 20% of its 8.1 s busy time" in limit.evidence
+    assert text_contradictions(limit, r, LONG_UNKNOWN) == []
+    # The buffer at its maximum alone, the sender's clock silent: whether that maximum is
+    # below the BDP cannot be told, so it names nothing.
+    silent = dataclasses.replace(r, tcp_remote=sender(busy_seconds=8.1, rwnd_limited_seconds=0.2, segs_out=5800))
+    assert judge_limit(silent, LONG_UNKNOWN).reason != "receive_window"  # type: ignore[union-attr]
+    # The send buffer the same way (tcp_wmem at 1 MiB, the clock 28% of the busy time).
+    up = upload(
+        protocol="iperf3",
+        file_bytes=16 * MiB,
+        duration_seconds=12.0,
+        tcp_local=sender(
+            busy_seconds=10.0, sndbuf_limited_seconds=2.8, sndbuf_max_bytes=1048576.0, segs_out=11600,
+            app_limited_ratio=0.7, sender_backlog_ratio=0.3, sending_samples=20.0,
+            data_start_seconds=3.4, data_end_seconds=11.5, steady_rate_bytes_per_second=1.8e6,
+        ),
+    )  # fmt: skip
+    limit = judge_limit(up, LONG_UNKNOWN)
+    assert limit is not None and (limit.reason, limit.side) == ("send_buffer", "local"), limit
+    assert "tcp_wmem maximum 1.05 MB (1048576 B) (the BDP unknown)" in limit.evidence
+    assert "limited by its send buffer 28% of its 10.0 s busy time" in limit.evidence
+    assert text_contradictions(limit, up, LONG_UNKNOWN) == []
+    # With the BDP known and above the maximum, the ceiling says so by itself, as before.
+    known = dataclasses.replace(LONG_UNKNOWN, bandwidth_bytes_per_second=6.25e6, bandwidth_source="configured")
+    assert Inputs.of(up, known).ceilings["tcp_wmem"] and not Inputs.of(up, known).at_max
+
+
+def test_listings_late_by_the_round_trips_of_a_long_path_are_not_a_starved_remote() -> None:
+    # Measured on a 400 ms path with nothing starved: listings answered in 1.0-1.15 s
+    # (median), the latest 2.2-3.9 s after it was due, over 8-10 s transfers.
+    view = {**SEEN, "listings_expected": 21.0, "listings_received": 10.0, "listing_late_max_seconds": 3.9}
+    long_path = PathBaseline("lab", 0.0, rtt_min_seconds=0.4)
+    r = upload(duration_seconds=9.0, remote_view=view, tcp_local=sender(busy_seconds=9.0))
+    assert not vetoes.starved_remote(Inputs.of(r, long_path))
+    # Late beyond what ten of its round trips take, it still is: 9 s late is 5 s more.
+    later = dataclasses.replace(r, remote_view={**view, "listing_late_max_seconds": 9.0})
+    said = vetoes.starved_remote(Inputs.of(later, long_path))
+    assert "9.0 s late" in said and "4.0 s of it what 10 round trips take" in said, said
+    # On a 10 ms path the round trips are nothing: the starved sshd's 4.2 s still counts.
+    starved = {"listings_expected": 110.0, "listings_received": 12.0, "listing_late_max_seconds": 4.2}
+    assert "4.2 s late" in vetoes.starved_remote(Inputs.of(starved_scp_download(starved), PATH10))
+
+
+def test_a_short_file_whose_path_capacity_is_unknown_is_startup_when_it_never_left_slow_start() -> None:
+    # Measured (a plain remote, 400 ms, no estimate): 1 MiB by scp, 8.5 s of ssh set-up
+    # (within 20 round trips and 0.5 s), then 3.0 s of data (slow start of 1 MiB takes up
+    # to 10 round trips: 4.1 s); the sender flagged app-limited between slow start's round
+    # trips and a "steady rate" of 0.19 MB/s fitted to its few listings.  Not application:
+    # the start, with the size that would average near even the data phase's rate.
+    progress = {"data_start_seconds": 8.5, "data_end_seconds": 11.5, "steady_rate_bytes_per_second": 0.19e6}
+    r = upload(
+        protocol="scp",
+        file_bytes=MiB,
+        duration_seconds=11.5,
+        tcp_local=sender(
+            busy_seconds=10.6, segs_out=760.0, app_limited_ratio=0.76, sender_backlog_ratio=0.4,
+            sending_samples=5.0, **progress,
+        ),
+    )  # fmt: skip
+    long_path = PathBaseline("site", 0.0, rtt_min_seconds=0.4)
+    limit = judge_limit(r, long_path)
+    assert limit is not None and (limit.reason, limit.side) == ("startup", "path"), limit
+    assert "moved in 3.00 s of data, within the 4.07 s slow start" in limit.evidence, limit.evidence
+    assert "never left its start" in limit.evidence and limit.reach_bytes and limit.reach_bytes > 30e6
+    assert text_contradictions(limit, r, long_path) == []
+    # A one-point progress series (the 1 MiB scp upload on 80 ms, no estimate):
+    # the data phase is at most from its first data to the end.
+    one = upload(
+        protocol="scp",
+        file_bytes=MiB,
+        duration_seconds=3.3,
+        tcp_local=sender(busy_seconds=0.3, segs_out=800.0, data_start_seconds=2.9, data_end_seconds=2.9),
+    )
+    path80 = PathBaseline("site", 0.0, rtt_min_seconds=0.08)
+    limit = judge_limit(one, path80)
+    assert limit is not None and limit.reason == "startup", limit
+    assert "moved in at most 0.40 s of data" in limit.evidence
+    assert "0.80 s of the set-up beyond the 2.10 s" in limit.evidence
+    # A data phase longer than slow start can take is not the start's: judged as before.
+    late = {"data_start_seconds": 1.0, "data_end_seconds": 11.5, "steady_rate_bytes_per_second": 0.1e6}
+    slow = dataclasses.replace(r, tcp_local=sender(busy_seconds=10.6, segs_out=760.0, **late))
+    limit = judge_limit(slow, long_path)
+    assert limit is None or "never left its start" not in limit.evidence

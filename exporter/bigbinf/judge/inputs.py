@@ -19,6 +19,12 @@ SHORT_BDPS = 16  # ... where that cannot be told: a file of fewer BDPs than this
 # lab's nftables policer at 50 Mbit/s sustained 7.0-7.55 MB/s on the wire over the last
 # half of 16 MiB, 112-121%), and a listings' fit runs high beside CPU burners.
 STALE_SHARE = 1.5
+# Where the BDP is unknown, a buffer at its maximum names its limit only with the sender's
+# own clock saying so this share of its busy time: a BBR sender paces at the rate the
+# window allows, so the window stops a send only when it probes for more (a 1 MiB tcp_rmem
+# cap on a 400 ms path: 20% of a BBR sender's busy time; a 1 MiB tcp_wmem cap: 28-35%),
+# while one whose window never binds (the link holds it) shows none.
+CORROBORATED_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,9 @@ class Inputs:
     stale_estimate: str = ""
     stale_renew: str = ""  # ... and how to renew it
     remote: str = ""  # the remote's name in the configuration
+    # kind -> evidence that the buffer reached its maximum where the BDP is unknown (no
+    # estimate: whether that maximum is below it cannot be told; "" if not, or if known).
+    at_max: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def mss(self) -> float:
@@ -138,6 +147,12 @@ class Inputs:
                     r.sender_tcp.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", bdp, cap
                 ),
             },
+            at_max={
+                "tcp_rmem": _at_max(receiver.get("rcvbuf_max_bytes"), baseline, receiver_side, "tcp_rmem", cap),
+                "tcp_wmem": _at_max(r.sender_tcp.get("sndbuf_max_bytes"), baseline, sender_side, "tcp_wmem", cap),
+            }
+            if bdp is None
+            else {},
             programs=r.programs,
             setup_queued=sum(v.get("run_queue_seconds_before_data", 0.0) for v in r.programs.values()),
             data_queued=max(
@@ -192,6 +207,14 @@ class Inputs:
             stale_estimate=f"{said} ({renew})",
             stale_renew=renew,
         )
+
+    def maxed(self, kind: str, clock_share: float) -> str:
+        """A buffer at its maximum, in words ("" if not shown): below the BDP (`ceilings`), or,
+        where the BDP is unknown, with the sender's clock for that buffer (`clock_share` of
+        its busy time) at CORROBORATED_SHARE or more (`at_max`)."""
+        if self.ceilings.get(kind):
+            return self.ceilings[kind]
+        return self.at_max.get(kind, "") if clock_share >= CORROBORATED_SHARE else ""
 
     def path_share(self, rate: float) -> float | None:
         """A data rate's share of the path's bandwidth, both as wire rates (headers count
@@ -280,13 +303,29 @@ def _at_ceiling(
     maximum is the host's sysctl, or the transfer's own `tcp_buffer_max` cap where that is
     lower (a sweep's setting: the host's sysctl is not what the transfer had).  A buffer
     below its maximum was big enough for what the transfer asked, however small."""
-    host = baseline.buffers.get(side, {}).get(kind) if baseline else None
-    ceiling, named = host, f"{kind} maximum"
-    if cap is not None and (host is None or cap < host):
-        ceiling, named = cap, "tcp_buffer_max cap"
+    ceiling, named = _maximum(baseline, side, kind, cap)
     if buffer is None or ceiling is None or bdp is None or ceiling >= bdp or buffer < CEILING_SHARE * ceiling:
         return ""
     return f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)}, below the BDP {human_bytes(bdp)}"
+
+
+def _at_max(buffer: float | None, baseline: PathBaseline | None, side: str, kind: str, cap: int | None) -> str:
+    """Where the BDP is unknown (no estimate of the path's capacity): evidence that a
+    buffer grew to its maximum ("" if not).  Autotuning wanted more and was refused, but
+    whether that maximum is below the BDP cannot be told: only with the sender's own
+    clocks saying the same does it name a limit (rules.py)."""
+    ceiling, named = _maximum(baseline, side, kind, cap)
+    if buffer is None or ceiling is None or buffer < CEILING_SHARE * ceiling:
+        return ""
+    return f"buffer grew to {human_bytes(buffer)}, its {named} {human_bytes(ceiling)} (the BDP unknown)"
+
+
+def _maximum(baseline: PathBaseline | None, side: str, kind: str, cap: int | None) -> tuple[float | None, str]:
+    """The most autotuning could give a buffer of `kind` on `side`, and its name."""
+    host = baseline.buffers.get(side, {}).get(kind) if baseline else None
+    if cap is not None and (host is None or cap < host):
+        return cap, "tcp_buffer_max cap"
+    return host, f"{kind} maximum"
 
 
 def _achieved_rate(r: Result) -> float:

@@ -47,7 +47,9 @@ then startup, where it costs more than the limit above: the transfer spent START
 of its time or more below its steady rate (connection set-up, slow start; set-up its
 programs spent queued for a CPU does not count, nor the longest any one of them queued in
 the data phase: a busy host's, not the start's; nor any time beyond what the physics
-allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds).  Nothing else is a
+allows a start: vetoes.slow_start_seconds, vetoes.setup_seconds); where the path's capacity
+is unknown and the data moved within what slow start of the file takes, the transfer never
+left its start and has no steady phase to judge (_start_only).  Nothing else is a
 guess: with no rule met the verdict is empty and the evidence says what was seen, and
 what the vetoes withheld.
 """
@@ -147,16 +149,21 @@ def steady_limit(i: Inputs) -> Limit:
     # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
     # BBR's pacing hiding the window from them) and the sender's loss does not explain the
     # rate better: with loss, cwnd stays below the window and more buffer buys nothing.
-    rcv_ceiling = i.ceilings["tcp_rmem"] if not lossy else ""
-    snd_ceiling = i.ceilings["tcp_wmem"] if not lossy else ""
+    # (Where the BDP is unknown, with the sender's clock saying the same: Inputs.maxed.)
+    rcv_ceiling = i.maxed("tcp_rmem", rwnd) if not lossy else ""
+    snd_ceiling = i.maxed("tcp_wmem", sndbuf) if not lossy else ""
     receive_limited = rwnd >= LIMITED_SHARE or bool(rcv_ceiling)
     send_limited = sndbuf >= LIMITED_SHARE or bool(snd_ceiling)
     if receive_limited and (not send_limited or rwnd >= sndbuf) and not withheld:
-        said = [window if rwnd >= LIMITED_SHARE else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
+        # A clock share under LIMITED_SHARE is quoted only where it corroborates a buffer at
+        # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
+        quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
+        said = [window if quoted else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
         return Limit("receive_window", "; ".join([*filter(None, said), rate_words]), i.receiver_side)
     if send_limited:
         buffered = f"the sender was limited by its send buffer {sndbuf:.0%} of its {busy:.1f} s busy time"
-        said = [buffered if sndbuf >= LIMITED_SHARE else "", snd_ceiling and f"the sender's {snd_ceiling}"]
+        quoted = sndbuf >= LIMITED_SHARE or (bool(snd_ceiling) and not i.ceilings["tcp_wmem"])
+        said = [buffered if quoted else "", snd_ceiling and f"the sender's {snd_ceiling}"]
         return Limit("send_buffer", "; ".join([*filter(None, said), rate_words]), i.sender_side)
     if link:
         return link
@@ -379,6 +386,9 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
         return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    only = _start_only(i, steady_limit) if not i.bandwidth else None
+    if only is not None:
+        return only
     steady, measured = i.steady_fit, True
     if i.bandwidth and i.short:
         # Too short for a steady rate to show (what the listings saw was slow start): the
@@ -451,6 +461,54 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
         f"transfer (its average {human_rate(i.rate)} is {i.rate / steady:.0%} of the "
         f"{'steady rate' if measured else 'path'}); files of at least "
         f"{human_bytes(reach)} would average within 10% of it{then}" + (f"; but {beyond}" if beyond else ""),
+        "path",
+        reach_bytes=reach,
+    ), ""
+
+
+def _start_only(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str] | None:
+    """startup where the path's capacity is unknown and the data moved within what slow
+    start of this file takes on this path (vetoes.slow_start_seconds): the transfer never
+    left its start, so it has no steady rate (a "steady rate" fitted to its two or three
+    listings is slow start's, and a sender between slow start's round trips looks idle:
+    a steady phase's verdict would be a guess), and what the start cost is the whole
+    transfer but any set-up beyond what the physics allows and the time its programs
+    queued for a CPU.  None where the data phase was longer (startup() then judges it
+    against a steady rate) or is not known at all.  The data phase of a one-point
+    progress series (all of it between two listings) is at most from its first data to
+    the end."""
+    ramp_most, setup_most = vetoes.slow_start_seconds(i), vetoes.setup_seconds(i)
+    if ramp_most is None or setup_most is None or i.data_start is None or not i.rtt:
+        return None
+    measured = i.phase_measured
+    phase = i.span if measured else max(0.0, i.duration - i.data_start)
+    if phase - i.data_queued > ramp_most:
+        return None
+    setup = max(0.0, i.data_start)
+    queued = min(setup, i.setup_queued)
+    slow_setup = max(0.0, setup - queued - setup_most)
+    beyond = _beyond_words(i, slow_setup, 0.0, setup_most, ramp_most)
+    host = (vetoes.busy_host(i) or vetoes.starved_remote(i)) if beyond else ""
+    if host:
+        return None, f"not startup: {beyond}; {host}"
+    cost = i.duration - queued - i.data_queued - slow_setup
+    if cost < STARTUP_SHARE * i.duration or (steady_limit.reason == "busy_host" and queued + i.data_queued >= cost):
+        return None, (f"not startup: {beyond}" if beyond else "")
+    # The path carried the file at least as fast as its data phase did: the least a larger
+    # file's steady rate can be.
+    floor = i.file_bytes / max(phase, i.rtt)
+    reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * floor * (cost + queued + i.data_queued)
+    waited = f" ({queued:.2f} s of it queued for a CPU)" if queued >= 0.01 else ""
+    stretched = f" ({i.data_queued:.2f} s of it queued for a CPU)" if i.data_queued >= 0.01 else ""
+    return Limit(
+        "startup",
+        f"the {human_bytes(i.file_bytes)} moved in {'' if measured else 'at most '}{phase:.2f} s of data"
+        f"{stretched}, within the {ramp_most:.2f} s slow start of it can take on this path "
+        f"({ramp_most / i.rtt:.0f} round trips of {i.rtt * 1000:.1f} ms), after connection set-up {setup:.2f} s"
+        f"{waited}: the transfer never left its start, which cost {cost:.2f} s of the {i.duration:.2f} s "
+        f"(the path's capacity unknown: no steady rate showed); files of at least {human_bytes(reach)} would "
+        f"average within 10% of even the rate its data phase reached, {human_rate(floor)}"
+        + (f"; but {beyond}" if beyond else ""),
         "path",
         reach_bytes=reach,
     ), ""

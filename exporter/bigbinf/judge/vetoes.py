@@ -60,6 +60,12 @@ THROTTLED_SHARE = 0.2
 LATE_SECONDS = 3.0
 LATE_SHARE = 0.25
 ANSWERED_SHARE = 0.25
+# A listing crosses the path: a channel opened through the ControlMaster, the command, and
+# its output through the ssh connection (restarted from its initial window after the idle
+# between listings), behind the transfer's own queue at the bottleneck.  Healthy listings
+# on a 400 ms path took 2.5-2.9 round trips (median) and up to 5.5-10 (a remote that
+# nothing starved: 2.2-3.9 s "late"); on a 10 ms path this is 0.1 s.
+LISTING_RTTS = 10
 MIN_LISTINGS = 8  # ... of at least this many expected (a short transfer's few prove nothing)
 LATE_LOSS_SHARE = 0.001  # a sender that lost this share of its segments: the path may have delayed them
 # A busy host: this host's programs, its capture or the lab's delay line waited for a CPU
@@ -226,7 +232,11 @@ def starved_remote(i: Inputs) -> str:
         if late is not None:
             excess = late - waited
             beyond = f", {excess:.1f} s beyond this host's {waited:.1f} s of waits for a CPU"
-    if late is not None and excess is not None and excess >= max(LATE_SECONDS, LATE_SHARE * i.duration):
+    # A listing crosses the path: only what is beyond LISTING_RTTS of its round trips is late.
+    crossing = LISTING_RTTS * (i.rtt or 0.0)
+    if late is not None and excess is not None and excess - crossing >= max(LATE_SECONDS, LATE_SHARE * i.duration):
+        if crossing >= 0.1:
+            beyond += f", {crossing:.1f} s of it what {LISTING_RTTS} round trips take"
         said.append(f"its own listings came up to {late:.1f} s late ({late / i.duration:.0%} of the transfer){beyond}")
     # None answered at all is not counted here: a remote that cannot be asked (a broken
     # stats_command) answers none either; its lateness, where measured, still says it.
@@ -401,7 +411,7 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
     if reason in ("receive_window", "send_buffer") and busy > 0:
         key = "rwnd_limited_seconds" if reason == "receive_window" else "sndbuf_limited_seconds"
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"
-        if sender.get(key, 0.0) / busy < 0.3 and not i.ceilings.get(kind):
+        if sender.get(key, 0.0) / busy < 0.3 and not i.maxed(kind, sender.get(key, 0.0) / busy):
             return f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%} and no buffer at its maximum"
     if reason == "application" and side == i.sender_side and unflagged(i):
         app = sender.get("app_limited_ratio", 0.0)
