@@ -943,6 +943,19 @@ def test_a_busy_host_is_named_and_left_out_of_the_baselines() -> None:
     assert leaves_out_of_baselines(judged)
 
 
+def test_a_network_limited_sender_on_a_busy_host_is_still_a_shared_path() -> None:
+    # A competing flow beside two CPU burners (tests/support/plain_causes_path.py): this
+    # host's programs waited 30% of the transfer, yet the sender kept a backlog in flight
+    # all the time: neither end's programs held it.  Where the lab's delay line (the path
+    # itself, on this host's CPUs) waited, the busy host stays the verdict (above).
+    r = busy_demo({"transfer_programs": 0.3, "capture": 0.05, "delay_line": 0.0, "load1": 6.0})
+    limit = judge_limit(r, PATH20)
+    assert limit is not None and (limit.reason, limit.side) == ("shared_path", "path"), limit
+    assert text_contradictions(limit, r, PATH20) == []
+    starved = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "sender_backlog_ratio": 0.2})
+    assert judge_limit(starved, PATH20).reason != "shared_path"  # type: ignore[union-attr]
+
+
 def test_a_network_limited_sender_below_the_estimate_is_a_shared_path() -> None:
     r = busy_demo({"transfer_programs": 0.01, "capture": 0.02, "delay_line": 0.03, "load1": 0.4})
     limit = judge_limit(r, PATH20)

@@ -39,10 +39,12 @@ sender, and what only shows once nothing else does last:
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
 8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
-9. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
-   where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
-10. shared_path: network-limited below the path's estimate, nothing of the transfer
-    holding it (_shared_path);
+9. shared_path: network-limited below the path's estimate, nothing of the transfer
+   holding it (_shared_path): before busy_host, whose waits a sender with a backlog in
+   flight shows did not hold it (unless the lab's delay line, the path on this host,
+   waited for a CPU);
+10. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
+    where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
 programs spent queued for a CPU does not count, nor the longest any one of them queued in
@@ -193,6 +195,17 @@ def steady_limit(i: Inputs) -> Limit:
         withheld.append(f"not application ({idle}): {veto}")
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
         return Limit("congestion", f"{i.loss_words()}; {rate_words}", "path")
+    # A sender positively network-limited (in flight, a backlog, no loss, no window) was
+    # held by neither end's programs, however busy this host: a receiver short of CPU
+    # fills its queue and closes the window, a sender short of it runs out of backlog.  So
+    # shared_path comes before the busy host's residual rule, unless the lab's delay line
+    # (the path itself, run on this host's CPUs) waited for a CPU: then the path's
+    # slowness may be this host's (a competing flow beside two CPU burners: 30-41% of the
+    # estimate, every run busy_host before this order).
+    path_on_host = i.host_busy.get("delay_line", 0.0) >= vetoes.BUSY_SHARE
+    shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if sender and not withheld else None
+    if shared and not path_on_host:
+        return shared
     busy_host = vetoes.busy_host(i)
     unseen = vetoes.remote_not_ruled_out(i) if busy_host else ""
     if busy_host and not unseen:
@@ -204,7 +217,6 @@ def steady_limit(i: Inputs) -> Limit:
         # The sender (a download's remote) could not be asked: its limits cannot be ruled
         # out, so naming one would be a guess.
         return Limit("", "; ".join([f"the sender's TCP state is unknown; {rate_words}", *withheld]))
-    shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if not withheld else None
     if shared:
         return shared
     flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
