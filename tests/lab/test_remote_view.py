@@ -15,10 +15,7 @@ The kernel's own counts are the truth: the group's cpu.stat, the writer's state.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +29,7 @@ from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import Result
 
+from ..support import plain_site
 from ..support.plain_causes_remote import slow_remote_disk
 
 pytestmark = pytest.mark.lab
@@ -123,8 +121,7 @@ def master(lab_config: Config, control: Path) -> Iterator[None]:
         subprocess.run([*ssh, "-O", "exit", host], check=False, timeout=30, capture_output=True)
 
 
-DEFAULT_SFTP_PORT = 2222
-SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")  # Debian's default `Subsystem sftp`
+DEFAULT_SFTP_PORT = plain_site.PLAIN_PORT
 
 
 @pytest.fixture(scope="module")
@@ -132,44 +129,8 @@ def default_sftp_sshd(lab_config: Config) -> Iterator[int]:
     """A second sshd in the lab's remote namespace, configured as a distribution ships it:
     `Subsystem sftp /usr/lib/openssh/sftp-server` (the writer of an upload is then
     sftp-server, sshd's child through the user's shell), on DEFAULT_SFTP_PORT; its pid."""
-    assert lab_config.lab is not None
-    layout = LabLayout(lab_config.lab)
-    conf = layout.run_dir / "sshd-default-sftp.conf"
-    lines = []
-    for line in layout.sshd_config.read_text().splitlines():
-        if line.startswith("Subsystem "):
-            line = f"Subsystem sftp {SFTP_SERVER}"
-        elif line.startswith("Port "):
-            line = f"Port {DEFAULT_SFTP_PORT}"
-        elif line.startswith("PidFile "):
-            line = f"PidFile {layout.run_dir / 'sshd-default-sftp.pid'}"
-        lines.append(line)
-    conf.write_text("\n".join(lines) + "\n")
-    conf.chmod(0o600)
-    sshd = subprocess.Popen(
-        ["ip", "netns", "exec", layout.remote_ns, "/usr/sbin/sshd", "-D", "-f", str(conf), "-E",
-         str(layout.run_dir / "sshd-default-sftp.log")],
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            listening = subprocess.run(
-                ["ip", "netns", "exec", layout.remote_ns, "ss", "-tlnH", "sport", f"= :{DEFAULT_SFTP_PORT}"],
-                capture_output=True, text=True, check=False,
-            ).stdout  # fmt: skip
-            if listening.strip():
-                break
-            time.sleep(0.05)
-        yield sshd.pid  # `ip netns exec` execs sshd: the same process
-    finally:
-        sshd.terminate()
-        try:
-            sshd.wait(10)
-        except subprocess.TimeoutExpired:
-            sshd.kill()
-            sshd.wait()
-        conf.unlink(missing_ok=True)
+    with plain_site.default_sshd(lab_config) as pid:
+        yield pid
 
 
 def _sshd_pid(lab_config: Config) -> int:
@@ -177,46 +138,8 @@ def _sshd_pid(lab_config: Config) -> int:
     return int((LabLayout(lab_config.lab).run_dir / "sshd.pid").read_text().split()[0])
 
 
-@contextlib.contextmanager
-def listener_in_group(hierarchy: Path, pid: int, kind: str) -> Iterator[Path]:
-    """A cgroup v1 group of its own under `hierarchy` with the sshd listener `pid` in it
-    for the block (the sessions it forks meanwhile inherit it); afterwards every process
-    in it goes back to the hierarchy's root and the group is removed, whatever happened."""
-    group = hierarchy / f"bbt-{kind}-{os.getpid()}-{threading.get_native_id()}"
-    group.mkdir()
-    try:
-        yield group
-    finally:
-        deadline = time.monotonic() + 10
-        while True:
-            procs = (group / "cgroup.procs").read_text().split()
-            for p in procs:
-                with contextlib.suppress(OSError):  # exited meanwhile
-                    (hierarchy / "cgroup.procs").write_text(p)
-            if not procs or time.monotonic() > deadline:
-                break
-        group.rmdir()
-
-
-@contextlib.contextmanager
-def cgroups_mounted_for(pid: int) -> Iterator[None]:
-    """cgroup v1's cpu hierarchy mounted where process `pid` (the lab's sshd) and its
-    sessions see it, for the block, as on any host: the lab starts its servers through
-    `ip netns exec`, whose fresh sysfs has nothing under /sys/fs/cgroup.  In that process's
-    mount namespace only (ip netns exec made it a slave: nothing reaches this host's)."""
-    enter = ["nsenter", "-t", str(pid), "-m"]
-    seen = subprocess.run([*enter, "test", "-e", "/sys/fs/cgroup/cpu/cpu.stat"], check=False).returncode == 0
-    if seen:
-        yield
-        return
-    subprocess.run([*enter, "mount", "-t", "tmpfs", "-o", "size=64k", "bbt-cgroup", "/sys/fs/cgroup"], check=True)
-    try:
-        subprocess.run([*enter, "mkdir", "/sys/fs/cgroup/cpu"], check=True)
-        mount = ["mount", "-t", "cgroup", "-o", "cpu", "bbt-cgroup-cpu", "/sys/fs/cgroup/cpu"]
-        subprocess.run([*enter, *mount], check=True)
-        yield
-    finally:
-        subprocess.run([*enter, "umount", "-R", "/sys/fs/cgroup"], check=False)
+listener_in_group = plain_site.listener_in_group
+cgroups_mounted_for = plain_site.cgroups_mounted_for
 
 
 def _v1(hierarchy: Path, name: str) -> bool:
