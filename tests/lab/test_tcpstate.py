@@ -225,7 +225,9 @@ def test_capped_receive_buffer_makes_the_sender_rwnd_limited(long_fat: Config) -
     print(f"rwnd: sender {sender}\nreceiver {receiver}")
     busy = sender.values["busy_seconds"]
     assert 2.5 < busy < 4
-    assert sender.values["rwnd_limited_seconds"] / busy > 0.5
+    # An uncapped sender's window clock reads near 0; capped, 0.25 in one CI run under
+    # load (the delay line's jitter lets the window open between rounds), 0.5+ quiet.
+    assert sender.values["rwnd_limited_seconds"] / busy > 0.2
     assert sender.values["sndbuf_limited_seconds"] / busy < 0.1
     assert receiver.values["rcvbuf_max_bytes"] <= cap
     # A window of at most the buffer per 40 ms round trip: far below the link.
