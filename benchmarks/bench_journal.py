@@ -66,8 +66,8 @@ t1 = time.perf_counter()
 runner = RoundRunner(config, ExporterState(), lab=lab.site)
 restore(runner.state, runner, config, lab.site)
 t2 = time.perf_counter()
-from bigbinf import advice
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.history import advice
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 t3 = time.perf_counter()
 if hasattr(advice, "history"):
     advice.history(config, set(config.remotes), set(series_of(config)))
@@ -171,7 +171,8 @@ def once(python: str, config: Path, limit: float) -> dict[str, Any]:
 def upgrade(python: str, journal: Path) -> dict[str, float]:
     """What the first start after the upgrade does once: split the old file, build the checkpoint."""
     code = (
-        "import sys, time\nfrom bigbinf import checkpoint\nfrom bigbinf.journal import Journal, BaselineJournal\n"
+        "import sys, time\nfrom bigbinf.journal import checkpoint\n"
+        "from bigbinf.journal.store import Journal, BaselineJournal\n"
         "t = time.perf_counter(); j = Journal(sys.argv[1]); j.rotate_now(); s = time.perf_counter() - t\n"
         "t = time.perf_counter(); checkpoint.of(j); c = time.perf_counter() - t\nprint(s, c)\n"
     )

@@ -32,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "exporter"))
 
-from bigbinf.journal import Journal  # noqa: E402
+from bigbinf.journal.store import Journal  # noqa: E402
 from bigbinf.lab import mesh as labmesh  # noqa: E402
 from bigbinf.mesh.config import MeshConfig, exporter_of, load_mesh  # noqa: E402
 from bigbinf.result import Result  # noqa: E402

@@ -35,12 +35,13 @@ from typing import Any
 
 from bigbinf import lab
 from bigbinf.config import Config, validate_config
-from bigbinf.journal import Journal
+from bigbinf.history.moveplan import duration_text, plan, predict
+from bigbinf.journal.store import Journal
 from bigbinf.lab import network
 from bigbinf.lab.layout import LabLayout
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
-from bigbinf.moveplan import duration_text, plan, predict, runs_to
+from bigbinf.runs import runs_to
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner, run_id
 from bigbinf.service.sweeps import SweepRunner, settings, spec_for

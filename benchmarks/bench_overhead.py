@@ -33,8 +33,9 @@ from typing import Any
 
 import yaml
 
-from bigbinf import journal, lab
+from bigbinf import lab
 from bigbinf.config import parse_config
+from bigbinf.journal import store
 from bigbinf.lab import LabLayout
 from bigbinf.measure import transfer
 from bigbinf.measure.plan import plan_round
@@ -56,7 +57,7 @@ STEPS: list[tuple[Any, str, str]] = [
     (transfer, "analyse", "analysis (pcap)"),
     (transfer, "_verify", "verification (size, sha256)"),
     (transfer, "judge_limit", "what limited it"),
-    (journal.Journal, "append", "journal (write + fsync)"),
+    (store.Journal, "append", "journal (write + fsync)"),
 ]
 ANALYSIS = "analysis (pcap)"
 

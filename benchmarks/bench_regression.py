@@ -1,4 +1,4 @@
-"""Regression detection: the significance test (bigbinf/regression.py, alert
+"""Regression detection: the significance test (bigbinf/history/regression.py, alert
 BigbinfThroughputRegressed) against the fixed 0.7 rule (BigbinfThroughputRegression and
 ...TimeOfDay), side by side on the same generated series (issue 28).
 
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bigbinf.journal import Journal
-from bigbinf.regression import DAY, History, RegressionSettings, judge
+from bigbinf.history.regression import DAY, History, RegressionSettings, judge
+from bigbinf.journal.store import Journal
 
 HOUR = 3600.0
 SCHEDULES = {"study": (3.0, 13.0), "hourly": tuple(float(h) for h in range(24))}
@@ -213,7 +213,7 @@ def cost() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.support.mesh import mesh_state
 
-    from bigbinf.regression import Tested, Verdict
+    from bigbinf.history.regression import Tested, Verdict
     from bigbinf.service.exposition import build
 
     rng = np.random.default_rng(1)
@@ -418,7 +418,7 @@ def recovery_tradeoff(argv: list[str]) -> int:
     """`recovered` alone (issue 35's clearing vs flapping): per odds, a regression 20%
     down on a series with 12% noise per run for 30 days (120 runs), then back: the share
     of series it closes mid-drop (a flap) and the runs it takes to close once back."""
-    from bigbinf import regression
+    from bigbinf.history import regression
 
     ap = argparse.ArgumentParser(description=recovery_tradeoff.__doc__)
     ap.add_argument("--recovery-tradeoff", action="store_true")

@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigbinf import __version__, lab, regression_cmd
-from bigbinf.advice import AdviceError, advise
+from bigbinf import __version__, lab
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
-from bigbinf.journal import Journal
+from bigbinf.history import planmove, regression_cmd
+from bigbinf.history.advice import AdviceError, advise
+from bigbinf.journal.store import Journal
 from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import PlanError, host_key_warnings
 from bigbinf.mesh import cli as mesh_cli
@@ -53,7 +54,7 @@ from bigbinf.service.schedule import longest_gap_seconds, shortest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
 from bigbinf.service.sweeps import SweepError, SweepRunner
 from bigbinf.service.webconfig import load_web_config
-from bigbinf.study import backfill, importer, planmove, report, sweep_report
+from bigbinf.study import backfill, importer, report, sweep_report
 
 DEFAULT_CONFIG = "schedules/lab.yaml"
 log = logging.getLogger("bigbinf")
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sweep", required=True, metavar="NAME", help="the sweep to run (config sweeps.NAME)")
     sweep.set_defaults(func=cmd_sweep)
     regression_cmd.register(sub, [common])  # regression list|accept
-    for command in (report, importer, backfill, sweep_report, planmove):  # the study's commands
+    for command in (report, importer, backfill, sweep_report, planmove):  # the study's commands and plan-move
         command.register(sub, [common])  # the shared flags work after these subcommands too
     mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus
     return parser
@@ -638,8 +639,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_journal_compact(args: argparse.Namespace) -> int:
-    from bigbinf import checkpoint
-    from bigbinf.journal import BaselineJournal, Journal, baseline_path, segments
+    from bigbinf.journal import checkpoint
+    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, segments
 
     config = load_config(args.config_file)
     results = Journal(config.journal.path, config.journal.retention)

@@ -502,7 +502,7 @@ def _retention(value: Any) -> float | None:
 
 class JournalConfig(_Strict):
     # The live segment: results are appended here, and the closed day segments lie beside
-    # it (journal.FIRST-LAST.ID.jsonl.gz, bigbinf/journal.py), as its checkpoint does.
+    # it (journal.FIRST-LAST.ID.jsonl.gz, bigbinf/journal/store.py), as its checkpoint does.
     path: LocalPath = Path("/var/lib/bigbinf/journal.jsonl")
     # Closed segments whose newest result is this much older than the journal's newest are
     # removed (whole; never imported 2015 dumps); null keeps everything.  400 days: enough
@@ -525,7 +525,7 @@ class PagesConfig(_Strict):
 
 
 class RegressionConfig(_Strict):
-    """The live regression test of each series (bigbinf/regression.py, docs/configuration.md)."""
+    """The live regression test of each series (bigbinf/history/regression.py, docs/configuration.md)."""
 
     enabled: bool = True
     recent_runs: Annotated[int, Field(ge=2, le=20)] = 3  # the recent window: the last N ok runs
@@ -540,7 +540,7 @@ class RegressionConfig(_Strict):
 
 
 class MovesConfig(_Strict):
-    """Moves whose duration the exporter predicts for every remote (bigbinf/moveplan.py,
+    """Moves whose duration the exporter predicts for every remote (bigbinf/history/moveplan.py,
     bigbinf_move_predicted_seconds): the sizes people plan to move, e.g. [1TiB, 40TiB]."""
 
     sizes: list[Annotated[Size, Field(gt=0)]] = []

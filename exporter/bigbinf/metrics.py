@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bigbinf.moveplan import Prediction
-from bigbinf.regression import Verdict
+from bigbinf.history.moveplan import Prediction
+from bigbinf.history.regression import Verdict
 from bigbinf.result import LIMIT_SIDES, LIMITS, OUTCOMES, PathBaseline, Result
 
 PREFIX = "bigbinf_"
@@ -337,7 +337,7 @@ SWEEP_GAIN = Spec(
 )
 SWEEP = (SWEEP_BEST, SWEEP_GAIN)
 
-# The live regression test of each series (bigbinf/regression.py; docs/runbook.md,
+# The live regression test of each series (bigbinf/history/regression.py; docs/runbook.md,
 # BigbinfThroughputRegressed): published for series old enough to be tested.
 TESTED = (
     " Computed from the journal by the regression test when an ok transfer of the series ends (q-values and "
@@ -423,7 +423,7 @@ REGRESSION_BASELINE_RUNS = Spec(
     "their times of day)." + TESTED,
     SERIES_LABELS,
 )
-# What changed when an open regression began (bigbinf/regression_change.py): its runs and
+# What changed when an open regression began (bigbinf/history/change.py): its runs and
 # path probes of the baseline weeks before its start (when="before") against those since
 # (when="after"), computed when it opens and at a restart.
 CHANGED = (
@@ -464,7 +464,7 @@ REGRESSION_CHANGE = (
     REGRESSION_CHANGE_RETRANSMITS,
 )
 
-# plan-move's model (bigbinf/moveplan.py) for the config's moves.sizes, per remote.
+# plan-move's model (bigbinf/history/moveplan.py) for the config's moves.sizes, per remote.
 MOVE_LABELS = ("remote", "size")
 PREDICTED = (
     " The recommended option at its best start hour, from the ok transfers to the remote of the last "

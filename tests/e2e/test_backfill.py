@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 from bigbinf.study import backfill
 from tests.support.prometheus import PROMETHEUS, PrometheusServer
@@ -147,7 +147,7 @@ def test_backfilled_history_carries_the_regression_verdicts(tmp_path: Path) -> N
     runs at 70% of the rate.  Prometheus, loaded with the blocks, says regressed 0
     before the drop and 1 at its third run, with the live exporter's numbers."""
     from bigbinf.config import parse_config
-    from bigbinf.regression import settings_of
+    from bigbinf.history.regression import settings_of
     from bigbinf.service.collector import ExporterState
     from bigbinf.service.rounds import RoundRunner
 

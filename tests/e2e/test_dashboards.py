@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from bigbinf import metrics as M
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.mixin import rules
 from bigbinf.mixin.settings import HOUR_MEAN_7D, Settings
 from bigbinf.result import Result

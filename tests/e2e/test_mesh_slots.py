@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 
 from ..support.exporter import ROOT, ExporterProcess

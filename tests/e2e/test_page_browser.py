@@ -193,7 +193,7 @@ def screenshot(site: Pages, name: str) -> Path:
 def journal(site: Pages) -> dict[str, dict[str, object]]:
     """The journal as written: by transfer id, its JSON (the truth the page is held to);
     every segment of it (a seeded history of several days is rotated into day segments)."""
-    from bigbinf.journal import Journal
+    from bigbinf.journal.store import Journal
 
     return {transfer_id(r): r.to_json() for r in Journal(site.seeded.journal).read()}
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 
 from ..support.exporter import ExporterProcess
 from ..support.prometheus import PrometheusServer

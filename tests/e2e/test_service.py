@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import SeriesKey
 
 from ..support.exporter import ROOT, ExporterProcess

@@ -24,7 +24,7 @@ import pytest
 
 from bigbinf import lab
 from bigbinf.config import Config
-from bigbinf.measure.pending import PendingAnalysis
+from bigbinf.journal.pending import PendingAnalysis
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.wire import analyser_worker

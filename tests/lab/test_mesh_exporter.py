@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from bigbinf import cli
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.lab import mesh as labmesh
 from bigbinf.mesh.config import exporter_of, load_mesh
 from bigbinf.result import Result

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from bigbinf.config import rate_bytes_per_second
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.lab import mesh as labmesh
 from bigbinf.mesh import plan as meshplan
 from bigbinf.mesh.config import exporter_of, load_mesh

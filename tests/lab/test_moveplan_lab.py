@@ -13,10 +13,11 @@ import pytest
 
 from bigbinf import lab
 from bigbinf.config import rate_bytes_per_second
+from bigbinf.history.moveplan import plan, predict
 from bigbinf.lab.layout import LabLayout
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
-from bigbinf.moveplan import plan, predict, runs_to
+from bigbinf.runs import runs_to
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from bigbinf.config import parse_config
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.measure.path.route import resolve
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer

@@ -29,7 +29,7 @@ from scipy import stats as sps
 
 from bigbinf import lab
 from bigbinf.config import Config
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.measure import datasets
 from bigbinf.result import Result
 from bigbinf.service.collector import ExporterState

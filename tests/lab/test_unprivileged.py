@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.lab import LabLayout
 
 from ..conftest import veth_counters

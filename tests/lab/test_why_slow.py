@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from bigbinf import lab
-from bigbinf.advice import advise
 from bigbinf.config import Config, parse_config
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.history.advice import advise
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.lab import LabLayout
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import TransferSpec, plan_round

@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bigbinf import guardian
 from bigbinf.config import Config
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.lab import LabLayout
 from bigbinf.result import Result
 
@@ -365,7 +365,7 @@ class Chaos:
         out["workdir"] = _tree(self.workdir)
         out["captures"] = _tree(self.captures)
         out["uploads on the remote"] = _tree(self.layout.upload_dir)
-        # The journal's checkpoints (bigbinf/checkpoint.py) are written when a start has
+        # The journal's checkpoints (bigbinf/journal/checkpoint.py) are written when a start has
         # folded the journal: products like the journal, not leftovers; their temporary
         # files would still show.
         out["journal directory"] = sorted(

@@ -172,7 +172,7 @@ def seed(
     name = ""
     if regressed:
         # 27 days of three runs a day at this time of day near 2.0 MB/s, then three at
-        # half that: an open regression (bigbinf/regression.py's defaults).
+        # half that: an open regression (bigbinf/history/regression.py's defaults).
         name = "http site/b download"
         for d in range(27, 0, -1):
             for k in range(3):

@@ -218,3 +218,47 @@ def test_the_judgement_has_its_own_room_apart_from_measure() -> None:
         if _in(m, ("bigbinf.measure",)) and any(_in(x, ("bigbinf.judge",)) for x in imports)
     )
     assert callers == ["bigbinf.measure.transfer"]
+
+
+def test_the_journal_and_the_judgements_from_history_have_their_own_rooms() -> None:
+    """journal/ holds the journal (store), its checkpoint and the pending store; history/
+    the judgements from history (the regression test, its state, what changed, its
+    command, the move model, plan-move, advise); runs.py which runs they stand on.  None
+    of them is left at the top level, and journal/ never imports history/: the journal is
+    below the judgements that read it."""
+    graph = import_graph()
+    journal = {"bigbinf.journal.store", "bigbinf.journal.checkpoint", "bigbinf.journal.pending"}
+    history = {
+        "bigbinf.history.regression",
+        "bigbinf.history.regression_state",
+        "bigbinf.history.change",
+        "bigbinf.history.regression_cmd",
+        "bigbinf.history.moveplan",
+        "bigbinf.history.planmove",
+        "bigbinf.history.advice",
+    }
+    assert {"bigbinf.journal", *journal, "bigbinf.history", *history, "bigbinf.runs"} <= set(graph)
+    left_at_the_top = sorted(
+        p.name
+        for p in PACKAGE.glob("*.py")
+        if p.stem.startswith("regression") or p.stem in ("moveplan", "planmove", "advice", "journal", "checkpoint")
+    )
+    assert left_at_the_top == []
+    assert not (PACKAGE / "measure" / "pending.py").exists()
+    assert not (PACKAGE / "study" / "planmove.py").exists()
+    upward = sorted(
+        f"{module} -> {m}"
+        for module, imports in graph.items()
+        if _in(module, ("bigbinf.journal",))
+        for m in imports
+        if _in(m, ("bigbinf.history",))
+    )
+    assert upward == []
+    indirect = sorted(
+        f"{module} reaches {m}"
+        for module in graph
+        if _in(module, ("bigbinf.journal",))
+        for m in reachable(graph, module)
+        if _in(m, ("bigbinf.history",))
+    )
+    assert indirect == []

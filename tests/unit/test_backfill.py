@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bigbinf import metrics
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.metrics import last_result_samples
 from bigbinf.result import Result
 from bigbinf.study import backfill

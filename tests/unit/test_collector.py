@@ -8,8 +8,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from bigbinf import metrics as M
-from bigbinf.regression import Tested, Verdict
-from bigbinf.regression_change import Change, Side
+from bigbinf.history.change import Change, Side
+from bigbinf.history.regression import Tested, Verdict
 from bigbinf.result import PAYLOAD_BUCKETS, PathBaseline, Result, SeriesKey, empty_histogram
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import PAYLOAD_BUCKETS
 from bigbinf.study import importer
 from bigbinf.study.importer import MalformedDump, parse_dump, parse_packets, parse_start, read_packets

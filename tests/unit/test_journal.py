@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.result import Result
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_unreadable_lines_are_logged_only_when_the_caller_does_not_collect_them(
 ) -> None:
     path = tmp_path / "journal.jsonl"
     path.write_text("not json\n")
-    with caplog.at_level(logging.WARNING, logger="bigbinf.journal"):
+    with caplog.at_level(logging.WARNING, logger="bigbinf.journal.store"):
         skipped: list[SkippedLine] = []
         assert list(Journal(path).read(skipped)) == [] and len(skipped) == 1
         assert caplog.records == []  # the caller reports it: said once, not twice

@@ -21,15 +21,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bigbinf import checkpoint
-from bigbinf.journal import Journal, leftovers, read, segments
+from bigbinf.journal import checkpoint
+from bigbinf.journal.store import Journal, leftovers, read, segments
 
 KILLS = int(os.environ.get("BIGBINF_JOURNAL_KILLS", "25"))
 
 WRITER = r"""
 import os, sys
-from bigbinf import checkpoint
-from bigbinf.journal import Journal
+from bigbinf.journal import checkpoint
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 
 path, first, acks = sys.argv[1], int(sys.argv[2]), sys.argv[3]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf import checkpoint
-from bigbinf.journal import DAY, Journal, _ident, leftovers, read, segments
-from bigbinf.moveplan import RecentRuns, runs_to
-from bigbinf.regression import History, RegressionSettings
+from bigbinf.history.regression import History, RegressionSettings
+from bigbinf.journal import checkpoint
+from bigbinf.journal.store import DAY, Journal, _ident, leftovers, read, segments
 from bigbinf.result import Result
+from bigbinf.runs import RecentRuns, runs_to
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.sweeps import latest_bests
 

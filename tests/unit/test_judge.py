@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.advice import buffer_changes, target_buffer
 from bigbinf.cli import format_paths, main
 from bigbinf.config import ConfigError, parse_config
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.history.advice import buffer_changes, target_buffer
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.judge import vetoes
 from bigbinf.judge.inputs import Inputs
 from bigbinf.judge.rules import Limit

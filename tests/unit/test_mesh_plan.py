@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.mesh import cli as mesh_cli
 from bigbinf.mesh.config import MeshConfig, MeshError, parse_mesh
 from bigbinf.mesh.plan import (

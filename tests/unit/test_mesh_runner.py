@@ -26,7 +26,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from bigbinf import cli
 from bigbinf.config import Config, ConfigError, ConfigIssue
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.mesh import plan
 from bigbinf.result import PathBaseline, Result

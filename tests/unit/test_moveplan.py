@@ -1,4 +1,4 @@
-"""plan-move's model (bigbinf/moveplan.py), its command and its gauge: the line, the hour
+"""plan-move's model (bigbinf/history/moveplan.py), its command and its gauge: the line, the hour
 of day, the interval's coverage, the refusals, and the prediction published by the
 exporter for the configured sizes."""
 
@@ -18,11 +18,12 @@ from prometheus_client import CollectorRegistry
 
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
-from bigbinf.moveplan import Fit, Run, duration_text, fit, fit_all, plan, predict, runs_to
+from bigbinf.history import planmove
+from bigbinf.history.moveplan import Fit, duration_text, fit, fit_all, plan, predict
 from bigbinf.result import Result
+from bigbinf.runs import Run, runs_to
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
-from bigbinf.study import planmove
 
 UTC = zoneinfo.ZoneInfo("UTC")
 DAY = 86400.0
@@ -164,7 +165,7 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
 
 
 def test_the_command_ranks_recommends_and_says_what_it_extrapolates_from(tmp_path: Path) -> None:
-    from bigbinf.journal import Journal
+    from bigbinf.journal.store import Journal
 
     journal = Journal(tmp_path / "j.jsonl")
     for run in synthetic(sizes=(32 * MIB, 256 * MIB)) + synthetic("gridftp", rate=30e6, sizes=(32 * MIB, 256 * MIB)):
@@ -295,7 +296,7 @@ def test_a_setting_that_runs_the_protocols_own_command_is_merged() -> None:
 def test_the_command_says_unknown_collapses_equal_hours_and_refuses_a_past_deadline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bigbinf.journal import Journal
+    from bigbinf.journal.store import Journal
 
     journal = Journal(tmp_path / "j.jsonl")
     for run in few(2):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bigbinf.regression import Verdict
+from bigbinf.history.regression import Verdict
 from bigbinf.result import LIMITS, PathBaseline, Result
 from bigbinf.service import logtail, pages
 from bigbinf.service.httpd import HttpServer, Request, Response, Route

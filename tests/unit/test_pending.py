@@ -1,4 +1,4 @@
-"""Analyses finished later (measure/pending.py, RoundRunner.finish_pending): a transfer
+"""Analyses finished later (journal/pending.py, RoundRunner.finish_pending): a transfer
 whose capture's analysis timed out or was cut by a stop is journaled once analysed,
 with the capture's numbers (held to the pure-Python analyser on the same file), under
 its own round id and start; one that times out MAX_ATTEMPTS times is journaled failed
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.measure import pending as pending_module
-from bigbinf.measure.pending import MAX_ATTEMPTS, PendingAnalysis
+from bigbinf.journal import pending as pending_module
+from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis
 from bigbinf.measure.wire.analyse import ENGINE_VARIABLE, analyse_pcap
 from bigbinf.measure.wire.analyser_worker import AnalysisTimeout
 from bigbinf.result import PathBaseline, Result

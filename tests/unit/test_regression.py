@@ -1,4 +1,4 @@
-"""The live regression test (bigbinf/regression.py): its statistics against scipy's, its
+"""The live regression test (bigbinf/history/regression.py): its statistics against scipy's, its
 interval's coverage, the time-of-day adjustment, and the exporter publishing verdicts."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
-from bigbinf.regression import (
+from bigbinf.history.regression import (
     DAY,
     History,
     RegressionSettings,

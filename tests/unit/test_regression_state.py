@@ -1,7 +1,7 @@
-"""A regression is a state with a start (issue 35, bigbinf/regression.py History.step):
+"""A regression is a state with a start (issue 35, bigbinf/history/regression.py History.step):
 it opens when significant and material, stays open by its own data while the drop lasts
 (its runs never baseline), closes on recovery or on an operator's accept (journaled,
-regression_journal.py), and restarts restore it."""
+history/regression_state.py), and restarts restore it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from bigbinf import cli
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
-from bigbinf.regression import (
+from bigbinf.history.regression import (
     ACCEPTED,
     CLOSE_AFTER,
     DAY,
@@ -35,7 +35,7 @@ from bigbinf.regression import (
     recovered,
     suspicion,
 )
-from bigbinf.regression_journal import RegressionJournal, regressions_path
+from bigbinf.history.regression_state import RegressionJournal, regressions_path
 from bigbinf.result import Result, SeriesKey
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
@@ -437,7 +437,7 @@ def test_recovery_needs_evidence_in_proportion_to_the_noise() -> None:
 def test_an_open_regression_says_what_changed(tmp_path: Path) -> None:
     """From the journals: the verdict mix, the path and the retransmissions before the
     regression's start and since, published with it and said by `advise`."""
-    from bigbinf.advice import open_regressions_text
+    from bigbinf.history.advice import open_regressions_text
     from bigbinf.result import PathBaseline
 
     journal = tmp_path / "j.jsonl"

@@ -21,14 +21,15 @@ pytest.importorskip("scipy")
 pytest.importorskip("matplotlib")
 
 import bigbinf.measure.wire.pcap
-from bigbinf.journal import Journal, segments
+from bigbinf.journal.store import Journal, segments
 from bigbinf.result import Result
 from bigbinf.study import common, report, stats, tables
-from bigbinf.study.common import parse_tz_offset, parse_when
+from bigbinf.study.common import parse_tz_offset
 from bigbinf.study.html import render_html
 from bigbinf.study.importer import Packet, write_packets
 from bigbinf.study.report import parse_peak
 from bigbinf.study.tables import Table2Row, build_report, is_peak
+from bigbinf.usage import UsageError, parse_when
 
 UTC = dt.UTC
 MIB = 2**20
@@ -236,7 +237,7 @@ def test_peak_hours_and_offsets() -> None:
     assert parse_when("2024-03-10", 0, "--to", end_of_day=True) == at(11, 0)
     assert parse_when("2024-03-10T12:00:00Z", 2, "--from") == at(10, 12)
     for bad in ("11", "15-11-3", "25-3", "5-5"):
-        with pytest.raises(common.UsageError, match="--peak"):
+        with pytest.raises(UsageError, match="--peak"):
             parse_peak(bad)
 
 

@@ -25,7 +25,7 @@ import yaml
 
 from bigbinf import guardian
 from bigbinf.config import Config, parse_config
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner

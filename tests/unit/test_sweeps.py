@@ -19,7 +19,7 @@ from scipy import stats as sps
 
 from bigbinf import cli
 from bigbinf.config import ConfigError, parse_config
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 from bigbinf.service import sweeps
 from bigbinf.service.collector import ExporterState, SweepBest

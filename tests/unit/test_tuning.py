@@ -268,7 +268,7 @@ def test_an_ipv6_peer_gets_a_host_route_of_128_bits() -> None:
 
 
 def test_advise_leaves_out_transfers_capped_on_purpose() -> None:
-    from bigbinf.advice import _recent
+    from bigbinf.history.advice import _recent
     from bigbinf.result import Result
 
     def judged(start: float, cap: int | None) -> Result:

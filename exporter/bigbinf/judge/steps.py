@@ -1,5 +1,5 @@
 """What to do about a verdict: the concrete next step, with its numbers (docs/metrics.md
-says the same per verdict; `advise` adds the sysctl lines: advice.py)."""
+says the same per verdict; `advise` adds the sysctl lines: history/advice.py)."""
 
 from __future__ import annotations
 

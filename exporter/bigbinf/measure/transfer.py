@@ -23,12 +23,12 @@ from typing import Any, overload
 
 from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
+from bigbinf.journal.pending import PendingAnalysis, PendingStore
 from bigbinf.judge.verdict import judge_limit
 from bigbinf.judge.words import human_bytes
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
 from bigbinf.measure.path.route import resolve, route_to
-from bigbinf.measure.pending import PendingAnalysis, PendingStore
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import BusyHost, ProgramWatch, remote_view
 from bigbinf.measure.programs import summary as program_summary
@@ -236,7 +236,7 @@ def run_transfer(
     """One transfer; `baseline` (this round's probe of the path) lets it be judged
     against the path's bandwidth and BDP.  With `defer`, a capture whose analysis timed
     out or was stopped by the exporter's stop is kept there and its PendingAnalysis
-    returned, to be finished later (measure/pending.py); without, such a transfer is
+    returned, to be finished later (journal/pending.py); without, such a transfer is
     failed now, saying what timed out."""
     subject = Subject.of(spec, round_id)
     binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary

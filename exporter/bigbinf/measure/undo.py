@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bigbinf.journal import replace_durably, sync_directory
+from bigbinf.journal.store import replace_durably, sync_directory
 from bigbinf.process import run_with_timeout
 
 log = logging.getLogger(__name__)

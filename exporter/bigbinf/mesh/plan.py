@@ -896,7 +896,7 @@ def write_durations(
 
     A result's site is its own `site` field; for older results without one, the SITE of
     a SITE=PATH journal, else the site whose exporter.journal is that path."""
-    from bigbinf.journal import Journal, segments
+    from bigbinf.journal.store import Journal, segments
 
     tests = mesh_tests(mesh)
     found: dict[TestKey, list[tuple[float, float]]] = {}

@@ -68,7 +68,8 @@ from bigbinf.mixin.settings import (
     tiles,
     write_or_check,
 )
-from bigbinf.study.common import UsageError, parse_tz_offset
+from bigbinf.study.common import parse_tz_offset
+from bigbinf.usage import UsageError
 
 # What the output's header, usage and error messages tell people to run.
 COMMAND = "python -m bigbinf.mixin.rules"
@@ -431,7 +432,7 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         # whole-day baseline is the 7-day means of the recent transfers' own periods, so
         # the recent window's mix of peak and off-peak cannot fire it (docs/runbook.md,
         # "Which regression alert is primary", "The whole-day baseline").
-        # The significance test's verdict (bigbinf/regression.py, computed by the
+        # The significance test's verdict (bigbinf/history/regression.py, computed by the
         # exporter from its journal): the primary regression alert wherever the series is
         # old enough to be tested.  $value is the ratio.
         alert(

@@ -28,6 +28,8 @@ from prometheus_client.registry import Collector
 
 from bigbinf import __version__
 from bigbinf import metrics as M
+from bigbinf.history.moveplan import Prediction
+from bigbinf.history.regression import Verdict
 from bigbinf.metrics import (
     last_result_samples,
     move_samples,
@@ -35,8 +37,6 @@ from bigbinf.metrics import (
     regression_change_samples,
     regression_samples,
 )
-from bigbinf.moveplan import Prediction
-from bigbinf.regression import Verdict
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
 
@@ -176,9 +176,9 @@ class ExporterState:
         self._held_missed: dict[MissedKey, int] = {}
         self._scraped = False
         self.mesh_round: MeshRound | None = None
-        # The regression test's verdict of each tested series (bigbinf/regression.py).
+        # The regression test's verdict of each tested series (bigbinf/history/regression.py).
         self.regressions: dict[SeriesKey, Verdict] = {}
-        # plan-move's prediction per remote and configured size label (bigbinf/moveplan.py).
+        # plan-move's prediction per remote and configured size label (bigbinf/history/moveplan.py).
         self.moves: dict[tuple[str, str], Prediction] = {}
         # A mesh site: False while no round can be planned from the loaded mesh (shown as
         # bigbinf_config_last_reload_successful 0, with the load's own result).

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 
 from bigbinf import DOCS_URL, __version__
-from bigbinf.moveplan import _t_quantile
-from bigbinf.regression_change import Change, describe
+from bigbinf.history.change import Change, describe
+from bigbinf.history.moveplan import _t_quantile
 from bigbinf.result import PathBaseline, Result
 
 CONTENT_SECURITY_POLICY = (
@@ -44,7 +44,7 @@ SECRET_KEY = re.compile(r"(?i)pass(word|wd|phrase)?|secret|token|credential|api_
 SECRET_INLINE = re.compile(r"(?i)((?:pass(?:word|wd)?|secret|token|api_?key)[=:])[^\s&;,]+")
 CONFIDENCE = 0.95
 # Student's t two-sided 95% quantiles for 1..10 degrees of freedom (a sweep repeats each
-# setting 2 to 100 times); beyond, moveplan's Cornish-Fisher expansion is within 0.1%.
+# setting 2 to 100 times); beyond, history/moveplan.py's Cornish-Fisher expansion is within 0.1%.
 T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 CSS = """
@@ -344,7 +344,7 @@ def share_of_path(r: Result, bandwidth: float | None) -> str:
 
 
 def regression_open(state: object | None) -> bool:
-    """Whether a series has an open regression (bigbinf/regression.py's Verdict: `regressed`
+    """Whether a series has an open regression (bigbinf/history/regression.py's Verdict: `regressed`
     holds while the regression lasts, until it recovers or is accepted): the one place the
     front page reads the regression state."""
     return bool(getattr(state, "regressed", False))
@@ -353,7 +353,7 @@ def regression_open(state: object | None) -> bool:
 def open_regression_row(name: str, state: object) -> str:
     """An open regression's row (Verdict: its start, the level before, the ratio now
     against that level with its interval, and what changed between the runs before the
-    start and since, regression_change.describe); every value escaped."""
+    start and since, history/change.py's describe); every value escaped."""
     test = getattr(state, "test", None)
     ratio = getattr(test, "ratio", None)
     now = (

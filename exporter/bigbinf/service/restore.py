@@ -6,7 +6,7 @@ test's history of every configured series (its verdicts), and the predicted move
 started from nothing judged its transfers against no bandwidth at all, where the running
 exporter judged the same transfers against the last iperf3 test (issue 23).
 
-All of it from the journals' checkpoints (bigbinf/checkpoint.py: a few megabytes beside
+All of it from the journals' checkpoints (bigbinf/journal/checkpoint.py: a few megabytes beside
 the journal, brought up to date from the journal's tail), not from the whole journal: a
 start with a year of results journaled answers /metrics in seconds (issue 37).  The
 journal is rotated first (an old single-file journal is split into day segments then)."""
@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import time
 
-from bigbinf import checkpoint
 from bigbinf.config import Config
-from bigbinf.moveplan import RecentRuns
-from bigbinf.regression import WEEK
-from bigbinf.regression_journal import RegressionJournal
+from bigbinf.history.regression import WEEK
+from bigbinf.history.regression_state import RegressionJournal
+from bigbinf.journal import checkpoint
 from bigbinf.result import Result, SeriesKey
+from bigbinf.runs import RecentRuns
 from bigbinf.service import sweeps
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import LabFor, RoundRunner, series_of
@@ -56,7 +56,7 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     runner.recent.restore((r for r in recent if shown(r)), baselines, config.sweeps)
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
     sweeps.restore(state, results.sweep_results(), config)
-    # The regression test's history and verdicts (bigbinf/regression.py).
+    # The regression test's history and verdicts (bigbinf/history/regression.py).
     restore_history(runner, configured)
     # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
     restore_moves(runner)

@@ -3,7 +3,7 @@ transfers, before its first transfer, and struck off once its last is journaled.
 exporter killed mid-round leaves it, and the next start finishes that round (the round
 runner's `resume`): the transfers not yet journaled under its id, each once.
 
-Written whole or not at all (journal.replace_durably); only a note for finishing a round,
+Written whole or not at all (journal.store.replace_durably); only a note for finishing a round,
 so one that cannot be written is a warning, and one that does not read is removed (and
 said so), never trusted.
 """
@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigbinf.journal import replace_durably
+from bigbinf.journal.store import replace_durably
 from bigbinf.result import SeriesKey
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ not yet journaled under its id, each once (`resume`).
 
 A stop (SIGTERM) mid-round loses no measurement (issue 36): a transfer whose command had
 ended ok is journaled; one whose capture's analysis the stop cut (or that timed out)
-waits in the pending store (measure/pending.py) and is finished under the round lock
+waits in the pending store (journal/pending.py) and is finished under the round lock
 (`settle`: at the next start, before every round); one the stop killed is not a
 measurement of the remote and is run again by the round's note.
 """
@@ -35,22 +35,23 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from bigbinf import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.config import Config, kept_pcap_directory
-from bigbinf.journal import DAY, BaselineJournal, Journal, baseline_path, temporaries
+from bigbinf.history.change import Change, describe, what_changed
+from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, size_label
+from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, settings_of
+from bigbinf.history.regression_state import RegressionJournal
+from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
+from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
+from bigbinf.journal.store import DAY, BaselineJournal, Journal, baseline_path, temporaries
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
-from bigbinf.measure.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
 from bigbinf.measure.transfer import analyse_pending, complete, run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
-from bigbinf.moveplan import Prediction, RecentRuns, fit_all, local_hour, rank, runs_to, size_label
 from bigbinf.process import ensure_guardian, note_ssh
-from bigbinf.regression import ACCEPTED, OPENED, WEEK, History, Verdict, counts_in_baseline, settings_of
-from bigbinf.regression_change import Change, describe, what_changed
-from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result, SeriesKey
+from bigbinf.runs import RecentRuns, counts_in_baseline, runs_to
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.round_note import Note, RoundNote
@@ -122,21 +123,21 @@ class RoundRunner:
         # The mesh site whose tests these are (`once --mesh.file M --site S`): set on its
         # results, as the mesh runner sets it on its slots' results.
         self.site = ""
-        # Each series' recent ok runs for the regression test (bigbinf/regression.py),
+        # Each series' recent ok runs for the regression test (bigbinf/history/regression.py),
         # tested again after each of its results; the lock: a reload swaps it.
         self._history_lock = threading.Lock()
         self.history = History(settings_of(config))
         # Its regression states' changes, journaled beside the journal (a restart keeps them).
         self.regression_journal = RegressionJournal(config.journal.path)
-        # What changed when each open regression began (regression_change.py), by series.
+        # What changed when each open regression began (history/change.py), by series.
         self.changes: dict[SeriesKey, Change] = {}
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
-        # the configured moves.sizes (bigbinf/moveplan.py); under the same lock.
+        # the configured moves.sizes (bigbinf/history/moveplan.py); under the same lock.
         self.move_runs = RecentRuns()
 
     @property
     def pending(self) -> PendingStore:
-        """Transfers whose capture's analysis is still to be done (measure/pending.py)."""
+        """Transfers whose capture's analysis is still to be done (journal/pending.py)."""
         return PendingStore(self.journal.path)
 
     def restore_history(self, results: Iterable[Result], keys: Iterable[SeriesKey]) -> None:
@@ -387,7 +388,7 @@ class RoundRunner:
 
     def finish_pending(self) -> list[Result]:
         """Analyse, journal and publish the transfers whose capture's analysis was cut by
-        a stop or timed out (measure/pending.py); their results.  Call with the round
+        a stop or timed out (journal/pending.py); their results.  Call with the round
         lock held.  One that times out again stays for the next try, MAX_ATTEMPTS in all."""
         finished: list[Result] = []
         entries = list(self.pending.entries())

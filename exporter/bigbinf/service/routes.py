@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from bigbinf.advice import Paths, path_advice
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.credentials import taken_passwords
+from bigbinf.history.advice import Paths, path_advice
 from bigbinf.measure.plan import LabSite
 from bigbinf.result import SeriesKey
 from bigbinf.service import pages

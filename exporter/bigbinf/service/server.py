@@ -34,14 +34,14 @@ from prometheus_client import CollectorRegistry
 
 from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.credentials import check_secret_files, take_passwords
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.history.moveplan import size_label
+from bigbinf.history.regression import settings_of
+from bigbinf.history.regression_state import RegressionJournal
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.measure.plan import LabSite
 from bigbinf.measure.undo import UndoJournal
 from bigbinf.measure.wire import analyser_worker
-from bigbinf.moveplan import size_label
 from bigbinf.process import kill_all_active
-from bigbinf.regression import settings_of
-from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import SeriesKey
 from bigbinf.service import logtail, sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState

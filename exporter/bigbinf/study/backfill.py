@@ -28,19 +28,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from bigbinf import metrics
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.history.regression import History, RegressionSettings
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.metrics import Extra, last_result_samples, regression_samples
-from bigbinf.regression import History, RegressionSettings, counts_in_baseline
 from bigbinf.result import Result, SeriesKey
-from bigbinf.study.common import (
-    IMPORTED,
-    ORIGIN_LABEL,
-    Progress,
-    UsageError,
-    check_journal,
-    journal_read_error,
-    parse_when,
-)
+from bigbinf.runs import counts_in_baseline
+from bigbinf.study.common import IMPORTED, ORIGIN_LABEL, Progress, check_journal, journal_read_error
+from bigbinf.usage import UsageError, parse_when
 
 Value = float | int | bool
 
@@ -310,7 +304,7 @@ def _regression_settings(args: argparse.Namespace) -> RegressionSettings:
     if not getattr(args, "config_file", None):
         return RegressionSettings()
     from bigbinf.config import ConfigError, load_config
-    from bigbinf.regression import settings_of
+    from bigbinf.history.regression import settings_of
 
     try:
         return settings_of(load_config(args.config_file))

@@ -7,7 +7,6 @@ bigbinf.study without a cycle.
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib.util
 import re
 import stat
@@ -17,16 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from bigbinf.journal import segments
+from bigbinf.journal.store import segments
 from bigbinf.result import Result
-
-
-class UsageError(Exception):
-    """A bad argument or input: reported as one line naming it and the fix, never a traceback."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
+from bigbinf.usage import UsageError
 
 
 def require_extras(command: str, figures: bool) -> None:
@@ -52,38 +44,13 @@ def parse_tz_offset(text: str, option: str = "--tz-offset") -> float:
     return sign * hours
 
 
-def parse_when(text: str, tz_offset_hours: float, option: str, end_of_day: bool = False) -> float:
-    """A --from/--to value as UTC epoch seconds.
-
-    Dates and times without an offset are local time (the --tz-offset), like the peak
-    hours.  A bare date given to --to means the end of that day, so `--to 2024-03-31`
-    includes the 31st.
-    """
-    text = text.strip()
-    if text == "now":
-        return time.time()
-    local = dt.timezone(dt.timedelta(hours=tz_offset_hours))
-    try:
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            day = dt.datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=local)
-            return (day + dt.timedelta(days=1 if end_of_day else 0)).timestamp()
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"{option} {text!r}: not a date; use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS][+HH:MM] or now"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=local)
-    return when.timestamp()
-
-
 def check_journal(path: Path, must_exist: bool = True) -> None:
     """UsageError unless --journal names a file this process can read: one message per way
     it can go wrong, each naming the path and the fix (shared by report, import, backfill)."""
     try:
         info = path.stat()
     except FileNotFoundError:
-        if not must_exist or segments(path):  # all of it in closed day segments (bigbinf/journal.py)
+        if not must_exist or segments(path):  # all of it in closed day segments (bigbinf/journal/store.py)
             return
         raise UsageError(
             f"--journal {path}: no such file; give the exporter's journal path (journal.path in its configuration)", 1

@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from bigbinf import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.result import PAYLOAD_BUCKETS, WAYS, Result, empty_histogram
-from bigbinf.study.common import Progress, UsageError, check_journal, journal_read_error, parse_tz_offset
+from bigbinf.study.common import Progress, check_journal, journal_read_error, parse_tz_offset
+from bigbinf.usage import UsageError
 
 NAME_RE = re.compile(r"^(?P<stem>.+)_(?P<when>\d{4}-\d{2}-\d{2}_\d{2}:\d{2}:\d{2})\.dump$")
 LABEL_MAX = 64  # label values stay short and bounded: they end up in every series name

@@ -18,7 +18,8 @@ from typing import Any, TextIO
 
 from bigbinf import metrics
 from bigbinf.result import OUTCOMES, Result
-from bigbinf.study.common import IMPORTED, ORIGIN_LABEL, Progress, UsageError
+from bigbinf.study.common import IMPORTED, ORIGIN_LABEL, Progress
+from bigbinf.usage import UsageError
 
 DEFAULT_STEP_SECONDS = 60.0  # Prometheus source: must stay below the 5 min lookback delta
 MAX_POINTS_PER_QUERY = 10_000  # Prometheus refuses query_range answers above 11,000 points per series

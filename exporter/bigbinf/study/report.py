@@ -32,20 +32,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.result import Result
-from bigbinf.study.common import (
-    Progress,
-    UsageError,
-    check_journal,
-    journal_read_error,
-    parse_tz_offset,
-    parse_when,
-    require_extras,
-)
+from bigbinf.study.common import Progress, check_journal, journal_read_error, parse_tz_offset, require_extras
 from bigbinf.study.html import render_html
 from bigbinf.study.readback import DEFAULT_STEP_SECONDS, read_prometheus
 from bigbinf.study.tables import TABLE1_HEADINGS, TABLE2_HEADINGS, Report, build_report
+from bigbinf.usage import UsageError, parse_when
 
 # ---------------------------------------------------------------------------------------
 # Arguments (--from/--to and --tz-offset: common, since other commands parse them too)
@@ -190,7 +183,7 @@ def _load(
         path = Path(args.journal)
         check_journal(path)
         progress = Progress("read", "journal results")
-        # Only the segments of --from/--to are opened (bigbinf/journal.py).
+        # Only the segments of --from/--to are opened (bigbinf/journal/store.py).
         return progress.counted(Journal(path).read(unreadable, since=start, until=end)), f"journal {path}"
     if len(source) == 2 and source[0] == "prometheus":
         url = source[1]

@@ -41,10 +41,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bigbinf.journal import Journal, SkippedLine
+from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.result import Result
 from bigbinf.study import stats
-from bigbinf.study.common import UsageError, check_journal, journal_read_error, require_extras
+from bigbinf.study.common import check_journal, journal_read_error, require_extras
+from bigbinf.usage import UsageError
 
 SOURCE = "sweep"
 BASELINE_KEY = "baseline"

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bigbinf.journal import SkippedLine
+from bigbinf.journal.store import SkippedLine
 from bigbinf.result import LIMITS, Result
 from bigbinf.study.common import IMPORTED, group_order, measured_by, series_label
 from bigbinf.study.stats import NORMALITY_ALPHA, mean, normal_verdict, sd, shapiro_p, welch

@@ -33,12 +33,12 @@ over and only the ``Analysis`` (a few hundred bytes) comes back.
   plus 1 s per 5 MB of capture counted from the warm-up's end, and the analysis fails
   with that reason (``AnalysisTimeout``, a ``PcapError`` naming the file and what timed
   out): the rounds go on, and the capture is kept and analysed again later
-  (measure/pending.py).  A warm-up that has not ended in COMPILE_CEILING_SECONDS is taken
+  (journal/pending.py).  A warm-up that has not ended in COMPILE_CEILING_SECONDS is taken
   for hung the same way.
 * The exporter's stop (``stop``, ``shutdown``) gives an analysis in progress
   SHUTDOWN_GRACE_SECONDS (1 s: a stop ends within 5 s): one that takes longer raises
   ``AnalysisStopped`` (a ``PcapError``), not retried, and the caller keeps the capture
-  for the next start (measure/pending.py).
+  for the next start (journal/pending.py).
 * Nothing is left behind: ``shutdown()`` (the exporter's stop, and atexit) stops the
   worker and multiprocessing's resource tracker; the worker also exits by itself when
   this process dies, however it dies.

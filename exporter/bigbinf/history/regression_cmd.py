@@ -1,6 +1,6 @@
 """`bigbinf-exporter regression list|accept` (issue 35): the open regressions of the
 configured series, and an operator's acceptance of one's level as the series' new
-level.  An accept is journaled (regression_journal.py); the running exporter takes it
+level.  An accept is journaled (history/regression_state.py); the running exporter takes it
 up within seconds (or at its next reload) and a restart keeps it: the series' alert
 resolves, its runs since the regression's start become its baseline, and a later drop
 from that level opens a new regression."""
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from bigbinf.config import ConfigError, load_config
-from bigbinf.regression import ACCEPTED, Event
-from bigbinf.regression_journal import RegressionJournal
+from bigbinf.history.regression import ACCEPTED, Event
+from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.result import SeriesKey
 
 SERIES_FORMAT = "PROTOCOL/REMOTE/DATASET/DIRECTION"

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bigbinf.regression import ACCEPTED, DISMISSED, OPENED, RECOVERED, Event
+from bigbinf.history.regression import ACCEPTED, DISMISSED, OPENED, RECOVERED, Event
 from bigbinf.result import SeriesKey
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bigbinf.journal import replace_durably
+from bigbinf.journal.store import replace_durably
 from bigbinf.result import PathBaseline, Result, SeriesKey
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """`bigbinf-exporter plan-move --remote R --size 40TiB [--files N] [--by TIME]`: advice for
-the person who has to move the data (issue 28).  The model is bigbinf/moveplan.py's;
+the person who has to move the data (issue 28).  The model is bigbinf/history/moveplan.py's;
 this module reads the journals, prints the ranking, the recommendation and what it
 extrapolates from, or refuses with the reason."""
 
@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from bigbinf.config import ConfigError, load_config, parse_size
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
-from bigbinf.moveplan import (
+from bigbinf.history.moveplan import (
     MIN_INTERVAL_DOF,
     Fit,
     Plan,
@@ -26,10 +25,11 @@ from bigbinf.moveplan import (
     duration_text,
     local_hour,
     plan,
-    runs_to,
     size_label,
 )
-from bigbinf.study.common import UsageError, parse_when
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
+from bigbinf.runs import runs_to
+from bigbinf.usage import UsageError, parse_when
 
 LEVEL = 0.9
 

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from bigbinf.config import Config
-from bigbinf.journal import BaselineJournal, Journal, baseline_path
+from bigbinf.history.change import describe, what_changed
+from bigbinf.history.regression import WEEK
+from bigbinf.history.regression_state import RegressionJournal
+from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.judge.words import human_bytes, human_rate
 from bigbinf.measure.path.baseline import buffer_values
 from bigbinf.measure.plan import LabSite, Remote, plan_remotes, plan_round
 from bigbinf.measure.tcp.state import TcpStateError, read_tcp_settings
 from bigbinf.process import in_netns
-from bigbinf.regression import WEEK
-from bigbinf.regression_change import describe, what_changed
-from bigbinf.regression_journal import RegressionJournal
 from bigbinf.result import PathBaseline, Result, SeriesKey
 
 TARGET_FACTOR = 2
@@ -122,7 +122,7 @@ def advise(config: Config, lab: LabSite | None, remote: str | None = None, recen
 
 def open_regressions_text(config: Config, remotes: set[str]) -> str:
     """The open regressions of these remotes' series and what changed when each began
-    (issue 35; bigbinf/regression_change.py)."""
+    (issue 35; bigbinf/history/change.py)."""
     open_ = {k: e for k, e in RegressionJournal(config.journal.path).open_regressions().items() if k.remote in remotes}
     if not open_:
         return ""

@@ -5,7 +5,7 @@ A checkpoint is a fold of the journal: everything service/restore.py needs, none
 configuration-dependent (the configuration filters it at restore): each series' last
 result and last ok one, the last RECENT_KEEP transfers, each sweep's last run, every
 series' ok runs as far back as any regression setting can look (HISTORY_SPAN), and the
-move model's thinned runs (moveplan.RecentRuns, per direction).  For the path baselines'
+move model's thinned runs (runs.RecentRuns, per direction).  For the path baselines'
 journal: each remote's last baseline and the last RECENT_KEEP.
 
 It says how much of the journal it holds: the segments it folded (by ID) and how far
@@ -13,7 +13,7 @@ into the live file (its inode and byte offset).  Loading it folds whatever came 
 (the live file's tail, a segment rotated since), so a checkpoint is never wrong, only
 more or less behind; a missing, damaged or older-VERSION one is rebuilt from the whole
 journal (once, as slow as a start was before).  Written whole or not at all
-(journal.replace_durably: temporary file, fsync, rename): `journal.checkpoint.json`
+(store.replace_durably: temporary file, fsync, rename): `journal.checkpoint.json`
 beside `journal.jsonl`.  The exporter saves it every SAVE_EVERY journaled records and
 whenever the journal rotates, so a start folds at most that many lines.
 """
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from bigbinf import journal
-from bigbinf.journal import (
+from bigbinf.journal import store
+from bigbinf.journal.store import (
     BaselineJournal,
     Journal,
     Segment,
@@ -45,13 +45,12 @@ from bigbinf.journal import (
     segments,
     temporaries,
 )
-from bigbinf.moveplan import MAX_PER_CELL, RecentRuns, Run, runs_to
-from bigbinf.regression import counts_in_baseline
 from bigbinf.result import PathBaseline, Result, SeriesKey
+from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, runs_to
 
 log = logging.getLogger(__name__)
 
-VERSION = 3  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by regression.counts_in_baseline
+VERSION = 3  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline
 RECENT_KEEP = 1000  # transfers (and baselines) kept for the pages: pages.recent_transfers up to this
 SAVE_EVERY = 500  # journaled records between saves: what a start may have to fold
 DAY = 86400.0
@@ -471,7 +470,7 @@ def _attached(journal: _Records[Any]) -> _Fold:
     return fold
 
 
-# ---------------------------------------------------------------- rotation (journal.py)
+# ---------------------------------------------------------------- rotation (store.py)
 
 
 def rotated(journal: _Records[Any], plain: Segment) -> None:
@@ -488,4 +487,4 @@ def rotated(journal: _Records[Any], plain: Segment) -> None:
     fold.keep()  # current() saves only when it folded lines; the coverage changed too
 
 
-journal.ROTATED.append(rotated)
+store.ROTATED.append(rotated)

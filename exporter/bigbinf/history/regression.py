@@ -41,7 +41,7 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   other series' result moves it, and it closes only when its own runs show the series
   back at the level before (`recovered`), when they no longer confirm it (dismissed),
   or when an operator accepts the new level (`History.accept`).  Every change is an
-  `Event`, journaled by regression_journal.py.  Which runs count at all: one predicate,
+  `Event`, journaled by history/regression_state.py.  Which runs count at all: one predicate,
   `counts_in_baseline`.
 
 Pure: numpy only (a core dependency already), no scipy on the live path.
@@ -61,11 +61,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from bigbinf.judge.verdict import leaves_out_of_baselines
-
 if TYPE_CHECKING:
     from bigbinf.config import Config
-    from bigbinf.result import Result
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -582,7 +579,7 @@ class Verdict:
     level_before: float | None = None  # bytes/s: the baseline median the open one was found against
     accepted_at: float | None = None  # wall clock of the last `regression accept` of the series
     suspected: bool = False  # tested, not open, ratio at most 1 - material_drop
-    change: Any = None  # an open one's regression_change.Change (the runner attaches it)
+    change: Any = None  # an open one's change.Change (the runner attaches it)
 
 
 def judge(tests: Mapping[K, Tested], settings: RegressionSettings) -> dict[K, Verdict]:
@@ -635,7 +632,7 @@ class Track:
 
 @dataclass(frozen=True)
 class Event:
-    """A change of a series' regression state, to be journaled (regression_journal.py)
+    """A change of a series' regression state, to be journaled (history/regression_state.py)
     so that a restart restores it: opened, recovered, dismissed (not confirmed by its own
     runs) or accepted."""
 
@@ -670,15 +667,6 @@ def apply_event(track: Track, event: Event) -> None:
         track.accepted_at = event.at
     else:
         raise ValueError(f"unknown regression event {event.kind!r}")
-
-
-def counts_in_baseline(result: Result) -> bool:
-    """Whether a result is one of the series' runs for the regression test (recent, then
-    baseline): the one predicate every caller (service/rounds.py, backfill, the checkpoint)
-    asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out.  The caller picks
-    the source (the exporter's own runs, or an import's)."""
-    x = result.throughput_bytes_per_second
-    return result.outcome == "ok" and x > 0 and math.isfinite(x) and not leaves_out_of_baselines(result)
 
 
 def settings_of(config: Config) -> RegressionSettings:

@@ -1,0 +1,123 @@
+"""Which runs a judgement from history stands on: the move model's runs (`Run`,
+`runs_to`, thinned per cell in `RecentRuns`) and the regression test's
+(`counts_in_baseline`).
+
+Below both the journal's checkpoint, which folds these runs into what a start restores,
+and the judgements in history/ that read them (history/moveplan.py, history/regression.py):
+it imports only the Result and the judge's busy-host predicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from bigbinf.judge.verdict import leaves_out_of_baselines
+from bigbinf.result import Result
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ok transfer to the remote, as the model sees it."""
+
+    protocol: str
+    setting: str  # "" for the protocol as configured; a sweep's setting label
+    bytes: int
+    files: int
+    seconds: float
+    timestamp: float
+    source: str  # exporter | sweep
+    command: str = ""  # a digest of the run's argv ("" not journaled): equal settings merge
+
+    @property
+    def option(self) -> str:
+        return f"{self.protocol} ({self.setting})" if self.setting else self.protocol
+
+
+# What differs between two runs of one command: each transfer's private directory
+# (measure/leftovers.py's new_workdir: bigbinf-OWNER-XXXXXXXX, or mkdtemp's 8 characters)
+# and an upload's unique remote name (FILE.<12 hex digits>, measure/transfer.py).
+_PER_RUN = (
+    (re.compile(r"bigbinf-(?:\d+\.\d+\.\d+-)?\w{8}"), "bigbinf-RUN"),
+    (re.compile(r"\.[0-9a-f]{12}(?=$|[/\s])"), ".UPLOAD"),
+)
+
+
+def command_digest(argv: Sequence[str]) -> str:
+    """A digest of a run's command, equal for two runs of the same command (the parts
+    that differ per run replaced first)."""
+    if not argv:
+        return ""
+    text = "\0".join(argv)
+    for pattern, same in _PER_RUN:
+        text = pattern.sub(same, text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
+    """The ok runs to `remote` in `direction` that the model can use: the exporter's own
+    and tuning sweeps' (not imported 2015 results: another measure of time), less those a
+    busy host limited (judge.leaves_out_of_baselines)."""
+    return [
+        Run(
+            r.protocol,
+            r.sweep_label if r.source == "sweep" else "",
+            r.file_bytes,
+            max(r.files, 1),
+            r.duration_seconds,
+            r.start_timestamp,
+            r.source,
+            command_digest(r.argv),
+        )
+        for r in results
+        if r.remote == remote
+        and r.direction == direction
+        and r.outcome == "ok"
+        and r.source in ("exporter", "sweep")
+        and r.file_bytes > 0
+        and r.duration_seconds > 0
+        and not leaves_out_of_baselines(r)  # a run this host's CPU held says nothing of the move
+    ]
+
+
+# The exporter keeps at most this many runs per option, size, file count and UTC hour of
+# day (the latest): a month of a minute schedule stays a few thousand runs per option,
+# every hour and size still there, and a prediction after each result stays cheap.
+MAX_PER_CELL = 40
+
+
+class RecentRuns:
+    """Each remote's recent ok runs for the model, thinned per cell (MAX_PER_CELL)."""
+
+    def __init__(self) -> None:
+        self.cells: dict[str, dict[tuple[str, str, int, int, int], deque[Run]]] = {}
+
+    def add(self, remote: str, run: Run) -> None:
+        cell = (run.protocol, run.setting, run.bytes, run.files, int(run.timestamp // HOUR) % 24)
+        self.cells.setdefault(remote, {}).setdefault(cell, deque(maxlen=MAX_PER_CELL)).append(run)
+
+    def remotes(self) -> list[str]:
+        return list(self.cells)
+
+    def runs(self, remote: str, history: float) -> list[Run]:
+        """The remote's runs of the last `history` seconds before its latest."""
+        every = [run for cell in self.cells.get(remote, {}).values() for run in cell]
+        if not every:
+            return []
+        since = max(run.timestamp for run in every) - history
+        return [run for run in every if run.timestamp >= since]
+
+
+def counts_in_baseline(result: Result) -> bool:
+    """Whether a result is one of the series' runs for the regression test (recent, then
+    baseline): the one predicate every caller (service/rounds.py, backfill, the checkpoint)
+    asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out.  The caller picks
+    the source (the exporter's own runs, or an import's)."""
+    x = result.throughput_bytes_per_second
+    return result.outcome == "ok" and x > 0 and math.isfinite(x) and not leaves_out_of_baselines(result)
