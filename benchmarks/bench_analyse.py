@@ -214,7 +214,7 @@ def lab_capture(pcap: Path, mebibytes: int) -> None:
 
 
 def tools(pcap: Path, args: argparse.Namespace) -> None:
-    """tshark and scapy on the same file, for scale (the old table of docs/benchmarks.md)."""
+    """tshark and scapy on the same file, for scale (docs/benchmarks.md, "The pcap analyser")."""
     rows: list[tuple[str, float, int]] = []
     time_analyser(pcap, args.client, args.remote)  # warm-up: numba's import and cached code load
     elapsed, packets, _ = min(time_analyser(pcap, args.client, args.remote) for _ in range(args.repeat))

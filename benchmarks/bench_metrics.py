@@ -13,7 +13,8 @@ headers (OpenMetrics, Accept-Encoding: gzip):
 * old: client_python's choose_encoder + encoder(registry) per scrape over BigbinfCollector
   (what service/server.py did): every scrape deep-copies the state (as snapshot() did)
   and formats every sample;
-* new: service/server.py's handler over service/exposition.py's MetricsCache: the bytes
+* new: the exporter's HttpServer (service/httpd.py) and /metrics route (service/routes.py)
+  over service/exposition.py's MetricsCache: the bytes
   rendered at the last state change, gzipped.
 
 Per way: the median scrape (request to last byte), the RSS after the scrapes (VmRSS) and
@@ -53,7 +54,8 @@ from tests.support.mesh import mesh_keys, mesh_result, mesh_state, write_mesh_co
 
 from bigbinf.service.collector import BigbinfCollector, ExporterState  # noqa: E402
 from bigbinf.service.exposition import MetricsCache  # noqa: E402
-from bigbinf.service.server import HTTPServer, _handler  # noqa: E402
+from bigbinf.service.httpd import HttpServer  # noqa: E402
+from bigbinf.service.routes import routes  # noqa: E402
 from bigbinf.service.webconfig import load_web_config  # noqa: E402
 
 # remotes x protocols x datasets (x 2 directions)
@@ -126,10 +128,16 @@ def worker(way: str, series: int, scrapes: int, payload_histograms: bool) -> dic
         cache.start()
         # The exporter's own server and handler (no web config: plain HTTP, no auth), over
         # what they read of an Exporter.
-        exporter: Any = SimpleNamespace(metrics=cache, web=load_web_config(None), enable_lifecycle=False)
-        httpd = HTTPServer(("127.0.0.1", 0), _handler(exporter), exporter)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/metrics"
+        exporter: Any = SimpleNamespace(metrics=cache, enable_lifecycle=False, mark_scraped=lambda: None)
+        web = load_web_config(None)
+        server = HttpServer("127.0.0.1", 0, routes(exporter), lambda: web)
+        server.start()
+    if way == "old":
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        port = httpd.server_address[1]
+    else:
+        port = server.port
+    url = f"http://127.0.0.1:{port}/metrics"
     times = []
     for _ in range(scrapes):
         seconds, size = _scrape(url)
@@ -163,7 +171,10 @@ def worker(way: str, series: int, scrapes: int, payload_histograms: bool) -> dic
         text = b"".join(cache.current.chunks("text"))
         out["text_bytes"] = len(text)
         out["samples"] = sum(1 for line in text.splitlines() if not line.startswith(b"#"))
-    httpd.shutdown()
+    if way == "old":
+        httpd.shutdown()
+    else:
+        server.stop()
     return out
 
 
