@@ -493,8 +493,8 @@ def test_the_fastest_is_the_best_median_of_the_runs_that_count(tmp_path: Path) -
         "<td>mine 1.05 MB/s (8.4 Mbit/s): the fastest is 2.00x it</td>"
     ) in page
     # `mine`'s median is of its one counted run, the application-limited one (1 MiB in 1 s).
-    assert "<td class='n'>1.05 MB/s (8.4 Mbit/s) (1)</td>" in page
-    assert "bbftp site/a download" in page and "<td class='n'>- (0)</td>" in page  # the sweep's: none counted
+    assert "<td class='n'>1.05 MB/s (8.4 Mbit/s), 1 run</td>" in page
+    assert "bbftp site/a download" in page and "<td class='n'>none counted</td>" in page  # the sweep's: none counted
     # A remote and size one protocol has: no fastest (site/d0: http only).
     assert "fastest of site/d0" not in page
 
@@ -536,8 +536,8 @@ def test_a_busy_host_says_so_in_a_headline(tmp_path: Path) -> None:
     words = re.sub(r"<[^>]+>", "", line.group(1))
     assert words.startswith("This host is busy: these numbers are this host's, not the path's.")
     # The d series' 30 runs and mine's one, of 41 ok ones with the sweep's.
-    assert "held 31 of the last 41 ok transfers (31 judged busy_host" in words
-    assert "load average up to 23.5" in words and "less busy host" in words
+    assert "CPU held 31 of the last 41 ok transfers (all judged busy_host; load average up to 23.5)" in words
+    assert "less busy host" in words
 
 
 def test_a_page_shows_no_code_names() -> None:
@@ -576,3 +576,19 @@ def test_every_verdict_has_a_colour_in_the_legend_and_the_docs() -> None:
         assert f"`{name}`" in colours, name
         word = pages.COLOUR_WORDS[colour]
         assert re.search(rf"`{name}`[^;]*?{word}", colours), (name, word)
+
+
+def test_runs_whose_programs_waited_for_a_cpu_count_as_held_by_the_host() -> None:
+    """Not only busy_host verdicts: a run the path limited while this host's programs,
+    capture or delay line waited for a CPU a tenth of it or more was held too; less, not."""
+    waited = [
+        (f"{i}-0123456789", result(1e9 + i, duration_seconds=1, file_bytes=1, limited_by="congestion", host_busy=busy))
+        for i, busy in enumerate(({"capture": 0.3}, {"delay_line": 0.1}, {"transfer_programs": 0.09}))
+    ]
+    judged = ("9-0123456789", result(1e9 + 9, duration_seconds=1.0, file_bytes=1, limited_by="busy_host"))
+    front = pages.Front("", "", "in 1 h", None, (*waited, judged), 10)
+    page = pages.front_page(front).decode()
+    assert "CPU held 3 of the last 4 ok transfers (1 judged busy_host, the others with their programs" in page
+    assert "load average" not in page  # none was measured
+    half = pages.front_page(dataclasses.replace(front, transfers=(waited[2], judged))).decode()
+    assert "class='headline'" not in half  # 1 of 2: not most (the one with 9% waiting was not held)

@@ -67,6 +67,7 @@ th[scope=row]{font-weight:normal;text-align:left}
 tr.slow td:first-child{border-left:4px solid #c60}
 .mark{color:#a40;font-weight:bold;white-space:nowrap}
 .best{color:#176117;font-weight:bold;white-space:nowrap}
+table.series td:first-child{white-space:nowrap}
 .headline{background:#fde8f1;border-left:6px solid #c2185b;padding:.5em .8em;font-size:1.05em}
 .legend .tag{margin-right:.3em}
 th a{color:inherit}th b{font-weight:bold}
@@ -536,12 +537,13 @@ def busy_headline(transfers: Sequence[tuple[str, Result]]) -> str:
     if not ok or 2 * len(held) <= len(ok):
         return ""
     verdicts = sum(r.limited_by == "busy_host" for r in held)
+    waited = f"with their programs, capture or delay line waiting for a CPU {HOST_BUSY_SHARE:.0%} of the time or more"
+    how = "all judged busy_host" if verdicts == len(held) else f"{verdicts} judged busy_host, the others {waited}"
     loads = [r.host_busy["load1"] for r in held if "load1" in r.host_busy]
-    load = f", load average up to {max(loads):.1f}" if loads else ""
+    load = f"; load average up to {max(loads):.1f}" if loads else ""
     return (
         f"<p class='headline'><b>This host is busy: these numbers are this host's, not the path's.</b> "
-        f"Its CPU held {len(held)} of the last {len(ok)} ok transfers ({verdicts} judged busy_host, "
-        f"the rest waited for a CPU {HOST_BUSY_SHARE:.0%} of their time or more{esc(load)}). "
+        f"This host's CPU held {len(held)} of the last {len(ok)} ok transfers ({esc(how)}{esc(load)}). "
         "What to do: run the transfers on a less busy host or at quieter hours, or stop what else runs "
         "here; until then compare protocols only on runs that count (the fastest mark leaves the "
         "busy_host runs out, as the regression test does).</p>"
@@ -653,7 +655,7 @@ def front_page(front: Front) -> bytes:
         "<thead><tr>"
         + "<th><a href='?sort=series'>series</a></th><th>runs (dots: verdicts)</th><th>last</th><th>% of path</th>"
         + "<th>verdict</th><th>ok</th>"
-        + "<th><a href='?sort=throughput'>median (n counted runs)</a></th><th></th></tr></thead>"
+        + "<th><a href='?sort=throughput'>median (counted runs)</a></th><th></th></tr></thead>"
     )
     body = (
         busy_headline(front.transfers)
@@ -662,7 +664,7 @@ def front_page(front: Front) -> bytes:
         + "<h2>Series in the last transfers</h2>"
         + summary
         + sort_links(sort)
-        + f"<table>{series_head}<tbody>{''.join(series_rows)}</tbody></table>"
+        + f"<table class='series'>{series_head}<tbody>{''.join(series_rows)}</tbody></table>"
         + legend()
         + open_regressions(front.regressions)
         + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
@@ -722,8 +724,9 @@ def _series_row(
         marks.append(f"below usual ({share:.0%} of its median)")
     if regressed:
         marks.append("regression open")
-    median = f"{human_rate(standing.median)} ({standing.runs})" if standing.median is not None else "- (0)"
-    fast = f" <span class='best'>&#9733; fastest of {esc(path_of(last))}</span>" if best else ""
+    runs_said = f"{standing.runs} run" + ("s" if standing.runs != 1 else "")
+    median = f"{human_rate(standing.median)}, {runs_said}" if standing.median is not None else "none counted"
+    fast = f"<div class='best'>&#9733; fastest of {esc(path_of(last))}</div>" if best else ""
     cells = (
         esc(name),
         sparkline(results),
