@@ -9,7 +9,10 @@ the journal is shown as text: no alert opens and no script element exists.  And 
 person sees (issue 38): each transfer's verdict tag equal to the journal's, its evidence
 one click away (a <details> opened with a click, no script), judged, unjudged, failed and
 UDT transfers, a series in an open regression marked, one time format, the exporter's
-log.  Each page is screenshot whole (scripts/page-screenshots.sh writes them to docs/
+log.  And at a glance (issue 47): the protocol marked fastest per remote and size is the
+journal's best median of the runs that count (computed here from the journal), the sort
+links reorder the series, and a busy journal's page is headed by what that means where a
+quiet one's is not.  Each page is screenshot whole (scripts/page-screenshots.sh writes them to docs/
 for docs/pages.md: set BIGBINF_SCREENSHOTS to a directory)."""
 
 from __future__ import annotations
@@ -223,6 +226,33 @@ def journal(site: Pages) -> dict[str, dict[str, object]]:
     return {transfer_id(r): r.to_json() for r in Journal(site.seeded.journal).read()}
 
 
+DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+
+
+def assert_no_code_names(text: str, where: str) -> None:
+    """No dotted name on the page is the exporter's code (a module of bigbinf, or a
+    function or class in one): an operator reads config keys and sysctls, not modules."""
+    import importlib
+
+    code = []
+    for name in set(DOTTED.findall(text)):
+        parts = name.removeprefix("bigbinf.").split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                thing: object = importlib.import_module("bigbinf." + ".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                thing = getattr(thing, attr, None)
+            # Not `yaml` that config imports: config.yaml is a file's name.
+            module = type(thing).__name__ == "module"
+            home = str(getattr(thing, "__name__" if module else "__module__", ""))
+            if (callable(thing) or module) and home.startswith("bigbinf"):
+                code.append(name)
+            break
+    assert code == [], (where, code)
+
+
 def assert_one_time_format(text: str, where: str) -> None:
     times = TIME.findall(text)
     assert times, where
@@ -278,6 +308,14 @@ def test_the_front_page_says_what_is_slow_and_why(site: Pages) -> None:
     for head in driver.find_elements(By.CSS_SELECTOR, "thead tr"):  # type: ignore[attr-defined]
         assert head.text.strip(), "an empty header row"
     assert_one_time_format(body, "/")
+    # The busy_host run's next step, opened: in an operator's words.
+    busy = transfer_id(site.seeded.busy)
+    row = driver.find_element(By.XPATH, f"//a[@href='transfer/{busy}']/ancestor::tr")  # type: ignore[attr-defined]
+    row.find_element(By.TAG_NAME, "summary").click()
+    opened = row.find_element(By.CSS_SELECTOR, "details > div").text
+    assert "plan-move's model" in opened and "judge" not in opened
+    assert_no_code_names(driver.find_element(By.TAG_NAME, "body").text, "/")  # type: ignore[attr-defined]
+    row.find_element(By.TAG_NAME, "summary").click()  # closed again: the screenshot opens the judged one
     assert_clean(site)
     screenshot(site, "front")
 
@@ -304,6 +342,7 @@ def test_every_page_has_one_time_format_and_is_screenshot(site: Pages) -> None:
         ("transfer", f"/transfer/{transfer_id(site.seeded.ok)}"),
         ("transfer-udt", f"/transfer/{transfer_id(site.seeded.udp)}"),
         ("transfer-failed", f"/transfer/{transfer_id(site.seeded.failed)}"),
+        ("transfer-busy", f"/transfer/{transfer_id(site.seeded.busy)}"),
         ("sweeps", "/sweeps"),
         ("config", "/config"),
         ("log", "/log"),
@@ -312,6 +351,8 @@ def test_every_page_has_one_time_format_and_is_screenshot(site: Pages) -> None:
         body = site.driver.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
         if name != "config":  # the config's YAML has no time in it
             assert_one_time_format(body, path)
+        if name != "log":  # a log line names its logger (bigbinf.service.rounds), as every daemon's does
+            assert_no_code_names(body, path)
         for head in site.driver.find_elements(By.CSS_SELECTOR, "thead tr"):  # type: ignore[attr-defined]
             assert head.text.strip(), (path, "an empty header row")
         screenshot(site, name)
@@ -382,7 +423,7 @@ def test_the_fastest_mark_is_the_journals_best_median(site: Pages) -> None:
     assert best == {"site/a download": "gridftp-udt"}  # the seed's: not mine's busy run, not the sweep's bbftp
     marked = {}
     for row in series_table(site):
-        mark = row.find_elements(By.CSS_SELECTOR, "span.best")
+        mark = row.find_elements(By.CSS_SELECTOR, ".best")
         if mark:
             protocol, path = row.find_element(By.TAG_NAME, "td").text.split(" ", 1)
             assert mark[0].text == f"\u2605 fastest of {path}"

@@ -1,10 +1,11 @@
 """A configuration and journals for the exporter's pages (service/pages.py): an ok
 transfer judged with its evidence, one not judged with what was seen, a UDT one (UDP: no
-TCP state), a failed one with its command's stderr tail, a sweep's run, a path baseline,
-a kept pcap; with `regressed`, a series of four weeks whose last three runs are half its
-usual throughput (an open regression); and hostile text where the config and the
-journal allow it.  Shared by tests/unit/test_pages.py, tests/e2e/test_page_browser.py and
-benchmarks/bench_pages.py."""
+TCP state), a failed one with its command's stderr tail, the fastest run of its remote and
+size but one this host's CPU held (busy_host), a sweep's run, a path baseline, a kept
+pcap; with `regressed`, a series of four weeks whose last three runs are half its usual
+throughput (an open regression); with `busy`, a page most of whose runs are busy_host;
+and hostile text where the config and the journal allow it.  Shared by
+tests/unit/test_pages.py, tests/e2e/test_page_browser.py and benchmarks/bench_pages.py."""
 
 from __future__ import annotations
 

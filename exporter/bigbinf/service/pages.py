@@ -358,8 +358,8 @@ def unjudged_evidence(r: Result) -> str:
 
 def _code_name(match: re.Match[str]) -> str:
     """A dotted name that is Python in this exporter (a module of bigbinf already loaded,
-    then an attribute of it that is a function, class or module) is dropped with its
-    parentheses; anything else (a config key such as capture.buffer, a sysctl such as
+    then an attribute of it that is bigbinf's own function, class or module) is dropped
+    with its parentheses; anything else (a config key such as capture.buffer, a sysctl such as
     net.ipv4.tcp_rmem) is kept."""
     parts = match.group("name").removeprefix("bigbinf.").split(".")
     for cut in range(len(parts), 0, -1):
@@ -369,8 +369,16 @@ def _code_name(match: re.Match[str]) -> str:
         thing: object = module
         for attr in parts[cut:]:
             thing = getattr(thing, attr, None)
-        return "" if callable(thing) or isinstance(thing, type(sys)) else match.group(0)
+        return "" if _ours(thing) else match.group(0)
     return match.group(0)
+
+
+def _ours(thing: object) -> bool:
+    """A module, function or class of bigbinf (not `yaml` that config imports: config.yaml
+    is a file's name)."""
+    if isinstance(thing, type(sys)):
+        return thing.__name__.startswith("bigbinf.")
+    return callable(thing) and str(getattr(thing, "__module__", "")).startswith("bigbinf.")
 
 
 CODE_NAME = re.compile(r"\s*\((?P<name>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)(?:\(\))?\)")
@@ -861,7 +869,8 @@ def transfer_page(view: TransferView) -> bytes:
                 ),
             )
         )
-    parts.append(f"<h2>What <code>advise</code> says for its path</h2><pre>{esc(view.advice)}</pre>")
+    advice = operator_words(view.advice)  # it quotes the journaled next steps
+    parts.append(f"<h2>What <code>advise</code> says for its path</h2><pre>{esc(advice)}</pre>")
     parts.append("<h2>Capture</h2>" + capture_table(r, view.pcap is not None, view.key))
     return document(f"{series(r)} at {utc(r.start_timestamp)}", "".join(parts), up="../")
 
