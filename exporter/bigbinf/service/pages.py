@@ -631,6 +631,50 @@ def sorted_series(
     return sorted(by_series, key=lambda n: (path_of(by_series[n][-1][1]), *median_first(n), n))
 
 
+@dataclass
+class Glance:
+    """What the front page reads off its transfers as a whole (the series, their medians,
+    the fastest, the busy headline, the orders): made once per window of the ring, as
+    the rows are, so that a page view costs joins."""
+
+    by_series: dict[str, list[tuple[str, Result]]]
+    standing: dict[str, Standing]
+    best_series: set[str]
+    headline: str
+    fastest: str
+    orders: dict[str, list[str]] = field(default_factory=dict)
+
+    def order(self, sort: str) -> list[str]:
+        if sort not in self.orders:
+            self.orders[sort] = sorted_series(self.by_series, self.standing, sort)
+        return self.orders[sort]
+
+
+_GLANCE: dict[tuple[object, ...], Glance] = {}
+
+
+def at_a_glance(transfers: Sequence[tuple[str, Result]]) -> Glance:
+    # The window by its ends' ids and results (two exporters in one process, as the tests
+    # run them, may hold the same ids) and its length.
+    ends = (transfers[0], transfers[-1]) if transfers else ()
+    key = (*(k for k, _ in ends), *(id(r) for _, r in ends), len(transfers))
+    glance = _GLANCE.get(key)
+    if glance is not None:
+        return glance
+    by_series: dict[str, list[tuple[str, Result]]] = {}
+    for k, r in reversed(transfers):  # oldest first
+        by_series.setdefault(series(r), []).append((k, r))
+    standing = standings(by_series)
+    best = fastest(by_series, standing)
+    glance = Glance(
+        by_series, standing, set(best.values()), busy_headline(transfers), fastest_section(by_series, standing, best)
+    )
+    with _rows_lock:
+        _GLANCE.clear()  # the last window only: the ring moves on
+        _GLANCE[key] = glance
+    return glance
+
+
 def front_page(front: Front) -> bytes:
     now = f"{esc(front.running)}" if front.running else "nothing (waiting for the next round)"
     where = f" of mesh site {esc(front.site)}" if front.site else ""
@@ -641,16 +685,11 @@ def front_page(front: Front) -> bytes:
             ("Configuration loaded", utc(front.config_loaded)),
         )
     )
-    by_series: dict[str, list[tuple[str, Result]]] = {}
-    for key, r in reversed(front.transfers):  # oldest first
-        by_series.setdefault(series(r), []).append((key, r))
-    standing = standings(by_series)
-    best = fastest(by_series, standing)
-    best_series = set(best.values())
+    glance = at_a_glance(front.transfers)
     sort = front.sort if front.sort in SORTS else next(iter(SORTS))
     series_rows = [
-        series_row(name, by_series[name], front, standing[name], name in best_series)
-        for name in sorted_series(by_series, standing, sort)
+        series_row(name, glance.by_series[name], front, glance.standing[name], name in glance.best_series)
+        for name in glance.order(sort)
     ]
     marked = sum(row.startswith("<tr class='slow'>") for row in series_rows)
     summary = (
@@ -666,9 +705,9 @@ def front_page(front: Front) -> bytes:
         + "<th><a href='?sort=throughput'>median (counted runs)</a></th><th></th></tr></thead>"
     )
     body = (
-        busy_headline(front.transfers)
+        glance.headline
         + head
-        + fastest_section(by_series, standing, best)
+        + glance.fastest
         + "<h2>Series in the last transfers</h2>"
         + summary
         + sort_links(sort)
