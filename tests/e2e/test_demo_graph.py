@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bigbinf.journal import Journal
+from bigbinf.journal.store import Journal
 from bigbinf.result import Result
 
 from ..support.exporter import ROOT, ExporterProcess

@@ -384,7 +384,7 @@ def test_the_log_page_shows_the_exporters_own_log_redacted(site: Pages) -> None:
 def ring(site: Pages) -> list[dict[str, object]]:
     """The journal's last transfers as the front page holds them (pages.recent_transfers of
     them, skipped runs not among them), oldest first, read from the journal itself."""
-    from bigbinf.journal import Journal
+    from bigbinf.journal.store import Journal
 
     size = yaml.safe_load(site.seeded.config.read_text())["pages"]["recent_transfers"]
     lines = [r.to_json() for r in Journal(site.seeded.journal).read()]
