@@ -78,6 +78,7 @@ def seed(
             "http": {},
             "bbftp": {},  # the sweep's protocol (an option to vary: streams)
             "gridftp-udt": {"module": "gridftp", "options": {"udt": True}},
+            "iperf3": {},  # memory to memory: the path's ceiling, never the fastest
             # A command element may hold any text: it must show as text on /config.
             "mine": {
                 "command": ["mycopy", f"--title={HOSTILE}", f"--password={SECRET}", "{remote_path}", "{local_path}"],
@@ -202,7 +203,23 @@ def seed(
         host_busy=BUSY_HOST,
         **common,
     )
-    results = [ok, failed, hostile, unjudged, udp, busy_run]
+    ceiling = Result(
+        "iperf3",
+        "site",
+        "a",
+        "download",
+        start + 3,
+        "ok",
+        duration_seconds=0.1,
+        file_bytes=1 << 20,
+        transport="tcp",
+        limited_by="link_capacity",
+        limited_side="path",
+        limited_evidence="the path is full",
+        reported={"bytes": float(1 << 20), "seconds": 0.1},
+        **common,
+    )
+    results = [ceiling, ok, failed, hostile, unjudged, udp, busy_run]
     name = ""
     if regressed:
         # 27 days of three runs a day at this time of day near 2.0 MB/s, then three at

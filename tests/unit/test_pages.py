@@ -226,8 +226,8 @@ def test_the_front_page_lists_the_journaled_transfers_with_their_verdicts(
     page = text(response)
     assert response.status == 200 and dict(response.headers)["Content-Security-Policy"].startswith("default-src 'none'")
     ids = re.findall(r"href='transfer/([^']+)'", page)
-    assert len(ids) == 12  # the sweep's 6 runs (newest, first) and the 6 scheduled transfers
-    assert ids[-6:] == [transfer_id(r) for r in (s.busy, s.udp, s.hostile, s.failed, s.ok, s.unjudged)]
+    assert len(ids) == 13  # the sweep's 6 runs (newest, first) and the 7 scheduled transfers
+    assert ids[-7:-1] == [transfer_id(r) for r in (s.busy, s.udp, s.hostile, s.failed, s.ok, s.unjudged)]
     # The verdict as a coloured tag with its side, the evidence's first clause beside it,
     # the whole evidence and the next step one click away.
     tag = f"<span class='tag' style='background:{pages.VERDICT_COLOURS['receive_window']}'>receive_window</span>"
@@ -341,7 +341,7 @@ def test_a_series_below_its_usual_level_or_in_an_open_regression_is_marked(tmp_p
     assert "below usual (51% of its median)" in row.group(0) and "regression open" in row.group(0)
     assert "<td class='n'>8%</td>" in row.group(0)  # 1.0 MB/s of the path's 12.5 MB/s
     assert page.count("<tr class='slow'>") == 1  # no other series is marked
-    assert "1 of 5 series marked" in page
+    assert "1 of 6 series marked" in page
     assert "<td class='n'>Next</td>" not in page and "<thead><tr><th></th>" not in page  # no empty header row
     # Its start, the level before and what changed (issue 35), from the seed's runs: 81 at
     # 2.0 MB/s (+-4%, median 2.0) before, three at 1.00-1.02 MB/s from start + 50 on.
@@ -481,7 +481,8 @@ def series_names(page: str) -> list[str]:
 
 def test_the_fastest_is_the_best_median_of_the_runs_that_count(tmp_path: Path) -> None:
     """site/a download: gridftp-udt at 2.10 MB/s; not the busy_host run of `mine` at 10.5
-    MB/s (this host's CPU held it), nor the sweep's bbftp runs at 5-8 MB/s (a setting's)."""
+    MB/s (this host's CPU held it), nor the sweep's bbftp runs at 5-8 MB/s (a setting's),
+    nor iperf3 at 10.5 MB/s (memory to memory: the ceiling, shown beside)."""
     _, page = front_of(tmp_path)
     assert page.count("&#9733; fastest of") == 1
     row = re.search(r"<tr><td>([^<]+)</td>(?:(?!</tr>).)*&#9733; fastest of site/a download", page)
@@ -491,6 +492,7 @@ def test_the_fastest_is_the_best_median_of_the_runs_that_count(tmp_path: Path) -
         "<td>site/a download</td><td><span class='best'>&#9733; gridftp-udt</span></td>"
         "<td class='n'>2.10 MB/s (16.8 Mbit/s)</td><td class='n'>1</td><td class='n'>3</td>"
         "<td>mine 1.05 MB/s (8.4 Mbit/s): the fastest is 2.00x it</td>"
+        "<td>iperf3 10.49 MB/s (83.9 Mbit/s), 1 run</td>"
     ) in page
     # `mine`'s median is of its one counted run, the application-limited one (1 MiB in 1 s).
     assert "<td class='n'>1.05 MB/s (8.4 Mbit/s), 1 run</td>" in page
@@ -505,9 +507,11 @@ def test_the_sort_links_reorder_the_series(tmp_path: Path) -> None:
     _, by_name = front_of(tmp_path / "n", "sort=series", series=2, per_series=3)
     _, odd = front_of(tmp_path / "o", "sort=%3Cscript%3E", series=2, per_series=3)
     names = series_names(by_name)
-    assert names == sorted(names) and len(names) == 6
-    # By median: gridftp-udt 2.10, the d series' 1 MiB in 1, 2, 3 s (0.52), mine 1.05, http a 0.44; no median last.
+    assert names == sorted(names) and len(names) == 7
+    # By median: iperf3 10.5, gridftp-udt 2.10, mine 1.05, the d series' 1 MiB in 1, 2, 3 s (0.52), http a 0.44;
+    # no median last.
     assert series_names(by_median) == [
+        "iperf3 site/a download",
         "gridftp-udt site/a download",
         "mine site/a download",
         "http site/d0 download",
@@ -515,8 +519,10 @@ def test_the_sort_links_reorder_the_series(tmp_path: Path) -> None:
         "http site/a download",
         "bbftp site/a download",
     ]
-    # By remote and size (the default): site/a's fastest first, then site/d0, site/d1.
-    assert series_names(default)[:4] == [
+    # By remote and size (the default): site/a's by median (its ceiling, iperf3, above its
+    # fastest), then site/d0, site/d1.
+    assert series_names(default)[:5] == [
+        "iperf3 site/a download",
         "gridftp-udt site/a download",
         "mine site/a download",
         "http site/a download",
@@ -530,13 +536,13 @@ def test_the_sort_links_reorder_the_series(tmp_path: Path) -> None:
 def test_a_busy_host_says_so_in_a_headline(tmp_path: Path) -> None:
     _, quiet = front_of(tmp_path, series=3, per_series=10)
     _, busy = front_of(tmp_path / "busy", series=3, per_series=10, busy=True)
-    assert "class='headline'" not in quiet  # one busy run of 41 ok ones
+    assert "class='headline'" not in quiet  # one busy run of 42 ok ones
     line = re.search(r"<p class='headline'>(.*?)</p>", busy)
     assert line is not None
     words = re.sub(r"<[^>]+>", "", line.group(1))
     assert words.startswith("This host is busy: these numbers are this host's, not the path's.")
-    # The d series' 30 runs and mine's one, of 41 ok ones with the sweep's.
-    assert "CPU held 31 of the last 41 ok transfers (all judged busy_host; load average up to 23.5)" in words
+    # The d series' 30 runs and mine's one, of 42 ok ones with the sweep's and iperf3's.
+    assert "CPU held 31 of the last 42 ok transfers (all judged busy_host; load average up to 23.5)" in words
     assert "less busy host" in words
 
 
