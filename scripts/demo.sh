@@ -81,7 +81,7 @@ cat <<MSG
 bigbinf demo is running: the first round of transfers at ${FIRST:-(see the log)}, then one every minute, against the lab.
   the exporter's pages http://127.0.0.1:$EXPORTER_PORT/ (the last transfers, why each was slow; its log)
   exporter metrics   http://127.0.0.1:$EXPORTER_PORT/metrics
-  Prometheus         http://127.0.0.1:$PROMETHEUS_PORT/graph?g0.expr=bigbinf_last_transfer_throughput_bytes_per_second
+  Prometheus         http://127.0.0.1:$PROMETHEUS_PORT/graph?g0.expr=bigbinf_last_transfer_throughput_bytes_per_second%20unless%20ignoring(outcome)%20(bigbinf_last_transfer_outcome%7Boutcome%3D%22skipped%22%7D%20%3D%3D%201)&g0.tab=0
   Alertmanager       http://127.0.0.1:$ALERTMANAGER_PORT/
   notifications      $STATE/webhook.log (what Alertmanager sent to its webhook)
   node-exporter      http://127.0.0.1:$NODE_EXPORTER_PORT/metrics

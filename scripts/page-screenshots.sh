@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIGBINF_SCREENSHOTS="$PWD/docs/pages" .venv/bin/python -m pytest -q -n 0 -p no:cacheprovider \
-  tests/e2e/test_page_browser.py -k "slow_and_why or screenshot"
+  tests/e2e/test_page_browser.py -k "slow_and_why or screenshot or busy_host"
 ls -l docs/pages/*.png

@@ -1,10 +1,11 @@
 """A configuration and journals for the exporter's pages (service/pages.py): an ok
 transfer judged with its evidence, one not judged with what was seen, a UDT one (UDP: no
-TCP state), a failed one with its command's stderr tail, a sweep's run, a path baseline,
-a kept pcap; with `regressed`, a series of four weeks whose last three runs are half its
-usual throughput (an open regression); and hostile text where the config and the
-journal allow it.  Shared by tests/unit/test_pages.py, tests/e2e/test_page_browser.py and
-benchmarks/bench_pages.py."""
+TCP state), a failed one with its command's stderr tail, the fastest run of its remote and
+size but one this host's CPU held (busy_host), a sweep's run, a path baseline, a kept
+pcap; with `regressed`, a series of four weeks whose last three runs are half its usual
+throughput (an open regression); with `busy`, a page most of whose runs are busy_host;
+and hostile text where the config and the journal allow it.  Shared by
+tests/unit/test_pages.py, tests/e2e/test_page_browser.py and benchmarks/bench_pages.py."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from bigbinf.judge.verdict import NO_TCP_STATE
 from bigbinf.result import PathBaseline, Result
 
 HOSTILE = "<script>alert(1)</script>"
@@ -32,6 +34,7 @@ class Seeded:
     hostile: Result  # a custom command's run whose evidence holds HOSTILE
     unjudged: Result  # ok, no verdict, its evidence as seen
     udp: Result  # gridftp over UDT: not judged, no TCP state
+    busy: Result  # the fastest run of site/a, but one this host's CPU held (busy_host): not counted
     regressed: str  # the series name (pages.series) in an open regression, "" without
 
 
@@ -39,11 +42,24 @@ UNJUDGED_EVIDENCE = "no limit found: 180 kB in flight of a 1.2 MB BDP; 28% of th
 DAY = 86400.0
 
 
+BUSY_HOST = {"transfer_programs": 0.45, "capture": 0.2, "load1": 23.5}
+BUSY_STEP = (
+    "this host's CPUs were wanted elsewhere: run the transfers on a less busy host; the run is left out of "
+    "the regression test's baselines and plan-move's model (judge.verdict.leaves_out_of_baselines)"
+)
+
+
 def seed(
-    tmp: Path, series: int = 1, per_series: int = 0, start: float = 1_780_000_000.0, regressed: bool = False
+    tmp: Path,
+    series: int = 1,
+    per_series: int = 0,
+    start: float = 1_780_000_000.0,
+    regressed: bool = False,
+    busy: bool = False,
 ) -> Seeded:
     """`series` extra datasets (each a series of the http protocol) with `per_series`
-    ok results each, beside the named results."""
+    ok results each, beside the named results; with `busy`, those are runs this host's
+    CPU held (busy_host), most of the page's."""
     journal = tmp / "journal.jsonl"
     key = tmp / "id_site"  # bbftp logs in with a key: a private one, as ssh wants it (never used)
     key.write_text("not a key\n")
@@ -62,6 +78,7 @@ def seed(
             "http": {},
             "bbftp": {},  # the sweep's protocol (an option to vary: streams)
             "gridftp-udt": {"module": "gridftp", "options": {"udt": True}},
+            "iperf3": {},  # memory to memory: the path's ceiling, never the fastest
             # A command element may hold any text: it must show as text on /config.
             "mine": {
                 "command": ["mycopy", f"--title={HOSTILE}", f"--password={SECRET}", "{remote_path}", "{local_path}"],
@@ -166,9 +183,43 @@ def seed(
         file_bytes=1 << 20,
         transport="udp",
         data_flows=1,
+        limited_evidence=NO_TCP_STATE,  # as the judge journals it
         **common,
     )
-    results = [ok, failed, hostile, unjudged, udp]
+    busy_run = Result(
+        "mine",
+        "site",
+        "a",
+        "download",
+        start + 38,
+        "ok",
+        duration_seconds=0.1,
+        file_bytes=1 << 20,
+        transport="tcp",
+        limited_by="busy_host",
+        limited_side="local",
+        limited_evidence="this host was busy: waiting for a CPU, the transfer's programs 45% of the 0.1 s transfer",
+        limited_next_step=BUSY_STEP,
+        host_busy=BUSY_HOST,
+        **common,
+    )
+    ceiling = Result(
+        "iperf3",
+        "site",
+        "a",
+        "download",
+        start + 3,
+        "ok",
+        duration_seconds=0.1,
+        file_bytes=1 << 20,
+        transport="tcp",
+        limited_by="link_capacity",
+        limited_side="path",
+        limited_evidence="the path is full",
+        reported={"bytes": float(1 << 20), "seconds": 0.1},
+        **common,
+    )
+    results = [ceiling, ok, failed, hostile, unjudged, udp, busy_run]
     name = ""
     if regressed:
         # 27 days of three runs a day at this time of day near 2.0 MB/s, then three at
@@ -222,8 +273,9 @@ def seed(
                     "ok",
                     duration_seconds=1.0 + k % 3,
                     file_bytes=1 << 20,
-                    limited_by="congestion",
-                    limited_evidence="cwnd-limited",
+                    limited_by="busy_host" if busy else "congestion",
+                    limited_evidence="this host was busy" if busy else "cwnd-limited",
+                    host_busy=BUSY_HOST if busy else {},
                     **common,
                 )
             )
@@ -267,4 +319,4 @@ def seed(
     )
     older = dataclasses.replace(baseline, start_timestamp=start - 40 * DAY)  # before the regression's weeks
     (tmp / "journal.paths.jsonl").write_text(json.dumps(older.to_json()) + "\n" + json.dumps(baseline.to_json()) + "\n")
-    return Seeded(config, journal, pcap, ok, failed, hostile, unjudged, udp, name)
+    return Seeded(config, journal, pcap, ok, failed, hostile, unjudged, udp, busy_run, name)

@@ -47,7 +47,7 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
         return (
             "this host's CPUs were wanted elsewhere: run the transfers on a less busy host, at quieter times, or "
             "with fewer programs beside them; the run is left out of the regression test's baselines and "
-            "plan-move's model (judge.verdict.leaves_out_of_baselines)"
+            "plan-move's model"
         )
     if limit.reason == "shared_path":
         return (

@@ -18,6 +18,7 @@ import math
 import re
 import shlex
 import statistics
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ import yaml
 from bigbinf import DOCS_URL, __version__
 from bigbinf.history.change import Change, describe
 from bigbinf.history.moveplan import _t_quantile
-from bigbinf.result import PathBaseline, Result
+from bigbinf.result import LIMITS, PathBaseline, Result
+from bigbinf.runs import counts_in_baseline
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
@@ -64,6 +66,11 @@ th[scope=row]{font-weight:normal;text-align:left}
 .side{color:#555;font-size:.9em}
 tr.slow td:first-child{border-left:4px solid #c60}
 .mark{color:#a40;font-weight:bold;white-space:nowrap}
+.best{color:#176117;font-weight:bold;white-space:nowrap}
+table.series td:first-child{white-space:nowrap}
+.headline{background:#fde8f1;border-left:6px solid #c2185b;padding:.5em .8em;font-size:1.05em}
+.legend .tag{margin-right:.3em}
+th a{color:inherit}th b{font-weight:bold}
 details{display:inline}details[open]{display:block}summary{cursor:pointer}
 details>div{margin:.3em 0 .3em 1em;white-space:pre-wrap}
 pre.log{font-size:12px}.log-WARNING{color:#850}.log-ERROR,.log-CRITICAL{color:#a11}
@@ -83,6 +90,18 @@ VERDICT_COLOURS = {
     "shared_path": "#00796b",
 }
 VERDICT_OTHER = "#666"
+# Each colour's word, for the legend under the series (docs/pages.md names the same).
+COLOUR_WORDS = {
+    "#b45f06": "orange",
+    "#1f5fa8": "blue",
+    "#2e7d32": "green",
+    "#7b3fa0": "purple",
+    "#6d6d2a": "olive",
+    "#a1334d": "crimson",
+    "#5d4037": "brown",
+    "#c2185b": "pink",
+    "#00796b": "teal",
+}
 FAILED_COLOUR = "#a11"
 UNJUDGED_COLOUR = "#999"
 # A series' last ok throughput below this share of the median of its earlier ok runs (at
@@ -90,6 +109,16 @@ UNJUDGED_COLOUR = "#999"
 USUAL_SHARE = 0.8
 USUAL_RUNS = 3
 ONE_LINE = 90  # characters of a cause shown in the transfers' table
+# This host's CPU held a run: its verdict is busy_host, or one of what it ran waited for a
+# CPU this share of the transfer (the judge's BUSY_SHARE and parts, judge/vetoes.py).
+HOST_BUSY_SHARE = 0.1
+HOST_BUSY_PARTS = ("transfer_programs", "capture", "delay_line")
+# The front page's orders of the series (?sort=): the first is the default.
+SORTS = {
+    "path": "by remote and size, then median",
+    "throughput": "by median throughput",
+    "series": "by name",
+}
 
 
 def esc(value: object) -> str:
@@ -308,15 +337,58 @@ def cause_text(r: Result) -> tuple[str, str]:
         full = r.limited_evidence or "(no evidence journaled)"
         if r.limited_next_step:
             full += f"\nnext step: {r.limited_next_step}"
-    elif no_tcp_state(r):
-        seen = r.limited_evidence or f"{(r.transport or 'not TCP').upper()} on the wire"
-        full = f"no TCP state ({seen}): nothing to judge TCP's limits by"
+    elif no_tcp_state(r):  # the tag says "not judged"; the line says why, once
+        seen = unjudged_evidence(r) or f"{(r.transport or 'not TCP').upper()} on the wire"
+        full = seen if "no TCP state" in seen else f"no TCP state ({seen})"
     else:
-        full = r.limited_evidence or "no evidence was recorded"
+        full = unjudged_evidence(r) or "no evidence was recorded"
+    full = operator_words(full)  # every branch: an error, evidence or a next step may name code
     first = full.split("\n")[0].split("; ")[0]
     if len(first) > ONE_LINE:  # at a word's end: the rest is one click away
         first = first[: first.rfind(" ", 0, ONE_LINE - 3) if " " in first[: ONE_LINE - 3] else ONE_LINE - 3] + " ..."
     return first, full
+
+
+def unjudged_evidence(r: Result) -> str:
+    """An unjudged run's evidence without the judge's own "not judged: " (the page's tag
+    says it)."""
+    text = r.limited_evidence.strip()
+    return text[len("not judged:") :].strip() if text.lower().startswith("not judged:") else text
+
+
+def _code_name(match: re.Match[str]) -> str:
+    """A dotted name that is Python in this exporter (a module of bigbinf already loaded,
+    then an attribute of it that is bigbinf's own function, class or module) is dropped
+    with its parentheses; anything else (a config key such as capture.buffer, a sysctl such as
+    net.ipv4.tcp_rmem) is kept."""
+    parts = match.group("name").removeprefix("bigbinf.").split(".")
+    for cut in range(len(parts), 0, -1):
+        module = sys.modules.get("bigbinf." + ".".join(parts[:cut]))
+        if module is None:
+            continue
+        thing: object = module
+        for attr in parts[cut:]:
+            thing = getattr(thing, attr, None)
+        return "" if _ours(thing) else match.group(0)
+    return match.group(0)
+
+
+def _ours(thing: object) -> bool:
+    """A module, function or class of bigbinf (not `yaml` that config imports: config.yaml
+    is a file's name)."""
+    if isinstance(thing, type(sys)):
+        return thing.__name__.startswith("bigbinf.")
+    return callable(thing) and str(getattr(thing, "__module__", "")).startswith("bigbinf.")
+
+
+CODE_NAME = re.compile(r"\s*\((?P<name>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)(?:\(\))?\)")
+
+
+def operator_words(text: str) -> str:
+    """`text` without the code names a journaled line may carry ("(judge.verdict.
+    leaves_out_of_baselines)"): a page speaks an operator's words (what to do, where to
+    look), not the exporter's module names."""
+    return CODE_NAME.sub(_code_name, text) if "." in text else text
 
 
 def cause(r: Result, secrets: Sequence[str] = ()) -> str:
@@ -334,7 +406,7 @@ def verdict(r: Result) -> str:
     if not r.limited_by:
         return ""
     side = f" ({r.limited_side})" if r.limited_side else ""
-    return f"<b>{esc(r.limited_by)}</b>{esc(side)}: {esc(r.limited_evidence)}"
+    return f"<b>{esc(r.limited_by)}</b>{esc(side)}: {esc(operator_words(r.limited_evidence))}"
 
 
 def share_of_path(r: Result, bandwidth: float | None) -> str:
@@ -414,6 +486,210 @@ class Front:
     # Each series' regression state (regression_open reads it), by series(r).
     regressions: Mapping[str, object] = field(default_factory=dict)
     secrets: Sequence[str] = ()
+    sort: str = "path"  # SORTS' key (?sort=); anything else is the default
+
+
+def counts_for_fastest(r: Result) -> bool:
+    """A run the fastest mark is measured on: a round's (not a sweep's setting, not an
+    import) that counts in its series' baselines (the regression test's predicate: ok,
+    a throughput, not held by this host's CPU)."""
+    return r.source == "exporter" and counts_in_baseline(r)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A series' median throughput over its counted runs on the page, and their number."""
+
+    median: float | None
+    runs: int
+
+
+def standings(by_series: Mapping[str, Sequence[tuple[str, Result]]]) -> dict[str, Standing]:
+    out = {}
+    for name, runs in by_series.items():
+        v = [r.throughput_bytes_per_second for _, r in runs if counts_for_fastest(r)]
+        out[name] = Standing(statistics.median(v) if v else None, len(v))
+    return out
+
+
+def path_of(r: Result) -> str:
+    """A series' remote and size (its dataset) and direction: what protocols compete on."""
+    return f"{r.remote}/{r.dataset} {r.direction}"
+
+
+def memory_to_memory(r: Result) -> bool:
+    """A test that moves no file (iperf3: the tool's own report of bytes over its own
+    time, `reported`): the path's ceiling beside the copy tools, not one of them."""
+    return "bytes" in r.reported
+
+
+def fastest(by_series: Mapping[str, Sequence[tuple[str, Result]]], standing: Mapping[str, Standing]) -> dict[str, str]:
+    """By path_of, the series with the highest median among those with counted runs, where
+    at least two protocols that move files have some (one protocol alone is no one's
+    fastest; a memory-to-memory test is the ceiling, not a contender)."""
+    by_path: dict[str, list[str]] = {}
+    for name, runs in by_series.items():
+        if standing[name].median is not None and not memory_to_memory(runs[-1][1]):
+            by_path.setdefault(path_of(runs[-1][1]), []).append(name)
+    return {
+        path: max(names, key=lambda n: (standing[n].median or 0.0, n))
+        for path, names in by_path.items()
+        if len(names) >= 2
+    }
+
+
+def held_by_this_host(r: Result) -> bool:
+    """Whether this host's CPU held the run: the judge said busy_host, or its programs,
+    capture or delay line waited for a CPU HOST_BUSY_SHARE of it or more."""
+    return r.limited_by == "busy_host" or any(r.host_busy.get(k, 0.0) >= HOST_BUSY_SHARE for k in HOST_BUSY_PARTS)
+
+
+def busy_headline(transfers: Sequence[tuple[str, Result]]) -> str:
+    """A headline when this host's CPU held most of the last ok runs: their numbers are
+    the host's, not the path's ("" otherwise)."""
+    ok = [r for _, r in transfers if r.outcome == "ok"]
+    held = [r for r in ok if held_by_this_host(r)]
+    if not ok or 2 * len(held) <= len(ok):
+        return ""
+    verdicts = sum(r.limited_by == "busy_host" for r in held)
+    waited = f"with their programs, capture or delay line waiting for a CPU {HOST_BUSY_SHARE:.0%} of the time or more"
+    how = "all judged busy_host" if verdicts == len(held) else f"{verdicts} judged busy_host, the others {waited}"
+    loads = [r.host_busy["load1"] for r in held if "load1" in r.host_busy]
+    load = f"; load average up to {max(loads):.1f}" if loads else ""
+    return (
+        f"<p class='headline'><b>This host is busy: these numbers are this host's, not the path's.</b> "
+        f"This host's CPU held {len(held)} of the last {len(ok)} ok transfers ({esc(how)}{esc(load)}). "
+        "What to do: run the transfers on a less busy host or at quieter hours, or stop what else runs "
+        "here; until then compare protocols only on runs that count (the fastest mark leaves the "
+        "busy_host runs out, as the regression test does).</p>"
+    )
+
+
+def fastest_section(
+    by_series: Mapping[str, Sequence[tuple[str, Result]]], standing: Mapping[str, Standing], best: Mapping[str, str]
+) -> str:
+    """Per remote and size (and direction), the fastest protocol, its median and the next."""
+    if not best:
+        return ""
+    rows = []
+    for path, name in sorted(best.items()):
+        measured = [n for n, rs in by_series.items() if path_of(rs[-1][1]) == path and standing[n].median is not None]
+        ceilings = [n for n in measured if memory_to_memory(by_series[n][-1][1])]
+        rivals = sorted((n for n in measured if n not in ceilings), key=lambda n: -(standing[n].median or 0.0))
+        ceiling = max(ceilings, key=lambda n: standing[n].median or 0.0, default="")
+        top = (
+            f"{by_series[ceiling][-1][1].protocol} {human_rate(standing[ceiling].median)}, {standing[ceiling].runs} "
+            + ("run" if standing[ceiling].runs == 1 else "runs")
+            if ceiling
+            else "-"
+        )
+        first = standing[name]
+        nxt = next((n for n in rivals if n != name), "")
+        then = ""
+        if nxt:
+            ratio = (first.median or 0.0) / (standing[nxt].median or 1.0)
+            rival = by_series[nxt][-1][1].protocol
+            then = f"{rival} {human_rate(standing[nxt].median)}: the fastest is {ratio:.2f}x it"
+        rows.append(
+            row_html(
+                (
+                    esc(path),
+                    f"<span class='best'>&#9733; {esc(by_series[name][-1][1].protocol)}</span>",
+                    esc(human_rate(first.median)),
+                    esc(first.runs),
+                    esc(len(rivals)),
+                    esc(then),
+                    esc(top),
+                ),
+                numeric=(2, 3, 4),
+            )
+        )
+    return (
+        "<h2>Fastest per remote and size</h2>"
+        "<p>Fastest: the highest <b>median throughput</b> of a series' counted runs among the last transfers "
+        "on this page: its scheduled rounds' ok runs that count in its baselines (as the regression test "
+        "counts them: not a sweep's, not one this host's CPU held, busy_host); n is how many. A remote and size "
+        "with one protocol measured has no fastest.  A memory-to-memory test (iperf3) moves no file: it is "
+        "the path's ceiling, shown beside, not a contender.</p>"
+        + table_of(
+            ("remote/size direction", "fastest", "median", "n runs", "protocols", "next", "memory to memory"), rows
+        )
+    )
+
+
+def legend() -> str:
+    """Every verdict's tag in its colour, and the two that are not verdicts."""
+    tags = " ".join(tag(name, verdict_colour(name)) for name in LIMITS)
+    return (
+        f"<p class='legend'>Verdicts: {tags} {tag('not judged', UNJUDGED_COLOUR)} "
+        f"{tag('failed', FAILED_COLOUR)} (a failed or timed-out transfer)</p>"
+    )
+
+
+def sort_links(sort: str) -> str:
+    said = " · ".join(
+        f"<b>{esc(words)}</b>" if key == sort else f"<a href='?sort={key}'>{esc(words)}</a>"
+        for key, words in SORTS.items()
+    )
+    return f"<p class='sort'>Sort: {said}</p>"
+
+
+def sorted_series(
+    by_series: Mapping[str, Sequence[tuple[str, Result]]], standing: Mapping[str, Standing], sort: str
+) -> list[str]:
+    def median_first(name: str) -> tuple[bool, float]:
+        m = standing[name].median
+        return (m is None, -(m or 0.0))
+
+    if sort == "throughput":
+        return sorted(by_series, key=lambda n: (*median_first(n), n))
+    if sort == "series":
+        return sorted(by_series)
+    return sorted(by_series, key=lambda n: (path_of(by_series[n][-1][1]), *median_first(n), n))
+
+
+@dataclass
+class Glance:
+    """What the front page reads off its transfers as a whole (the series, their medians,
+    the fastest, the busy headline, the orders): made once per window of the ring, as
+    the rows are, so that a page view costs joins."""
+
+    by_series: dict[str, list[tuple[str, Result]]]
+    standing: dict[str, Standing]
+    best_series: set[str]
+    headline: str
+    fastest: str
+    orders: dict[str, list[str]] = field(default_factory=dict)
+
+    def order(self, sort: str) -> list[str]:
+        if sort not in self.orders:
+            self.orders[sort] = sorted_series(self.by_series, self.standing, sort)
+        return self.orders[sort]
+
+
+_GLANCE: dict[tuple[object, ...], Glance] = {}
+
+
+def at_a_glance(transfers: Sequence[tuple[str, Result]]) -> Glance:
+    # The window by its ends' ids and results (two exporters in one process, as the tests
+    # run them, may hold the same ids) and its length.
+    ends = (transfers[0], transfers[-1]) if transfers else ()
+    key = (*(k for k, _ in ends), *(id(r) for _, r in ends), len(transfers))
+    glance = _GLANCE.get(key)
+    if glance is not None:
+        return glance
+    by_series: dict[str, list[tuple[str, Result]]] = {}
+    for k, r in reversed(transfers):  # oldest first
+        by_series.setdefault(series(r), []).append((k, r))
+    standing = standings(by_series)
+    best = fastest(by_series, standing)
+    glance = Glance(
+        by_series, standing, set(best.values()), busy_headline(transfers), fastest_section(by_series, standing, best)
+    )
+    with _rows_lock:
+        _GLANCE.clear()  # the last window only: the ring moves on
+        _GLANCE[key] = glance
+    return glance
 
 
 def front_page(front: Front) -> bytes:
@@ -426,10 +702,12 @@ def front_page(front: Front) -> bytes:
             ("Configuration loaded", utc(front.config_loaded)),
         )
     )
-    by_series: dict[str, list[tuple[str, Result]]] = {}
-    for key, r in reversed(front.transfers):  # oldest first
-        by_series.setdefault(series(r), []).append((key, r))
-    series_rows = [series_row(name, runs, front) for name, runs in sorted(by_series.items())]
+    glance = at_a_glance(front.transfers)
+    sort = front.sort if front.sort in SORTS else next(iter(SORTS))
+    series_rows = [
+        series_row(name, glance.by_series[name], front, glance.standing[name], name in glance.best_series)
+        for name in glance.order(sort)
+    ]
     marked = sum(row.startswith("<tr class='slow'>") for row in series_rows)
     summary = (
         f"<p>{marked} of {len(series_rows)} series marked: below their usual level or in an open regression.</p>"
@@ -437,11 +715,21 @@ def front_page(front: Front) -> bytes:
         else ""
     )
     rows = (transfer_row(key, r, front.bandwidths.get(key), front.secrets) for key, r in front.transfers)
+    series_head = (
+        "<thead><tr>"
+        + "<th><a href='?sort=series'>series</a></th><th>runs (dots: verdicts)</th><th>last</th><th>% of path</th>"
+        + "<th>verdict</th><th>ok</th>"
+        + "<th><a href='?sort=throughput'>median (counted runs)</a></th><th></th></tr></thead>"
+    )
     body = (
-        head
+        glance.headline
+        + head
+        + glance.fastest
         + "<h2>Series in the last transfers</h2>"
         + summary
-        + table_of(("series", "runs (dots: verdicts)", "last", "% of path", "verdict", "ok", ""), series_rows)
+        + sort_links(sort)
+        + f"<table class='series'>{series_head}<tbody>{''.join(series_rows)}</tbody></table>"
+        + legend()
         + open_regressions(front.regressions)
         + f"<h2>Last transfers ({len(front.transfers)}, at most {front.capacity})</h2>"
         + "<p>The cause in one line; click it for the whole evidence and the next step.</p>"
@@ -467,20 +755,21 @@ def front_page(front: Front) -> bytes:
 # first dropped), so the front page costs joins, not formatting, per row.  A series' row
 # likewise, per window of its runs.
 _ROWS: dict[str, str] = {}
-_SERIES_ROWS: dict[tuple[str, str, str, int, bool, float | None], str] = {}
+_SERIES_ROWS: dict[tuple[str, str, str, int, bool, float | None, bool], str] = {}
 _ROWS_KEPT = 10_000
 _rows_lock = threading.Lock()
 
 
-def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front) -> str:
+def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, standing: Standing, best: bool) -> str:
     """A series' row, kept while its runs on the page (the first and the last, by id,
-    and their count: a window of the ring), its regression and its path are the same."""
+    and their count: a window of the ring), its regression, its path and its fastest
+    mark are the same (its median is its runs')."""
     last_key = runs[-1][0]
     regressed = regression_open(front.regressions.get(name))
-    key = (name, runs[0][0], last_key, len(runs), regressed, front.bandwidths.get(last_key))
+    key = (name, runs[0][0], last_key, len(runs), regressed, front.bandwidths.get(last_key), best)
     row = _SERIES_ROWS.get(key)
     if row is None:
-        row = _series_row(name, runs, front, regressed)
+        row = _series_row(name, runs, front, regressed, standing, best)
         with _rows_lock:
             _SERIES_ROWS[key] = row
             while len(_SERIES_ROWS) > _ROWS_KEPT:
@@ -488,7 +777,9 @@ def series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front) -> s
     return row
 
 
-def _series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, regressed: bool) -> str:
+def _series_row(
+    name: str, runs: Sequence[tuple[str, Result]], front: Front, regressed: bool, standing: Standing, best: bool
+) -> str:
     results = [r for _, r in runs]
     last_key, last = runs[-1]
     marks = []
@@ -497,6 +788,9 @@ def _series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, reg
         marks.append(f"below usual ({share:.0%} of its median)")
     if regressed:
         marks.append("regression open")
+    runs_said = f"{standing.runs} run" + ("s" if standing.runs != 1 else "")
+    median = f"{human_rate(standing.median)}, {runs_said}" if standing.median is not None else "none counted"
+    fast = f"<div class='best'>&#9733; fastest of {esc(path_of(last))}</div>" if best else ""
     cells = (
         esc(name),
         sparkline(results),
@@ -504,9 +798,10 @@ def _series_row(name: str, runs: Sequence[tuple[str, Result]], front: Front, reg
         esc(share_of_path(last, front.bandwidths.get(last_key))),
         verdict_tag(last),
         esc(sum(r.outcome == "ok" for r in results)) + " of " + esc(len(results)),
+        esc(median) + fast,
         "".join(f"<div class='mark'>&#9660; {esc(m)}</div>" for m in marks),
     )
-    row = row_html(cells, numeric=(2, 3, 5))
+    row = row_html(cells, numeric=(2, 3, 5, 6))
     return row.replace("<tr>", "<tr class='slow'>", 1) if marks else row
 
 
@@ -582,8 +877,8 @@ def transfer_page(view: TransferView) -> bytes:
                 (
                     ("limited by", r.limited_by),
                     ("where", r.limited_side or "-"),
-                    ("evidence", r.limited_evidence),
-                    ("next step", r.limited_next_step or "-"),
+                    ("evidence", operator_words(r.limited_evidence)),
+                    ("next step", operator_words(r.limited_next_step) or "-"),
                 )
             )
         )
@@ -630,7 +925,8 @@ def transfer_page(view: TransferView) -> bytes:
                 ),
             )
         )
-    parts.append(f"<h2>What <code>advise</code> says for its path</h2><pre>{esc(view.advice)}</pre>")
+    advice = operator_words(view.advice)  # it quotes the journaled next steps
+    parts.append(f"<h2>What <code>advise</code> says for its path</h2><pre>{esc(advice)}</pre>")
     parts.append("<h2>Capture</h2>" + capture_table(r, view.pcap is not None, view.key))
     return document(f"{series(r)} at {utc(r.start_timestamp)}", "".join(parts), up="../")
 

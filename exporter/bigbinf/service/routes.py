@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -113,7 +114,7 @@ class PerConfig:
 def routes(site: Site) -> list[Route]:
     cache = PerConfig()
     return [
-        page("/", lambda request: front_page(site)),
+        page("/", lambda request: front_page(site, request)),
         page("/config", lambda request: pages_response(cache.config_page(site))),
         page("/sweeps", lambda request: sweeps_page(site)),
         page("/log", lambda request: pages_response(pages.log_page(site.log_lines(), taken_passwords()))),
@@ -168,7 +169,10 @@ def sweeps_page(site: Site) -> Response:
     return pages_response(pages.sweeps_page(site.recent.sweeps(), list(site.config.sweeps)))
 
 
-def front_page(site: Site) -> Response:
+def front_page(site: Site, request: Request) -> Response:
+    """The front page, its series in the order ?sort= asks (pages.SORTS; the default for
+    anything else: the query is never echoed)."""
+    sort = urllib.parse.parse_qs(request.query).get("sort", [""])[-1]
     now = site.recent.now()
     transfers = site.recent.transfers()
     regressions = {f"{k.protocol} {k.remote}/{k.dataset} {k.direction}": v for k, v in site.regressions().items()}
@@ -184,6 +188,7 @@ def front_page(site: Site) -> Response:
                 bandwidths=site.recent.bandwidths(transfers),
                 regressions=regressions,
                 secrets=taken_passwords(),
+                sort=sort,
             )
         )
     )
