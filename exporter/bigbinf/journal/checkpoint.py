@@ -155,11 +155,11 @@ class _Fold:
             if was_live:
                 self.live_inode, self.live_offset = None, 0
         if live_inode is not None:
-            with open(live, "rb") as f:
+            with open(live, "rb") as tail:
                 if live_inode == self.live_inode:
-                    f.seek(self.live_offset)
-                self.live_offset = self._fold_lines(f, live)
-                self.live_inode = os.fstat(f.fileno()).st_ino
+                    tail.seek(self.live_offset)
+                self.live_offset = self._fold_lines(tail, live)
+                self.live_inode = os.fstat(tail.fileno()).st_ino
         return self.unsaved - before
 
     # ------------------------------------------------------------ on disk

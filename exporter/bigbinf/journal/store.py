@@ -291,11 +291,6 @@ def damaged(journal: str | os.PathLike[str]) -> list[Path]:
     return sorted(journal.parent / n for n in names if n.startswith(prefix) and DAMAGED in n and not n.startswith("."))
 
 
-# Called with (part, how it is damaged, results kept, lines unreadable, compressed bytes
-# unreadable) after each quarantine.
-QUARANTINED: list[Callable[[Path, str, int, int, int], None]] = []
-
-
 def quarantine(part: Path) -> Path | None:
     """Move a damaged sealed part aside as `<part>.damaged-<stamp>` and keep what can be read
     of it: its readable, whole results are written to a fresh part under the same name (the
@@ -363,9 +358,27 @@ def quarantine(part: Path) -> Path | None:
         len(kept),
         lost or "nothing more readable",
     )
-    for hook in QUARANTINED:
-        hook(part, damage, len(kept), dropped, unread)
     return aside
+
+
+def check(journal: str | os.PathLike[str]) -> list[Path]:
+    """Read every sealed part of the journal at `journal` through (`journal-compact`) and
+    quarantine the damaged ones; returns where they were moved aside."""
+    moved = []
+    for segment in segments(journal):
+        if not segment.sealed:
+            continue
+        try:
+            with Lines(segment.path) as lines:
+                for _ in lines:
+                    pass
+        except FileNotFoundError:
+            continue
+        if lines.damage is not None:
+            aside = quarantine(segment.path)
+            if aside is not None:
+                moved.append(aside)
+    return moved
 
 
 def _readable(raw: bytes) -> bool:
@@ -804,10 +817,8 @@ class _Records(Generic[RecordT]):
                 there = {json.dumps(r.to_json(), sort_keys=True) for r in self.read(since=since)}
                 todo = [r for r in records if json.dumps(r.to_json(), sort_keys=True) not in there]
                 for r in todo:
-                    try:
+                    with contextlib.suppress(NotJournaled):  # kept in memory, in order: retried, spilled again
                         self.append(r)
-                    except NotJournaled:
-                        pass  # kept in memory, in order: retried, and spilled again at the stop
                     taken += 1
             with contextlib.suppress(OSError):
                 place.unlink()
