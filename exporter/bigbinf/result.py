@@ -236,6 +236,23 @@ class Result(_Journaled):
         return _from_json(cls, record)
 
     @property
+    def unproven(self) -> str:
+        """Why an ok transfer of ours proves no bytes moved ("" if it does): no capture read
+        and no verification (nor the program's own count, as iperf3's), or a capture with no
+        payload on the wire.  Its throughput is then no measurement: it counts in no
+        baseline (runs.counts_in_baseline) and its error says so (measure/transfer.py).
+        Imported results are another kind of record: never unproven."""
+        if self.outcome != "ok" or self.source not in ("exporter", "sweep"):
+            return ""
+        if self.verified or self.reported.get("bytes", 0) > 0:
+            return ""
+        if not self.wire_measured:
+            return "unproven: no capture and no verification"
+        if self.payload_bytes_down + self.payload_bytes_up <= 0:
+            return "unproven: no bytes on the wire and no verification"
+        return ""
+
+    @property
     def sender_tcp(self) -> dict[str, float]:
         """The sending end's TCP summary: the remote's for a download, ours for an upload."""
         return self.tcp_remote if self.direction == "download" else self.tcp_local
