@@ -182,6 +182,10 @@ class Result(_Journaled):
     # delay_line (the lab's userspace delay line, where there is one), and load1 (the
     # load average at the end).  {} = not measured.
     host_busy: dict[str, float] = field(default_factory=dict)
+    # Why this ok run proves no bytes moved ("" if it does, or not judged: records from
+    # before the field, imports): measure/transfer.py's unproven().  Its throughput is no
+    # measurement then: it counts in no baseline (runs.counts_in_baseline).
+    unproven: str = ""
     source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
     # (one per `sweep` command or scheduled start), the setting's values by dimension
@@ -234,23 +238,6 @@ class Result(_Journaled):
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> Result:
         return _from_json(cls, record)
-
-    @property
-    def unproven(self) -> str:
-        """Why an ok transfer of ours proves no bytes moved ("" if it does): no capture read
-        and no verification (nor the program's own count, as iperf3's), or a capture with no
-        payload on the wire.  Its throughput is then no measurement: it counts in no
-        baseline (runs.counts_in_baseline) and its error says so (measure/transfer.py).
-        Imported results are another kind of record: never unproven."""
-        if self.outcome != "ok" or self.source not in ("exporter", "sweep"):
-            return ""
-        if self.verified or self.reported.get("bytes", 0) > 0:
-            return ""
-        if not self.wire_measured:
-            return "unproven: no capture and no verification"
-        if self.payload_bytes_down + self.payload_bytes_up <= 0:
-            return "unproven: no bytes on the wire and no verification"
-        return ""
 
     @property
     def sender_tcp(self) -> dict[str, float]:

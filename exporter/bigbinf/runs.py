@@ -126,6 +126,6 @@ def counts_in_baseline(result: Result) -> bool:
         result.outcome == "ok"
         and x > 0
         and math.isfinite(x)
-        and not result.unproven  # a run that proves no bytes moved measured nothing
+        and not result.unproven  # a run that proves no bytes moved measured nothing (measure/transfer.py)
         and not leaves_out_of_baselines(result)
     )

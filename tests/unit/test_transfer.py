@@ -12,8 +12,9 @@ import yaml
 from bigbinf import lab
 from bigbinf.config import parse_config
 from bigbinf.measure.plan import plan_round
-from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.transfer import run_transfer, unproven
 from bigbinf.protocols.base import RunOutcome
+from bigbinf.result import Result
 from bigbinf.runs import counts_in_baseline, runs_to
 
 
@@ -108,8 +109,11 @@ def test_an_upload_that_moved_nothing_it_can_prove_is_unproven_and_no_baseline_r
     assert "unproven: no capture and no verification: its throughput is no measurement" in result.error
     assert not counts_in_baseline(result)
     assert runs_to([result], "here", "upload") == []
-    # The same with the bytes proven (a capture that saw them): a run of the baselines.
-    proven = dataclasses.replace(result, wire_measured=True, payload_bytes_up=1 << 20)
-    assert proven.unproven == "" and counts_in_baseline(proven)
-    nothing_on_the_wire = dataclasses.replace(result, wire_measured=True)
-    assert nothing_on_the_wire.unproven == "unproven: no bytes on the wire and no verification"
+    # The same with the bytes proven (a capture that saw them, or a verification): measured.
+    proven = dataclasses.replace(result, wire_measured=True, payload_bytes_up=1 << 20, unproven="")
+    assert unproven(proven) == "" and counts_in_baseline(proven)
+    assert unproven(dataclasses.replace(proven, payload_bytes_up=0, verified=True)) == ""
+    nothing_on_the_wire = dataclasses.replace(proven, payload_bytes_up=0)
+    assert unproven(nothing_on_the_wire) == "unproven: no bytes on the wire and no verification"
+    # Journaled with its flag, and read back with it (a restart keeps it out of the baselines).
+    assert Result.from_json(result.to_json()).unproven == result.unproven

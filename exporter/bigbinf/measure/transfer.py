@@ -854,10 +854,25 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         congestion_control=_sender_congestion_control(prepared, ran),
     )
     result = _with_wire(result, wire)
-    if result.unproven:  # said where every reader of the result looks
-        note = f"{result.unproven}: its throughput is no measurement and counts in no baseline"
-        result = dataclasses.replace(result, error="; ".join(filter(None, [result.error, note])))
+    why = unproven(result)
+    if why:  # said on the result (the flag, and its error, where every reader looks)
+        note = f"{why}: its throughput is no measurement and counts in no baseline"
+        result = dataclasses.replace(result, unproven=why, error="; ".join(filter(None, [result.error, note])))
     return result
+
+
+def unproven(result: Result) -> str:
+    """Why an ok transfer proves no bytes moved ("" if it does): no capture read and no
+    verification (nor the program's own count, as iperf3's), or a capture that saw no
+    payload on the wire.  A command that moved nothing (`true`) exits 0 at once and would
+    otherwise read as a transfer at gigabytes a second."""
+    if result.outcome != "ok" or result.verified or result.reported.get("bytes", 0) > 0:
+        return ""
+    if not result.wire_measured:
+        return "unproven: no capture and no verification"
+    if result.payload_bytes_down + result.payload_bytes_up <= 0:
+        return "unproven: no bytes on the wire and no verification"
+    return ""
 
 
 def _with_wire(result: Result, wire: Wire | None) -> Result:
