@@ -50,7 +50,7 @@ from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, runs
 
 log = logging.getLogger(__name__)
 
-VERSION = 4  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline; 4: without unproven runs
+VERSION = 3  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline
 RECENT_KEEP = 1000  # transfers (and baselines) kept for the pages: pages.recent_transfers up to this
 SAVE_EVERY = 500  # journaled records between saves: what a start may have to fold
 DAY = 86400.0
