@@ -211,70 +211,155 @@ def _open(segment: Path) -> BinaryIO:
 # What reading a damaged gzip part raises: a bad CRC or a part that is not gzip
 # (gzip.BadGzipFile, an OSError), a truncated one (EOFError), a damaged deflate stream
 # (zlib.error); an unreadable sector (EIO) is an OSError too.
-DAMAGE = (OSError, EOFError, zlib.error)
+DAMAGE = (OSError, EOFError, zlib.error, ValueError)
 
 
 class Lines:
     """The lines of a segment as far as they can be read: iterating stops, instead of
     raising, where the file is damaged (`damage` then says how; `unread` is a lower bound on
-    the compressed bytes after the damage: the file's size less what the reader took)."""
+    the compressed bytes after the damage: the file's size less what the reader took).
+
+    A gzip part is inflated here (raw deflate, its CRC checked by us) rather than by the
+    gzip module, which drops what it had inflated of a member whose CRC fails: here every
+    line before the damage is read, and a bad CRC still reads the whole member."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.damage: str | None = None
         self.unread = 0
-        self._raw: BinaryIO | None = None
-        self._f: BinaryIO | None = None
-        try:
-            self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
-            self._f = gzip.GzipFile(fileobj=self._raw, mode="rb") if path.name.endswith(".gz") else self._raw  # type: ignore[assignment]
-        except FileNotFoundError:
-            raise
-        except DAMAGE as exc:
-            self._damaged(exc)
+        self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._gz = path.name.endswith(".gz")
+        self._offset = 0  # plain files: where the next line starts (tell)
 
     def fileno(self) -> int:
-        assert self._raw is not None
         return self._raw.fileno()
 
     def _damaged(self, exc: BaseException) -> None:
         self.damage = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         with contextlib.suppress(OSError, ValueError):
-            assert self._raw is not None
             self.unread = max(0, os.fstat(self._raw.fileno()).st_size - self._raw.tell())
 
     def __iter__(self) -> Iterator[bytes]:
-        if self._f is None or self.damage is not None:
-            return
-        while True:
+        if not self._gz:
             try:
-                raw = self._f.readline()
-            except DAMAGE as exc:
+                for raw in self._raw:
+                    self._offset += len(raw)
+                    yield raw
+            except OSError as exc:  # an unreadable sector
                 self._damaged(exc)
-                return
-            if not raw:
-                return
-            yield raw
+            return
+        rest = b""
+        used = [0]
+        try:
+            for chunk in _inflate(self._raw, used):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    yield line + b"\n"
+        except DAMAGE as exc:
+            self._damaged(exc)
+            self.unread = max(0, os.fstat(self._raw.fileno()).st_size - used[0])
+        if rest:
+            yield rest  # a torn last line (or the garbage before the damage): no newline
 
     def seek(self, offset: int) -> None:
-        assert self._f is not None
-        self._f.seek(offset)
+        assert not self._gz, "a gzip part is read from its start"
+        self._raw.seek(offset)
+        self._offset = offset
 
     def tell(self) -> int:
-        assert self._f is not None
-        return self._f.tell()
+        return self._offset if not self._gz else 0
 
     def close(self) -> None:
-        for f in (self._f, self._raw):
-            if f is not None:
-                with contextlib.suppress(*DAMAGE):
-                    f.close()
+        self._raw.close()
 
     def __enter__(self) -> Lines:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class BadGzip(ValueError):
+    """A gzip part that is not gzip, or whose CRC or length does not match its data."""
+
+
+def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[bytes]:
+    """The inflated bytes of a gzip file's members, in order; raises (DAMAGE) where it is
+    damaged, after yielding all it could inflate before that (a member whose CRC or length
+    fails: all of it).  `at[0]`: how far into the file it has read what it used."""
+    buffer = raw.read(size)
+    first = True
+    while buffer or first:
+        at[0] = raw.tell() - len(buffer)
+        if not buffer:
+            return  # an empty file: no member, no results
+        first = False
+        while len(buffer) < 10:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's header")
+            buffer += more
+        if buffer[:3] != b"\x1f\x8b\x08":
+            if not buffer.strip(b"\0"):
+                return  # zero padding after the last member (as gzip tolerates)
+            raise BadGzip("not a gzip member at this point")
+        buffer = _skip_header_fields(raw, buffer, buffer[3], 10, size)
+        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        crc, length = 0, 0
+        while not inflater.eof:
+            if not buffer:
+                buffer = raw.read(size)
+                if not buffer:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            out = inflater.decompress(buffer)
+            buffer = inflater.unused_data
+            at[0] = raw.tell() - len(buffer)
+            if out:
+                crc, length = zlib.crc32(out, crc), length + len(out)
+                yield out
+        while len(buffer) < 8:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's trailer")
+            buffer += more
+        stored_crc, stored_length = int.from_bytes(buffer[:4], "little"), int.from_bytes(buffer[4:8], "little")
+        buffer = buffer[8:] or raw.read(size)
+        at[0] = raw.tell() - len(buffer)
+        if stored_crc != crc or stored_length != length & 0xFFFFFFFF:
+            raise BadGzip(f"CRC check failed {stored_crc:#x} != {crc:#x}")
+        first = True
+        if not buffer:
+            return
+
+
+def _skip_header_fields(raw: BinaryIO, buffer: bytes, flags: int, at: int, size: int) -> bytes:
+    """`buffer` past a gzip member's optional header fields (FEXTRA, FNAME, FCOMMENT, FHCRC)."""
+
+    def need(n: int) -> None:
+        nonlocal buffer
+        while len(buffer) < at + n:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's header")
+            buffer += more
+
+    if flags & 4:
+        need(2)
+        at += 2 + int.from_bytes(buffer[at : at + 2], "little")
+    for flag in (8, 16):
+        if flags & flag:
+            while True:
+                need(1)
+                end = buffer.find(b"\0", at)
+                if end >= 0:
+                    at = end + 1
+                    break
+                at = len(buffer)
+    if flags & 2:
+        at += 2
+    need(0)
+    return buffer[at:]
 
 
 DAMAGED = ".damaged-"  # <part>.damaged-<UTC stamp>: not a segment name, never read
@@ -313,13 +398,13 @@ def quarantine(part: Path) -> Path | None:
         if not _same_file(f, part):
             return None
         kept: list[bytes] = []
-        dropped = 0
+        dropped, dropped_bytes = 0, 0
         with Lines(part) as lines:
             for raw in lines:
                 if raw.endswith(b"\n") and _readable(raw):
                     kept.append(raw)
                 elif raw.strip():
-                    dropped += 1
+                    dropped, dropped_bytes = dropped + 1, dropped_bytes + len(raw)
             damage, unread = lines.damage, lines.unread
         if damage is None:
             return None
@@ -347,7 +432,11 @@ def quarantine(part: Path) -> Path | None:
                 describe_os_error(exc),
             )
             return None
-    lost = f"{dropped} results unreadable (lost)" if dropped else ""
+    lost = ""
+    if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
+        size = sum(map(len, kept)) / len(kept) if kept else 0
+        about = f", about {round(dropped_bytes / size)} results at the kept ones' size" if size else ""
+        lost = f"{dropped} unreadable lines of {dropped_bytes} bytes lost{about}"
     if unread:  # how many results those bytes held is not knowable
         lost += (" and " if lost else "") + f"at least {unread} compressed bytes unreadable (their results lost)"
     log.error(
