@@ -781,25 +781,18 @@ class _Records(Generic[RecordT]):
                 return 0
             before = len(self.unwritten)
             with contextlib.suppress(NotJournaled):
-                self._write_unwritten()
+                self._write_unwritten(fresh=False)
             written = before - len(self.unwritten)
             rotated, self._rotated = self._rotated, False
         if rotated:
             with contextlib.suppress(OSError):
                 self.settle()
-        if written:
-            log.info(
-                "journal %s: %d results kept while it could not be written are journaled now%s",
-                self.path,
-                written,
-                f" ({len(self.unwritten)} still unwritten)" if self.unwritten else "",
-            )
         return written
 
-    def _write_unwritten(self) -> None:
+    def _write_unwritten(self, fresh: bool = True) -> None:
         """Write the kept lines oldest first (with self._lock held); NotJournaled at the
         first that fails (it and those after it stay kept, in order)."""
-        written = 0
+        written, backlog = 0, len(self.unwritten) - (1 if fresh else 0)  # fresh: the one just appended
         try:
             while self.unwritten:
                 start, line = self.unwritten[0]
@@ -814,6 +807,13 @@ class _Records(Generic[RecordT]):
             if written and self.fold is not None:
                 with contextlib.suppress(OSError):  # a checkpoint is only ever behind
                     self.fold.after_append()
+            if written and backlog > 0:
+                log.info(
+                    "journal %s: %d results kept while it could not be written are journaled now%s",
+                    self.path,
+                    min(written, backlog),
+                    f" ({len(self.unwritten)} still unwritten)" if self.unwritten else "",
+                )
 
     def _write(self, line: bytes, start: float) -> bool:
         """Append one line durably; True if it rotated the live file first."""
@@ -837,14 +837,17 @@ class _Records(Generic[RecordT]):
                     if f.read(1) != b"\n":
                         line = b"\n" + line
                 try:
-                    f.write(line)  # "a" mode: always at the end, whatever was read
-                    f.flush()
+                    # Unbuffered ("a" mode: always at the end, whatever was read): a buffer
+                    # would keep a part that failed and write it at the close, torn.
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(f.fileno(), view) :]
                     os.fsync(f.fileno())
                 except OSError:
                     # A part written (a disk filling up): cut back, so that the whole line
                     # written later is the only copy and no torn one is left before it.
                     with contextlib.suppress(OSError):
-                        f.truncate(end)
+                        os.ftruncate(f.fileno(), end)
                     raise
                 return rotated
 
