@@ -168,7 +168,7 @@ def series_results(n: int, t0: float) -> list[Result]:
             files=1,
             verified=True,
             error=f"{i:05d}" + "x" * 300,
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
