@@ -577,12 +577,6 @@ def _records(
         yield item
 
 
-def _gzip_durably(target: Path, lines: list[bytes], mode: int) -> None:
-    """`target` written whole or not at all: a temporary file beside it, fsynced, renamed;
-    with the `mode` of the file it comes from (whoever could read the journal still can)."""
-    os.replace(_gzip_temporary(target, lines, mode), target)
-
-
 def _gzip_temporary(target: Path, lines: Iterable[bytes], mode: int) -> Path:
     """`lines` gzipped into a temporary file beside `target` (`.NAME.XXXX`: never read),
     fsynced; removed again if that fails."""
@@ -619,11 +613,14 @@ def seal(plain: Segment, journal: _Records[Any]) -> list[Path]:
         return _seal_locked(plain, journal, f)
 
 
-def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Path]:
-    journal = records.path
-    groups: dict[tuple[int, bool], list[bytes]] = {}
-    ranges: dict[tuple[int, bool], list[float]] = {}
-    order: list[tuple[int, bool]] = []
+OPEN_PARTS = 4  # gzip parts a sealing writes to at once (a day's out-of-order lines reopen theirs)
+
+
+def _seal_keys(plain: Segment, f: BinaryIO) -> Iterator[tuple[tuple[int, bool], bytes, float | None]]:
+    """Each line of the plain segment (from its start) with its part's key (UTC day, only
+    imported dumps) and its start: a line without a readable start goes with the line
+    before it.  The same keys on every pass."""
+    f.seek(0)
     current: tuple[int, bool] | None = None
     for raw in f:
         if not raw.strip():
@@ -633,25 +630,73 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
         start = _start_of(raw)
         if start is not None:
             current = (math.floor(start / DAY), b'"source":"import"' in raw)
-            span = ranges.setdefault(current, [start, start])
+        yield (current if current is not None else (math.floor(plain.first / DAY), False)), raw, start
+
+
+def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Path]:
+    """Two passes over the plain segment, never more of it in memory than a line (an old
+    single-file journal of a million results is split in the memory of a few parts'
+    compressors): the first finds each day's range (the parts' names), the second writes
+    each line into its part's temporary file (OPEN_PARTS at once; one closed and met again
+    gets another gzip member)."""
+    journal = records.path
+    ranges: dict[tuple[int, bool], list[float]] = {}
+    for key, _, start in _seal_keys(plain, f):
+        span = ranges.setdefault(key, [plain.first, plain.first] if start is None else [start, start])
+        if start is not None:
             span[0], span[1] = min(span[0], start), max(span[1], start)
-        key = current if current is not None else (math.floor(plain.first / DAY), False)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-            ranges.setdefault(key, [plain.first, plain.first])
-        groups[key].append(raw)
     # A crashed sealing of this segment may have left parts: written again (whole) below.
     for old in journal.parent.glob(f"{glob.escape(journal.stem)}.*.{plain.source}.*jsonl.gz"):
         old.unlink()
-    parts = []
-    for key in sorted(order):
-        first, last = ranges[key]
+    mode = os.fstat(f.fileno()).st_mode & 0o777
+    names: dict[tuple[int, bool], Path] = {}
+    for key, (first, last) in ranges.items():
         token = f"{_stamp(math.floor(first))}-{_stamp(math.ceil(last))}"
         tag = ".import" if key[1] else ""
-        part = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
-        _gzip_durably(part, groups[key], os.fstat(f.fileno()).st_mode & 0o777)
-        parts.append(part)
+        names[key] = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
+    temporary: dict[tuple[int, bool], Path] = {}
+    open_parts: dict[tuple[int, bool], tuple[BinaryIO, gzip.GzipFile]] = {}  # oldest used first
+
+    def close(key: tuple[int, bool], sync: bool = False) -> None:
+        raw, z = open_parts.pop(key)
+        z.close()
+        raw.flush()
+        if sync:
+            os.fsync(raw.fileno())
+        raw.close()
+
+    try:
+        for key, raw_line, _ in _seal_keys(plain, f):
+            if key not in open_parts:
+                if len(open_parts) >= OPEN_PARTS:
+                    close(next(iter(open_parts)))
+                if key not in temporary:
+                    fd, name = tempfile.mkstemp(prefix=f".{names[key].name}.", dir=journal.parent)
+                    os.fchmod(fd, mode)
+                    temporary[key] = Path(name)
+                    out: BinaryIO = os.fdopen(fd, "wb")
+                else:
+                    out = open(temporary[key], "ab")  # noqa: SIM115 - closed by close()
+                open_parts[key] = (out, gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out, mtime=0))
+            else:
+                open_parts[key] = open_parts.pop(key)  # the most recently used last
+            open_parts[key][1].write(raw_line)
+        for key in list(open_parts):
+            close(key)
+        for tmp in temporary.values():
+            with open(tmp, "rb+") as synced:
+                os.fsync(synced.fileno())
+        parts = []
+        for key in sorted(names):
+            os.replace(temporary.pop(key), names[key])
+            parts.append(names[key])
+    finally:
+        for key in list(open_parts):
+            with contextlib.suppress(OSError):
+                close(key)
+        for tmp in temporary.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     sync_directory(journal.parent)
     records._checkpoint(plain)  # the checkpoint folds the plain segment whole: its parts are not read again
     plain.path.unlink()  # the commit: from now on its parts are what readers read
@@ -945,8 +990,12 @@ class _Records(Generic[RecordT]):
     def _rotate(self, f: BinaryIO) -> Segment:
         """Rename the live file (held, locked, as `f`) to a plain segment named by its range."""
         f.seek(0)
-        starts = [t for t in (_start_of(raw) for raw in f if raw.strip()) if t is not None]
-        first, last = math.floor(min(starts)), math.ceil(max(starts))
+        low, high = math.inf, -math.inf  # streamed: a single-file journal may hold a million lines
+        for raw in f:
+            t = _start_of(raw) if raw.strip() else None
+            if t is not None:
+                low, high = min(low, t), max(high, t)
+        first, last = math.floor(low), math.ceil(high)
         taken = {s.path.name.split(".jsonl")[0] for s in segments(self.path)}
         while f"{self.path.stem}.{_stamp(first)}-{_stamp(last)}" in taken:
             last += 1  # the same range twice (rare): a second later still holds all of it
