@@ -274,3 +274,12 @@ def test_a_spill_file_others_may_write_is_not_taken_back(tmp_path: Path) -> None
     assert Journal(path).take_back() == 0 and list(read(path)) == []
     beside.chmod(0o600)
     assert Journal(path).take_back() == 1 and [index(r) for r in read(path)] == [1]
+
+
+def test_the_damaged_parts_of_each_journal_are_its_own(tmp_path: Path) -> None:
+    results = journal_of(tmp_path, days=2)
+    paths = tmp_path / "journal.paths.jsonl"
+    for name in (results, paths):
+        (tmp_path / f"{name.stem}.20251009T000000Z-20251009T235959Z.0123abcd.jsonl.gz{DAMAGED}20261201T000000Z").touch()
+    assert [p.name.split(".")[1] for p in damaged(results)] == ["20251009T000000Z-20251009T235959Z"]
+    assert [p.name.split(".")[1] for p in damaged(paths)] == ["paths"]

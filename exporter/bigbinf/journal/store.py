@@ -368,12 +368,12 @@ DAMAGED = ".damaged-"  # <part>.damaged-<UTC stamp>: not a segment name, never r
 def damaged(journal: str | os.PathLike[str]) -> list[Path]:
     """The parts of the journal at `journal` quarantined as damaged (quarantine), oldest first."""
     journal = Path(journal)
-    prefix = f"{journal.stem}."
+    pattern = re.compile(re.escape(journal.stem) + r"\." + _SEGMENT.pattern)  # this journal's, not journal.paths'
     try:
         names = os.listdir(journal.parent)
     except OSError:
         return []
-    return sorted(journal.parent / n for n in names if n.startswith(prefix) and DAMAGED in n and not n.startswith("."))
+    return sorted(journal.parent / n for n in names if DAMAGED in n and pattern.fullmatch(n.split(DAMAGED)[0]))
 
 
 def quarantine(part: Path) -> Path | None:
