@@ -283,3 +283,20 @@ def test_the_damaged_parts_of_each_journal_are_its_own(tmp_path: Path) -> None:
         (tmp_path / f"{name.stem}.20251009T000000Z-20251009T235959Z.0123abcd.jsonl.gz{DAMAGED}20261201T000000Z").touch()
     assert [p.name.split(".")[1] for p in damaged(results)] == ["20251009T000000Z-20251009T235959Z"]
     assert [p.name.split(".")[1] for p in damaged(paths)] == ["paths"]
+
+
+def test_report_reads_past_a_damaged_part_and_moves_it_aside(tmp_path: Path) -> None:
+    path = journal_of(tmp_path, days=3)
+    victim = [s for s in segments(path) if s.sealed][1].path
+    damage(victim, "truncated")
+    done = subprocess.run(
+        [sys.executable, "-m", "bigbinf", "report", "--journal", str(path), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if f"journal {victim}: damaged (EOFError" in line]
+    assert len(said) == 1 and "results kept in it" in said[0] and "cannot be known" in said[0]
+    assert len(damaged(path)) == 1 and (tmp_path / "out" / "index.html").is_file()

@@ -435,10 +435,12 @@ def quarantine(part: Path) -> Path | None:
     lost = ""
     if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
         size = sum(map(len, kept)) / len(kept) if kept else 0
-        about = f", about {round(dropped_bytes / size)} results at the kept ones' size" if size else ""
+        about = f", about {max(1, round(dropped_bytes / size))} results at the kept ones' size" if size else ""
         lost = f"{dropped} unreadable lines of {dropped_bytes} bytes lost{about}"
     if unread:  # how many results those bytes held is not knowable
         lost += (" and " if lost else "") + f"at least {unread} compressed bytes unreadable (their results lost)"
+    elif damage.startswith("EOFError"):  # cut short: what stood after its end is not knowable
+        lost += (" and " if lost else "") + "the results after where it ends (how many cannot be known)"
     log.error(
         "journal %s: damaged (%s): moved aside to %s; %d results kept in it, %s; the rest of the journal is intact",
         part,
