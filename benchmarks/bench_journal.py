@@ -4,6 +4,7 @@ five times) and after (day segments and the checkpoint beside them).
 
 Usage:
     .venv/bin/python benchmarks/bench_journal.py                       # after only, 10k,100k,1M
+    .venv/bin/python benchmarks/bench_journal.py --upgrade 200000,1000000 --cache /var/tmp/bigbinf-bench-X
     .venv/bin/python benchmarks/bench_journal.py --before /work/main/.venv/bin/python
     .venv/bin/python benchmarks/bench_journal.py --sizes 10000 --before-limit 120
 
@@ -181,13 +182,55 @@ def upgrade(python: str, journal: Path) -> dict[str, float]:
     return {"split_s": split, "checkpoint_s": built}
 
 
+def upgrade_start(n: int, cache: Path, limit: float) -> dict[str, Any]:
+    """The first `serve` after the upgrade on an old single file of `n` results (issue 44:
+    the split and the checkpoint's rebuild happen in it), then a later start: each from exec
+    to the first /metrics with every series restored, and the exporter's VmHWM then.  The
+    single file is generated once into `cache` (a million lines: 1.9 GB) and copied."""
+    cache.mkdir(parents=True, exist_ok=True)
+    source = cache / f"journal-{n}.jsonl"
+    if not source.exists():
+        write_journal(source.with_suffix(".tmp"), n)
+        source.with_suffix(".tmp").rename(source)
+    with tempfile.TemporaryDirectory(prefix="bench-upgrade-", dir=cache) as tmp:
+        directory = Path(tmp)
+        config = write_mesh_config(directory, REMOTES, PROTOCOLS, DATASETS)
+        shutil.copyfile(source, directory / "journal.jsonl")
+        first = start(sys.executable, config, 19_902, limit)
+        later = start(sys.executable, config, 19_903, limit)
+        parts = len(list(directory.glob("journal.*.jsonl.gz")))
+    return {
+        "n": n,
+        "journal_mb": source.stat().st_size / 2**20,
+        "first_start_s": first.get("start_s"),
+        "first_restored": first.get("restored"),
+        "first_VmHWM": first.get("VmHWM"),
+        "later_start_s": later.get("start_s"),
+        "later_restored": later.get("restored"),
+        "later_VmHWM": later.get("VmHWM"),
+        "parts": parts,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--upgrade",
+        metavar="SIZES",
+        help="only the first start after an upgrade to a single file of SIZES results (and a later start)",
+    )
+    parser.add_argument("--cache", type=Path, help="where --upgrade keeps the generated single files (reused)")
+    parser.add_argument("--upgrade-limit", type=float, default=1200.0, help="seconds an upgrade start may take")
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--before", help="the interpreter of main's venv, e.g. /work/main/.venv/bin/python")
     parser.add_argument("--before-limit", type=float, default=120.0, help="seconds a before start may take")
     parser.add_argument("--before-sizes", default="10000,100000", help="sizes measured before (1 M takes long)")
     args = parser.parse_args()
+    if args.upgrade:
+        cache = args.cache or Path(tempfile.mkdtemp(prefix="bigbinf-bench-", dir="/var/tmp"))
+        for n in (int(x) for x in args.upgrade.split(",")):
+            print(json.dumps(upgrade_start(n, cache, args.upgrade_limit)), flush=True)
+        return
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="bench-journal-") as tmp:

@@ -609,7 +609,10 @@ def cmd_once(args: argparse.Namespace) -> int:
     runner = RoundRunner(config, ExporterState(), lab=lab.site)
     restore(runner.state, runner, config, lab.site)  # judged from what the running exporter knows
     runner.site = getattr(args, "site", "") if hasattr(args, "mesh_file") else ""
-    ran = runner.run_round()
+    try:
+        ran = runner.run_round()
+    finally:
+        runner.spill_unwritten()  # what the journal could not take: to a second place, said where
     if ran is None:
         print("once: not started: a tuning sweep (or a round) is running against this journal", file=sys.stderr)
         return 1
@@ -640,17 +643,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_journal_compact(args: argparse.Namespace) -> int:
     from bigbinf.journal import checkpoint
-    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, segments
+    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, check, segments
 
     config = load_config(args.config_file)
     results = Journal(config.journal.path, config.journal.retention)
     baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
+    moved = []
     for journal in (results, baselines):
         journal.rotate_now()
+        moved += check(journal.path)  # every part read through: a damaged one moved aside (logged)
     checkpoint.of(results)
     checkpoint.baselines_of(baselines)
     for journal in (results, baselines):
         print(f"{journal.path}: {len(segments(journal.path))} closed segments, checkpoint current")
+    for aside in moved:
+        print(f"{aside}: damaged, moved aside (its readable results kept in the journal; see the log line)")
     return 0
 
 
@@ -716,7 +723,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # get what is left of STOP_SECONDS.  Past that, what remains is left as a kill leaves
     # it, for the next start to finish (the round's note, the undo journal), and the
     # exporter exits: a stop ends within seconds (issue 36).
-    if not exporter.runner.wait_idle(STOP_SECONDS - (time.monotonic() - stopped_at)):
+    idle = exporter.runner.wait_idle(STOP_SECONDS - (time.monotonic() - stopped_at))
+    # What the journal could not take (its disk full or read-only) goes to a second place,
+    # for the next start to journal (journal/store.py spill): said how many and where.
+    exporter.runner.spill_unwritten()
+    if not idle:
         log.warning(
             "the round in progress did not end within %.0f s of the stop: the next start finishes it", STOP_SECONDS
         )

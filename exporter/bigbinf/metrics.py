@@ -284,6 +284,20 @@ JOURNAL_FAILURES_TOTAL = Spec(
     "counter",
     "Results that could not be written to the journal (they are still published).",
 )
+JOURNAL_UNWRITTEN = Spec(
+    PREFIX + "journal_unwritten_results",
+    "gauge",
+    "Results (and path baselines) measured and published but not yet written to the journal (its disk full, "
+    "read-only or failing): kept in memory and retried every few seconds; a stop writes them elsewhere "
+    "(docs/deployment.md).",
+)
+JOURNAL_DAMAGED = Spec(
+    PREFIX + "journal_damaged_segments",
+    "gauge",
+    "Journal segments found damaged and moved aside (<segment>.damaged-<time>, beside the journal): their "
+    "readable results are kept, the rest is lost; counted from the files, so it survives a restart and falls "
+    "to 0 once they are removed.",
+)
 UNDO_PENDING = Spec(
     PREFIX + "tuning_undo_pending",
     "gauge",
@@ -614,6 +628,8 @@ ALL = (
     CONFIG_RELOAD_OK,
     CONFIG_RELOAD_TS,
     JOURNAL_FAILURES_TOTAL,
+    JOURNAL_UNWRITTEN,
+    JOURNAL_DAMAGED,
     UNDO_PENDING,
     HTTP_REJECTED_TOTAL,
     BUILD_INFO,

@@ -182,6 +182,10 @@ class Result(_Journaled):
     # delay_line (the lab's userspace delay line, where there is one), and load1 (the
     # load average at the end).  {} = not measured.
     host_busy: dict[str, float] = field(default_factory=dict)
+    # Why this ok run proves no bytes moved ("" if it does, or not judged: records from
+    # before the field, imports): measure/transfer.py's unproven().  Its throughput is no
+    # measurement then: it counts in no baseline (runs.counts_in_baseline).
+    unproven: str = ""
     source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
     # (one per `sweep` command or scheduled start), the setting's values by dimension

@@ -82,6 +82,7 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
         and r.source in ("exporter", "sweep")
         and r.file_bytes > 0
         and r.duration_seconds > 0
+        and not r.unproven  # no bytes it can prove moved: no run of the move
         and not leaves_out_of_baselines(r)  # a run this host's CPU held says nothing of the move
     ]
 
@@ -117,7 +118,14 @@ class RecentRuns:
 def counts_in_baseline(result: Result) -> bool:
     """Whether a result is one of the series' runs for the regression test (recent, then
     baseline): the one predicate every caller (service/rounds.py, backfill, the checkpoint)
-    asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out.  The caller picks
+    asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out, and one
+    that proves no bytes moved (Result.unproven).  The caller picks
     the source (the exporter's own runs, or an import's)."""
     x = result.throughput_bytes_per_second
-    return result.outcome == "ok" and x > 0 and math.isfinite(x) and not leaves_out_of_baselines(result)
+    return (
+        result.outcome == "ok"
+        and x > 0
+        and math.isfinite(x)
+        and not result.unproven  # a run that proves no bytes moved measured nothing (measure/transfer.py)
+        and not leaves_out_of_baselines(result)
+    )

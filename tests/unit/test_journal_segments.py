@@ -16,7 +16,7 @@ import pytest
 
 from bigbinf.history.regression import History, RegressionSettings
 from bigbinf.journal import checkpoint
-from bigbinf.journal.store import DAY, Journal, _ident, leftovers, read, segments
+from bigbinf.journal.store import DAY, Journal, _ident, damaged, leftovers, read, segments
 from bigbinf.result import Result
 from bigbinf.runs import RecentRuns, runs_to
 from bigbinf.service.collector import ExporterState
@@ -69,8 +69,10 @@ def test_a_ranged_read_opens_only_the_segments_it_needs(tmp_path: Path) -> None:
     assert starts(read(path, since, until)) == [t for t in times if since <= t < until]
     later = segments(path)[2].first
     assert starts(read(path, since=later)) == [t for t in times if t >= later]
-    with pytest.raises(OSError):  # the whole journal does open it
-        list(read(path))
+    # The whole journal does open it: read without it (it is moved aside, never raised).
+    assert starts(read(path)) == [t for t in times if not second.first <= t <= second.last]
+    assert [p.name for p in damaged(path)] == [next(n for n in os.listdir(tmp_path) if ".damaged-" in n)]
+    assert not second.path.exists()  # nothing of it was readable: no part left for it
 
 
 def test_an_old_single_file_journal_is_read_as_it_is_then_split_by_day(tmp_path: Path) -> None:

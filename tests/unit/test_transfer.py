@@ -12,8 +12,10 @@ import yaml
 from bigbinf import lab
 from bigbinf.config import parse_config
 from bigbinf.measure.plan import plan_round
-from bigbinf.measure.transfer import run_transfer
+from bigbinf.measure.transfer import run_transfer, unproven
 from bigbinf.protocols.base import RunOutcome
+from bigbinf.result import Result
+from bigbinf.runs import counts_in_baseline, runs_to
 
 
 def test_lab_not_up_names_the_fix(tmp_path: Path) -> None:
@@ -66,10 +68,52 @@ def test_an_unexpected_error_after_the_addresses_are_known_keeps_them(tmp_path: 
     spec = plan_round(config)[0]
 
     def broken(ctx: object) -> RunOutcome:
-        raise OSError(28, "No space left on device")
+        raise KeyError("bug")
 
     spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, runner=broken))
     result = run_transfer(spec, config, "test")
     assert result.outcome == "failed"
-    assert result.error == "internal error: OSError: [Errno 28] No space left on device"
+    assert result.error == "internal error: KeyError: 'bug'"
     assert (result.client_address, result.remote_address) == ("127.0.0.1", "127.0.0.1")
+
+    # What a disk refuses is no bug: one line naming the configured directory, the error and the fix.
+    def full(ctx: object) -> RunOutcome:
+        raise OSError(28, "No space left on device", str(tmp_path / "work" / "bigbinf-x" / "f1m.bin"))
+
+    spec = dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, runner=full))
+    result = run_transfer(spec, config, "test")
+    assert result.outcome == "failed"
+    assert result.error == (
+        f"transfer.workdir {tmp_path / 'work'}: No space left on device (ENOSPC): no space left on its file "
+        "system: free space there (df -h) or configure a directory on another"
+    )
+
+
+def test_an_upload_that_moved_nothing_it_can_prove_is_unproven_and_no_baseline_run(tmp_path: Path) -> None:
+    # Capture off and an upload (nothing here to verify): a command that moved nothing
+    # (`true`) exits 0 at once, which read as an ok 2.4 GB/s before.
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(tmp_path), "upload_dir": str(tmp_path / "up")}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {
+            "copy": {"command": ["true"], "upload_command": ["true"], "cleanup_command": [], "directions": ["upload"]}
+        },
+        "capture": {"enabled": False},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+    result = run_transfer(plan_round(config)[0], config, "test")
+    assert (result.direction, result.outcome, result.verified, result.wire_measured) == ("upload", "ok", False, False)
+    assert result.unproven == "unproven: no capture and no verification"
+    assert "unproven: no capture and no verification: its throughput is no measurement" in result.error
+    assert not counts_in_baseline(result)
+    assert runs_to([result], "here", "upload") == []
+    # The same with the bytes proven (a capture that saw them, or a verification): measured.
+    proven = dataclasses.replace(result, wire_measured=True, payload_bytes_up=1 << 20, unproven="")
+    assert unproven(proven) == "" and counts_in_baseline(proven)
+    assert unproven(dataclasses.replace(proven, payload_bytes_up=0, verified=True)) == ""
+    nothing_on_the_wire = dataclasses.replace(proven, payload_bytes_up=0)
+    assert unproven(nothing_on_the_wire) == "unproven: no bytes on the wire and no verification"
+    # Journaled with its flag, and read back with it (a restart keeps it out of the baselines).
+    assert Result.from_json(result.to_json()).unproven == result.unproven

@@ -38,8 +38,8 @@ from bigbinf.journal import store
 from bigbinf.journal.store import (
     BaselineJournal,
     Journal,
+    Lines,
     Segment,
-    _open,
     _Records,
     replace_durably,
     segments,
@@ -142,20 +142,24 @@ class _Fold:
         if held is not None and held != live_inode and not any(not s.sealed and _inode(s.path) == held for s in todo):
             raise Stale("the live file it partly folded is gone (sealed without it)")
         for segment in todo:
-            with _open(segment.path) as f:
+            with Lines(segment.path) as f:
                 was_live = not segment.sealed and os.fstat(f.fileno()).st_ino == held
                 if was_live:
                     f.seek(self.live_offset)
                 self._fold_lines(f, segment.path)
+            if f.damage is not None:
+                # Folded as far as it reads: moved aside, and those results (and only
+                # they) stay under its name, so it stays covered.
+                store.quarantine(segment.path)
             self.covered.add(segment.source)
             if was_live:
                 self.live_inode, self.live_offset = None, 0
         if live_inode is not None:
-            with open(live, "rb") as f:
+            with open(live, "rb") as tail:
                 if live_inode == self.live_inode:
-                    f.seek(self.live_offset)
-                self.live_offset = self._fold_lines(f, live)
-                self.live_inode = os.fstat(f.fileno()).st_ino
+                    tail.seek(self.live_offset)
+                self.live_offset = self._fold_lines(tail, live)
+                self.live_inode = os.fstat(tail.fileno()).st_ino
         return self.unsaved - before
 
     # ------------------------------------------------------------ on disk

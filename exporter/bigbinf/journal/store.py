@@ -31,6 +31,7 @@ from __future__ import annotations
 import calendar
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import glob
 import gzip
@@ -40,13 +41,18 @@ import logging
 import math
 import os
 import re
+import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
 
+from bigbinf.fserrors import describe_os_error
 from bigbinf.result import PathBaseline, Result
 
 RecordT = TypeVar("RecordT", Result, PathBaseline)
@@ -199,6 +205,287 @@ def _open(segment: Path) -> BinaryIO:
     return open(segment, "rb")
 
 
+# ---------------------------------------------------------------------------------------
+# Damaged segments
+
+# What reading a damaged gzip part raises: a bad CRC or a part that is not gzip
+# (gzip.BadGzipFile, an OSError), a truncated one (EOFError), a damaged deflate stream
+# (zlib.error); an unreadable sector (EIO) is an OSError too.
+DAMAGE = (OSError, EOFError, zlib.error, ValueError)
+
+
+class Lines:
+    """The lines of a segment as far as they can be read: iterating stops, instead of
+    raising, where the file is damaged (`damage` then says how; `unread` is a lower bound on
+    the compressed bytes after the damage: the file's size less what the reader took).
+
+    A gzip part is inflated here (raw deflate, its CRC checked by us) rather than by the
+    gzip module, which drops what it had inflated of a member whose CRC fails: here every
+    line before the damage is read, and a bad CRC still reads the whole member."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.damage: str | None = None
+        self.unread = 0
+        self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._gz = path.name.endswith(".gz")
+        self._offset = 0  # plain files: where the next line starts (tell)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def _damaged(self, exc: BaseException) -> None:
+        self.damage = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        with contextlib.suppress(OSError, ValueError):
+            self.unread = max(0, os.fstat(self._raw.fileno()).st_size - self._raw.tell())
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self._gz:
+            try:
+                for raw in self._raw:
+                    self._offset += len(raw)
+                    yield raw
+            except OSError as exc:  # an unreadable sector
+                self._damaged(exc)
+            return
+        rest = b""
+        used = [0]
+        try:
+            for chunk in _inflate(self._raw, used):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    yield line + b"\n"
+        except DAMAGE as exc:
+            self._damaged(exc)
+            self.unread = max(0, os.fstat(self._raw.fileno()).st_size - used[0])
+        if rest:
+            yield rest  # a torn last line (or the garbage before the damage): no newline
+
+    def seek(self, offset: int) -> None:
+        assert not self._gz, "a gzip part is read from its start"
+        self._raw.seek(offset)
+        self._offset = offset
+
+    def tell(self) -> int:
+        return self._offset if not self._gz else 0
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> Lines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BadGzip(ValueError):
+    """A gzip part that is not gzip, or whose CRC or length does not match its data."""
+
+
+def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[bytes]:
+    """The inflated bytes of a gzip file's members, in order; raises (DAMAGE) where it is
+    damaged, after yielding all it could inflate before that (a member whose CRC or length
+    fails: all of it).  `at[0]`: how far into the file it has read what it used."""
+    buffer = raw.read(size)
+    first = True
+    while buffer or first:
+        at[0] = raw.tell() - len(buffer)
+        if not buffer:
+            return  # an empty file: no member, no results
+        first = False
+        while len(buffer) < 10:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's header")
+            buffer += more
+        if buffer[:3] != b"\x1f\x8b\x08":
+            if not buffer.strip(b"\0"):
+                return  # zero padding after the last member (as gzip tolerates)
+            raise BadGzip("not a gzip member at this point")
+        buffer = _skip_header_fields(raw, buffer, buffer[3], 10, size)
+        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        crc, length = 0, 0
+        while not inflater.eof:
+            if not buffer:
+                buffer = raw.read(size)
+                if not buffer:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            out = inflater.decompress(buffer)
+            buffer = inflater.unused_data
+            at[0] = raw.tell() - len(buffer)
+            if out:
+                crc, length = zlib.crc32(out, crc), length + len(out)
+                yield out
+        while len(buffer) < 8:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's trailer")
+            buffer += more
+        stored_crc, stored_length = int.from_bytes(buffer[:4], "little"), int.from_bytes(buffer[4:8], "little")
+        buffer = buffer[8:] or raw.read(size)
+        at[0] = raw.tell() - len(buffer)
+        if stored_crc != crc or stored_length != length & 0xFFFFFFFF:
+            raise BadGzip(f"CRC check failed {stored_crc:#x} != {crc:#x}")
+        first = True
+        if not buffer:
+            return
+
+
+def _skip_header_fields(raw: BinaryIO, buffer: bytes, flags: int, at: int, size: int) -> bytes:
+    """`buffer` past a gzip member's optional header fields (FEXTRA, FNAME, FCOMMENT, FHCRC)."""
+
+    def need(n: int) -> None:
+        nonlocal buffer
+        while len(buffer) < at + n:
+            more = raw.read(size)
+            if not more:
+                raise EOFError("truncated in a member's header")
+            buffer += more
+
+    if flags & 4:
+        need(2)
+        at += 2 + int.from_bytes(buffer[at : at + 2], "little")
+    for flag in (8, 16):
+        if flags & flag:
+            while True:
+                need(1)
+                end = buffer.find(b"\0", at)
+                if end >= 0:
+                    at = end + 1
+                    break
+                at = len(buffer)
+    if flags & 2:
+        at += 2
+    need(0)
+    return buffer[at:]
+
+
+DAMAGED = ".damaged-"  # <part>.damaged-<UTC stamp>: not a segment name, never read
+
+
+def damaged(journal: str | os.PathLike[str]) -> list[Path]:
+    """The parts of the journal at `journal` quarantined as damaged (quarantine), oldest first."""
+    journal = Path(journal)
+    pattern = re.compile(re.escape(journal.stem) + r"\." + _SEGMENT.pattern)  # this journal's, not journal.paths'
+    try:
+        names = os.listdir(journal.parent)
+    except OSError:
+        return []
+    return sorted(journal.parent / n for n in names if DAMAGED in n and pattern.fullmatch(n.split(DAMAGED)[0]))
+
+
+def quarantine(part: Path) -> Path | None:
+    """Move a damaged sealed part aside as `<part>.damaged-<stamp>` and keep what can be read
+    of it: its readable, whole results are written to a fresh part under the same name (the
+    same ID: a checkpoint that folded it folded just those).  Returns the quarantined file
+    (None: the part reads whole after all, is gone, or this directory takes no writes).
+
+    The order makes every state readable exactly once, wherever a kill lands:
+    1. the readable lines to a temporary file (never read), fsynced;
+    2. the damaged part hard-linked to its quarantine name (not a segment name: never read;
+       a kill here leaves the part read as before, and the next quarantine reuses the link);
+    3. the commit: the temporary file renamed over the part (readers now read the salvage,
+       the same results the damaged part gave up to its damage); or, nothing readable,
+       the part unlinked."""
+    try:
+        f = open(part, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return None
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # two readers finding it at once: one quarantines
+        if not _same_file(f, part):
+            return None
+        kept: list[bytes] = []
+        dropped, dropped_bytes = 0, 0
+        with Lines(part) as lines:
+            for raw in lines:
+                if raw.endswith(b"\n") and _readable(raw):
+                    kept.append(raw)
+                elif raw.strip():
+                    dropped, dropped_bytes = dropped + 1, dropped_bytes + len(raw)
+            damage, unread = lines.damage, lines.unread
+        if damage is None:
+            return None
+        inode = os.fstat(f.fileno()).st_ino
+        prefix = part.name + DAMAGED
+        aside = next((p for p in sorted(part.parent.glob(glob.escape(prefix) + "*")) if _inode(p) == inode), None)
+        try:
+            tmp = _gzip_temporary(part, kept, os.fstat(f.fileno()).st_mode & 0o777) if kept else None
+            if aside is None:  # (a kill after the link: that link, not a second one)
+                aside = part.with_name(prefix + _stamp(time.time()))
+                if aside.exists():
+                    aside = part.with_name(f"{prefix}{_stamp(time.time())}-{os.getpid()}")
+                os.link(part, aside)
+                sync_directory(part.parent)
+            if tmp is not None:
+                os.replace(tmp, part)
+            else:
+                part.unlink()
+            sync_directory(part.parent)
+        except OSError as exc:
+            log.error(
+                "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time",
+                part,
+                damage,
+                describe_os_error(exc),
+            )
+            return None
+    lost = ""
+    if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
+        size = sum(map(len, kept)) / len(kept) if kept else 0
+        about = f", about {max(1, round(dropped_bytes / size))} results at the kept ones' size" if size else ""
+        lost = f"{dropped} unreadable lines of {dropped_bytes} bytes lost{about}"
+    if unread:  # how many results those bytes held is not knowable
+        lost += (" and " if lost else "") + f"at least {unread} compressed bytes unreadable (their results lost)"
+    elif damage.startswith("EOFError"):  # cut short: what stood after its end is not knowable
+        lost += (" and " if lost else "") + "the results after where it ends (how many cannot be known)"
+    log.error(
+        "journal %s: damaged (%s): moved aside to %s; %d results kept in it, %s; the rest of the journal is intact",
+        part,
+        damage,
+        aside.name,
+        len(kept),
+        lost or "nothing more readable",
+    )
+    return aside
+
+
+def check(journal: str | os.PathLike[str]) -> list[Path]:
+    """Read every sealed part of the journal at `journal` through (`journal-compact`) and
+    quarantine the damaged ones; returns where they were moved aside."""
+    moved = []
+    for segment in segments(journal):
+        if not segment.sealed:
+            continue
+        try:
+            with Lines(segment.path) as lines:
+                for _ in lines:
+                    pass
+        except FileNotFoundError:
+            continue
+        if lines.damage is not None:
+            aside = quarantine(segment.path)
+            if aside is not None:
+                moved.append(aside)
+    return moved
+
+
+def _readable(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def read(
     path: str | os.PathLike[str],
     since: float | None = None,
@@ -229,7 +516,7 @@ def read(
             if (since is not None and segment.last < since) or (until is not None and segment.first >= until):
                 continue
             try:
-                f = _open(segment.path)
+                f = Lines(segment.path)
             except FileNotFoundError:
                 if not segment.sealed:  # sealed since listed: its parts instead
                     listed += [s for s in segments(path) if s.sealed and s.source == segment.source]
@@ -237,7 +524,15 @@ def read(
             with f:
                 if not segment.sealed and os.fstat(f.fileno()).st_ino == live_inode:
                     continue  # the live file, renamed since we opened it: read below
-                yield from _records(f, segment.path, record, since, until, skipped)
+                problems: list[SkippedLine] = []
+                yield from _records(f, segment.path, record, since, until, problems)
+            if f.damage is not None:  # read as far as it could be; moved aside, its readable rest kept
+                quarantine(segment.path)  # its unreadable lines are counted in the one line it logs
+            elif skipped is not None:
+                skipped += problems
+            else:
+                for problem in problems:
+                    log.warning("%s", problem)
         if live is not None:
             yield from _records(live, path, record, since, until, skipped)
     finally:
@@ -246,7 +541,7 @@ def read(
 
 
 def _records(
-    f: BinaryIO,
+    f: Iterable[bytes],
     where: Path,
     record: type[RecordT],
     since: float | None,
@@ -284,9 +579,9 @@ def _records(
         yield item
 
 
-def _gzip_durably(target: Path, lines: list[bytes], mode: int) -> None:
-    """`target` written whole or not at all: a temporary file beside it, fsynced, renamed;
-    with the `mode` of the file it comes from (whoever could read the journal still can)."""
+def _gzip_temporary(target: Path, lines: Iterable[bytes], mode: int) -> Path:
+    """`lines` gzipped into a temporary file beside `target` (`.NAME.XXXX`: never read),
+    fsynced; removed again if that fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         os.fchmod(fd, mode)
@@ -296,11 +591,11 @@ def _gzip_durably(target: Path, lines: list[bytes], mode: int) -> None:
                     z.write(line)
             raw.flush()
             os.fsync(raw.fileno())
-        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return Path(tmp)
 
 
 def seal(plain: Segment, journal: _Records[Any]) -> list[Path]:
@@ -320,11 +615,14 @@ def seal(plain: Segment, journal: _Records[Any]) -> list[Path]:
         return _seal_locked(plain, journal, f)
 
 
-def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Path]:
-    journal = records.path
-    groups: dict[tuple[int, bool], list[bytes]] = {}
-    ranges: dict[tuple[int, bool], list[float]] = {}
-    order: list[tuple[int, bool]] = []
+OPEN_PARTS = 4  # gzip parts a sealing writes to at once (a day's out-of-order lines reopen theirs)
+
+
+def _seal_keys(plain: Segment, f: BinaryIO) -> Iterator[tuple[tuple[int, bool], bytes, float | None]]:
+    """Each line of the plain segment (from its start) with its part's key (UTC day, only
+    imported dumps) and its start: a line without a readable start goes with the line
+    before it.  The same keys on every pass."""
+    f.seek(0)
     current: tuple[int, bool] | None = None
     for raw in f:
         if not raw.strip():
@@ -334,25 +632,73 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
         start = _start_of(raw)
         if start is not None:
             current = (math.floor(start / DAY), b'"source":"import"' in raw)
-            span = ranges.setdefault(current, [start, start])
+        yield (current if current is not None else (math.floor(plain.first / DAY), False)), raw, start
+
+
+def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Path]:
+    """Two passes over the plain segment, never more of it in memory than a line (an old
+    single-file journal of a million results is split in the memory of a few parts'
+    compressors): the first finds each day's range (the parts' names), the second writes
+    each line into its part's temporary file (OPEN_PARTS at once; one closed and met again
+    gets another gzip member)."""
+    journal = records.path
+    ranges: dict[tuple[int, bool], list[float]] = {}
+    for key, _, start in _seal_keys(plain, f):
+        span = ranges.setdefault(key, [plain.first, plain.first] if start is None else [start, start])
+        if start is not None:
             span[0], span[1] = min(span[0], start), max(span[1], start)
-        key = current if current is not None else (math.floor(plain.first / DAY), False)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-            ranges.setdefault(key, [plain.first, plain.first])
-        groups[key].append(raw)
     # A crashed sealing of this segment may have left parts: written again (whole) below.
     for old in journal.parent.glob(f"{glob.escape(journal.stem)}.*.{plain.source}.*jsonl.gz"):
         old.unlink()
-    parts = []
-    for key in sorted(order):
-        first, last = ranges[key]
+    mode = os.fstat(f.fileno()).st_mode & 0o777
+    names: dict[tuple[int, bool], Path] = {}
+    for key, (first, last) in ranges.items():
         token = f"{_stamp(math.floor(first))}-{_stamp(math.ceil(last))}"
         tag = ".import" if key[1] else ""
-        part = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
-        _gzip_durably(part, groups[key], os.fstat(f.fileno()).st_mode & 0o777)
-        parts.append(part)
+        names[key] = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
+    temporary: dict[tuple[int, bool], Path] = {}
+    open_parts: dict[tuple[int, bool], tuple[BinaryIO, gzip.GzipFile]] = {}  # oldest used first
+
+    def close(key: tuple[int, bool], sync: bool = False) -> None:
+        raw, z = open_parts.pop(key)
+        z.close()
+        raw.flush()
+        if sync:
+            os.fsync(raw.fileno())
+        raw.close()
+
+    try:
+        for key, raw_line, _ in _seal_keys(plain, f):
+            if key not in open_parts:
+                if len(open_parts) >= OPEN_PARTS:
+                    close(next(iter(open_parts)))
+                if key not in temporary:
+                    fd, name = tempfile.mkstemp(prefix=f".{names[key].name}.", dir=journal.parent)
+                    os.fchmod(fd, mode)
+                    temporary[key] = Path(name)
+                    out: BinaryIO = os.fdopen(fd, "wb")
+                else:
+                    out = open(temporary[key], "ab")  # noqa: SIM115 - closed by close()
+                open_parts[key] = (out, gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out, mtime=0))
+            else:
+                open_parts[key] = open_parts.pop(key)  # the most recently used last
+            open_parts[key][1].write(raw_line)
+        for key in list(open_parts):
+            close(key)
+        for tmp in temporary.values():
+            with open(tmp, "rb+") as synced:
+                os.fsync(synced.fileno())
+        parts = []
+        for key in sorted(names):
+            os.replace(temporary.pop(key), names[key])
+            parts.append(names[key])
+    finally:
+        for key in list(open_parts):
+            with contextlib.suppress(OSError):
+                close(key)
+        for tmp in temporary.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     sync_directory(journal.parent)
     records._checkpoint(plain)  # the checkpoint folds the plain segment whole: its parts are not read again
     plain.path.unlink()  # the commit: from now on its parts are what readers read
@@ -371,6 +717,60 @@ def leftovers(journal: Path) -> list[Path]:
         ]
     except OSError:
         return []
+
+
+# ---------------------------------------------------------------------------------------
+# Results not yet written
+
+UNWRITTEN_MAX = 20_000  # results kept in memory while the journal cannot be written (~2 KB each)
+
+
+class NotJournaled(OSError):
+    """A result could not be written: it is kept in memory (unless at UNWRITTEN_MAX) and
+    written with the next append or retry.  `unwritten`: how many are kept now."""
+
+    def __init__(self, code: int, text: str, unwritten: int) -> None:
+        super().__init__(code, text)
+        self.text = text
+        self.unwritten = unwritten
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def spill_places(journal: Path) -> list[Path]:
+    """Where a stop puts the results it could not journal, in the order tried: beside the
+    journal (journal.unwritten.jsonl: on its disk, it survives a reboot), else in
+    /dev/shm (memory: a full or read-only journal disk does not stop it; it survives the
+    exporter's restart, not the machine's), in a directory only this user can read."""
+    beside = journal.with_name(f"{journal.stem}.unwritten.jsonl")
+    token = hashlib.sha256(str(journal.absolute()).encode()).hexdigest()[:12]
+    return [beside, Path("/dev/shm") / f"bigbinf-{os.geteuid()}" / f"{journal.stem}-{token}.unwritten.jsonl"]
+
+
+def _private_directory(directory: Path) -> None:
+    """`directory` made (0700) or checked: ours and not a symlink (it is in a shared /dev/shm)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PermissionError(errno.EACCES, "not a private directory of this user", str(directory))
+
+
+def _trusted(place: Path) -> bool:
+    """A spill file to take back: a regular file of this user, in the journal's directory
+    or a private one (nobody else could have written results into it)."""
+    try:
+        st = os.lstat(place)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        log.warning("%s: not taken back (not a regular file of this user)", place)
+        return False
+    if st.st_mode & 0o022:
+        log.warning("%s: not taken back (others may write it)", place)
+        return False
+    return True
 
 
 # What runs after a rotation renamed the live file to a plain segment: checkpoint.py
@@ -392,37 +792,177 @@ class _Records(Generic[RecordT]):
         self.retention = retention
         self._lock = threading.Lock()
         self.fold: Any = None  # its checkpoint (checkpoint.py) once something restored from it
+        # Results that could not be written yet (start, line), oldest first (append).
+        self.unwritten: deque[tuple[float, bytes]] = deque()
+        self.unwritten_dropped = 0
+        self._rotated = False  # an append under the lock rotated: settled after it
 
     def append(self, result: RecordT) -> None:
-        """Write one result durably (flush + fsync) before anyone publishes it."""
+        """Write one result durably (flush + fsync) before anyone publishes it.
+
+        If it cannot be written (a full, read-only or failing disk), it is kept in memory
+        (`unwritten`, at most UNWRITTEN_MAX) and NotJournaled is raised; each later append
+        (and `retry`) writes the kept ones first, in order."""
         line = (json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
-        rotated: Segment | None = None
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            while True:
-                with open(self.path, "a+b") as f:
-                    fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released by the close
-                    if not _same_file(f, self.path):
-                        continue  # rotated while we waited for the lock: append to the new one
-                    if rotated is None and self._due(f, result.start_timestamp):
-                        rotated = self._rotate(f)
-                        continue
-                    # A torn last line (power loss mid-write) has no newline: appending onto it
-                    # would glue this result to it and lose both.  End it first; read() then
-                    # reports the torn line alone and keeps this one.
-                    end = f.seek(0, os.SEEK_END)
-                    if end:
-                        f.seek(end - 1)
-                        if f.read(1) != b"\n":
-                            line = b"\n" + line
-                    f.write(line)  # "a" mode: always at the end, whatever was read
-                    f.flush()
+            if len(self.unwritten) >= UNWRITTEN_MAX:
+                self.unwritten_dropped += 1  # bounded: memory is what keeps the exporter up
+                raise NotJournaled(0, "unwritten results at their bound: this one is lost", len(self.unwritten))
+            self.unwritten.append((result.start_timestamp, line))
+            try:
+                self._write_unwritten()
+            finally:
+                rotated, self._rotated = self._rotated, False
+        if rotated:
+            self.settle()  # outside the lock: appends go on while a day is sealed
+
+    @property
+    def unwritten_count(self) -> int:
+        return len(self.unwritten)
+
+    def retry(self) -> int:
+        """Write the results kept unwritten (the disk may take writes again); returns how
+        many it wrote.  Never raises: what still cannot be written stays kept."""
+        with self._lock:
+            if not self.unwritten:
+                return 0
+            before = len(self.unwritten)
+            with contextlib.suppress(NotJournaled):
+                self._write_unwritten(fresh=False)
+            written = before - len(self.unwritten)
+            rotated, self._rotated = self._rotated, False
+        if rotated:
+            with contextlib.suppress(OSError):
+                self.settle()
+        return written
+
+    def _write_unwritten(self, fresh: bool = True) -> None:
+        """Write the kept lines oldest first (with self._lock held); NotJournaled at the
+        first that fails (it and those after it stay kept, in order)."""
+        written, backlog = 0, len(self.unwritten) - (1 if fresh else 0)  # fresh: the one just appended
+        try:
+            while self.unwritten:
+                start, line = self.unwritten[0]
+                self._rotated = self._write(line, start) or self._rotated
+                self.unwritten.popleft()
+                written += 1
+        except OSError as exc:
+            raise NotJournaled(
+                exc.errno or 0, describe_os_error(exc, self.path, "journal"), len(self.unwritten)
+            ) from exc
+        finally:
+            if written and self.fold is not None:
+                with contextlib.suppress(OSError):  # a checkpoint is only ever behind
+                    self.fold.after_append()
+            if written and backlog > 0:
+                log.info(
+                    "journal %s: %d results kept while it could not be written are journaled now%s",
+                    self.path,
+                    min(written, backlog),
+                    f" ({len(self.unwritten)} still unwritten)" if self.unwritten else "",
+                )
+
+    def _write(self, line: bytes, start: float) -> bool:
+        """Append one line durably; True if it rotated the live file first."""
+        rotated = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            with open(self.path, "a+b") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released by the close
+                if not _same_file(f, self.path):
+                    continue  # rotated while we waited for the lock: append to the new one
+                if not rotated and self._due(f, start):
+                    self._rotate(f)
+                    rotated = True
+                    continue
+                # A torn last line (power loss mid-write) has no newline: appending onto it
+                # would glue this result to it and lose both.  End it first; read() then
+                # reports the torn line alone and keeps this one.
+                end = f.seek(0, os.SEEK_END)
+                if end:
+                    f.seek(end - 1)
+                    if f.read(1) != b"\n":
+                        line = b"\n" + line
+                try:
+                    # Unbuffered ("a" mode: always at the end, whatever was read): a buffer
+                    # would keep a part that failed and write it at the close, torn.
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(f.fileno(), view) :]
                     os.fsync(f.fileno())
-                    break
-            if self.fold is not None:
-                self.fold.after_append()
-        if rotated is not None:
-            self.settle()
+                except OSError:
+                    # A part written (a disk filling up): cut back, so that the whole line
+                    # written later is the only copy and no torn one is left before it.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(f.fileno(), end)
+                    raise
+                return rotated
+
+    # ----------------------------------------------------------- kept elsewhere at a stop
+
+    def spill(self) -> Path | None:
+        """At a stop: the results still unwritten written to the first place that takes
+        them (spill_places: beside the journal, else /dev/shm), after one more try at the
+        journal; returns where (None: nothing was unwritten, or nowhere took them)."""
+        self.retry()
+        with self._lock:
+            if not self.unwritten:
+                return None
+            text = b"".join(line for _, line in self.unwritten).decode("utf-8")
+            problems = []
+            for place in spill_places(self.path):
+                try:
+                    if place.parent != self.path.parent:
+                        _private_directory(place.parent)
+                    previous = place.read_text(encoding="utf-8") if place.exists() else ""
+                    replace_durably(place, previous + text)
+                except OSError as exc:
+                    problems.append(describe_os_error(exc, place))
+                    continue
+                log.warning(
+                    "journal %s: %d results could not be journaled before this stop: written to %s; the next start "
+                    "journals them",
+                    self.path,
+                    len(self.unwritten),
+                    place,
+                )
+                self.unwritten.clear()
+                return place
+            log.error(
+                "journal %s: %d results could not be journaled before this stop and are lost: %s",
+                self.path,
+                len(self.unwritten),
+                "; ".join(problems),
+            )
+            return None
+
+    def take_back(self) -> int:
+        """At a start: journal the results a stop spilled (spill), in order, each once (one
+        already journaled, by a start killed midway, is not journaled again); the spill file
+        is removed once they are.  Returns how many it journaled."""
+        taken = 0
+        for place in spill_places(self.path):
+            if not _trusted(place):
+                continue
+            lines = [raw for raw in place.read_bytes().splitlines(keepends=True) if raw.strip()]
+            records = []
+            for raw in lines:
+                try:
+                    records.append(self.record.from_json(json.loads(raw)))
+                except (ValueError, TypeError) as exc:
+                    log.warning("%s: skipped a line (%s)", place, exc)
+            if records:
+                since = min(r.start_timestamp for r in records)
+                there = {json.dumps(r.to_json(), sort_keys=True) for r in self.read(since=since)}
+                todo = [r for r in records if json.dumps(r.to_json(), sort_keys=True) not in there]
+                for r in todo:
+                    with contextlib.suppress(NotJournaled):  # kept in memory, in order: retried, spilled again
+                        self.append(r)
+                    taken += 1
+            with contextlib.suppress(OSError):
+                place.unlink()
+            log.info("journal %s: took back %d results a stop left in %s", self.path, len(records), place)
+        return taken
 
     def read(
         self, skipped: list[SkippedLine] | None = None, since: float | None = None, until: float | None = None
@@ -452,8 +992,12 @@ class _Records(Generic[RecordT]):
     def _rotate(self, f: BinaryIO) -> Segment:
         """Rename the live file (held, locked, as `f`) to a plain segment named by its range."""
         f.seek(0)
-        starts = [t for t in (_start_of(raw) for raw in f if raw.strip()) if t is not None]
-        first, last = math.floor(min(starts)), math.ceil(max(starts))
+        low, high = math.inf, -math.inf  # streamed: a single-file journal may hold a million lines
+        for raw in f:
+            t = _start_of(raw) if raw.strip() else None
+            if t is not None:
+                low, high = min(low, t), max(high, t)
+        first, last = math.floor(low), math.ceil(high)
         taken = {s.path.name.split(".jsonl")[0] for s in segments(self.path)}
         while f"{self.path.stem}.{_stamp(first)}-{_stamp(last)}" in taken:
             last += 1  # the same range twice (rare): a second later still holds all of it

@@ -23,6 +23,7 @@ from typing import Any, overload
 
 from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
+from bigbinf.fserrors import describe_os_error, is_host_error
 from bigbinf.journal.pending import PendingAnalysis, PendingStore
 from bigbinf.judge.verdict import judge_limit
 from bigbinf.judge.words import human_bytes
@@ -265,7 +266,7 @@ def run_transfer(
     except UndoError as exc:  # nothing has run: an upload that could not be undone is not made
         result = subject.result("failed", str(exc))
     except Exception as exc:  # a transfer never takes the round (and its other results) down
-        result = _internal_error(spec, subject, exc)
+        result = _internal_error(spec, subject, exc, config)
     finally:
         measured = result.result if isinstance(result, PendingAnalysis) else result
         if upload_name and workdir is not None and (measured is None or _upload_may_be_on_remote(measured)):
@@ -336,7 +337,7 @@ def _measure_prepared(
     except _CaptureStartError as exc:
         return _with_restore_errors(prepared.subject.result("failed", f"capture: {exc}"), tuned)
     except Exception as exc:  # the addresses are known now: the result keeps them
-        return _with_restore_errors(_internal_error(spec, prepared.subject, exc), tuned)
+        return _with_restore_errors(_internal_error(spec, prepared.subject, exc, config), tuned)
     result = _with_restore_errors(_result(prepared, ran, wire, verdict, pcap_path), tuned)
     return _with_limit(result, baseline, spec.label)
 
@@ -389,10 +390,31 @@ def _with_restore_errors(result: Result, tuned: Tuned) -> Result:
     return dataclasses.replace(result, error="; ".join(filter(None, [result.error, *tuned.restore_errors])))
 
 
-def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception) -> Result:
-    """A bug or an unforeseen failure: logged with its traceback, and a failed result."""
+def _internal_error(spec: TransferSpec, subject: Subject, exc: Exception, config: Config | None = None) -> Result:
+    """A bug or an unforeseen failure: logged with its traceback, and a failed result.  What
+    a host's file system refuses (read-only, full, quota, permission, I/O) is no bug: a
+    failed result whose error names the directory, the error and the fix, in one line
+    (the result's own log line), without a traceback."""
+    if is_host_error(exc) and isinstance(exc, OSError):
+        return subject.result("failed", _host_error(exc, config))
     log.error("%s: unexpected error", spec.label, exc_info=exc)
     return subject.result("failed", f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _host_error(exc: OSError, config: Config | None) -> str:
+    """`exc` said of the configured directory it happened in (transfer.workdir,
+    capture.directory, the journal's), else of its own file."""
+    if config is not None and exc.filename is not None:
+        where = Path(str(exc.filename))
+        places = [
+            ("transfer.workdir", config.transfer.workdir),
+            ("capture.directory", capture_directory(config)),
+            ("journal.path's directory", config.journal.path.parent),
+        ]
+        for what, directory in places:
+            if where == directory or directory in where.parents:
+                return describe_os_error(exc, directory, what)
+    return describe_os_error(exc)
 
 
 def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path, upload_name: str) -> Prepared:
@@ -831,7 +853,26 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         host_busy=ran.host_busy,
         congestion_control=_sender_congestion_control(prepared, ran),
     )
-    return _with_wire(result, wire)
+    result = _with_wire(result, wire)
+    why = unproven(result)
+    if why:  # said on the result (the flag, and its error, where every reader looks)
+        note = f"{why}: its throughput is no measurement and counts in no baseline"
+        result = dataclasses.replace(result, unproven=why, error="; ".join(filter(None, [result.error, note])))
+    return result
+
+
+def unproven(result: Result) -> str:
+    """Why an ok transfer proves no bytes moved ("" if it does): no capture read and no
+    verification (nor the program's own count, as iperf3's), or a capture that saw no
+    payload on the wire.  A command that moved nothing (`true`) exits 0 at once and would
+    otherwise read as a transfer at gigabytes a second."""
+    if result.outcome != "ok" or result.verified or result.reported.get("bytes", 0) > 0:
+        return ""
+    if not result.wire_measured:
+        return "unproven: no capture and no verification"
+    if result.payload_bytes_down + result.payload_bytes_up <= 0:
+        return "unproven: no bytes on the wire and no verification"
+    return ""
 
 
 def _with_wire(result: Result, wire: Wire | None) -> Result:

@@ -588,6 +588,29 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "a congestion control route or a TCP buffer cap still set on a host, or an upload still on a remote.  "
             "Each replay that failed is logged with the host, the command and its error.",
         ),
+        alert(
+            s,
+            "BigbinfJournalNotDurable",
+            f"{metrics.JOURNAL_UNWRITTEN.name} > 0",
+            "0m",
+            "critical",
+            "bigbinf {{ $labels.instance }} cannot write its journal",
+            '{{ $value | printf "%.0f" }} results are published but not journaled: the journal\'s disk is full, '
+            "read-only or failing (the exporter logs the path, the error and the fix).  They are kept in memory and "
+            "written once the disk takes writes again; a stop meanwhile writes them beside the journal or in "
+            "/dev/shm, and a crash or a reboot loses them.",
+        ),
+        alert(
+            s,
+            "BigbinfJournalDamaged",
+            f"{metrics.JOURNAL_DAMAGED.name} > 0",
+            "0m",
+            "warning",
+            "bigbinf {{ $labels.instance }}: a journal segment is damaged",
+            '{{ $value | printf "%.0f" }} damaged journal segments were moved aside (<segment>.damaged-<time>, '
+            "beside the journal): their readable results are kept in the journal, the rest is lost (the exporter "
+            "logged the file and how much).  Check the disk; then remove or archive the .damaged- files.",
+        ),
     ]
 
 

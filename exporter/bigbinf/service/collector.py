@@ -160,6 +160,8 @@ class ExporterState:
         self.config_ok = False
         self.config_ok_timestamp: float | None = None
         self.journal_failures = 0
+        self.journal_unwritten = 0
+        self.journal_damaged = 0
         # Pending entries of the undo journal per kind (measure/undo.py): what a host keeps
         # changed (or an upload left on a remote) until a replay succeeds.
         self.undo_pending: dict[str, int] = {}
@@ -380,6 +382,13 @@ class ExporterState:
         with self._changing():
             self.journal_failures += 1
 
+    def record_journal_health(self, unwritten: int, damaged: int) -> None:
+        """The results not yet journaled and the damaged segments moved aside, now."""
+        if (unwritten, damaged) == (self.journal_unwritten, self.journal_damaged):
+            return
+        with self._changing():
+            self.journal_unwritten, self.journal_damaged = unwritten, damaged
+
     def record_undo_pending(self, counts: dict[str, int]) -> None:
         if counts == self.undo_pending:
             return
@@ -406,6 +415,8 @@ class ExporterState:
             clone.config_ok = self.config_ok
             clone.config_ok_timestamp = self.config_ok_timestamp
             clone.journal_failures = self.journal_failures
+            clone.journal_unwritten = self.journal_unwritten
+            clone.journal_damaged = self.journal_damaged
             clone.undo_pending = dict(self.undo_pending)
             clone.http_rejected = dict(self.http_rejected)
             clone.paths = dict(self.paths)
@@ -620,6 +631,8 @@ class BigbinfCollector(Collector):
         yield gauge(M.CONFIG_RELOAD_OK, 1.0 if s.config_ok else 0.0)
         yield gauge(M.CONFIG_RELOAD_TS, s.config_ok_timestamp)
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
+        yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
+        yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)
         pending = GaugeMetricFamily(M.UNDO_PENDING.name, M.UNDO_PENDING.help, labels=M.UNDO_PENDING.labels)
         for kind in sorted(s.undo_pending):
             pending.add_metric([kind], s.undo_pending[kind])

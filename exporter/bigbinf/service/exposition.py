@@ -294,6 +294,8 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     single(M.CONFIG_RELOAD_OK, "gauge", 1.0 if s.config_ok else 0.0)
     single(M.CONFIG_RELOAD_TS, "gauge", s.config_ok_timestamp)
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
+    single(M.JOURNAL_UNWRITTEN, "gauge", s.journal_unwritten)
+    single(M.JOURNAL_DAMAGED, "gauge", s.journal_damaged)
     pending = _Lines()
     for kind in sorted(s.undo_pending):
         r.sample(pending, M.UNDO_PENDING.name, [("kind", kind)], s.undo_pending[kind])

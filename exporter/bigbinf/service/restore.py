@@ -17,6 +17,7 @@ import logging
 import time
 
 from bigbinf.config import Config
+from bigbinf.fserrors import describe_os_error
 from bigbinf.history.regression import WEEK
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
@@ -38,7 +39,12 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
         try:
             journal.rotate_now()
         except OSError as exc:  # e.g. a read-only journal directory: read as it is
-            log.warning("journal %s: not rotated (%s)", journal.path, exc)
+            log.warning("%s: not rotated, read as it is", describe_os_error(exc, journal.path, "journal"))
+        # What the last stop could not journal (its disk full or read-only), journaled now.
+        try:
+            journal.take_back()
+        except OSError as exc:
+            log.warning("%s: what the last stop left unwritten is not taken back yet", describe_os_error(exc))
     results = checkpoint.of(runner.journal)
     restored = state.restore(r for r in results.latest_results() if r.source == "exporter" and r.key in configured)
     log.info("restored %d results from %s", restored, config.journal.path)
@@ -60,6 +66,7 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     restore_history(runner, configured)
     # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
     restore_moves(runner)
+    runner.journal_health()  # the damaged segments moved aside, counted from their files
     return restored
 
 

@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from bigbinf.config import Config, kept_pcap_directory
+from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
 from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, size_label
 from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
-from bigbinf.journal.store import DAY, BaselineJournal, Journal, baseline_path, temporaries
+from bigbinf.journal.store import DAY, BaselineJournal, Journal, NotJournaled, baseline_path, damaged, temporaries
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
@@ -65,6 +66,9 @@ REPLAY_RUNS, REPLAY_TOTAL = 240, 40_000
 
 # The lab a config's `lab: true` remotes stand for, worked out again for each config.
 LabFor = Callable[[Config], LabSite | None]
+
+
+JOURNAL_RETRY_EVERY = 10.0  # seconds between tries at writing what the journal could not take
 
 
 def run_id(when: float | None = None, tag: str = "") -> str:
@@ -631,8 +635,8 @@ class RoundRunner:
         try:
             self.baselines.append(baseline)
         except OSError as exc:
-            log.error("journal %s: cannot write (%s)", self.baselines.path, exc)
-            self.state.record_journal_failure()
+            self.not_journaled(self.baselines, exc, "path baseline")
+        self.journal_health()
         self.state.record_path(baseline)
         self.recent.add_baseline(baseline)
 
@@ -641,12 +645,8 @@ class RoundRunner:
         try:
             self.journal.append(result)  # durable first: a scrape never shows an unjournaled result
         except OSError as exc:
-            log.error(
-                "journal %s: cannot write (%s); the result is published but will not survive a restart",
-                self.journal.path,
-                exc,
-            )
-            self.state.record_journal_failure()
+            self.not_journaled(self.journal, exc, "result")
+        self.journal_health()
         self.state.record(result)
         self.recent.add(result)
         self.record_undo_pending()  # a transfer's undo may have failed (its error says so)
@@ -656,6 +656,41 @@ class RoundRunner:
         self._note_iperf3(result)
         if self.on_result:
             self.on_result(result)
+
+    def not_journaled(self, journal: Journal | BaselineJournal, exc: OSError, what: str) -> None:
+        """One line: why the journal took no write, and where the record is now."""
+        self.state.record_journal_failure()
+        text = describe_os_error(exc, journal.path, "journal") if not isinstance(exc, NotJournaled) else str(exc)
+        if isinstance(exc, NotJournaled) and exc.unwritten:
+            log.error(
+                "%s; the %s is published and kept in memory (%d unwritten), written once the journal takes writes "
+                "again (retried every %.0f s)",
+                text,
+                what,
+                exc.unwritten,
+                JOURNAL_RETRY_EVERY,
+            )
+        else:
+            log.error("%s; the %s is published but will not survive a restart", text, what)
+
+    def journal_health(self) -> None:
+        """The records not yet journaled and the damaged segments moved aside, to the metrics."""
+        unwritten = self.journal.unwritten_count + self.baselines.unwritten_count
+        found = len(damaged(self.journal.path)) + len(damaged(self.baselines.path))
+        self.state.record_journal_health(unwritten, found)
+
+    def retry_journal(self) -> None:
+        """Every JOURNAL_RETRY_EVERY: write what the journals could not take (their disk may
+        take writes again), and count the damaged segments (one removed by hand falls off)."""
+        for journal in (self.journal, self.baselines):
+            journal.retry()
+        self.journal_health()
+
+    def spill_unwritten(self) -> None:
+        """At a stop: what is still unwritten goes to a second place (store.spill), said how many and where."""
+        for journal in (self.journal, self.baselines):
+            journal.spill()
+        self.journal_health()
 
 
 _path_problems_logged: set[tuple[str, str]] = set()

@@ -50,7 +50,7 @@ from bigbinf.service.httpd import HttpServer
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
 from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.restore import restore, restore_history, restore_moves
-from bigbinf.service.rounds import LabFor, RoundRunner, no_lab, series_of
+from bigbinf.service.rounds import JOURNAL_RETRY_EVERY, LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
 from bigbinf.service.webconfig import WebConfig, load_web_config
@@ -268,6 +268,10 @@ class Exporter:
         self.scheduler.add_job(
             self.runner.sync_accepts, "interval", seconds=ACCEPTS_EVERY, id="regression-accepts", coalesce=True
         )
+        # What the journal could not take, tried again (the disk may take writes again).
+        self.scheduler.add_job(
+            self.runner.retry_journal, "interval", seconds=JOURNAL_RETRY_EVERY, id="journal-retry", coalesce=True
+        )
         self.scheduler.start()
         if self.mesh_runner is not None:
             self.mesh_runner.start()
@@ -298,8 +302,11 @@ class Exporter:
             )
             self.runner.config = config
             self.web = web  # new connections use it; a connection in progress keeps its own
+            unwritten = (self.runner.journal.unwritten, self.runner.baselines.unwritten)
             self.runner.journal = Journal(config.journal.path, config.journal.retention)
             self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
+            # What the journal could not take yet goes to the journal now configured.
+            self.runner.journal.unwritten, self.runner.baselines.unwritten = unwritten
             self.runner.undo = UndoJournal.beside(config.journal.path)
             if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
                 self.runner.regression_journal = RegressionJournal(config.journal.path)

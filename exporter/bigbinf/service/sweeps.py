@@ -344,8 +344,8 @@ class SweepRunner:
         try:
             self.runner.journal.append(result)
         except OSError as exc:
-            log.error("journal %s: cannot write (%s)", self.runner.journal.path, exc)
-            self.state.record_journal_failure()
+            self.runner.not_journaled(self.runner.journal, exc, "sweep run")
+        self.runner.journal_health()
         self.runner.recent.add(result)
 
     def _say(self, line: str) -> None:
