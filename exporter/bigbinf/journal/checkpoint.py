@@ -46,11 +46,12 @@ from bigbinf.journal.store import (
     temporaries,
 )
 from bigbinf.result import PathBaseline, Result, SeriesKey
-from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, runs_to
+from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, move_runs
 
 log = logging.getLogger(__name__)
 
-VERSION = 3  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline
+VERSION = 4  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline;
+# 4: the move runs the model leaves out too, with why, and each run's command digest
 RECENT_KEEP = 1000  # transfers (and baselines) kept for the pages: pages.recent_transfers up to this
 SAVE_EVERY = 500  # journaled records between saves: what a start may have to fold
 DAY = 86400.0
@@ -293,7 +294,7 @@ class ResultsFold(_Fold):
                 if t > last[0]:
                     self.sweeps[r.sweep_name] = (t, r.sweep, last[2])
         for direction, moves in self.moves.items():
-            for run in runs_to([r], r.remote, direction):
+            for run in move_runs([r], r.remote, direction):  # those left out too: plan-move says why
                 moves.add(r.remote, run)
 
     @property
@@ -444,6 +445,7 @@ class BaselinesFold(_Fold):
 
 def _run_fields(run: Run) -> Iterator[Any]:
     yield from (run.protocol, run.setting, run.bytes, run.files, run.seconds, run.timestamp, run.source)
+    yield from (run.command, run.left_out)
 
 
 def _fold_type(journal: _Records[Any]) -> type[_Fold]:

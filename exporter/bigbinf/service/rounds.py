@@ -52,7 +52,7 @@ from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
 from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.result import PathBaseline, Result, SeriesKey
-from bigbinf.runs import RecentRuns, counts_in_baseline, runs_to
+from bigbinf.runs import RecentRuns, counts_in_baseline, move_runs
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.round_note import Note, RoundNote
@@ -260,7 +260,7 @@ class RoundRunner:
                 self.move_runs = RecentRuns()
             changed: set[str] = set()
             for r in results:
-                for run in runs_to([r], r.remote, moves.direction):
+                for run in move_runs([r], r.remote, moves.direction):
                     self.move_runs.add(r.remote, run)
                     changed.add(r.remote)
         self._predict_moves(changed)
