@@ -16,10 +16,12 @@ from bigbinf import metrics as M
 from bigbinf.config import parse_config
 from bigbinf.history.regression import (
     DAY,
+    EXACT_TIED_BELOW,
     History,
     RegressionSettings,
     Tested,
     Untested,
+    _exact_tied_p,
     bh_qvalues,
     examine,
     hodges_lehmann,
@@ -65,9 +67,17 @@ def test_tied_p_values_are_exact_against_every_permutation() -> None:
             y = np.round(rng.normal(0, 1, n) * 2) / 2
             if len(np.unique(np.concatenate([x, y]))) == m + n:
                 continue  # no tie: the exact test, compared above
-            assert mann_whitney_less(x, y) == pytest.approx(_brute_force_p(x, y), rel=1e-9, abs=1e-12), (x, y)
-            checked += 1
-    assert checked > 100
+            exact = _brute_force_p(x, y)
+            normal = stats.mannwhitneyu(x, y, alternative="less", method="asymptotic").pvalue
+            expected = exact if normal <= EXACT_TIED_BELOW else normal  # above it, no decision: the approximation
+            assert mann_whitney_less(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12), (x, y)
+            checked += normal <= EXACT_TIED_BELOW
+    assert checked > 50
+    # The count itself, wherever p is.
+    for _ in range(200):
+        m, n = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+        x, y = rng.integers(0, 4, m).astype(float), rng.integers(0, 5, n).astype(float)
+        assert _exact_tied_p(x, y) == pytest.approx(_brute_force_p(x, y), rel=1e-9, abs=1e-12), (x, y)
 
 
 def test_ties_have_no_p_value_floor() -> None:

@@ -108,7 +108,7 @@ def journal_runs(journal: Journal, remote: str, direction: str, history: float) 
     """The runs the exporter's own predictions stand on (its journal's checkpoint, not the
     whole journal: a year of results is read in a second), those the model leaves out
     with them: the last `history` seconds before the remote's latest run."""
-    return checkpoint.of(journal).moves[direction].basis(remote, history)
+    return checkpoint.of(journal).move_basis(direction, remote, history)
 
 
 def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:

@@ -32,6 +32,16 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   interval is the exact distribution-free one that inverts the same U test (the
   differences' order statistics at U's critical values), so the CI and the p-value
   never contradict each other.
+* **A per-series level first** (`series_alpha`): a drop within the series' noise
+  (the suspicion's runs, below) opens only if its p-value is at most
+  FALSE_OPENINGS_PER_DAY / the series' rounds a day, whatever the exporter's number of
+  series: the Benjamini-Hochberg family below is the exporter's series, so alone it
+  gave a one-series exporter no correction for looking every round (3.9 false openings
+  per 1,000 series-days with one series, 1.1 with 12, none with 60).  A drop beyond the
+  noise (`beyond_noise`: three runs each beyond AT_ONCE_SDS of the series' SD) is its own
+  per-series control, and the rank test's smallest p for three runs against a month at
+  one hour (1 / C(31, 3) = 2.2e-4) must still open a 30% drop of a quiet series on its
+  3rd slow run.
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
   over every tested series' current p-value (`judge`, published).  A regression **opens**
   when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
@@ -89,6 +99,19 @@ class RegressionSettings:
     material_drop: float = 0.10
     confidence: float = 0.95
     timezone: str = "UTC"
+    rounds_per_day: float = 2.0  # the schedule's (rounds_per_day): sizes series_alpha
+
+    @property
+    def series_alpha(self) -> float:
+        """The p-value at or below which a series' drop within its noise may open, looked
+        at every round (FALSE_OPENINGS_PER_DAY spent over the day's rounds), never above fdr."""
+        return min(self.fdr, FALSE_OPENINGS_PER_DAY / max(self.rounds_per_day, 1.0))
+
+
+# The false openings a day an unchanged series may have, spent per look (series_alpha):
+# half the goal of 1 per 1,000 series-days, the gates after it (material, more runs than
+# recent_runs) taking little off (measured: benchmarks/bench_regression.py --family-sizes).
+FALSE_OPENINGS_PER_DAY = 0.0005
 
 
 # ---------------------------------------------------------------- statistics
@@ -145,7 +168,8 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
     """One-sided p-value of the Mann-Whitney U test that x is stochastically smaller than
     y: exact, with ties too (the permutation distribution of x's midrank sum,
     `_exact_tied_p`: scipy.stats.mannwhitneyu(x, y, alternative="less", method=
-    PermutationMethod()) to its resolution), else (a table beyond EXACT_TIED_CELLS) the
+    PermutationMethod()) to its resolution), where the normal approximation puts it at
+    or below EXACT_TIED_BELOW; else (above it, or a table beyond EXACT_TIED_CELLS) the
     normal approximation with tie and continuity corrections (method "asymptotic")."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     m, n = len(xa), len(ya)
@@ -160,8 +184,11 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
         # Symmetry: P(U <= u) = 1 - P(U <= mn - u - 1).
         rest = m * n - ui - 1
         return float(max(0.0, 1.0 - _exact_cdf(m, n, rest)[rest])) if rest >= 0 else 1.0
+    normal = _normal_p(xa, ya, u)
+    if normal > EXACT_TIED_BELOW:
+        return normal
     exact = _exact_tied_p(xa, ya)
-    return exact if exact is not None else _normal_p(xa, ya, u)
+    return exact if exact is not None else normal
 
 
 # The exact tied distribution's table: (x's runs + 1) x (the doubled midrank sums up to the
@@ -169,6 +196,11 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
 # open regression's 30 runs against 300 (310,000, half a second) use the normal
 # approximation, which is good there.
 EXACT_TIED_CELLS = 100_000
+# With ties, p-values the normal approximation puts above this are its own: the exact
+# count costs 3-15 ms a test there (the tail to count is half the table), and no decision
+# is made near them (an opening needs p at most series_alpha, or fdr across the series,
+# 0.002 by default); the approximation's error is at the far tail, which it overstates.
+EXACT_TIED_BELOW = 0.2
 
 
 def _exact_tied_p(xa: np.ndarray, ya: np.ndarray) -> float | None:
@@ -739,7 +771,31 @@ def settings_of(config: Config) -> RegressionSettings:
         material_drop=r.material_drop,
         confidence=r.confidence,
         timezone=config.schedule.timezone,
+        rounds_per_day=rounds_per_day(config),
     )
+
+
+def rounds_per_day(config: Config) -> float:
+    """How many times a day each series is measured: the schedule's interval, or its cron
+    lines' starts over a week, times schedule.rounds."""
+    from datetime import timedelta
+
+    from bigbinf.cron import crontab_trigger
+
+    schedule = config.schedule
+    if schedule.interval:
+        return DAY / schedule.interval * schedule.rounds
+    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    start = datetime(2026, 1, 5, tzinfo=zone)  # a Monday: a whole week of starts
+    end = start + timedelta(days=7)
+    starts = 0
+    for line in schedule.cron:
+        trigger = crontab_trigger(line, zone)
+        at = trigger.get_next_fire_time(None, start)
+        while at is not None and at < end and starts < 7 * 24 * 60 * len(schedule.cron):
+            starts += 1
+            at = trigger.get_next_fire_time(at, at + timedelta(seconds=1))
+    return max(starts / 7.0, 1.0 / 7.0) * schedule.rounds
 
 
 class History:
@@ -853,7 +909,7 @@ class History:
             at_once = test.ratio <= material and beyond_noise(test.ratio, test.noise)
             if at_once and self._opens(key, test.p_value):
                 since = max(track.suspect, test.first)  # the test's runs (from the drop's first)
-            elif ratio <= material and runs > s.recent_runs and self._opens(key, p):
+            elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
                 since = track.suspect
             else:
                 since = None
