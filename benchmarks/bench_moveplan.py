@@ -241,8 +241,9 @@ def year(results: int, before_path: str | None, repeat: int) -> int:
     """plan-move and advise on a year of history (phase 3)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks.bench_journal import DATASETS, PROTOCOLS, REMOTES, write_journal
-    from bigbinf.journal import checkpoint
     from tests.support.mesh import write_mesh_config
+
+    from bigbinf.journal import checkpoint
 
     own = str(Path(__file__).resolve().parents[1] / "exporter")
     ways = [("before", before_path)] if before_path else []

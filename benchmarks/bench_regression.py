@@ -495,7 +495,7 @@ def family_sizes(argv: list[str]) -> int:
         false_openings, series_days = 0, 0.0
         delays: dict[str, list[int]] = {kind: [] for kind in kinds}
         missed = 0
-        drops_left = {kind: args.drops for kind in kinds}
+        drops_left = dict.fromkeys(kinds, args.drops)
         while series_days < args.series_days or any(drops_left.values()):
             unchanged = family if not any(drops_left.values()) else family - dropped_per
             need = args.series_days - series_days

@@ -84,7 +84,10 @@ def move_runs(results: Iterable[Result], remote: str, direction: str = "download
             left_out_of_moves(r),
         )
         for r in results
-        if r.remote == remote and r.direction == direction and r.source in ("exporter", "sweep") and r.outcome != "skipped"
+        if r.remote == remote
+        and r.direction == direction
+        and r.source in ("exporter", "sweep")
+        and r.outcome != "skipped"
     ]
 
 

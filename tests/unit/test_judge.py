@@ -390,6 +390,12 @@ def test_advise_from_the_journals_prints_the_lines_and_the_network_verdict(tmp_p
     assert line and int(line.group(1)) >= 2 * 1e13 * 0.1  # 2 x BDP
     assert "the remote's buffers cannot be read: give remotes.site.stats_command" in out
     assert "the network, not the host, is the limit" in out and "will not make them faster now" in out
+    # This host is "this host" whatever side the last verdict named (it read "(path)" after a
+    # path verdict, "(local)" after a local one).
+    assert "to lift the buffer limit on this host:" in out
+    Journal(journal).append(download(remote="site", start_timestamp=5.0, limited_by="cpu", limited_side="local"))
+    assert main(["--config.file", str(config), "advise"]) == 0
+    assert "to lift the buffer limit on this host:" in capsys.readouterr().out
 
 
 def test_a_download_whose_sender_cannot_be_asked_is_not_guessed() -> None:

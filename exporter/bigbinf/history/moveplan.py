@@ -341,7 +341,7 @@ class Basis:
         return sum(n for _, n in self.left_out)
 
     def left_out_text(self) -> str:
-        """"busy host 12, failed 1" ("" if none)."""
+        """ "busy host 12, failed 1" ("" if none)."""
         return ", ".join(f"{why} {n}" for why, n in self.left_out)
 
 

@@ -91,7 +91,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
     now = time.time()
     configured = configured_protocols(config, args.remote, args.direction)
-    result = plan(runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone), configured, args.direction)
+    result = plan(
+        runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone), configured, args.direction
+    )
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
     if deadline is not None and deadline <= now:
         when = datetime.fromtimestamp(deadline, zone).strftime("%Y-%m-%d %H:%M")

@@ -215,7 +215,7 @@ def _exact_tied_p(xa: np.ndarray, ya: np.ndarray) -> float | None:
     m, n = len(xa), len(ya)
     total = m + n
     combined = np.concatenate([xa, ya])
-    values, inverse, counts = np.unique(combined, return_inverse=True, return_counts=True)
+    _, inverse, counts = np.unique(combined, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
     doubled = (2 * ends - counts + 1).astype(np.int64)  # 2 x midrank of each tie group
     w = int(np.sum(doubled[inverse[:m]]))  # doubled midrank sum of x
