@@ -369,8 +369,8 @@ def lasting(argv: list[str]) -> int:
     ap.add_argument("--stateless", action="store_true", help="also the test before issue 35, for comparison")
     ap.add_argument("--seed", type=int, default=35)
     args = ap.parse_args(argv)
-    settings = RegressionSettings()
     rounds_per_day = len(PERSIST_HOURS)
+    settings = RegressionSettings(rounds_per_day=rounds_per_day)  # series_alpha for a round every 6 h
     rng = np.random.default_rng(args.seed)
     print(
         f"settings: {settings}; rounds at {', '.join(f'{h:02.0f}h' for h in PERSIST_HOURS)}; per scenario "

@@ -21,8 +21,9 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   would lean on a normality nobody can check.  Exact p (no ties: the Gaussian-binomial
   generating function, lower tail; with ties: the permutation distribution of the
   recent runs' midrank sum, `_exact_tied_p`), the normal approximation with tie and
-  continuity corrections only beyond EXACT_TIED_CELLS (as scipy.stats.mannwhitneyu,
-  which the tests compare with).  A failed run, a skipped round or an accepted level
+  continuity corrections only where it puts p above EXACT_TIED_BELOW (no decision is
+  made there) or beyond EXACT_TIED_CELLS (as scipy.stats.mannwhitneyu, which the tests
+  compare with).  A failed run, a skipped round or an accepted level
   leave tied values; the normal approximation's p-value then has a floor (0.00197 for
   three recent runs, where the exact one is 2.9e-5) that held a 30% drop on a quiet
   series back from its 3rd slow run to its 5th.
