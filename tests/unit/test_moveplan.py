@@ -364,6 +364,7 @@ def _busy_demo() -> list[Result]:
                 )
                 out.append(r)
     out.append(dataclasses.replace(out[-2], outcome="failed", start_timestamp=T0 + 7 * DAY))  # rsync, failed
+    out.append(dataclasses.replace(out[-3], unproven="no data bytes seen", start_timestamp=T0 + 7 * DAY + 60))
     return out
 
 
@@ -382,9 +383,13 @@ def test_plan_move_says_what_it_stands_on_and_the_true_reasons(tmp_path: Path) -
     out = io.StringIO()
     assert planmove.run(args, out) == 0
     text = out.getvalue()
-    # 49 transfers: 18 used (ftp 6, rsync 12), 31 left out: scp 12, ftp 6, udt 12 busy; rsync 1 failed.
-    assert "from 18 ok transfers (18 scheduled, 0 sweep runs); left out 31 of 49 (busy host 30, failed 1)" in text
-    assert "thin basis: 31 of its 49 runs were left out" in text
+    # 50 transfers: 18 used (ftp 6, rsync 12), 32 left out: scp 12, ftp 6, udt 12 busy; rsync 1 failed,
+    # 1 unproven.
+    assert (
+        "from 18 ok transfers (18 scheduled, 0 sweep runs); left out 32 of 50 (busy host 30, failed 1, unproven 1)"
+        in text
+    )
+    assert "thin basis: 32 of its 50 runs were left out" in text
     # ftp: one size, because its 32 MiB runs were left out, said so.
     assert (
         "no prediction for ftp: measured at one size only (5MiB)" in text
@@ -395,13 +400,13 @@ def test_plan_move_says_what_it_stands_on_and_the_true_reasons(tmp_path: Path) -
     assert "no prediction for sftp: never measured to lab (download)" in text
     assert "recommendation: rsync" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("1 ")]
-    assert rows and rows[0][1] == "rsync" and rows[0][-2:] == ["failed", "1"]
+    assert rows and rows[0][1] == "rsync" and rows[0][-4:] == ["failed", "1,", "unproven", "1"]
     # The JSON says it too, per option.
     args.json = True
     out = io.StringIO()
     planmove.run(args, out)
     data = json.loads(out.getvalue())
-    assert data["basis"]["runs"] == 18 and data["basis"]["left_out"] == 31
+    assert data["basis"]["runs"] == 18 and data["basis"]["left_out"] == 32
     assert data["basis"]["options"]["scp"] == {
         "runs": 0,
         "scheduled": 0,
