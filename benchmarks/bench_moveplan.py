@@ -17,6 +17,16 @@ Per trial: the predicted duration and 90% interval (made before the move, from t
 rounds and the sweep only), the actual wall clock, inside or not, and the error.
 
     sudo .venv/bin/python benchmarks/bench_moveplan.py [--trials 10] [--rounds 5]
+
+3. **a year of history** (`--phase year`, no root, no lab): 1 M results journaled
+   (benchmarks/bench_journal.py's journal: 120 series, one an hour each, 347 days), the
+   checkpoint beside it as a running exporter keeps it; then `bigbinf-exporter plan-move`
+   and `advise` as an operator runs them, each in a fresh process, wall clock and CPU
+   seconds (user + system), side by side with another interpreter's code (`--before`,
+   e.g. main's venv with PYTHONPATH=/work/main/exporter) on the same files.  The goal:
+   both within 2 s.
+
+    .venv/bin/python benchmarks/bench_moveplan.py --phase year [--results 1000000] [--before-path /work/main/exporter]
 """
 
 from __future__ import annotations
@@ -179,8 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--peak-rate", default="120mbit")
-    ap.add_argument("--phase", choices=["steady", "peak", "both"], default="both")
+    ap.add_argument("--phase", choices=["steady", "peak", "both", "year"], default="both")
+    ap.add_argument("--results", type=int, default=1_000_000, help="--phase year: results journaled")
+    ap.add_argument("--before-path", help="--phase year: PYTHONPATH of the code to compare with")
+    ap.add_argument("--repeat", type=int, default=3, help="--phase year: runs of each command")
     args = ap.parse_args(argv)
+    if args.phase == "year":
+        return year(args.results, args.before_path, args.repeat)
     rows: list[dict[str, Any]] = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-moveplan-", dir="/var/tmp") as tmp:
@@ -204,6 +219,56 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(r["error"] for r in part)
         print(f"{ph}: {inside} of {len(part)} inside the 90% interval; median error {median:.1%}")
     print(f"({time.monotonic() - began:.0f} s)")
+    return 0
+
+
+def _timed(argv: list[str], pythonpath: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds (user + system) of one command in a fresh process, its exit code."""
+    import os
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    done = subprocess.run(argv, env={**os.environ, "PYTHONPATH": pythonpath}, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.returncode
+
+
+def year(results: int, before_path: str | None, repeat: int) -> int:
+    """plan-move and advise on a year of history (phase 3)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.bench_journal import DATASETS, PROTOCOLS, REMOTES, write_journal
+    from tests.support.mesh import write_mesh_config
+
+    from bigbinf.journal import checkpoint
+
+    own = str(Path(__file__).resolve().parents[1] / "exporter")
+    ways = [("before", before_path)] if before_path else []
+    ways.append(("after", own))
+    with tempfile.TemporaryDirectory(prefix="bench-moveplan-year-") as tmp:
+        directory = Path(tmp)
+        config = write_mesh_config(directory, REMOTES, PROTOCOLS, DATASETS)
+        journal_path = directory / "journal.jsonl"
+        write_journal(journal_path, results)
+        journal = Journal(journal_path)
+        journal.rotate_now()  # day segments, as an exporter keeps them
+        checkpoint.of(journal)  # ... and its checkpoint, as it saves it
+        commands = {
+            "plan-move": ["plan-move", "--remote", "site00", "--size", "40TiB"],
+            "advise": ["advise", "--remote", "site00"],
+        }
+        print("| command | code | wall (s) | CPU (s) | exit |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for name, tail in commands.items():
+            for way, path in ways:
+                argv = [sys.executable, "-m", "bigbinf", "--config.file", str(config), *tail]
+                times = [_timed(argv, path or own) for _ in range(repeat)]
+                wall = statistics.median(t[0] for t in times)
+                cpu = statistics.median(t[1] for t in times)
+                print(f"| {name} | {way} | {wall:.2f} | {cpu:.2f} | {times[0][2]} |", flush=True)
     return 0
 
 

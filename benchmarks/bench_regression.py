@@ -12,6 +12,8 @@ without a drop measure the false alarms.
     .venv/bin/python benchmarks/bench_regression.py --journal lab.jsonl [--journal imported-2015.jsonl]
     .venv/bin/python benchmarks/bench_regression.py --journal lab.jsonl --series 240 --days 60 --schedule hourly
     .venv/bin/python benchmarks/bench_regression.py --cost     # what it costs a round and /metrics
+    .venv/bin/python benchmarks/bench_regression.py --family-sizes 1,2,12,60,1000   # issue 45
+    .venv/bin/python benchmarks/bench_regression.py --ties     # the exact p with ties, and its cost
 
 Per detector: the share of drops detected within 3 rounds (the first dropped run is
 round 1), the median delay, and false alarms (alert episodes that start while nothing
@@ -367,8 +369,8 @@ def lasting(argv: list[str]) -> int:
     ap.add_argument("--stateless", action="store_true", help="also the test before issue 35, for comparison")
     ap.add_argument("--seed", type=int, default=35)
     args = ap.parse_args(argv)
-    settings = RegressionSettings()
     rounds_per_day = len(PERSIST_HOURS)
+    settings = RegressionSettings(rounds_per_day=rounds_per_day)  # series_alpha for a round every 6 h
     rng = np.random.default_rng(args.seed)
     print(
         f"settings: {settings}; rounds at {', '.join(f'{h:02.0f}h' for h in PERSIST_HOURS)}; per scenario "
@@ -457,6 +459,129 @@ def recovery_tradeoff(argv: list[str]) -> int:
     return 0
 
 
+def family_sizes(argv: list[str]) -> int:
+    """False openings and detection against the exporter's number of series (issue 45):
+    per family size (series per exporter, the Benjamini-Hochberg family), unchanged
+    series with 12% noise per run (false openings per 1,000 series-days after the
+    warm-up), and series that drop (30% on a quiet 3% series, 20% on a noisy 12% one:
+    the round of the first opening, the first slow run being round 1), a round every 6
+    hours (PERSIST_HOURS), the test as the exporter runs it (History.add each round)."""
+    ap = argparse.ArgumentParser(description=family_sizes.__doc__)
+    ap.add_argument("--family-sizes", default="1,2,12,60,1000")
+    ap.add_argument("--series-days", type=float, default=4000.0, help="unchanged series-days per family size")
+    ap.add_argument("--drops", type=int, default=6, help="dropped series of each kind per family size")
+    ap.add_argument("--warmup-days", type=int, default=28)
+    ap.add_argument("--drop-days", type=int, default=4, help="days a drop lasts (the detection window)")
+    ap.add_argument("--seed", type=int, default=45)
+    args = ap.parse_args(argv)
+    rounds_per_day = len(PERSIST_HOURS)
+    settings = RegressionSettings(rounds_per_day=rounds_per_day)
+    kinds = {"quiet 30%": (0.03, 0.3), "noisy 20%": (0.12, 0.2)}
+    print(f"settings: {settings}; series_alpha {settings.series_alpha:.3g}; rounds every 6 h")
+    print()
+    print(
+        "| series per exporter | unchanged series-days | false openings | per 1,000 series-days "
+        "| quiet 30% drop: opened on slow run, median (max) | noisy 20% drop: median (max) | missed |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    rng = np.random.default_rng(args.seed)
+    began = time.perf_counter()
+    for family in (int(x) for x in args.family_sizes.split(",")):
+        # Each exporter: `family` series; the dropped ones among them (one per exporter
+        # while there are drops to place, more in a large family), the rest unchanged
+        # until the series-days are reached.
+        dropped_per = max(1, min(2 * args.drops, family // 20)) if family > 1 else 1
+        clean_days = args.drop_days
+        false_openings, series_days = 0, 0.0
+        delays: dict[str, list[int]] = {kind: [] for kind in kinds}
+        missed = 0
+        drops_left = dict.fromkeys(kinds, args.drops)
+        while series_days < args.series_days or any(drops_left.values()):
+            unchanged = family if not any(drops_left.values()) else family - dropped_per
+            need = args.series_days - series_days
+            clean_days = max(args.drop_days, math.ceil(need / max(unchanged, 1))) if unchanged else args.drop_days
+            days = args.warmup_days + clean_days
+            start_day = 1_700_006_400.0 - 1_700_006_400.0 % DAY
+            times = np.array([start_day + d * DAY + h * HOUR for d in range(days) for h in PERSIST_HOURS])
+            drop_at = len(times) - args.drop_days * rounds_per_day
+            plan: list[tuple[str | None, np.ndarray]] = []
+            for j in range(family):
+                kind = None
+                if j >= family - unchanged:
+                    pass
+                else:
+                    kind = next((k for k, left in drops_left.items() if left > 0), None)
+                    if kind is not None:
+                        drops_left[kind] -= 1
+                noise, drop = kinds[kind] if kind else (0.12, 0.0)
+                log_x = math.log(25e6) + rng.normal(0, noise, len(times))
+                if kind:
+                    log_x[drop_at:] += math.log(1 - drop)
+                plan.append((kind, log_x))
+            history = History(settings)
+            opened = [np.zeros(len(times), dtype=bool) for _ in plan]
+            for i, t in enumerate(times):
+                for j, (_, log_x) in enumerate(plan):
+                    history.add(j, float(t), float(math.exp(log_x[i])))
+                    track = history.tracks.get(j)
+                    opened[j][i] = bool(track and track.episode is not None)
+            warm = args.warmup_days * rounds_per_day
+            for (kind, _), fired in zip(plan, opened, strict=True):
+                if kind is None:
+                    f = fired[warm:]
+                    false_openings += int(np.sum(f[1:] & ~f[:-1])) + int(bool(f[0]))
+                    series_days += len(f) / rounds_per_day
+                else:
+                    hits = np.nonzero(fired[drop_at:])[0]
+                    if len(hits):
+                        delays[kind].append(int(hits[0]) + 1)
+                    else:
+                        missed += 1
+
+        def cell(values: list[int]) -> str:
+            return f"{statistics.median(values):g} ({max(values)})" if values else "never"
+
+        rate = 1000 * false_openings / series_days if series_days else math.nan
+        print(
+            f"| {family} | {series_days:,.0f} | {false_openings} | {rate:.2f} | {cell(delays['quiet 30%'])} "
+            f"| {cell(delays['noisy 20%'])} | {missed} |",
+            flush=True,
+        )
+    print(f"\n{time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return 0
+
+
+def ties(argv: list[str]) -> int:
+    """The exact p-value with ties against the normal approximation the test used before:
+    three recent runs below a baseline with tied residuals, and the cost of a test."""
+    from bigbinf.history import regression
+
+    ap = argparse.ArgumentParser(description=ties.__doc__)
+    ap.add_argument("--ties", action="store_true")
+    ap.add_argument("--seed", type=int, default=45)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    print("| baseline runs | tied (zeros) | exact p | normal approximation | exact: µs a test | normal: µs a test |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n, tied in ((28, 3), (56, 4), (84, 6), (300, 20)):
+        y = rng.normal(0, 0.03, n)
+        y[:tied] = 0.0
+        x = np.array([-0.3, -0.3, -0.31])
+        exact = regression.mann_whitney_less(x, y)
+        approx = regression.mann_whitney_less_normal(x, y)
+        reps = 300
+        t = time.perf_counter()
+        for _ in range(reps):
+            regression.mann_whitney_less(rng.normal(0, 0.03, 3), y)
+        exact_us = (time.perf_counter() - t) / reps * 1e6
+        t = time.perf_counter()
+        for _ in range(reps):
+            regression.mann_whitney_less_normal(rng.normal(0, 0.03, 3), y)
+        normal_us = (time.perf_counter() - t) / reps * 1e6
+        print(f"| {n} | {tied} | {exact:.3g} | {approx:.3g} | {exact_us:.0f} | {normal_us:.0f} |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--cost"]:
         return cost()
@@ -464,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         return recovery_tradeoff(sys.argv[1:])
     if argv is None and "--lasting" in sys.argv[1:]:
         return lasting(sys.argv[1:])
+    if argv is None and any(a.startswith("--family-sizes") for a in sys.argv[1:]):
+        return family_sizes(sys.argv[1:])
+    if argv is None and "--ties" in sys.argv[1:]:
+        return ties(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", action="append", type=Path, required=True, help="real runs to fit noise from")
     ap.add_argument("--series", type=int, default=144, help="series per (drop, shape, noise) case")

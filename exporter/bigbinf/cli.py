@@ -9,6 +9,7 @@ lab up|down|status).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import io
 import logging
@@ -25,7 +26,7 @@ from pathlib import Path
 from bigbinf import __version__, lab
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
-from bigbinf.history import planmove, regression_cmd
+from bigbinf.history import planmove, regression_cmd, service_config
 from bigbinf.history.advice import AdviceError, advise
 from bigbinf.journal.store import Journal
 from bigbinf.lab import mesh as lab_mesh
@@ -199,7 +200,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bigbinf-exporter: {args.command} takes --config.file, not --mesh.file", file=sys.stderr)
         return 2
     if not hasattr(args, "config_file"):
-        args.config_file = DEFAULT_CONFIG
+        if getattr(args, "command", None) in service_config.COMMANDS and not args.config_check:
+            # The history's commands read the running exporter's configuration (issue 45).
+            try:
+                found = service_config.find(DEFAULT_CONFIG, serving_config)
+            except service_config.ServiceConfigError as exc:
+                print(f"bigbinf-exporter {args.command}: {exc}", file=sys.stderr)
+                return 2
+            print(found.notice(f"bigbinf-exporter {args.command}"), file=sys.stderr)
+            args.config_file = found.path
+        else:
+            args.config_file = DEFAULT_CONFIG
     if args.web_config_check:
         return cmd_web_check(args)
     try:
@@ -225,6 +236,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def serving_config(argv: list[str]) -> str | None:
+    """The configuration file of an exporter command line (its arguments after the
+    program) that serves: no subcommand, no check; None otherwise (or unparsable)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args, _ = build_parser().parse_known_args(argv)
+    except SystemExit:
+        return None
+    if getattr(args, "command", None) or args.config_check or args.web_config_check or hasattr(args, "mesh_file"):
+        return None
+    return getattr(args, "config_file", DEFAULT_CONFIG)
 
 
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # 141: what a shell reports for `yes | head`'s yes

@@ -34,6 +34,7 @@ class Run:
     timestamp: float
     source: str  # exporter | sweep
     command: str = ""  # a digest of the run's argv ("" not journaled): equal settings merge
+    left_out: str = ""  # why the model leaves it out (left_out_of_moves); "": a run it uses
 
     @property
     def option(self) -> str:
@@ -61,9 +62,15 @@ def command_digest(argv: Sequence[str]) -> str:
 
 
 def runs_to(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
-    """The ok runs to `remote` in `direction` that the model can use: the exporter's own
-    and tuning sweeps' (not imported 2015 results: another measure of time), less those a
-    busy host limited (judge.leaves_out_of_baselines)."""
+    """The ok runs to `remote` in `direction` that the model can use (move_runs less those
+    it leaves out)."""
+    return [run for run in move_runs(results, remote, direction) if not run.left_out]
+
+
+def move_runs(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
+    """Every transfer to `remote` in `direction` the model could stand on, each with why it
+    leaves it out ("" if it does not): the exporter's own and tuning sweeps' (not imported
+    2015 results: another measure of time), not the skipped ones (never run)."""
     return [
         Run(
             r.protocol,
@@ -74,17 +81,34 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
             r.start_timestamp,
             r.source,
             command_digest(r.argv),
+            left_out_of_moves(r),
         )
         for r in results
         if r.remote == remote
         and r.direction == direction
-        and r.outcome == "ok"
         and r.source in ("exporter", "sweep")
-        and r.file_bytes > 0
-        and r.duration_seconds > 0
-        and not r.unproven  # no bytes it can prove moved: no run of the move
-        and not leaves_out_of_baselines(r)  # a run this host's CPU held says nothing of the move
+        and r.outcome != "skipped"
     ]
+
+
+LEFT_OUT = ("failed", "unproven", "busy host", "no duration")  # left_out_of_moves's answers, in the order it asks
+
+
+def left_out_of_moves(r: Result) -> str:
+    """Why the move model leaves a run out ("" if it does not): not ok; unproven (no bytes
+    it can prove moved, Result.unproven); a busy host limited
+    it, by its verdict or, never judged, by the host state it recorded
+    (judge.leaves_out_of_baselines: a run this host's CPU held says nothing of the move);
+    no bytes or no time to fit."""
+    if r.outcome != "ok":
+        return "failed"
+    if r.unproven:  # no bytes it can prove moved: no run of the move
+        return "unproven"
+    if leaves_out_of_baselines(r):
+        return "busy host"
+    if not (r.file_bytes > 0 and r.duration_seconds > 0):
+        return "no duration"
+    return ""
 
 
 # The exporter keeps at most this many runs per option, size, file count and UTC hour of
@@ -94,20 +118,27 @@ MAX_PER_CELL = 40
 
 
 class RecentRuns:
-    """Each remote's recent ok runs for the model, thinned per cell (MAX_PER_CELL)."""
+    """Each remote's recent runs for the model, thinned per cell (MAX_PER_CELL): those it
+    uses and, in cells of their own, those it leaves out (so plan-move can say what it
+    left out, and a busy week does not push the runs it uses out of their cells)."""
 
     def __init__(self) -> None:
-        self.cells: dict[str, dict[tuple[str, str, int, int, int], deque[Run]]] = {}
+        self.cells: dict[str, dict[tuple[str, str, int, int, int, str], deque[Run]]] = {}
 
     def add(self, remote: str, run: Run) -> None:
-        cell = (run.protocol, run.setting, run.bytes, run.files, int(run.timestamp // HOUR) % 24)
+        hour = int(run.timestamp // HOUR) % 24
+        cell = (run.protocol, run.setting, run.bytes, run.files, hour, run.left_out)
         self.cells.setdefault(remote, {}).setdefault(cell, deque(maxlen=MAX_PER_CELL)).append(run)
 
     def remotes(self) -> list[str]:
         return list(self.cells)
 
     def runs(self, remote: str, history: float) -> list[Run]:
-        """The remote's runs of the last `history` seconds before its latest."""
+        """The remote's runs the model uses, of the last `history` seconds before its latest."""
+        return [run for run in self.basis(remote, history) if not run.left_out]
+
+    def basis(self, remote: str, history: float) -> list[Run]:
+        """The remote's runs of the last `history` seconds before its latest, those left out too."""
         every = [run for cell in self.cells.get(remote, {}).values() for run in cell]
         if not every:
             return []

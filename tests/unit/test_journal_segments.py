@@ -18,7 +18,7 @@ from bigbinf.history.regression import History, RegressionSettings
 from bigbinf.journal import checkpoint
 from bigbinf.journal.store import DAY, Journal, _ident, damaged, leftovers, read, segments
 from bigbinf.result import Result
-from bigbinf.runs import RecentRuns, runs_to
+from bigbinf.runs import RecentRuns, move_runs
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.sweeps import latest_bests
 
@@ -192,11 +192,15 @@ def test_restoring_from_the_checkpoint_equals_restoring_from_the_whole_journal(t
     # The move model's runs.
     moves = RecentRuns()
     for r in everything:
-        for run in runs_to([r], r.remote, "download"):
+        for run in move_runs([r], r.remote, "download"):  # those the model leaves out too, with why
             moves.add(r.remote, run)
     assert {k: list(v) for k, v in moves.cells["uwc"].items()} == {
         k: list(v) for k, v in fold.move_runs("download").cells["uwc"].items()
     }
+    # plan-move's one remote from the checkpoint as saved (its blob alone decoded).
+    saved = checkpoint.ResultsFold(fold.journal)
+    assert saved.load()
+    assert sorted(saved.move_basis("download", "uwc", 1e9), key=repr) == sorted(moves.basis("uwc", 1e9), key=repr)
     # The pages' last transfers: the last RECENT_KEEP, in journal order.
     recent = [r for r in everything if r.source in ("exporter", "sweep")][-checkpoint.RECENT_KEEP :]
     assert [r for r in fold.recent_results() if r in recent] == recent

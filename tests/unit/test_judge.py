@@ -390,6 +390,12 @@ def test_advise_from_the_journals_prints_the_lines_and_the_network_verdict(tmp_p
     assert line and int(line.group(1)) >= 2 * 1e13 * 0.1  # 2 x BDP
     assert "the remote's buffers cannot be read: give remotes.site.stats_command" in out
     assert "the network, not the host, is the limit" in out and "will not make them faster now" in out
+    # This host is "this host" whatever side the last verdict named (it read "(path)" after a
+    # path verdict, "(local)" after a local one).
+    assert "to lift the buffer limit on this host:" in out
+    Journal(journal).append(download(remote="site", start_timestamp=5.0, limited_by="cpu", limited_side="local"))
+    assert main(["--config.file", str(config), "advise"]) == 0
+    assert "to lift the buffer limit on this host:" in capsys.readouterr().out
 
 
 def test_a_download_whose_sender_cannot_be_asked_is_not_guessed() -> None:
@@ -995,8 +1001,29 @@ def test_which_runs_leave_the_baselines() -> None:
     assert leaves_out_of_baselines(dataclasses.replace(plain, limited_by="busy_host"))
     # A run the path (or anything but this host's CPU) limited stays, however busy the host.
     busy = {"transfer_programs": 0.3, "capture": 0.12, "delay_line": 0.2}
-    for reason in ("link_capacity", "congestion", "cpu", "receive_window", ""):
+    for reason in ("link_capacity", "congestion", "cpu", "receive_window"):
         assert not leaves_out_of_baselines(dataclasses.replace(plain, limited_by=reason, host_busy=busy))
+    # Judged and withheld (the evidence says why): the judge heard the host's state.
+    withheld = dataclasses.replace(plain, limited_evidence="withheld busy_host (...)", host_busy=busy)
+    assert not leaves_out_of_baselines(withheld)
+
+
+def test_a_run_never_judged_leaves_the_baselines_by_the_host_state_it_recorded() -> None:
+    # A UDT run: no TCP state, never judged; its own line says the delay line waited 36%.
+    udt = download(transport="udp", limited_evidence=NO_TCP_STATE, host_busy={"delay_line": 0.36, "load1": 5.0})
+    assert leaves_out_of_baselines(udt)
+    quiet = dataclasses.replace(udt, host_busy={"delay_line": 0.02, "transfer_programs": 0.05, "load1": 9.0})
+    assert not leaves_out_of_baselines(quiet)  # a load average alone is not a wait
+    # Nothing recorded: nothing to leave it out by.
+    assert not leaves_out_of_baselines(dataclasses.replace(udt, host_busy={}))
+    # Each part at the judge's own share (vetoes.BUSY_SHARE), not below it.
+    for part in vetoes.BUSY_PARTS:
+        at = dataclasses.replace(udt, host_busy={part: vetoes.BUSY_SHARE})
+        below = dataclasses.replace(udt, host_busy={part: vetoes.BUSY_SHARE * 0.99})
+        assert leaves_out_of_baselines(at) and not leaves_out_of_baselines(below), part
+    # A TCP run without a verdict (no TCP state read) goes by its host state too.
+    unread = download(host_busy={"capture": 0.4})
+    assert leaves_out_of_baselines(unread)
 
 
 def test_new_reasons_are_at_the_end_of_limits() -> None:

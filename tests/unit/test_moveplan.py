@@ -20,6 +20,7 @@ from bigbinf import metrics as M
 from bigbinf.config import parse_config
 from bigbinf.history import planmove
 from bigbinf.history.moveplan import Fit, duration_text, fit, fit_all, plan, predict
+from bigbinf.judge.verdict import NO_TCP_STATE
 from bigbinf.result import Result
 from bigbinf.runs import Run, runs_to
 from bigbinf.service.collector import BigbinfCollector, ExporterState
@@ -323,3 +324,112 @@ def test_a_start_is_never_in_the_past() -> None:
     for hour in (0, 12, 14, 23):
         later = planmove._next_start(hour, UTC, now)
         assert now < later.timestamp() < now + DAY and later.hour == hour and later.minute == 0
+
+
+# ---------------------------------------------------------------- what it stands on (issue 45)
+
+BUSY_CONFIG = """
+remotes: {lab: {address: 127.0.0.1, data_dir: /d, key: /k/id}}
+datasets: {f5m: {file: a.bin, size: 5MiB}, f32m: {file: b.bin, size: 32MiB}}
+protocols: {ftp: {}, scp: {}, rsync: {}, sftp: {}, gridftp-udt: {module: gridftp, options: {udt: true}}}
+journal: {path: JOURNAL}
+"""
+
+
+def _busy_demo() -> list[Result]:
+    """A demo journal from a busy host: each protocol at 5 MiB and 32 MiB on six days.
+    ftp's 32 MiB runs busy_host (verdict); scp's every run busy_host; gridftp-udt's never
+    judged (UDP), its lines recording the delay line waiting 36-48%; rsync quiet; sftp
+    never measured."""
+    out = []
+    rates = {"ftp": 20e6, "scp": 30e6, "rsync": 15e6, "gridftp-udt": 60e6}
+    for day in range(6):
+        for size in (5 * MIB, 32 * MIB):
+            for protocol, rate in rates.items():
+                busy = protocol == "scp" or (protocol == "ftp" and size == 32 * MIB)
+                r = Result(
+                    protocol,
+                    "lab",
+                    f"f{size // MIB}m",
+                    "download",
+                    T0 + day * DAY + 3 * 3600 + (size == 32 * MIB) * 600,
+                    "ok",
+                    duration_seconds=1.0 + size / (rate * (1 + 0.02 * day)),
+                    file_bytes=size,
+                    files=1,
+                    transport="udp" if protocol == "gridftp-udt" else "tcp",
+                    limited_by="busy_host" if busy else ("" if protocol == "gridftp-udt" else "link_capacity"),
+                    limited_evidence=NO_TCP_STATE if protocol == "gridftp-udt" else "the evidence",
+                    host_busy={"delay_line": 0.36 + 0.02 * day} if protocol == "gridftp-udt" else {},
+                )
+                out.append(r)
+    out.append(dataclasses.replace(out[-2], outcome="failed", start_timestamp=T0 + 7 * DAY))  # rsync, failed
+    out.append(dataclasses.replace(out[-3], unproven="no data bytes seen", start_timestamp=T0 + 7 * DAY + 60))
+    return out
+
+
+def test_plan_move_says_what_it_stands_on_and_the_true_reasons(tmp_path: Path) -> None:
+    from bigbinf.journal.store import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    for r in _busy_demo():
+        journal.append(r)
+    config = tmp_path / "c.yaml"
+    config.write_text(BUSY_CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")))
+    p = argparse.ArgumentParser()
+    planmove.register(p.add_subparsers())
+    args = p.parse_args(["plan-move", "--remote", "lab", "--size", "40TiB"])
+    args.config_file = str(config)
+    out = io.StringIO()
+    assert planmove.run(args, out) == 0
+    text = out.getvalue()
+    # 50 transfers: 18 used (ftp 6, rsync 12), 32 left out: scp 12, ftp 6, udt 12 busy; rsync 1 failed,
+    # 1 unproven.
+    assert (
+        "from 18 ok transfers (18 scheduled, 0 sweep runs); left out 32 of 50 (busy host 30, failed 1, unproven 1)"
+        in text
+    )
+    assert "thin basis: 32 of its 50 runs were left out" in text
+    # ftp: one size, because its 32 MiB runs were left out, said so.
+    assert (
+        "no prediction for ftp: measured at one size only (5MiB)" in text
+        and "its runs at other sizes were left out (6 at 32MiB: busy host 6)" in text
+    )
+    assert "no prediction for scp: all 12 of its runs left out (busy host 12)" in text
+    assert "no prediction for gridftp-udt: all 12 of its runs left out (busy host 12)" in text
+    assert "no prediction for sftp: never measured to lab (download)" in text
+    assert "recommendation: rsync" in text
+    rows = [line.split() for line in text.splitlines() if line.startswith("1 ")]
+    assert rows and rows[0][1] == "rsync" and rows[0][-4:] == ["failed", "1,", "unproven", "1"]
+    # The JSON says it too, per option.
+    args.json = True
+    out = io.StringIO()
+    planmove.run(args, out)
+    data = json.loads(out.getvalue())
+    assert data["basis"]["runs"] == 18 and data["basis"]["left_out"] == 32
+    assert data["basis"]["options"]["scp"] == {
+        "runs": 0,
+        "scheduled": 0,
+        "sweep": 0,
+        "sizes_bytes": [],
+        "left_out": {"busy host": 12},
+        "left_out_sizes_bytes": {str(5 * MIB): 6, str(32 * MIB): 6},
+    }
+    assert set(data["refused"]) == {"ftp", "scp", "gridftp-udt", "sftp"}
+
+
+def test_options_are_ranked_only_against_comparable_evidence() -> None:
+    """Five runs of a faster option with an interval rank after 30 of a slower one, in a
+    class of their own, and the plan says its basis is thin when only they are left."""
+    fast = few(5, protocol="gridftp", rate=40e6)
+    result = plan(few(30) + fast, "lab", 2**40)
+    assert [(f.option, f.evidence) for f, _ in result.ranked] == [("http", 0), ("gridftp", 1)]
+    assert result.thin() == []
+    alone = plan(fast, "lab", 2**40)
+    assert alone.thin() == ["no option has a known interval from 6 runs or more (the first, gridftp, has 5 runs)"]
+    # Left-out runs are counted, never fitted.
+    busy = [dataclasses.replace(r, left_out="busy host", seconds=r.seconds * 9) for r in few(30)]
+    counted = plan(fast + busy, "lab", 2**40, configured=["http", "gridftp"])
+    assert [f.option for f, _ in counted.ranked] == ["gridftp"]
+    assert counted.refused == {"http": "all 30 of its runs left out (busy host 30): none to predict from"}
+    assert counted.used == 5 and counted.left_out == 30

@@ -3,6 +3,7 @@ interval's coverage, the time-of-day adjustment, and the exporter publishing ver
 
 from __future__ import annotations
 
+import itertools
 import math
 import zoneinfo
 from pathlib import Path
@@ -15,10 +16,12 @@ from bigbinf import metrics as M
 from bigbinf.config import parse_config
 from bigbinf.history.regression import (
     DAY,
+    EXACT_TIED_BELOW,
     History,
     RegressionSettings,
     Tested,
     Untested,
+    _exact_tied_p,
     bh_qvalues,
     examine,
     hodges_lehmann,
@@ -46,15 +49,51 @@ def test_exact_p_values_equal_scipys(m: int, n: int) -> None:
         assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-300)
 
 
-def test_tied_p_values_equal_scipys_normal_approximation() -> None:
+def _brute_force_p(x: np.ndarray, y: np.ndarray) -> float:
+    """P(x's midrank sum <= observed) over every choice of len(x) of the pooled values."""
+    pooled = np.concatenate([x, y])
+    ranks = stats.rankdata(pooled)
+    observed = ranks[: len(x)].sum()
+    sums = [ranks[list(chosen)].sum() for chosen in itertools.combinations(range(len(pooled)), len(x))]
+    return float(np.mean(np.array(sums) <= observed + 1e-9))
+
+
+def test_tied_p_values_are_exact_against_every_permutation() -> None:
     rng = np.random.default_rng(7)
-    for m, n in ((3, 20), (5, 60), (3, 8)):
-        for _ in range(20):
-            x, y = np.round(rng.normal(-0.5, 1, m) * 2) / 2, np.round(rng.normal(0, 1, n) * 2) / 2
+    checked = 0
+    for m, n in ((1, 6), (2, 9), (3, 8), (4, 10), (5, 7), (3, 12)):
+        for _ in range(25):
+            x = np.round(rng.normal(-0.5, 1, m) * 2) / 2
+            y = np.round(rng.normal(0, 1, n) * 2) / 2
             if len(np.unique(np.concatenate([x, y]))) == m + n:
                 continue  # no tie: the exact test, compared above
-            theirs = stats.mannwhitneyu(x, y, alternative="less", method="asymptotic").pvalue
-            assert mann_whitney_less(x, y) == pytest.approx(theirs, rel=1e-9)
+            exact = _brute_force_p(x, y)
+            normal = stats.mannwhitneyu(x, y, alternative="less", method="asymptotic").pvalue
+            expected = exact if normal <= EXACT_TIED_BELOW else normal  # above it, no decision: the approximation
+            assert mann_whitney_less(x, y) == pytest.approx(expected, rel=1e-9, abs=1e-12), (x, y)
+            checked += normal <= EXACT_TIED_BELOW
+    assert checked > 50
+    # The count itself, wherever p is.
+    for _ in range(200):
+        m, n = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+        x, y = rng.integers(0, 4, m).astype(float), rng.integers(0, 5, n).astype(float)
+        assert _exact_tied_p(x, y) == pytest.approx(_brute_force_p(x, y), rel=1e-9, abs=1e-12), (x, y)
+
+
+def test_ties_have_no_p_value_floor() -> None:
+    """Three recent runs below 84 baseline runs, some of them tied (residuals of exactly 0:
+    the median run of each bin): p = 1 / C(87, 3) = 9.4e-6 as without ties, where the
+    normal approximation gave 0.0017, above the 0.002 / 12 a series of 12 needs."""
+    rng = np.random.default_rng(45)
+    y = rng.normal(0, 0.03, 84)
+    y[:6] = 0.0
+    x = np.array([-0.3, -0.3, -0.31])
+    assert mann_whitney_less(x, y) == pytest.approx(1 / math.comb(87, 3), rel=1e-9)
+    assert stats.mannwhitneyu(x, y, alternative="less", method="asymptotic").pvalue > 1e-3
+    # Beyond the exact table's size: the normal approximation, as scipy's.
+    big_x, big_y = np.round(rng.normal(-0.1, 0.1, 30), 2), np.round(rng.normal(0, 0.1, 300), 2)
+    theirs = stats.mannwhitneyu(big_x, big_y, alternative="less", method="asymptotic").pvalue
+    assert mann_whitney_less(big_x, big_y) == pytest.approx(theirs, rel=1e-9)
 
 
 def test_q_values_equal_scipys_benjamini_hochberg() -> None:

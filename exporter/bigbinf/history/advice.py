@@ -303,10 +303,11 @@ def _path_advice(
         )
     lines.append("   recent transfers:" if recent else "   no judged transfers yet")
     for r in recent:
-        where = f" ({r.limited_side})" if r.limited_side else ""
+        # Its own name: `where` names this host's namespace below, whatever the last verdict's side.
+        side = f" ({r.limited_side})" if r.limited_side else ""
         lines.append(
             f"     {r.protocol}/{r.dataset}/{r.direction} {_when(r.start_timestamp)}: "
-            f"{r.limited_by}{where}: {r.limited_evidence}"
+            f"{r.limited_by}{side}: {r.limited_evidence}"
         )
         if r.limited_next_step:
             lines.append(f"       next: {r.limited_next_step}")

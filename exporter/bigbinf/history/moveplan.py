@@ -23,8 +23,16 @@ setting):
   less the parameters the line took from them (two runs at two sizes fit a line
   exactly: a spread of zero that says nothing); below MIN_INTERVAL_DOF the interval is
   **unknown** (NaN bounds, said so, no bound published), never a narrow one.
-* **Which option, which hour**: options with a known interval before those without
-  (never preferred for having fewer runs), then by point prediction; start hours whose
+* **What it stands on** (`Basis`, per option): the runs it used and those it left out
+  and why (runs.left_out_of_moves: failed, a busy host by its verdict or by the host
+  state a run never judged recorded, whatever its transport), the sizes of each; every
+  configured protocol is in the plan, fitted or refused with the true reason (measured
+  at one size because its runs at the other were left out; every run left out; never
+  measured).
+* **Which option, which hour**: options are ranked only against options with comparable
+  evidence (`Fit.evidence`: a known interval from at least SOLID_RUNS runs, then a known
+  interval from fewer, then none), never preferred for having fewer runs; within a class
+  by point prediction; start hours whose
   prediction is within TIE of the best are ties, broken toward the earliest start from
   now.  A sweep's setting whose command is the protocol's own (the same argv at the same
   sizes) is the same option: its runs are merged into the protocol's.
@@ -59,6 +67,17 @@ MIN_EMPIRICAL = 20  # residuals for empirical percentiles; fewer: Student's t on
 # none there is no spread at all.
 MIN_INTERVAL_DOF = 2
 TIE = 0.01  # start hours predicted within 1% of the best are ties: the earliest start wins
+# The runs below which an option's evidence is thin (ranked after those with more, said
+# so): below six, Student's t at 90% is over 2.1 SDs and one more run moves the line and
+# its interval by a fifth; a sweep's setting run three times on two days has six.
+SOLID_RUNS = 6
+# The share of the runs left out from which the plan's whole basis is said to be thin.
+THIN_LEFT_OUT = 0.5
+EVIDENCE = (
+    f"a known interval from {SOLID_RUNS} runs or more",
+    f"a known interval from fewer than {SOLID_RUNS} runs",
+    "no interval",
+)
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,13 @@ class Fit:
     @property
     def interval_known(self) -> bool:
         return self.dof >= MIN_INTERVAL_DOF
+
+    @property
+    def evidence(self) -> int:
+        """Its evidence class (EVIDENCE): options are ranked only within one, the lower first."""
+        if not self.interval_known:
+            return 2
+        return 0 if self.runs >= SOLID_RUNS else 1
 
     def rate_at(self, hour: int) -> float:
         effect = self.hour_effect[hour % 24]
@@ -298,6 +324,78 @@ def predict(
 
 
 @dataclass(frozen=True)
+class Basis:
+    """What one option stands on: the runs it used and those it left out, and why."""
+
+    option: str
+    protocol: str
+    used: int = 0
+    scheduled: int = 0  # of the used: the exporter's rounds'
+    sweep: int = 0  # of the used: tuning sweeps'
+    sizes: tuple[int, ...] = ()  # sizes of the used runs
+    left_out: tuple[tuple[str, int], ...] = ()  # (why, runs), most first
+    left_out_sizes: tuple[tuple[int, int], ...] = ()  # (size, runs left out) at sizes it did not use
+
+    @property
+    def left_out_runs(self) -> int:
+        return sum(n for _, n in self.left_out)
+
+    def left_out_text(self) -> str:
+        """ "busy host 12, failed 1" ("" if none)."""
+        return ", ".join(f"{why} {n}" for why, n in self.left_out)
+
+
+def bases(runs: Sequence[Run], configured: Sequence[str] = ()) -> dict[str, Basis]:
+    """Each option's basis from every run the model could stand on (runs.move_runs, those
+    left out with their reason), and an empty one for each `configured` protocol never
+    measured."""
+    by_option: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_option[r.option].append(r)
+    out = {}
+    for option, its in by_option.items():
+        used = [r for r in its if not r.left_out]
+        why: dict[str, int] = defaultdict(int)
+        for r in its:
+            if r.left_out:
+                why[r.left_out] += 1
+        sizes = {r.bytes for r in used}
+        other: dict[int, int] = defaultdict(int)
+        for r in its:
+            if r.left_out and r.bytes not in sizes and r.bytes > 0:
+                other[r.bytes] += 1
+        out[option] = Basis(
+            option,
+            its[0].protocol,
+            len(used),
+            sum(1 for r in used if r.source == "exporter"),
+            sum(1 for r in used if r.source == "sweep"),
+            tuple(sorted(sizes)),
+            tuple(sorted(why.items(), key=lambda item: (-item[1], item[0]))),
+            tuple(sorted(other.items())),
+        )
+    for protocol in configured:
+        out.setdefault(protocol, Basis(protocol, protocol))
+    return out
+
+
+def refusal(b: Basis, remote: str, direction: str) -> str:
+    """Why an option with no run to use has no prediction: the true reason."""
+    if not b.left_out_runs:
+        return f"never measured to {remote} ({direction}) in the runs plan-move reads"
+    return f"all {b.left_out_runs} of its runs left out ({b.left_out_text()}): none to predict from"
+
+
+def why_refused(why: str, b: Basis | None) -> str:
+    """A fit's refusal, with what was left out where that is why (one size measured
+    because the runs at the other sizes were left out)."""
+    if b is None or not b.left_out_sizes:
+        return why
+    other = ", ".join(f"{n} at {_size(size)}" for size, n in b.left_out_sizes)
+    return f"{why}; its runs at other sizes were left out ({other}: {b.left_out_text()})"
+
+
+@dataclass(frozen=True)
 class Plan:
     remote: str
     size: int
@@ -306,6 +404,31 @@ class Plan:
     refused: dict[str, str] = field(default_factory=dict)  # option -> why no prediction
     bandwidth: float | None = None
     now_hour: int = 0  # the local hour the plan was made at: ties start then
+    basis: dict[str, Basis] = field(default_factory=dict)  # option -> what it stands on
+
+    @property
+    def used(self) -> int:
+        return sum(b.used for b in self.basis.values())
+
+    @property
+    def left_out(self) -> int:
+        return sum(b.left_out_runs for b in self.basis.values())
+
+    def thin(self) -> list[str]:
+        """Why the plan's basis is thin, in words (none: it is not)."""
+        why = []
+        total = self.used + self.left_out
+        if total and self.left_out >= THIN_LEFT_OUT * total:
+            reasons: dict[str, int] = defaultdict(int)
+            for b in self.basis.values():
+                for reason, n in b.left_out:
+                    reasons[reason] += n
+            text = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items(), key=lambda item: -item[1]))
+            why.append(f"{self.left_out} of its {total} runs were left out ({text})")
+        if self.ranked and self.ranked[0][0].evidence > 0:
+            top = self.ranked[0][0]
+            why.append(f"no option has {EVIDENCE[0]} (the first, {top.option}, has {top.runs} runs)")
+        return why
 
     @property
     def best(self) -> tuple[Fit, Prediction] | None:
@@ -374,7 +497,8 @@ def rank(
         bounds = f.residual_bounds(level)
         hours = tuple(predict(f, size, files, h, level, bandwidth, bounds) for h in range(24))
         ranked.append((f, hours))
-    ranked.sort(key=lambda item: (not item[0].interval_known, min(p.seconds for p in item[1]), item[0].option))
+    # Ranked only against options with comparable evidence (Fit.evidence), then by speed.
+    ranked.sort(key=lambda item: (item[0].evidence, min(p.seconds for p in item[1]), item[0].option))
     return Plan(remote, size, files, tuple(ranked), dict(refused), bandwidth, now_hour)
 
 
@@ -387,10 +511,21 @@ def plan(
     bandwidth: float | None = None,
     level: float = 0.9,
     now_hour: int = 0,
+    configured: Sequence[str] = (),
+    direction: str = "download",
 ) -> Plan:
-    """Every option to `remote` fitted and ranked by its best start hour's prediction."""
-    fits, refused = fit_all(runs, zone or zoneinfo.ZoneInfo("UTC"))
-    return rank(fits, refused, remote, size, files, bandwidth, level, now_hour)
+    """Every option to `remote` fitted and ranked by its best start hour's prediction.
+    `runs` may hold those the model leaves out (Run.left_out, runs.move_runs): they are
+    counted in each option's basis, never fitted; every `configured` protocol without a
+    fit is refused with the reason."""
+    basis = bases(runs, configured)
+    fits, refused = fit_all([r for r in runs if not r.left_out], zone or zoneinfo.ZoneInfo("UTC"))
+    refused = {option: why_refused(why, basis.get(option)) for option, why in refused.items()}
+    fitted = {f.option for f in fits} | {m for f in fits for m in f.merged}
+    for option, b in basis.items():
+        if option not in fitted and option not in refused:
+            refused[option] = refusal(b, remote, direction)
+    return replace(rank(fits, refused, remote, size, files, bandwidth, level, now_hour), basis=basis)
 
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

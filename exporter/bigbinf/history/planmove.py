@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from bigbinf.config import ConfigError, load_config, parse_size
+from bigbinf.config import Config, ConfigError, load_config, parse_size
 from bigbinf.history.moveplan import (
+    EVIDENCE,
     MIN_INTERVAL_DOF,
     Fit,
     Plan,
@@ -27,8 +28,9 @@ from bigbinf.history.moveplan import (
     plan,
     size_label,
 )
+from bigbinf.journal import checkpoint
 from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
-from bigbinf.runs import runs_to
+from bigbinf.runs import Run
 from bigbinf.usage import UsageError, parse_when
 
 LEVEL = 0.9
@@ -77,22 +79,21 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--size must be more than 0 bytes and --files at least 1")
     zone = zoneinfo.ZoneInfo(config.schedule.timezone)
     journal = Journal(args.journal or config.journal.path)
-    # The runs of the last moves.history (as the exporter's own predictions use), or, when
-    # there are none (an exporter stopped long ago), all of them: only those segments read.
-    since = time.time() - config.moves.history
-    runs = runs_to(journal.read(since=since), args.remote, args.direction) or runs_to(
-        journal.read(), args.remote, args.direction
-    )
-    if not runs:
+    runs = journal_runs(journal, args.remote, args.direction, config.moves.history)
+    if not any(not r.left_out for r in runs):
+        why = _left_out_words(runs)
         print(
-            f"plan-move: refused: nothing measured to {args.remote} ({args.direction}) in {journal.path}: no ok "
-            "transfer to predict from; let the scheduled rounds run (or run a sweep) first",
+            f"plan-move: refused: nothing measured to {args.remote} ({args.direction}) in {journal.path} that the "
+            f"model can use{why}: no ok transfer to predict from; let the scheduled rounds run (or run a sweep) first",
             file=sys.stderr,
         )
         return 1
     bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
     now = time.time()
-    result = plan(runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone))
+    configured = configured_protocols(config, args.remote, args.direction)
+    result = plan(
+        runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone), configured, args.direction
+    )
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
     if deadline is not None and deadline <= now:
         when = datetime.fromtimestamp(deadline, zone).strftime("%Y-%m-%d %H:%M")
@@ -103,6 +104,33 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(render(result, runs, zone, deadline, args.direction))
     return 0 if result.ranked else 1
+
+
+def journal_runs(journal: Journal, remote: str, direction: str, history: float) -> list[Run]:
+    """The runs the exporter's own predictions stand on (its journal's checkpoint, not the
+    whole journal: a year of results is read in a second), those the model leaves out
+    with them: the last `history` seconds before the remote's latest run."""
+    return checkpoint.of(journal).move_basis(direction, remote, history)
+
+
+def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:
+    """The protocols the configuration runs to `remote` in `direction` (the schedule's
+    list, or every protocol that moves that way): each has a line in the plan."""
+    if config.schedule.transfers is not None:
+        named = [t.protocol for t in config.schedule.transfers if t.remote == remote and t.direction == direction]
+    else:
+        named = [name for name, p in config.protocols.items() if direction in p.directions]
+    return list(dict.fromkeys(named))
+
+
+def _left_out_words(runs: Sequence[Run]) -> str:
+    reasons: dict[str, int] = {}
+    for r in runs:
+        if r.left_out:
+            reasons[r.left_out] = reasons.get(r.left_out, 0) + 1
+    if not reasons:
+        return ""
+    return f" ({len(runs)} runs, all left out: {', '.join(f'{why} {n}' for why, n in sorted(reasons.items()))})"
 
 
 def _offset_hours(zone: zoneinfo.ZoneInfo) -> float:
@@ -124,19 +152,32 @@ def _mb(rate: float) -> str:
 
 def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline: float | None, direction: str) -> str:
     lines = []
-    sizes = sorted({r.bytes for r in runs})
-    hours = sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in runs})
-    sources = {s: sum(1 for r in runs if r.source == s) for s in ("exporter", "sweep")}
-    first, last = min(r.timestamp for r in runs), max(r.timestamp for r in runs)
+    used = [r for r in runs if not r.left_out]
+    sizes = sorted({r.bytes for r in used})
+    hours = sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in used})
+    sources = {s: sum(1 for r in used if r.source == s) for s in ("exporter", "sweep")}
+    first, last = min(r.timestamp for r in used), max(r.timestamp for r in used)
     lines.append(
         f"plan-move: {size_label(result.size)} in {result.files} file{'s' if result.files > 1 else ''} "
         f"({direction}) with {result.remote}"
     )
+    left_out = len(runs) - len(used)
+    reasons: dict[str, int] = {}
+    for r in runs:
+        if r.left_out:
+            reasons[r.left_out] = reasons.get(r.left_out, 0) + 1
+    out_text = (
+        f"; left out {left_out} of {len(runs)} ({', '.join(f'{w} {n}' for w, n in sorted(reasons.items()))})"
+        if left_out
+        else ""
+    )
     lines.append(
-        f"from {len(runs)} ok transfers ({sources['exporter']} scheduled, {sources['sweep']} sweep runs), "
+        f"from {len(used)} ok transfers ({sources['exporter']} scheduled, {sources['sweep']} sweep runs){out_text}, "
         f"{_day(first, zone)} to {_day(last, zone)}, sizes {size_label(sizes[0])}-{size_label(sizes[-1])}, "
         f"started at hours {', '.join(f'{h:02d}' for h in hours)} ({zone.key})"
     )
+    for why in result.thin():
+        lines.append(f"thin basis: {why}")
     ratio = result.size / sizes[-1]
     if ratio > 1:
         lines.append(
@@ -148,11 +189,25 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     if result.bandwidth:
         lines.append(f"path bandwidth estimate: {_mb(result.bandwidth)} (caps every rate)")
     lines.append("")
-    header = ("rank", "option", "setup", "rate (all day)", "best start", "predicted", f"{LEVEL:.0%} interval", "runs")
-    rows = [header]
+    header = (
+        "rank",
+        "option",
+        "setup",
+        "rate (all day)",
+        "best start",
+        "predicted",
+        f"{LEVEL:.0%} interval",
+        "runs",
+        "left out",
+    )
+    rows: list[tuple[str, ...]] = [header]
+    breaks: dict[int, str] = {}  # row index -> the evidence class that starts there
     for rank, (f, preds) in enumerate(result.ranked, start=1):
+        if rank > 1 and f.evidence != result.ranked[rank - 2][0].evidence:
+            breaks[len(rows)] = EVIDENCE[f.evidence]
         best = best_start(preds, result.now_hour)
         setup = f"{f.setup_seconds:.1f}s" + (" (*)" if f.setup_from else "")
+        basis = result.basis.get(f.option)
         rows.append(
             (
                 str(rank),
@@ -163,10 +218,14 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
                 duration_text(best.seconds),
                 _interval(best),
                 str(f.runs),
+                _left_out_of(f, result) or ("0" if basis is not None else ""),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    for i, row in enumerate(rows):
+        if i in breaks:
+            lines.append(f"  -- ranked only among themselves, thinner evidence ({breaks[i]}):")
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     for f, _ in result.ranked:
         if f.setup_from:
             lines.append(f"(*) {f.option}: measured at one size; its set-up is {f.setup_from}")
@@ -185,6 +244,16 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     lines.append("")
     lines.append(_recommendation(result, zone, deadline))
     return "\n".join(lines) + "\n"
+
+
+def _left_out_of(f: Fit, result: Plan) -> str:
+    """The runs of `f` (and of the settings merged into it) left out, and why."""
+    reasons: dict[str, int] = {}
+    for option in (f.option, *f.merged):
+        basis = result.basis.get(option)
+        for why, n in basis.left_out if basis else ():
+            reasons[why] = reasons.get(why, 0) + n
+    return ", ".join(f"{why} {n}" for why, n in sorted(reasons.items(), key=lambda item: -item[1]))
 
 
 def _interval(p: Prediction) -> str:
@@ -246,6 +315,7 @@ def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | Non
         f, p = best
         start = _next_start(p.start_hour, zone, now)
         line = f"recommendation: {f.option}, started now: {duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)})"
+        thin = f" (thin basis: {'; '.join(result.thin())})" if result.thin() else ""
         if p.start_hour != result.now_hour:
             at_once = next(q for q in result.ranked[0][1] if q.start_hour == result.now_hour)
             line = (
@@ -253,7 +323,7 @@ def _recommendation(result: Plan, zone: zoneinfo.ZoneInfo, deadline: float | Non
                 f"{duration_text(p.seconds)} ({LEVEL:.0%}: {_interval(p)}); "
                 f"started now: {duration_text(at_once.seconds)}"
             )
-        return line
+        return line + thin
     # With a deadline: the option and start (within the next day) that meets it with the
     # most room at the interval's upper end; starting as late as that still allows.  Only
     # options with an interval: an unknown one cannot be said to meet anything.
@@ -299,9 +369,22 @@ def as_json(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo) -> dict[
         "level": LEVEL,
         "bandwidth_bytes_per_second": result.bandwidth,
         "basis": {
-            "runs": len(runs),
-            "sizes_bytes": sorted({r.bytes for r in runs}),
-            "hours": sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in runs}),
+            "runs": sum(1 for r in runs if not r.left_out),
+            "left_out": sum(1 for r in runs if r.left_out),
+            "sizes_bytes": sorted({r.bytes for r in runs if not r.left_out}),
+            "hours": sorted({datetime.fromtimestamp(r.timestamp, zone).hour for r in runs if not r.left_out}),
+            "thin": result.thin(),
+            "options": {
+                option: {
+                    "runs": b.used,
+                    "scheduled": b.scheduled,
+                    "sweep": b.sweep,
+                    "sizes_bytes": list(b.sizes),
+                    "left_out": dict(b.left_out),
+                    "left_out_sizes_bytes": {str(size): n for size, n in b.left_out_sizes},
+                }
+                for option, b in sorted(result.basis.items())
+            },
         },
         "ranked": [
             {
@@ -313,6 +396,7 @@ def as_json(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo) -> dict[
                 "per_file_seconds": f.per_file_seconds,
                 "rate_bytes_per_second": f.rate,
                 "runs": f.runs,
+                "evidence": EVIDENCE[f.evidence],
                 "start_hours": [
                     {
                         "hour": p.start_hour,

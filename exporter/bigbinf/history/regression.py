@@ -19,14 +19,30 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   and has heavy tails (a congested afternoon), which a rank test shrugs off, and its
   exact null distribution holds for three recent runs, where Welch's t on three values
   would lean on a normality nobody can check.  Exact p (no ties: the Gaussian-binomial
-  generating function, lower tail), else the normal approximation with tie and
-  continuity corrections (as scipy.stats.mannwhitneyu, which the tests compare with).
+  generating function, lower tail; with ties: the permutation distribution of the
+  recent runs' midrank sum, `_exact_tied_p`), the normal approximation with tie and
+  continuity corrections only where it puts p above EXACT_TIED_BELOW (no decision is
+  made there) or beyond EXACT_TIED_CELLS (as scipy.stats.mannwhitneyu, which the tests
+  compare with).  A failed run, a skipped round or an accepted level
+  leave tied values; the normal approximation's p-value then has a floor (0.00197 for
+  three recent runs, where the exact one is 2.9e-5) that held a 30% drop on a quiet
+  series back from its 3rd slow run to its 5th.
 * **Effect size**: the Hodges-Lehmann shift of the residuals (the median of every
   recent-minus-baseline difference) as a ratio, exp(shift): under the shift model it is
   the recent median over the baseline median at the same time of day.  Its confidence
   interval is the exact distribution-free one that inverts the same U test (the
   differences' order statistics at U's critical values), so the CI and the p-value
   never contradict each other.
+* **A per-series level first** (`series_alpha`): a drop within the series' noise
+  (the suspicion's runs, below) opens only if its p-value is at most
+  FALSE_OPENINGS_PER_DAY / the series' rounds a day, whatever the exporter's number of
+  series: the Benjamini-Hochberg family below is the exporter's series, so alone it
+  gave a one-series exporter no correction for looking every round (3.9 false openings
+  per 1,000 series-days with one series, 1.1 with 12, none with 60).  A drop beyond the
+  noise (`beyond_noise`: three runs each beyond AT_ONCE_SDS of the series' SD) is its own
+  per-series control, and the rank test's smallest p for three runs against a month at
+  one hour (1 / C(31, 3) = 2.2e-4) must still open a 30% drop of a quiet series on its
+  3rd slow run.
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
   over every tested series' current p-value (`judge`, published).  A regression **opens**
   when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
@@ -84,6 +100,19 @@ class RegressionSettings:
     material_drop: float = 0.10
     confidence: float = 0.95
     timezone: str = "UTC"
+    rounds_per_day: float = 2.0  # the schedule's (rounds_per_day): sizes series_alpha
+
+    @property
+    def series_alpha(self) -> float:
+        """The p-value at or below which a series' drop within its noise may open, looked
+        at every round (FALSE_OPENINGS_PER_DAY spent over the day's rounds), never above fdr."""
+        return min(self.fdr, FALSE_OPENINGS_PER_DAY / max(self.rounds_per_day, 1.0))
+
+
+# The false openings a day an unchanged series may have, spent per look (series_alpha):
+# half the goal of 1 per 1,000 series-days, the gates after it (material, more runs than
+# recent_runs) taking little off (measured: benchmarks/bench_regression.py --family-sizes).
+FALSE_OPENINGS_PER_DAY = 0.0005
 
 
 # ---------------------------------------------------------------- statistics
@@ -138,9 +167,11 @@ def _u_statistic(x: np.ndarray, y: np.ndarray) -> float:
 
 def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
     """One-sided p-value of the Mann-Whitney U test that x is stochastically smaller than
-    y: exact without ties, else the normal approximation with tie and continuity
-    corrections (scipy.stats.mannwhitneyu(x, y, alternative="less") with method "exact",
-    resp. "asymptotic")."""
+    y: exact, with ties too (the permutation distribution of x's midrank sum,
+    `_exact_tied_p`: scipy.stats.mannwhitneyu(x, y, alternative="less", method=
+    PermutationMethod()) to its resolution), where the normal approximation puts it at
+    or below EXACT_TIED_BELOW; else (above it, or a table beyond EXACT_TIED_CELLS) the
+    normal approximation with tie and continuity corrections (method "asymptotic")."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     m, n = len(xa), len(ya)
     if m == 0 or n == 0:
@@ -154,7 +185,66 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
         # Symmetry: P(U <= u) = 1 - P(U <= mn - u - 1).
         rest = m * n - ui - 1
         return float(max(0.0, 1.0 - _exact_cdf(m, n, rest)[rest])) if rest >= 0 else 1.0
-    return _normal_p(xa, ya, u)
+    normal = _normal_p(xa, ya, u)
+    if normal > EXACT_TIED_BELOW:
+        return normal
+    exact = _exact_tied_p(xa, ya)
+    return exact if exact is not None else normal
+
+
+# The exact tied distribution's table: (x's runs + 1) x (the doubled midrank sums up to the
+# tail asked for) cells, at most: 20 recent runs against 100 (42,000 cells) are exact; an
+# open regression's 30 runs against 300 (310,000, half a second) use the normal
+# approximation, which is good there.
+EXACT_TIED_CELLS = 100_000
+# With ties, p-values the normal approximation puts above this are its own: the exact
+# count costs 3-15 ms a test there (the tail to count is half the table), and no decision
+# is made near them (an opening needs p at most series_alpha, or fdr across the series,
+# 0.002 by default); the approximation's error is at the far tail, which it overstates.
+EXACT_TIED_BELOW = 0.2
+
+
+def _exact_tied_p(xa: np.ndarray, ya: np.ndarray) -> float | None:
+    """P(W <= w) for W the sum of x's midranks in the combined sample, under H0 (every
+    choice of len(x) of the values equally likely), exactly whatever the ties: a count
+    over the tie groups of how many ways each number of x's values and doubled midrank
+    sum can be chosen (a group of t tied values at doubled midrank r gives j of them
+    C(t, j) ways and j * r).  Above the mean the upper tail is counted instead, as the
+    lower tail of the mirrored midranks (2(N + 1) - r: ties are not symmetric, so not
+    of W itself): P(W <= w) = 1 - P(W* <= 2m(N + 1) - w - 1), the shorter table.  None
+    when the table would exceed EXACT_TIED_CELLS."""
+    m, n = len(xa), len(ya)
+    total = m + n
+    combined = np.concatenate([xa, ya])
+    _, inverse, counts = np.unique(combined, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    doubled = (2 * ends - counts + 1).astype(np.int64)  # 2 x midrank of each tie group
+    w = int(np.sum(doubled[inverse[:m]]))  # doubled midrank sum of x
+    mirror = m * (total + 1) * 2 - w  # W > w exactly where W* = 2m(N + 1) - W < mirror
+    upper = w >= mirror
+    if upper:  # mirrored, in rank order again
+        doubled, counts = (2 * (total + 1) - doubled)[::-1], counts[::-1]
+    top = mirror - 1 if upper else w  # the tail to count: W <= w, or W* <= mirror - 1
+    if top < 0:
+        return 1.0 if upper else 0.0
+    if (m + 1) * (top + 1) > EXACT_TIED_CELLS:
+        return None
+    ways = np.zeros((m + 1, top + 1))
+    ways[0, 0] = 1.0
+    for t, r in zip(counts.tolist(), doubled.tolist(), strict=True):
+        if r > top:
+            break  # groups in rank order: none later reaches the tail either
+        if t == 1:  # the right side is computed before it is added: no copy needed
+            ways[1:, r:] = ways[1:, r:] + ways[:m, : top + 1 - r]
+            continue
+        before = ways.copy()
+        for j in range(1, min(t, m) + 1):
+            shift = j * r
+            if shift > top:
+                break
+            ways[j:, shift:] += math.comb(t, j) * before[: m + 1 - j, : top + 1 - shift]
+    tail = float(ways[m].sum()) / math.comb(total, m)
+    return float(min(1.0, max(0.0, 1.0 - tail if upper else tail)))
 
 
 def _normal_p(xa: np.ndarray, ya: np.ndarray, u: float) -> float:
@@ -682,7 +772,31 @@ def settings_of(config: Config) -> RegressionSettings:
         material_drop=r.material_drop,
         confidence=r.confidence,
         timezone=config.schedule.timezone,
+        rounds_per_day=rounds_per_day(config),
     )
+
+
+def rounds_per_day(config: Config) -> float:
+    """How many times a day each series is measured: the schedule's interval, or its cron
+    lines' starts over a week, times schedule.rounds."""
+    from datetime import timedelta
+
+    from bigbinf.cron import crontab_trigger
+
+    schedule = config.schedule
+    if schedule.interval:
+        return DAY / schedule.interval * schedule.rounds
+    zone = zoneinfo.ZoneInfo(schedule.timezone)
+    start = datetime(2026, 1, 5, tzinfo=zone)  # a Monday: a whole week of starts
+    end = start + timedelta(days=7)
+    starts = 0
+    for line in schedule.cron:
+        trigger = crontab_trigger(line, zone)
+        at = trigger.get_next_fire_time(None, start)
+        while at is not None and at < end and starts < 7 * 24 * 60 * len(schedule.cron):
+            starts += 1
+            at = trigger.get_next_fire_time(at, at + timedelta(seconds=1))
+    return max(starts / 7.0, 1.0 / 7.0) * schedule.rounds
 
 
 class History:
@@ -796,7 +910,7 @@ class History:
             at_once = test.ratio <= material and beyond_noise(test.ratio, test.noise)
             if at_once and self._opens(key, test.p_value):
                 since = max(track.suspect, test.first)  # the test's runs (from the drop's first)
-            elif ratio <= material and runs > s.recent_runs and self._opens(key, p):
+            elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
                 since = track.suspect
             else:
                 since = None

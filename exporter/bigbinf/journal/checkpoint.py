@@ -46,11 +46,12 @@ from bigbinf.journal.store import (
     temporaries,
 )
 from bigbinf.result import PathBaseline, Result, SeriesKey
-from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, runs_to
+from bigbinf.runs import MAX_PER_CELL, RecentRuns, Run, counts_in_baseline, move_runs
 
 log = logging.getLogger(__name__)
 
-VERSION = 3  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline
+VERSION = 4  # 2: the move runs as a compressed blob (parsed only when needed); 3: runs by runs.counts_in_baseline;
+# 4: the move runs the model leaves out too, with why, and each run's command digest, a blob per remote
 RECENT_KEEP = 1000  # transfers (and baselines) kept for the pages: pages.recent_transfers up to this
 SAVE_EVERY = 500  # journaled records between saves: what a start may have to fold
 DAY = 86400.0
@@ -264,7 +265,9 @@ class ResultsFold(_Fold):
         self.packed: dict[str, np.ndarray] = {}
         self.history: dict[str, list[tuple[float, float]]] = {}
         self._moves: dict[str, RecentRuns] | None = {direction: RecentRuns() for direction in DIRECTIONS}
-        self._moves_saved = ""  # as loaded (zlib'd JSON, base64), until first needed
+        # As loaded, per direction and remote (zlib'd JSON, base64), until first needed:
+        # plan-move decodes one remote's, a start that predicts moves all of them.
+        self._moves_saved: dict[str, dict[str, str]] = {}
 
     def fold(self, record: dict[str, Any]) -> None:
         r = Result.from_json(record)
@@ -293,7 +296,7 @@ class ResultsFold(_Fold):
                 if t > last[0]:
                     self.sweeps[r.sweep_name] = (t, r.sweep, last[2])
         for direction, moves in self.moves.items():
-            for run in runs_to([r], r.remote, direction):
+            for run in move_runs([r], r.remote, direction):  # those left out too: plan-move says why
                 moves.add(r.remote, run)
 
     @property
@@ -302,13 +305,22 @@ class ResultsFold(_Fold):
         a start without moves.sizes never needs them)."""
         if self._moves is None:
             self._moves = {direction: RecentRuns() for direction in DIRECTIONS}
-            saved = json.loads(zlib.decompress(base64.b64decode(self._moves_saved))) if self._moves_saved else {}
-            for direction, remotes in saved.items():
-                for remote, runs in remotes.items():
-                    for fields in runs:
-                        self._moves[direction].add(remote, Run(*fields))
-            self._moves_saved = ""
+            for direction, remotes in self._moves_saved.items():
+                for remote, blob in remotes.items():
+                    _decode_moves(self._moves[direction], remote, blob)
+            self._moves_saved = {}
         return self._moves
+
+    def move_basis(self, direction: str, remote: str, history: float) -> list[Run]:
+        """One remote's move runs (RecentRuns.basis), decoding only its own if the rest
+        are still as loaded (plan-move on a year of history reads a twelfth of them)."""
+        if self._moves is not None:
+            return self._moves[direction].basis(remote, history)
+        one = RecentRuns()
+        blob = self._moves_saved.get(direction, {}).get(remote)
+        if blob:
+            _decode_moves(one, remote, blob)
+        return one.basis(remote, history)
 
     def series(self, key: str) -> np.ndarray:
         """Series `key`'s ok runs, sorted by start, as far back as any setting can use (N x 2)."""
@@ -375,16 +387,15 @@ class ResultsFold(_Fold):
         if self._moves is None:
             moves = self._moves_saved  # never needed since loaded: as they were
         else:
-            by_direction = {
+            # A blob per direction and remote: most of a checkpoint's bytes, parsed only by a
+            # start that predicts moves, or plan-move (one remote's).
+            moves = {
                 direction: {
-                    remote: [list(_run_fields(run)) for cell in cells.values() for run in cell]
+                    remote: _encode_moves([list(_run_fields(run)) for cell in cells.values() for run in cell])
                     for remote, cells in recent.cells.items()
                 }
                 for direction, recent in self._moves.items()
             }
-            # A blob: most of a checkpoint's bytes, parsed only by a start that predicts moves.
-            text = json.dumps(by_direction, separators=(",", ":"))
-            moves = base64.b64encode(zlib.compress(text.encode(), 1)).decode()
         return {
             "latest": list(self.latest.items()),
             "latest_ok": list(self.latest_ok.items()),
@@ -407,9 +418,14 @@ class ResultsFold(_Fold):
             key: np.frombuffer(base64.b64decode(packed), dtype="<f8").reshape(-1, 2)
             for key, packed in data["history"].items()
         }
-        if not isinstance(data["moves"], str):
-            raise ValueError("moves: not a blob")
-        self._moves, self._moves_saved = None, data["moves"]
+        moves = data["moves"]
+        if not (
+            isinstance(moves, dict)
+            and all(isinstance(remotes, dict) for remotes in moves.values())
+            and all(isinstance(blob, str) for remotes in moves.values() for blob in remotes.values())
+        ):
+            raise ValueError("moves: not a blob per direction and remote")
+        self._moves, self._moves_saved = None, moves
 
 
 class BaselinesFold(_Fold):
@@ -442,8 +458,18 @@ class BaselinesFold(_Fold):
         self.recent = deque(((seq, record) for seq, record in data["recent"]), maxlen=RECENT_KEEP)
 
 
+def _encode_moves(runs: list[list[Any]]) -> str:
+    return base64.b64encode(zlib.compress(json.dumps(runs, separators=(",", ":")).encode(), 1)).decode()
+
+
+def _decode_moves(into: RecentRuns, remote: str, blob: str) -> None:
+    for fields in json.loads(zlib.decompress(base64.b64decode(blob))):
+        into.add(remote, Run(*fields))
+
+
 def _run_fields(run: Run) -> Iterator[Any]:
     yield from (run.protocol, run.setting, run.bytes, run.files, run.seconds, run.timestamp, run.source)
+    yield from (run.command, run.left_out)
 
 
 def _fold_type(journal: _Records[Any]) -> type[_Fold]:

@@ -53,5 +53,22 @@ def leaves_out_of_baselines(r: Result) -> bool:
     nothing of the path, the window, the loss or the programs did).  A run the path
     limited on a busy host still measured the path: it stays in (leaving out every run
     with some CPU wait would empty the baselines of a busy data-transfer node, and hide
-    a regression measured on it)."""
-    return r.limited_by == "busy_host"
+    a regression measured on it).  A run never judged (UDP: no TCP state; no capture)
+    has only the host's state it recorded to go by: left out where this host waited for
+    a CPU (host_busy_recorded), whatever its transport, or a UDT run on a busy host would
+    stand in the baselines beside TCP runs of the same host left out."""
+    if r.limited_by == "busy_host":
+        return True
+    judged = bool(r.limited_by) or bool(r.limited_evidence and r.limited_evidence != NO_TCP_STATE)
+    return not judged and bool(host_busy_recorded(r))
+
+
+def host_busy_recorded(r: Result) -> str:
+    """Words, where the run recorded this host busy (BUSY_SHARE of it waiting for a CPU in
+    one of vetoes.BUSY_PARTS, Result.host_busy), else ""."""
+    waited = [
+        f"{vetoes.BUSY_PARTS[k]} waited {r.host_busy[k]:.0%}"
+        for k in vetoes.BUSY_PARTS
+        if r.host_busy.get(k, 0.0) >= vetoes.BUSY_SHARE
+    ]
+    return ", ".join(waited)

@@ -76,9 +76,15 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
     settings = runner.config.regression
     # An open regression's baseline is the weeks before its start, however long ago that
     # was (issue 35): the runs read reach that far back (as far as the checkpoint keeps).
-    opened = RegressionJournal(runner.config.journal.path).open_regressions()
+    regressions = RegressionJournal(runner.config.journal.path)
+    opened = regressions.open_regressions()
     since = min((e.since for k, e in opened.items() if k in configured), default=time.time())
     weeks = settings.baseline_weeks + max(0.0, time.time() - since) / WEEK
+    if not regressions.path.exists():
+        # The first start: each series' whole kept history (checkpoint.HISTORY_SPAN), so
+        # the replay (RoundRunner.load_history) reaches back to the start of any
+        # regression it holds, not only the last baseline_weeks.
+        weeks = max(weeks, checkpoint.HISTORY_SPAN / WEEK)
     runs = checkpoint.of(runner.journal).history_runs(settings.recent_runs, weeks)
     runner.load_history({key: series for key, series in runs.items() if key in configured}, configured)
 

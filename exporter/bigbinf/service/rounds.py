@@ -23,6 +23,7 @@ measurement of the remote and is run again by the round's note.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import fcntl
 import hashlib
@@ -52,7 +53,7 @@ from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
 from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.result import PathBaseline, Result, SeriesKey
-from bigbinf.runs import RecentRuns, counts_in_baseline, runs_to
+from bigbinf.runs import RecentRuns, counts_in_baseline, move_runs
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.recent import RecentTransfers
 from bigbinf.service.round_note import Note, RoundNote
@@ -60,9 +61,9 @@ from bigbinf.service.schedule import gap_after, longest_gap_seconds
 
 log = logging.getLogger(__name__)
 
-# The first start with a regressions' journal replays each series' last REPLAY_RUNS runs
-# (at most REPLAY_TOTAL in all) through the regression state (restore_history).
-REPLAY_RUNS, REPLAY_TOTAL = 240, 40_000
+# The first start with a regressions' journal replays each series' runs after its first
+# baseline (at most REPLAY_TOTAL in all) through the regression state (load_history).
+REPLAY_TOTAL = 40_000
 
 # The lab a config's `lab: true` remotes stand for, worked out again for each config.
 LabFor = Callable[[Config], LabSite | None]
@@ -171,25 +172,31 @@ class RoundRunner:
         history.restore(e for e in journal.read_events() if e.key in wanted)
         enabled = self.config.regression.enabled
         # The first start with a regressions' journal (none yet beside this journal): each
-        # series' last runs are replayed through the state, in time order across series,
-        # so that a regression that began before it is found open, not half-way into its
-        # baseline (issue 35's 35 days at one rate, then 10 days at 70%).  Bounded: a
-        # one-off cost of about a millisecond per replayed run.
-        replay_runs = min(REPLAY_RUNS, REPLAY_TOTAL // max(1, len(runs))) if first_start and enabled else 0
+        # series' runs after its first baseline are replayed through the state, in time
+        # order across series, so that a regression that began before it is found open
+        # against the level before it, not half-way into its baseline (issue 35's 35 days
+        # at one rate, then 10 days at 70%), and one the history has recovered is closed
+        # (issue 45: the last 240 runs alone measured an older one against an already
+        # degraded level).  Bounded: a one-off cost of about a millisecond per replayed
+        # run, at most REPLAY_TOTAL of them.
+        budget = REPLAY_TOTAL // max(1, len(runs)) if first_start and enabled else 0
+        baseline = self.config.regression.baseline_weeks * WEEK
         replayed: list[tuple[float, float, SeriesKey]] = []
         for key, unsorted_runs in runs.items():
             series_runs = sorted(unsorted_runs)
-            cut = max(0, len(series_runs) - replay_runs)
+            first_baseline = bisect.bisect_left(series_runs, (series_runs[0][0] + baseline,)) if series_runs else 0
+            cut = max(first_baseline, len(series_runs) - budget) if budget else len(series_runs)
             history.load(key, series_runs[:cut])
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
         for t, x, key in sorted(replayed, key=lambda run: run[0]):
             history.add(key, t, x)
         if enabled:
+            # Every series takes a step on the runs journaled before this start, an open
+            # one too: a regression whose recovery runs were journaled while no exporter
+            # judged them (a stop, `once`) closes now, not on the next run after it.
             for key in list(history.tests):
-                track = history.tracks.get(key)
-                if track is None or track.episode is None:
-                    history.step(key)
+                history.step(key)
         journal.append(history.events)
         if first_start and enabled:
             journal.path.parent.mkdir(parents=True, exist_ok=True)
@@ -260,7 +267,7 @@ class RoundRunner:
                 self.move_runs = RecentRuns()
             changed: set[str] = set()
             for r in results:
-                for run in runs_to([r], r.remote, moves.direction):
+                for run in move_runs([r], r.remote, moves.direction):
                     self.move_runs.add(r.remote, run)
                     changed.add(r.remote)
         self._predict_moves(changed)
