@@ -12,8 +12,29 @@ from __future__ import annotations
 
 import re
 
-from bigbinf.judge import rules, vetoes
+from bigbinf.judge import bounds, rules, vetoes
 from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
+
+# "A allows X MB/s (...); the transfer's steady rate was Y MB/s": a bound beside the rate
+# (bounds.Bound.said), unless followed by "(not within N% of it)".
+_BOUND_PAIR = re.compile(
+    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|Mathis)[^;]*?allows "
+    r"([\d.]+) MB/s[^;]*; the transfer's steady rate was ([\d.]+) MB/s(?: \(\d+ Mbit/s\))?( \(not within)?"
+)
+_BOUND_OF = {
+    "advertised receive window": ("receive_window", 1 - bounds.TOLERANCE),
+    "receive buffer": ("receive_window", bounds.BUFFER_LOW),
+    "send buffer": ("send_buffer", bounds.BUFFER_LOW),
+    "the path's capacity": ("link_capacity", 1 - bounds.TOLERANCE),
+    "packets/s": ("link_capacity", 1 - bounds.TOLERANCE),
+    "Mathis": ("congestion", 1 - bounds.TOLERANCE),
+}
+# "N retransmitted of M segments (" or "..., K of them spurious (...), L lost (": the real losses.
+_LOSSES = re.compile(r"(\d+) retransmitted of \d+ segments(?:, \d+ of them spurious \([^)]*\), (\d+) lost)?")
+
+
+def _losses(text: str) -> list[int]:
+    return [int(m.group(2) if m.group(2) is not None else m.group(1)) for m in _LOSSES.finditer(text)]
 
 
 def _shares(text: str, *after: str) -> list[int]:
@@ -44,6 +65,18 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
     for share in _path_shares(evidence):
         if share > _pct(STALE_SHARE) and "stale" not in evidence and "a burst above it, not sustained" not in evidence:
             found.append(f"{reason or 'no verdict'} quoting {share}% of the path without calling the estimate stale")
+    # Loss claimed only where something was lost: spurious retransmissions (DSACK) are not.
+    claims = ("the bottleneck drops", "segments lost per window", "repaired")
+    if any(c in evidence for c in claims) and not any(n > 0 for n in _losses(evidence)):
+        found.append(f"{reason or 'no verdict'} claiming loss where nothing was lost")
+    # A verdict's own bound, quoted beside the rate without "(not within": within the tolerance.
+    for m in _BOUND_PAIR.finditer(evidence):
+        named, low = _BOUND_OF[m.group(1)]
+        allowed, rate = float(m.group(2)), float(m.group(3))
+        if named != reason or m.group(4) or allowed < 0.05:
+            continue
+        if not low * allowed - 0.01 <= rate <= (1 + bounds.TOLERANCE) * allowed + 0.01:
+            found.append(f"{reason} whose bound {allowed} MB/s the steady rate {rate} MB/s does not meet")
     if "the path is full" in evidence and reason != "link_capacity":
         found.append(f"{reason} saying the path is full")
     if reason in ("receive_window", "send_buffer"):
@@ -92,7 +125,12 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
                     found.append(f"application with the receiver's queue {share}% full")
     if reason == "link_capacity":
         # The steady rate's share (the first said: the delivery rate's may follow).
-        for share in _path_shares(evidence)[:1]:
+        # At a clamped MSS the path's capacity is its packet rate (bounds.packet_rate), met
+        # below the byte rate; its own pair is checked above.
+        packets = evidence.startswith("the path's packet rate at this MSS")
+        if packets and not _BOUND_PAIR.search(evidence):
+            found.append("link_capacity by the packet rate without its bound beside the rate")
+        for share in [] if packets else _path_shares(evidence)[:1]:
             if share < _pct(rules.LINK_SHARE):
                 found.append(f"link_capacity at {share}% of the path")
             if share > _pct(STALE_SHARE):
@@ -117,6 +155,8 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         if not shares or max(shares) < _pct(vetoes.BUSY_SHARE):
             found.append(f"busy_host with waits for a CPU of {shares}%")
     if reason == "shared_path":
+        if "a standing queue" not in evidence:
+            found.append("shared_path without a standing queue: no other flow seen")
         for share in _path_shares(evidence)[:1]:
             if share > _pct(rules.LINK_SHARE):
                 found.append(f"shared_path at {share}% of the path")

@@ -926,7 +926,13 @@ def busy_demo(host_busy: dict[str, float]) -> Result:
         file_bytes=32 * MiB,
         duration_seconds=32 * MiB / 10e6,
         host_busy=host_busy,
-        tcp_remote=sender(busy_seconds=3.3, sender_backlog_ratio=0.9, app_limited_ratio=0.0, sending_samples=30.0),
+        tcp_remote=sender(
+            busy_seconds=3.3,
+            sender_backlog_ratio=0.9,
+            app_limited_ratio=0.0,
+            sending_samples=30.0,
+            rtt_avg_seconds=0.035,  # 15 ms above the path's 20 ms: another flow's queue
+        ),
         tcp_local={"data_start_seconds": 0.05, "data_end_seconds": 3.35, "steady_rate_bytes_per_second": 10e6},
     )
 

@@ -49,7 +49,15 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             probes_answered=rng.choice([10, 10, 9]),
             bandwidth_bytes_per_second=bandwidth if _maybe(rng, 0.8) else None,
             bandwidth_source=rng.choice(["configured", "lab", "iperf3"]),
-            buffers={side: {kind: _log_uniform(rng, 6.4e4, 6.4e7)}} if _maybe(rng) else {},
+            buffers={
+                side: {
+                    kind: _log_uniform(rng, 6.4e4, 6.4e7),
+                    **({"tcp_moderate_rcvbuf": 0.0} if _maybe(rng, 0.2) else {}),
+                }
+            }
+            if _maybe(rng)
+            else {},
+            mtu_bytes=rng.choice([None, 1500, 9000, 1280]),
         )
     # The transfer's own rate: mostly at or below the path, now and then above (a stale estimate).
     rate = bandwidth * rng.choice([_log_uniform(rng, 0.01, 1.0), rng.uniform(0.85, 1.0), rng.uniform(1.0, 3.0)])
@@ -66,7 +74,7 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             "rwnd_limited_seconds": busy * rng.choice([0.0, rng.uniform(0, 1)]),
             "sndbuf_limited_seconds": busy * rng.choice([0.0, rng.uniform(0, 1)]),
             "segs_out": segs,
-            "mss_bytes": rng.choice([1448.0, 8948.0]),
+            "mss_bytes": rng.choice([1448.0, 8948.0, 524.0]),
         }
         for key, value in (
             ("sender_backlog_ratio", rng.random()),
@@ -74,6 +82,10 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             ("cwnd_max_segments", _log_uniform(rng, 4, 20000)),
             ("sending_samples", float(rng.choice([1, 2, 5, 40, 400]))),
             ("sndbuf_max_bytes", _log_uniform(rng, 6.4e4, 6.4e7)),
+            # The round trip it saw: the path's, or above it by a queue.
+            ("rtt_avg_seconds", rtt * rng.choice([1.0, 1.05, 1.5, 3.0])),
+            # The window its receiver advertised: near what the rate needs, or far off.
+            ("snd_wnd_median_bytes", rate * rtt * rng.choice([1.0, 1.1, _log_uniform(rng, 0.1, 10)])),
         ):
             if _maybe(rng, 0.8):
                 sender[key] = value
@@ -137,6 +149,9 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
     payload = file_bytes
     wire = int(payload * rng.choice([1.0, 1.05]))
     retransmits = rng.choice([0, 0, int(segs * _log_uniform(rng, 1e-5, 0.3))])
+    if sender and retransmits and _maybe(rng, 0.3):
+        # Spurious retransmissions (reordering): the receiver had some or all of them.
+        sender["dsack_dups"] = float(rng.choice([retransmits, int(retransmits * rng.random())]))
     result = Result(
         protocol=protocol,
         remote="r",

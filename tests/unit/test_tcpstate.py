@@ -69,6 +69,9 @@ def test_download_sender_listing_in_base_units() -> None:
         rcv_queue_bytes=0,
         state="ESTAB",
         notsent_bytes=3231680,  # written by iperf3, not yet sent: the network is the limit
+        snd_wnd_bytes=2330624,  # the receiver's advertised window
+        pmtu=1500,
+        advmss=1448,
     )
     # The control connection: a few bytes, app-limited, no ssthresh printed yet.
     control = sockets[1]
@@ -213,6 +216,7 @@ def test_summary_of_two_parallel_streams() -> None:
                 sndbuf_bytes=100_000,
                 rcvbuf_bytes=50_000,
                 mss=1448,
+                snd_wnd_bytes=100_000,
             ),
             _s(
                 B,
@@ -226,6 +230,7 @@ def test_summary_of_two_parallel_streams() -> None:
                 app_limited=True,
                 sndbuf_bytes=200_000,
                 mss=1448,
+                snd_wnd_bytes=50_000,
             ),
         ],
         # 2: only A's acked bytes grew: B's stale rate does not count
@@ -249,6 +254,7 @@ def test_summary_of_two_parallel_streams() -> None:
                 congestion_control="cubic",
                 app_limited=True,
                 mss=1448,
+                backoff=3,
             ),
         ],
         # 3: nothing sending any more (the end)
@@ -266,6 +272,8 @@ def test_summary_of_two_parallel_streams() -> None:
             cwnd=35,
             rtt_seconds=0.03,
             mss=1448,
+            dsack_dups=2,
+            reord_seen=4,
         ),
         _s(
             B,
@@ -295,6 +303,14 @@ def test_summary_of_two_parallel_streams() -> None:
         "rwnd_limited_seconds": 0.5,
         "sndbuf_limited_seconds": 0.25,
         "retransmits": 5,  # data sockets only
+        "dsack_dups": 2,  # A's: 2 of its 3 retransmissions had arrived already
+        "reord_seen": 4,
+        "backoff_max": 3,
+        # While sending (listing 1: A and B; listing 2: A, whose window ss left out: 0)
+        "snd_wnd_median_bytes": 75_000,
+        "snd_wnd_max_bytes": 100_000,
+        # ss leaves out a zero window: A in listings 2 and 3, B in 2 (both had one in 1)
+        "zero_window_samples": 3,
         "segs_out": 3700,
         "bytes_acked": 5 * MiB + 2,
         "bytes_received": 40,

@@ -101,7 +101,7 @@ def in_recovery(i: Inputs, in_flight: float | None) -> str:
     (`in_flight`, of the data phase) most of the time, as a sender repairing holes does.
     Loss never explains time with nothing in flight: a throttle's pauses (nginx's
     limit_rate lost 6% in slow start, then sent in bursts 34% of the time) stay its own."""
-    if not i.segments or not i.retransmits or (in_flight is not None and in_flight < IDLE_SHARE):
+    if not i.segments or not i.real_losses or (in_flight is not None and in_flight < IDLE_SHARE):
         return ""
     cwnd = i.sender.get("cwnd_max_segments")
     if cwnd:
@@ -406,8 +406,8 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
             return "link_capacity without a path estimate"
         if share > STALE_SHARE:
             return f"link_capacity at {share:.0%} of the path: the estimate is stale"
-    if reason == "congestion" and not i.retransmits:
-        return "congestion without retransmissions"
+    if reason == "congestion" and not i.real_losses:
+        return "congestion without losses" if i.retransmits else "congestion without retransmissions"
     if reason in ("receive_window", "send_buffer") and busy > 0:
         key = "rwnd_limited_seconds" if reason == "receive_window" else "sndbuf_limited_seconds"
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"

@@ -525,6 +525,11 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         for watch in (local_watch, remote_watch):
             if watch:
                 watching.enter_context(watch)
+            if watch is local_watch and local_watch and remote_watch:
+                # Run after the remote watch stops, before this host's does: the remote's
+                # stats sessions (ssh from this host) are sockets to the remote here too,
+                # and not the transfer's.
+                watching.callback(lambda: local_watch.leave_out(remote_watch.own_sessions()))
         if capture:
             try:
                 capture.start()
