@@ -18,7 +18,8 @@ from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
 # "A allows X MB/s (...); the transfer's steady rate was Y MB/s": a bound beside the rate
 # (bounds.Bound.said), unless followed by "(not within N% of it)".
 _BOUND_PAIR = re.compile(
-    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|Mathis)[^;]*?allows "
+    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|of segments \(real)"
+    r"[^;]*?allows "
     r"([\d.]+) MB/s[^;]*; the transfer's steady rate was ([\d.]+) MB/s(?: \(\d+ Mbit/s\))?( \(not within)?"
 )
 _BOUND_OF = {
@@ -27,7 +28,7 @@ _BOUND_OF = {
     "send buffer": ("send_buffer", bounds.BUFFER_LOW),
     "the path's capacity": ("link_capacity", 1 - bounds.TOLERANCE),
     "packets/s": ("link_capacity", 1 - bounds.TOLERANCE),
-    "Mathis": ("congestion", 1 - bounds.TOLERANCE),
+    "of segments (real": ("congestion", 1 - bounds.TOLERANCE),
 }
 # "N retransmitted of M segments (" or "..., K of them spurious (...), L lost (": the real losses.
 _LOSSES = re.compile(r"(\d+) retransmitted of \d+ segments(?:, \d+ of them spurious \([^)]*\), (\d+) lost)?")
@@ -89,11 +90,13 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         # With the BDP unknown, a buffer at its maximum needs the clock only to corroborate
         # it (inputs.CORROBORATED_SHARE).
         least = CORROBORATED_SHARE if "(the BDP unknown)" in evidence else rules.LIMITED_SHARE
+        # Or its bound met the steady rate (checked above): the window over the round trip.
+        met = any(_BOUND_OF[m.group(1)][0] == reason and not m.group(4) for m in _BOUND_PAIR.finditer(evidence))
         for share in shares:
-            if share < _pct(least):
+            if share < _pct(least) and not met:
                 found.append(f"{reason} with a clock share of {share}%")
-        if not shares and "grew to" not in evidence:
-            found.append(f"{reason} with neither a clock share nor a buffer at its maximum")
+        if not shares and "grew to" not in evidence and not met:
+            found.append(f"{reason} with neither a clock share, a buffer at its maximum nor its bound met")
     if reason == "application":
         idle_words = "unsent data in" in evidence or "data in flight" in evidence
         if "queue stood" not in evidence:  # the sender's side: its idleness is the evidence

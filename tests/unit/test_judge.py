@@ -428,7 +428,7 @@ def test_a_zero_bandwidth_is_refused_and_unprobed_paths_say_so(tmp_path) -> None
         (download(tcp_remote=sender(busy_seconds=6.0), programs={"local gzip": {"seconds": 19.0, "cpu_share": 0.9,
           "runnable_share": 0.95, "io_wait_share": 0.0, "samples": 30.0}}), "gzip used all the CPU it could get"),
         (download(tcp_remote=sender(rwnd_limited_seconds=17.0), tcp_local={"rcvbuf_max_bytes": 262144.0}),
-         "raise net.ipv4.tcp_rmem's maximum on this host to at least 2 x BDP = 2.00 MB"),
+         "on this host: sysctl -w net.ipv4.tcp_rmem='4096 131072 2000000' (its maximum to 2 x BDP)"),
         (download(tcp_local={"rcvbuf_max_bytes": 131072.0}, tcp_buffer_max_bytes=131072),
          "raise or drop the protocol's tcp_buffer_max (131.07 kB"),
         (download(tcp_remote=sender(), retransmits_sender=460),

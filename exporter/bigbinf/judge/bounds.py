@@ -49,6 +49,7 @@ MSS_CLAMP_SHARE = 0.8
 IP_TCP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12: a 1500-byte MTU carries 1448
 LINK_HEADERS = 14  # Ethernet: what a wire rate counts beside the IP packet
 CEILING_SHARE = 0.9  # a buffer this close to its maximum stopped growing there
+PACED = frozenset({"bbr"})  # congestion controls that do not slow for loss (no Mathis bound)
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,25 @@ def receive_window(i: Inputs) -> Bound | None:
         buffer / rtt,
         f"{host}'s receive buffer {human_bytes(buffer)} ({why}) over {_ms(rtt)} allows {human_rate(buffer / rtt)}",
         i.receiver_side,
-        {"buffer_bytes": buffer, "rtt_seconds": rtt},
+        {"buffer_bytes": buffer, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
         low=BUFFER_LOW,
     )
+
+
+def _autotuning(i: Inputs, side: str) -> dict[str, float]:
+    """{"tcp_moderate_rcvbuf": 0.0} where the side's receive autotuning is off, else {}."""
+    off = i.buffers.get(side, {}).get("tcp_moderate_rcvbuf") == 0
+    return {"tcp_moderate_rcvbuf": 0.0} if off else {}
+
+
+def corroborated(bound: Bound, clock_share: float, least: float) -> bool:
+    """Whether a bound may name a limit by itself: one from the advertised window is
+    measured; one from a buffer (met down to BUFFER_LOW of it, so loose) only where the
+    buffer cannot be anything else (autotuning off) or the sender's own clock for it says
+    so `least` of its busy time (a link-limited sender beside a maxed buffer says none)."""
+    if bound.low != BUFFER_LOW:
+        return True
+    return bound.inputs.get("tcp_moderate_rcvbuf") == 0 or clock_share >= least
 
 
 def send_buffer(i: Inputs) -> Bound | None:
@@ -166,15 +183,17 @@ def loss(i: Inputs) -> Bound | None:
     """Mathis: MSS / RTT x sqrt(3/2) / sqrt(p), p the real losses per segment sent."""
     rtt = round_trip(i)
     lost = i.real_losses
-    if not rtt or not i.segments or lost <= 0:
+    if not rtt or not i.segments or lost <= 0 or i.congestion_control in PACED:
+        # bbr does not take loss for congestion (it keeps its rate up to ~20% loss): no
+        # Mathis bound holds it.
         return None
     p = lost / i.segments
     rate = i.mss / rtt * MATHIS_C / math.sqrt(p)
     return Bound(
         "loss",
         rate,
-        f"{i.real_loss_words()}: at that loss a {i.mss:.0f}-byte MSS over {_ms(rtt)} allows {human_rate(rate)} "
-        "(Mathis: MSS/RTT x 1.22/sqrt(p), for a loss-based congestion control)",
+        f"the loss {p:.2%} of segments (real: {lost} lost of {i.segments}) with a {i.mss:.0f}-byte MSS over "
+        f"{_ms(rtt)} allows {human_rate(rate)} (Mathis: MSS/RTT x 1.22/sqrt(p), one loss per congestion event)",
         "path",
         {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt},
     )

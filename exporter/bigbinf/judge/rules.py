@@ -63,7 +63,7 @@ from dataclasses import dataclass, replace
 
 from bigbinf.judge import bounds, vetoes
 from bigbinf.judge.bounds import Bound
-from bigbinf.judge.inputs import Inputs
+from bigbinf.judge.inputs import CORROBORATED_SHARE, Inputs
 from bigbinf.judge.words import host_name, human_bytes, human_rate
 
 LINK_SHARE = 0.9  # "within 10% of the shaped rate"
@@ -325,7 +325,16 @@ def _own_bound(i: Inputs, steady: float, in_flight: float | None) -> Limit | Non
         return None
     if i.bandwidth and (i.path_share(steady) or 0.0) >= LINK_SHARE:
         return None
-    candidates = [b for b in (bounds.packet_rate(i), bounds.receive_window(i), bounds.send_buffer(i)) if b]
+    busy = i.sender.get("busy_seconds", 0.0)
+    clocks = {
+        "receive_window": i.sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+        "send_buffer": i.sender.get("sndbuf_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+    }
+    candidates = [
+        b
+        for b in (bounds.packet_rate(i), bounds.receive_window(i), bounds.send_buffer(i))
+        if b and bounds.corroborated(b, clocks.get(b.name, 0.0), CORROBORATED_SHARE)
+    ]
     met = bounds.met(candidates, steady)
     if not met:
         return None

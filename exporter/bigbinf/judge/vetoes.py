@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from bigbinf.judge.inputs import STALE_SHARE, Inputs
+from bigbinf.judge import bounds
+from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE, Inputs
 from bigbinf.judge.words import host_name
 
 INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default
@@ -411,8 +412,14 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
     if reason in ("receive_window", "send_buffer") and busy > 0:
         key = "rwnd_limited_seconds" if reason == "receive_window" else "sndbuf_limited_seconds"
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"
-        if sender.get(key, 0.0) / busy < 0.3 and not i.maxed(kind, sender.get(key, 0.0) / busy):
-            return f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%} and no buffer at its maximum"
+        bound = bounds.receive_window(i) if reason == "receive_window" else bounds.send_buffer(i)
+        share = sender.get(key, 0.0) / busy
+        met = bound is not None and bound.meets(i.steady_rate) and bounds.corroborated(bound, share, CORROBORATED_SHARE)
+        if sender.get(key, 0.0) / busy < 0.3 and not i.maxed(kind, sender.get(key, 0.0) / busy) and not met:
+            return (
+                f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%}, no buffer at its maximum and no "
+                "bound met"
+            )
     if reason == "application" and side == i.sender_side and unflagged(i):
         app = sender.get("app_limited_ratio", 0.0)
         return f"application with the sender app-limited in {app:.0%} of the samples and in flight most of the time"
