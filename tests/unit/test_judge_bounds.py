@@ -5,6 +5,7 @@ no bound meets the rate; next steps that never recommend what is in use."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -217,8 +218,6 @@ def test_a_network_limited_sender_with_no_queue_and_no_bound_met_is_withheld() -
 
 
 def dataclasses_replace_sender(r: Result, **kw: float) -> Result:
-    import dataclasses
-
     return dataclasses.replace(r, tcp_remote={**r.tcp_remote, **kw})
 
 
@@ -272,14 +271,37 @@ def test_an_ssh_upload_held_by_the_remote_reader_is_application_on_the_remote() 
             steady_rate_bytes_per_second=rate,
         ),
         programs={
-            "local ssh": {"seconds": 8.0, "runnable_share": 0.1, "cpu_share": 0.1, "io_wait_share": 0.0},
-            "local scp": {"seconds": 8.0, "runnable_share": 0.05, "cpu_share": 0.05, "io_wait_share": 0.0},
-            "remote sftp-server": {"seconds": 8.0, "runnable_share": 0.05, "cpu_share": 0.05, "io_wait_share": 0.0},
+            "local ssh": {
+                "seconds": 8.0,
+                "runnable_share": 0.1,
+                "cpu_share": 0.1,
+                "io_wait_share": 0.0,
+                "samples": 16.0,
+            },
+            "local scp": {
+                "seconds": 8.0,
+                "runnable_share": 0.05,
+                "cpu_share": 0.05,
+                "io_wait_share": 0.0,
+                "samples": 16.0,
+            },
+            "remote sftp-server": {
+                "seconds": 8.0,
+                "runnable_share": 0.05,
+                "cpu_share": 0.05,
+                "io_wait_share": 0.0,
+                "samples": 16.0,
+            },
         },
     )
     reason, side, words, _ = said(r)
     assert (reason, side) == ("application", "remote"), words
-    assert "the sender is ssh" in words and "sftp-server" in words
+    assert "the sender is ssh" in words and "sftp-server (the remote) waited on storage in 0%" in words
+    # The reader held by its disk (a sync mount through a throttle): disk, on the remote.
+    slow = {**r.programs, "remote sftp-server": {**r.programs["remote sftp-server"], "io_wait_share": 0.6}}
+    reason, side, words, _ = said(dataclasses.replace(r, programs=slow))
+    assert (reason, side) == ("disk", "remote"), words
+    assert "sftp-server (the remote) waited on storage in 60%" in words
 
 
 # ---------------------------------------------------------------- next steps

@@ -203,21 +203,33 @@ def allowed_mss(mtu: float) -> float:
     return mtu - IP_TCP_HEADERS
 
 
-def packet_rate(i: Inputs) -> Bound | None:
-    """Where the MSS is below MSS_CLAMP_SHARE of what the path's MTU allows: the path's
-    packets per second at full size (its estimate over a full frame) times this MSS."""
+def mss_clamp(i: Inputs) -> str:
+    """Words, where the sender's MSS is below MSS_CLAMP_SHARE of what the path's measured
+    MTU allows ("" where it is not, or either is unknown)."""
     mtu = i.mtu
     mss = i.sender.get("mss_bytes") or i.receiver.get("mss_bytes")
-    if not mtu or not mss or mss >= MSS_CLAMP_SHARE * allowed_mss(mtu) or not i.bandwidth:
+    if not mtu or not mss or mss >= MSS_CLAMP_SHARE * allowed_mss(mtu):
+        return ""
+    return (
+        f"the sender's MSS {mss:.0f} B is below the {allowed_mss(mtu):.0f} B the path's MTU {mtu:.0f} B allows "
+        "(clamped on the way, or by an advmss)"
+    )
+
+
+def packet_rate(i: Inputs) -> Bound | None:
+    """Where the MSS is clamped (mss_clamp): the path's packets per second at full size
+    (its estimate over a full frame) times this MSS."""
+    clamp = mss_clamp(i)
+    if not clamp or not i.bandwidth or not i.mtu:
         return None
+    mtu, mss = i.mtu, i.sender.get("mss_bytes") or i.receiver.get("mss_bytes") or 0.0
     packets = i.bandwidth / (mtu + LINK_HEADERS)
     rate = packets * mss
     return Bound(
         "packet_rate",
         rate,
-        f"the sender's MSS {mss:.0f} B is below the {allowed_mss(mtu):.0f} B the path's MTU {mtu:.0f} B allows "
-        f"(clamped on the way, or by an advmss): at the {packets:.0f} packets/s the path carries at full size "
-        f"({human_rate(i.bandwidth)}) it allows {human_rate(rate)}",
+        f"{clamp}: at the {packets:.0f} packets/s the path carries at full size ({human_rate(i.bandwidth)}) it "
+        f"allows {human_rate(rate)}",
         "path",
         {"mss_bytes": mss, "mtu_bytes": mtu, "packets_per_second": packets},
     )

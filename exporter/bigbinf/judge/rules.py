@@ -204,7 +204,21 @@ def steady_limit(i: Inputs) -> Limit:
         if not veto and channel:
             # ssh sends only what its channel window lets it, and the receiving end's ssh
             # opens that window as its reader takes the data: an idle ssh sender with
-            # nothing on this host holding it waits for the remote's reader.
+            # nothing on this host holding it waits for the remote's reader, and what
+            # holds the reader (its storage, its CPU) holds the transfer.
+            reader = _channel_reader(i)
+            if reader:
+                name, v = reader
+                said = (
+                    f"{idle}: {channel}; {name} (the remote) waited on storage in {v.get('io_wait_share', 0.0):.0%} of "
+                    f"{v.get('samples', 0.0):.0f} samples over {v.get('seconds', 0.0):.1f} s and was on a core or "
+                    f"queued for one {v.get('runnable_share', 0.0):.0%}"
+                )
+                if v.get("io_wait_share", 0.0) >= DISK_SHARE:
+                    return Limit("disk", f"{said}; {rate_words}", "remote", program=name)
+                if v.get("runnable_share", 0.0) >= CPU_EXPLAINS:
+                    return Limit("cpu", f"{said}; {rate_words}", "remote", program=name)
+                channel = said.removeprefix(f"{idle}: ")
             bound = bounds.application(i, i.receiver_side, f"{idle}: {channel}")
             return Limit("application", bound.said(steady) + i.share_of_path(steady), i.receiver_side)
         if not veto:
@@ -259,6 +273,9 @@ def steady_limit(i: Inputs) -> Limit:
         return shared
     flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
     computed = bounds.listed(bounds.computed(i))
+    clamp = bounds.mss_clamp(i)
+    if clamp:
+        withheld.append(clamp)
     return Limit(
         "",
         "; ".join(
@@ -386,6 +403,20 @@ def _ssh_channel(i: Inputs) -> str:
     )
 
 
+def _channel_reader(i: Inputs) -> tuple[str, Mapping[str, float]] | None:
+    """(name, values) of the remote program an ssh channel fed (not sshd itself: it hands
+    the data on through a pipe), the one seen longest; None where none was seen."""
+    readers = [
+        (v.get("seconds", 0.0), name.partition(" ")[2], v)
+        for name, v in i.programs.items()
+        if name.startswith("remote ") and name.partition(" ")[2] != "sshd"
+    ]
+    if not readers:
+        return None
+    _, name, v = max(readers, key=lambda item: item[0])
+    return name, v
+
+
 def _quota_held(i: Inputs, rate_words: str) -> Limit | None:
     """cpu on this host, held by a CPU quota: a program of the transfer that wanted a core
     (on one or queued for one) CPU_EXPLAINS of its life, in a cgroup its CPU quota held
@@ -504,12 +535,15 @@ def _link(i: Inputs, steady: float) -> Limit | None:
     if share is None or share < LINK_SHARE:
         return None
     lossy = i.loss >= LOSS_SHARE
-    clamp = bounds.packet_rate(i)
+    packets = bounds.packet_rate(i)
+    # A clamped MSS is named; its packet rate only where the rate meets it (an estimate
+    # made under the same clamp, iperf3's, is already the clamped rate).
+    clamp = (packets.said(steady) if packets and packets.meets(steady) else "") or bounds.mss_clamp(i)
     return Limit(
         "link_capacity",
         f"steady rate {human_rate(steady)}{i.share_of_path(steady)}"
         + "".join(f"; {said}" for said in _bound_said(bounds.path_capacity(i), i))
-        + (f"; and {clamp.words}" if clamp else "")
+        + (f"; and {clamp}" if clamp else "")
         + (
             f"; {i.loss_words()}: the bottleneck drops what exceeds its rate (a policer, a short queue)"
             if lossy
