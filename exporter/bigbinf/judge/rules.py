@@ -209,16 +209,16 @@ def steady_limit(i: Inputs) -> Limit:
             reader = _channel_reader(i)
             if reader:
                 name, v = reader
-                said = (
+                reading = (
                     f"{idle}: {channel}; {name} (the remote) waited on storage in {v.get('io_wait_share', 0.0):.0%} of "
                     f"{v.get('samples', 0.0):.0f} samples over {v.get('seconds', 0.0):.1f} s and was on a core or "
                     f"queued for one {v.get('runnable_share', 0.0):.0%}"
                 )
                 if v.get("io_wait_share", 0.0) >= DISK_SHARE:
-                    return Limit("disk", f"{said}; {rate_words}", "remote", program=name)
+                    return Limit("disk", f"{reading}; {rate_words}", "remote", program=name)
                 if v.get("runnable_share", 0.0) >= CPU_EXPLAINS:
-                    return Limit("cpu", f"{said}; {rate_words}", "remote", program=name)
-                channel = said.removeprefix(f"{idle}: ")
+                    return Limit("cpu", f"{reading}; {rate_words}", "remote", program=name)
+                channel = reading.removeprefix(f"{idle}: ")
             bound = bounds.application(i, i.receiver_side, f"{idle}: {channel}")
             return Limit("application", bound.said(steady) + i.share_of_path(steady), i.receiver_side)
         if not veto:
