@@ -99,7 +99,10 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
             found.append(f"{reason} with neither a clock share, a buffer at its maximum nor its bound met")
     if reason == "application":
         idle_words = "unsent data in" in evidence or "data in flight" in evidence
-        if "queue stood" not in evidence:  # the sender's side: its idleness is the evidence
+        closed = re.search(r"zero window in (\d+) of the sender's (\d+) samples", evidence)
+        if closed and int(closed.group(1)) < rules.ZERO_WINDOW_SHARE * int(closed.group(2)):
+            found.append(f"application with a zero window in {closed.group(1)} of {closed.group(2)} samples")
+        if "queue stood" not in evidence and not closed:  # the sender's side: its idleness is the evidence
             for share in _shares(evidence, "data in flight"):
                 # Rounded (":.0%"): a share just under a threshold prints as it.
                 if share > _pct(rules.IDLE_SHARE) and not any(

@@ -336,3 +336,18 @@ def test_next_steps_never_recommend_a_buffer_size_already_set() -> None:
     )
     step = said(r, small)[3]
     assert step.startswith("on this host: sysctl -w net.ipv4.tcp_rmem='4096 131072 2000000'"), step
+
+
+def test_a_receiver_that_closed_its_window_is_its_reader_not_its_buffer() -> None:
+    # An upload into a remote reader that stopped reading now and then: the sender saw a
+    # zero window in 12 of its 40 samples (ss leaves the 0 out), its clock 15% window-limited.
+    r = upload(
+        tcp_local=sender(rwnd_limited_seconds=3.0, zero_window_samples=12.0, sending_samples=40.0),
+        programs={"remote cat": {"seconds": 20.0, "runnable_share": 0.02, "cpu_share": 0.02, "samples": 40.0}},
+    )
+    reason, side, words, _ = said(r)
+    assert (reason, side) == ("application", "remote"), words
+    assert "the receiver advertised a zero window in 12 of the sender's 40 samples" in words
+    # One zero window in 40 samples is no closed window.
+    once = dataclasses.replace(r, tcp_local={**r.tcp_local, "zero_window_samples": 1.0})
+    assert judge_limit(once, SITE).reason != "application"  # type: ignore[union-attr]

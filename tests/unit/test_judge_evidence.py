@@ -86,6 +86,7 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             ("rtt_avg_seconds", rtt * rng.choice([1.0, 1.05, 1.5, 3.0])),
             # The window its receiver advertised: near what the rate needs, or far off.
             ("snd_wnd_median_bytes", rate * rtt * rng.choice([1.0, 1.1, _log_uniform(rng, 0.1, 10)])),
+            ("zero_window_samples", float(rng.choice([0, 0, 1, 10, 100]))),
         ):
             if _maybe(rng, 0.8):
                 sender[key] = value

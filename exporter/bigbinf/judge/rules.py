@@ -86,6 +86,9 @@ STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
 # few ms of its minimum; a bottleneck another flow keeps full holds its queue's delay).
 QUEUE_SHARE = 0.2
 QUEUE_SECONDS = 0.002
+# A receiver that advertised a zero window in this share of the sender's samples had
+# stopped reading (its buffer full): a buffer too small for the path never closes.
+ZERO_WINDOW_SHARE = 0.1
 SSH_SENDERS = frozenset({"ssh", "scp", "sftp"})  # this host's end of an ssh channel
 
 
@@ -140,11 +143,19 @@ def steady_limit(i: Inputs) -> Limit:
     streams = int(sender.get("streams", 1) or 1)
     window = _window_words(sender, rwnd, busy, streams)
     behind = i.receiver.get("rcv_queue_ratio_avg")
-    if rwnd >= LIMITED_SHARE and behind is not None and behind >= RECEIVER_BEHIND:
-        why = (
-            f"{window}, but the receiver's queue stood {behind:.0%} full: its program reads slower than the "
-            "network delivers"
-        )
+    zero, samples = sender.get("zero_window_samples", 0.0), sender.get("sending_samples", 0.0)
+    closed = samples > 0 and zero >= ZERO_WINDOW_SHARE * samples
+    queued = behind is not None and behind >= RECEIVER_BEHIND
+    if (rwnd >= LIMITED_SHARE and queued) or closed:
+        # A receiver whose window closed (zero advertised: its buffer full, unread) or
+        # whose queue stood full while the window held the sender reads slower than the
+        # network delivers: the window is its program's, not its buffer's.
+        said = [window if rwnd >= LIMITED_SHARE else ""]
+        if queued:
+            said.append(f"the receiver's queue stood {behind:.0%} full")
+        if closed:
+            said.append(f"the receiver advertised a zero window in {zero:.0f} of the sender's {samples:.0f} samples")
+        why = ", ".join(filter(None, said)) + ": its program reads slower than the network delivers"
         if i.receiver_side == "local" or i.remote_programs_seen:
             receiving = tuple(s for s in sides if s == i.receiver_side)
             return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True) or Limit(
