@@ -769,3 +769,50 @@ def test_a_senders_backlog_is_the_share_of_its_samples_with_unsent_data() -> Non
     # A real BBR sender filling a 200 Mbit/s link: a backlog in every listing.
     real = summarise([], [_load("download_sender_bbr.txt")], []).values
     assert real["sender_backlog_ratio"] == 1.0
+
+
+# ---------------------------------------------------------------- the monitor's own sessions left out
+
+SINK = textwrap.dedent(
+    """\
+    import socket, threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(4)
+    print(listener.getsockname()[1], flush=True)
+    def drain(conn):
+        while conn.recv(65536):
+            pass
+        conn.close()
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=drain, args=(conn,), daemon=True).start()
+    """
+)
+
+
+def test_the_sockets_another_watch_names_as_its_own_sessions_are_left_out() -> None:
+    # This host's watch lists its sockets to the peer (127.0.0.2): the transfer's and, on
+    # a site, the remote watch's own ssh sessions, which the remote watch names by their
+    # local end (SSH_CONNECTION).  Here a 1 MiB "transfer" and a 300 kB "stats session";
+    # the truth is what each client wrote.
+    server = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        watch = TcpWatch([], "127.0.0.2", interval=0.05)
+        watch.start()
+        transfer = socket.create_connection(("127.0.0.2", port), source_address=("127.0.0.1", 0))
+        session = socket.create_connection(("127.0.0.2", port), source_address=("127.0.0.1", 0))
+        session.sendall(b"s" * 300_000)
+        transfer.sendall(b"t" * MiB)
+        time.sleep(0.3)
+        watch.leave_out({("127.0.0.1", str(session.getsockname()[1]))})
+        summary = watch.stop()
+        transfer.close()
+        session.close()
+    finally:
+        server.kill()
+        server.wait()
+    assert summary is not None and summary.sockets == 1, summary
+    assert summary.values["bytes_acked"] == MiB + 1  # the kernel counts the SYN as one byte acknowledged
