@@ -215,6 +215,13 @@ def test_a_network_limited_sender_with_no_queue_and_no_bound_met_is_withheld() -
     queued = dataclasses_replace_sender(r, rtt_avg_seconds=0.12)
     reason, _, words, _ = said(queued)
     assert reason == "shared_path" and "a standing queue: the round trip the transfer saw was 120.0 ms" in words
+    # Another flow holding its cwnd just below the window autotuning sized for it (the
+    # window over the RTT 1.1 x the rate), its clock for the window 0: not the window.
+    near = dataclasses_replace_sender(queued, snd_wnd_median_bytes=5e6 * 1.1 * 0.12)
+    assert said(near)[0] == "shared_path"
+    # ... and with the clock saying so a tenth of its busy time, the window it is.
+    held = dataclasses_replace_sender(near, rwnd_limited_seconds=0.15 * near.tcp_remote["busy_seconds"])
+    assert said(held)[:2] == ("receive_window", "local")
 
 
 def dataclasses_replace_sender(r: Result, **kw: float) -> Result:

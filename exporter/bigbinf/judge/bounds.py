@@ -97,7 +97,7 @@ def receive_window(i: Inputs) -> Bound | None:
             f"{host}'s advertised receive window {human_bytes(advertised)} (the median the sender saw) over "
             f"{_ms(rtt)} allows {human_rate(advertised / rtt)}",
             i.receiver_side,
-            {"window_bytes": advertised, "rtt_seconds": rtt},
+            {"window_bytes": advertised, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
         )
     buffer, why = stopped_buffer(i, "tcp_rmem", i.receiver.get("rcvbuf_max_bytes"), i.receiver_side)
     if not buffer:
@@ -119,11 +119,14 @@ def _autotuning(i: Inputs, side: str) -> dict[str, float]:
 
 
 def corroborated(bound: Bound, clock_share: float, least: float) -> bool:
-    """Whether a bound may name a limit by itself: one from the advertised window is
-    measured; one from a buffer (met down to BUFFER_LOW of it, so loose) only where the
-    buffer cannot be anything else (autotuning off) or the sender's own clock for it says
-    so `least` of its busy time (a link-limited sender beside a maxed buffer says none)."""
-    if bound.low != BUFFER_LOW:
+    """Whether a window's or a buffer's bound may name a limit where no clock rule did:
+    where the receiver's window cannot be anything else (its autotuning off), or the
+    sender's own clock for it says so `least` of its busy time.  A rate near the window
+    over the RTT alone does not show the window held it: a sender whose cwnd another flow
+    holds runs just below a window autotuning sized for it, its clock for the window
+    near 0 (and a buffer's bound is met down to BUFFER_LOW of it).  Other bounds (the
+    packet rate) stand on their own."""
+    if bound.name not in ("receive_window", "send_buffer"):
         return True
     return bound.inputs.get("tcp_moderate_rcvbuf") == 0 or clock_share >= least
 
