@@ -306,9 +306,10 @@ def test_summary_of_two_parallel_streams() -> None:
         "dsack_dups": 2,  # A's: 2 of its 3 retransmissions had arrived already
         "reord_seen": 4,
         "backoff_max": 3,
-        # While sending (listing 1: A and B; listing 2: A, whose window ss left out: 0)
-        "snd_wnd_median_bytes": 75_000,
-        "snd_wnd_max_bytes": 100_000,
+        # While sending, summed over the streams sending (listing 1: A's and B's; listing
+        # 2: A's alone, which ss left out: none known)
+        "snd_wnd_median_bytes": 150_000,
+        "snd_wnd_max_bytes": 150_000,
         # ss leaves out a zero window: A in listings 2 and 3, B in 2 (both had one in 1)
         "zero_window_samples": 3,
         "segs_out": 3700,

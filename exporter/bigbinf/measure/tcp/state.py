@@ -330,9 +330,10 @@ VALUE_KEYS = (
     "mss_bytes",  # of the data socket that moved the most
     "pmtu_bytes",  # ... its path MTU, and the MSS it advertised
     "advmss_bytes",
-    # The receiver's advertised window as the senders saw it (tcpi_snd_wnd) while sending:
-    # the median over those samples and the max; and how many of them saw it at zero (the
-    # receiver's program had stopped reading: a zero-window advertisement).
+    # The receiver's advertised window as the senders saw it (tcpi_snd_wnd) while sending,
+    # summed over the senders sending in a listing (parallel streams' windows add up): the
+    # median over those listings and the max; and how many sender samples saw it at zero
+    # (the receiver's program had stopped reading: a zero-window advertisement).
     "snd_wnd_median_bytes",
     "snd_wnd_max_bytes",
     "zero_window_samples",
@@ -476,7 +477,10 @@ def _values(
             sending = [s for s in listing if grown.get(s.key, 0) > 0]
             rates.append(sum(s.delivery_rate_bytes_per_second or 0.0 for s in sending))
             backlog.extend(float(s.notsent_bytes > 0) for s in sending)
-            windows.extend(float(s.snd_wnd_bytes) for s in sending if s.snd_wnd_bytes is not None)
+            # The window the receiver(s) allowed in flight at once: parallel streams' add up.
+            known = [s.snd_wnd_bytes for s in sending if s.snd_wnd_bytes is not None]
+            if known:
+                windows.append(float(sum(known)))
         # The receive queue's fill while data arrives: near 1, the application does not
         # read as fast as the network delivers.
         for s in listing:
