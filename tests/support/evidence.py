@@ -100,7 +100,8 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
     if reason == "application":
         idle_words = "unsent data in" in evidence or "data in flight" in evidence
         closed = re.search(r"zero window in (\d+) of the sender's (\d+) samples", evidence)
-        if closed and int(closed.group(1)) < rules.ZERO_WINDOW_SHARE * int(closed.group(2)):
+        least = max(rules.ZERO_WINDOWS, rules.ZERO_WINDOW_SHARE * int(closed.group(2))) if closed else 0
+        if closed and int(closed.group(1)) < least:
             found.append(f"application with a zero window in {closed.group(1)} of {closed.group(2)} samples")
         if "queue stood" not in evidence and not closed:  # the sender's side: its idleness is the evidence
             for share in _shares(evidence, "data in flight"):

@@ -89,6 +89,7 @@ QUEUE_SECONDS = 0.002
 # A receiver that advertised a zero window in this share of the sender's samples had
 # stopped reading (its buffer full): a buffer too small for the path never closes.
 ZERO_WINDOW_SHARE = 0.1
+ZERO_WINDOWS = 3  # ... and at least this many: one is a moment, a reader that stopped shows again
 SSH_SENDERS = frozenset({"ssh", "scp", "sftp"})  # this host's end of an ssh channel
 
 
@@ -144,7 +145,7 @@ def steady_limit(i: Inputs) -> Limit:
     window = _window_words(sender, rwnd, busy, streams)
     behind = i.receiver.get("rcv_queue_ratio_avg")
     zero, samples = sender.get("zero_window_samples", 0.0), sender.get("sending_samples", 0.0)
-    closed = samples > 0 and zero >= ZERO_WINDOW_SHARE * samples
+    closed = samples > 0 and zero >= max(ZERO_WINDOWS, ZERO_WINDOW_SHARE * samples)
     queued = behind is not None and behind >= RECEIVER_BEHIND
     if (rwnd >= LIMITED_SHARE and queued) or closed:
         # A receiver whose window closed (zero advertised: its buffer full, unread) or

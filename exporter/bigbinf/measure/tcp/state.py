@@ -497,12 +497,15 @@ def _values(
     _put(values, "snd_wnd_median_bytes", statistics.median, windows)
     _put(values, "snd_wnd_max_bytes", max, windows)
     # A zero window is seen by a sender that is not sending, so every listed sample of a
-    # sender counts; ss leaves snd_wnd out where it is 0, so a sender's sample without it,
-    # of a socket whose other samples have it, saw a zero window.
+    # sender counts where it had data waiting (notsent: a window closed on a sender with
+    # nothing to send holds nothing back, and a connection's end shows one); ss leaves
+    # snd_wnd out where it is 0, so such a sample without it, of a socket whose other
+    # samples have it, saw a zero window.
     listed = [s for listing in data_samples for s in listing if s.key in senders]
     windowed = {s.key for s in listed if s.snd_wnd_bytes is not None}
     if windowed:
-        values["zero_window_samples"] = float(sum(1 for s in listed if s.key in windowed and not s.snd_wnd_bytes))
+        held = [s for s in listed if s.key in windowed and not s.snd_wnd_bytes and s.notsent_bytes > 0]
+        values["zero_window_samples"] = float(len(held))
     flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
     _put(values, "app_limited_ratio", statistics.fmean, flags)
 
