@@ -222,6 +222,26 @@ def test_a_network_limited_sender_with_no_queue_and_no_bound_met_is_withheld() -
     # ... and with the clock saying so a tenth of its busy time, the window it is.
     held = dataclasses_replace_sender(near, rwnd_limited_seconds=0.15 * near.tcp_remote["busy_seconds"])
     assert said(held)[:2] == ("receive_window", "local")
+    # Not where the path allows no more (a lifted buffer at 89% of the path, its window
+    # over the RTT 24.3 MB/s above the path's 23.9: measured, tests/lab/test_why_slow.py).
+    fast = download(
+        duration_seconds=64 * MiB / 11e6,
+        tcp_remote=sender(
+            busy_seconds=64 * MiB / 11e6,
+            rwnd_limited_seconds=0.15 * 64 * MiB / 11e6,
+            sender_backlog_ratio=0.9,
+            app_limited_ratio=0.0,
+            sending_samples=40.0,
+            rtt_avg_seconds=0.081,
+            snd_wnd_median_bytes=13e6 * 0.081,  # allows 13 MB/s, the path 12.5
+        ),
+        tcp_local={
+            "data_start_seconds": 0.2,
+            "data_end_seconds": 64 * MiB / 11e6,
+            "steady_rate_bytes_per_second": 11e6,
+        },
+    )
+    assert said(fast)[0] != "receive_window"
 
 
 def dataclasses_replace_sender(r: Result, **kw: float) -> Result:

@@ -368,6 +368,11 @@ def _own_bound(i: Inputs, steady: float, in_flight: float | None) -> Limit | Non
     if not met:
         return None
     bound = met[0]
+    path = bounds.path_capacity(i)
+    if path and path.meets(steady) and path.rate <= bound.rate:
+        # The path allows no more than this bound: the tighter limit is the path's, which
+        # the link rule (90% of it) did not name; the bound is not shown to be what held.
+        return None
     others = [b for b in bounds.computed(i) if b is not bound and b.name != bound.name]
     also = f"; {bounds.listed(others)}" if others else ""
     said = f"{bound.said(steady)}{i.share_of_path(steady)}{also}"
