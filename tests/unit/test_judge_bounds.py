@@ -222,8 +222,9 @@ def test_a_network_limited_sender_with_no_queue_and_no_bound_met_is_withheld() -
     # ... and with the clock saying so a tenth of its busy time, the window it is.
     held = dataclasses_replace_sender(near, rwnd_limited_seconds=0.15 * near.tcp_remote["busy_seconds"])
     assert said(held)[:2] == ("receive_window", "local")
-    # Not where the path allows no more (a lifted buffer at 89% of the path, its window
-    # over the RTT 24.3 MB/s above the path's 23.9: measured, tests/lab/test_why_slow.py).
+    # Not where the window is above the BDP (a lifted buffer at 87% of the path, its
+    # window over the RTT it saw 23.5 MB/s, over the path's minimum 32.7, the path 23.9:
+    # measured, tests/lab/test_why_slow.py): here 13e6 x 0.081 over 80 ms, above 12.5 MB/s.
     fast = download(
         duration_seconds=64 * MiB / 11e6,
         tcp_remote=sender(
