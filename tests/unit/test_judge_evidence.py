@@ -190,6 +190,10 @@ def check(result: Result, baseline: PathBaseline | None) -> str:
     assert limit.reason in ("", *LIMITS) and limit.side in ("", *LIMIT_SIDES), limit
     if not limit.reason:
         assert limit.evidence, "an empty verdict says what was seen"
+        if limit.evidence.startswith("no limit found"):
+            # Withheld: it says which bounds were computed against the rate.
+            assert "no bound met the steady rate" in limit.evidence, limit.evidence
+            assert "bounds computed: " in limit.evidence or "no bound could be computed" in limit.evidence
         return ""
     i = Inputs.of(result, baseline)
     said = evidence.contradictions(limit.reason, limit.side, limit.evidence, vetoes.slow_start_seconds(i))
