@@ -12,8 +12,30 @@ from __future__ import annotations
 
 import re
 
-from bigbinf.judge import rules, vetoes
+from bigbinf.judge import bounds, rules, vetoes
 from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
+
+# "A allows X MB/s (...); the transfer's steady rate was Y MB/s": a bound beside the rate
+# (bounds.Bound.said), unless followed by "(not within N% of it)".
+_BOUND_PAIR = re.compile(
+    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|of segments \(real)"
+    r"[^;]*?allows "
+    r"([\d.]+) MB/s[^;]*; the transfer's steady rate was ([\d.]+) MB/s(?: \(\d+ Mbit/s\))?( \(not within)?"
+)
+_BOUND_OF = {
+    "advertised receive window": ("receive_window", 1 - bounds.TOLERANCE),
+    "receive buffer": ("receive_window", bounds.BUFFER_LOW),
+    "send buffer": ("send_buffer", bounds.BUFFER_LOW),
+    "the path's capacity": ("link_capacity", 1 - bounds.TOLERANCE),
+    "packets/s": ("link_capacity", 1 - bounds.TOLERANCE),
+    "of segments (real": ("congestion", 1 - bounds.TOLERANCE),
+}
+# "N retransmitted of M segments (" or "..., K of them spurious (...), L lost (": the real losses.
+_LOSSES = re.compile(r"(\d+) retransmitted of \d+ segments(?:, \d+ of them spurious \([^)]*\), (\d+) lost)?")
+
+
+def _losses(text: str) -> list[int]:
+    return [int(m.group(2) if m.group(2) is not None else m.group(1)) for m in _LOSSES.finditer(text)]
 
 
 def _shares(text: str, *after: str) -> list[int]:
@@ -44,6 +66,18 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
     for share in _path_shares(evidence):
         if share > _pct(STALE_SHARE) and "stale" not in evidence and "a burst above it, not sustained" not in evidence:
             found.append(f"{reason or 'no verdict'} quoting {share}% of the path without calling the estimate stale")
+    # Loss claimed only where something was lost: spurious retransmissions (DSACK) are not.
+    claims = ("the bottleneck drops", "segments lost per window", "repaired")
+    if any(c in evidence for c in claims) and not any(n > 0 for n in _losses(evidence)):
+        found.append(f"{reason or 'no verdict'} claiming loss where nothing was lost")
+    # A verdict's own bound, quoted beside the rate without "(not within": within the tolerance.
+    for m in _BOUND_PAIR.finditer(evidence):
+        named, low = _BOUND_OF[m.group(1)]
+        allowed, rate = float(m.group(2)), float(m.group(3))
+        if named != reason or m.group(4) or allowed < 0.05:
+            continue
+        if not low * allowed - 0.01 <= rate <= (1 + bounds.TOLERANCE) * allowed + 0.01:
+            found.append(f"{reason} whose bound {allowed} MB/s the steady rate {rate} MB/s does not meet")
     if "the path is full" in evidence and reason != "link_capacity":
         found.append(f"{reason} saying the path is full")
     if reason in ("receive_window", "send_buffer"):
@@ -56,14 +90,20 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         # With the BDP unknown, a buffer at its maximum needs the clock only to corroborate
         # it (inputs.CORROBORATED_SHARE).
         least = CORROBORATED_SHARE if "(the BDP unknown)" in evidence else rules.LIMITED_SHARE
+        # Or its bound met the steady rate (checked above): the window over the round trip.
+        met = any(_BOUND_OF[m.group(1)][0] == reason and not m.group(4) for m in _BOUND_PAIR.finditer(evidence))
         for share in shares:
-            if share < _pct(least):
+            if share < _pct(least) and not met:
                 found.append(f"{reason} with a clock share of {share}%")
-        if not shares and "grew to" not in evidence:
-            found.append(f"{reason} with neither a clock share nor a buffer at its maximum")
+        if not shares and "grew to" not in evidence and not met:
+            found.append(f"{reason} with neither a clock share, a buffer at its maximum nor its bound met")
     if reason == "application":
         idle_words = "unsent data in" in evidence or "data in flight" in evidence
-        if "queue stood" not in evidence:  # the sender's side: its idleness is the evidence
+        closed = re.search(r"zero window in (\d+) of the sender's (\d+) samples", evidence)
+        least = max(rules.ZERO_WINDOWS, rules.ZERO_WINDOW_SHARE * int(closed.group(2))) if closed else 0
+        if closed and int(closed.group(1)) < least:
+            found.append(f"application with a zero window in {closed.group(1)} of {closed.group(2)} samples")
+        if "queue stood" not in evidence and not closed:  # the sender's side: its idleness is the evidence
             for share in _shares(evidence, "data in flight"):
                 # Rounded (":.0%"): a share just under a threshold prints as it.
                 if share > _pct(rules.IDLE_SHARE) and not any(
@@ -92,7 +132,12 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
                     found.append(f"application with the receiver's queue {share}% full")
     if reason == "link_capacity":
         # The steady rate's share (the first said: the delivery rate's may follow).
-        for share in _path_shares(evidence)[:1]:
+        # At a clamped MSS the path's capacity is its packet rate (bounds.packet_rate), met
+        # below the byte rate; its own pair is checked above.
+        packets = evidence.startswith("the path's packet rate at this MSS")
+        if packets and not _BOUND_PAIR.search(evidence):
+            found.append("link_capacity by the packet rate without its bound beside the rate")
+        for share in [] if packets else _path_shares(evidence)[:1]:
             if share < _pct(rules.LINK_SHARE):
                 found.append(f"link_capacity at {share}% of the path")
             if share > _pct(STALE_SHARE):
@@ -117,6 +162,8 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         if not shares or max(shares) < _pct(vetoes.BUSY_SHARE):
             found.append(f"busy_host with waits for a CPU of {shares}%")
     if reason == "shared_path":
+        if "a standing queue" not in evidence:
+            found.append("shared_path without a standing queue: no other flow seen")
         for share in _path_shares(evidence)[:1]:
             if share > _pct(rules.LINK_SHARE):
                 found.append(f"shared_path at {share}% of the path")

@@ -434,7 +434,7 @@ def test_a_zero_bandwidth_is_refused_and_unprobed_paths_say_so(tmp_path) -> None
         (download(tcp_remote=sender(busy_seconds=6.0), programs={"local gzip": {"seconds": 19.0, "cpu_share": 0.9,
           "runnable_share": 0.95, "io_wait_share": 0.0, "samples": 30.0}}), "gzip used all the CPU it could get"),
         (download(tcp_remote=sender(rwnd_limited_seconds=17.0), tcp_local={"rcvbuf_max_bytes": 262144.0}),
-         "raise net.ipv4.tcp_rmem's maximum on this host to at least 2 x BDP = 2.00 MB"),
+         "on this host: sysctl -w net.ipv4.tcp_rmem='4096 131072 2000000' (its maximum to 2 x BDP)"),
         (download(tcp_local={"rcvbuf_max_bytes": 131072.0}, tcp_buffer_max_bytes=131072),
          "raise or drop the protocol's tcp_buffer_max (131.07 kB"),
         (download(tcp_remote=sender(), retransmits_sender=460),
@@ -932,7 +932,13 @@ def busy_demo(host_busy: dict[str, float]) -> Result:
         file_bytes=32 * MiB,
         duration_seconds=32 * MiB / 10e6,
         host_busy=host_busy,
-        tcp_remote=sender(busy_seconds=3.3, sender_backlog_ratio=0.9, app_limited_ratio=0.0, sending_samples=30.0),
+        tcp_remote=sender(
+            busy_seconds=3.3,
+            sender_backlog_ratio=0.9,
+            app_limited_ratio=0.0,
+            sending_samples=30.0,
+            rtt_avg_seconds=0.035,  # 15 ms above the path's 20 ms: another flow's queue
+        ),
         tcp_local={"data_start_seconds": 0.05, "data_end_seconds": 3.35, "steady_rate_bytes_per_second": 10e6},
     )
 

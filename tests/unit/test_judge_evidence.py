@@ -49,7 +49,15 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             probes_answered=rng.choice([10, 10, 9]),
             bandwidth_bytes_per_second=bandwidth if _maybe(rng, 0.8) else None,
             bandwidth_source=rng.choice(["configured", "lab", "iperf3"]),
-            buffers={side: {kind: _log_uniform(rng, 6.4e4, 6.4e7)}} if _maybe(rng) else {},
+            buffers={
+                side: {
+                    kind: _log_uniform(rng, 6.4e4, 6.4e7),
+                    **({"tcp_moderate_rcvbuf": 0.0} if _maybe(rng, 0.2) else {}),
+                }
+            }
+            if _maybe(rng)
+            else {},
+            mtu_bytes=rng.choice([None, 1500, 9000, 1280]),
         )
     # The transfer's own rate: mostly at or below the path, now and then above (a stale estimate).
     rate = bandwidth * rng.choice([_log_uniform(rng, 0.01, 1.0), rng.uniform(0.85, 1.0), rng.uniform(1.0, 3.0)])
@@ -66,7 +74,7 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             "rwnd_limited_seconds": busy * rng.choice([0.0, rng.uniform(0, 1)]),
             "sndbuf_limited_seconds": busy * rng.choice([0.0, rng.uniform(0, 1)]),
             "segs_out": segs,
-            "mss_bytes": rng.choice([1448.0, 8948.0]),
+            "mss_bytes": rng.choice([1448.0, 8948.0, 524.0]),
         }
         for key, value in (
             ("sender_backlog_ratio", rng.random()),
@@ -74,6 +82,11 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
             ("cwnd_max_segments", _log_uniform(rng, 4, 20000)),
             ("sending_samples", float(rng.choice([1, 2, 5, 40, 400]))),
             ("sndbuf_max_bytes", _log_uniform(rng, 6.4e4, 6.4e7)),
+            # The round trip it saw: the path's, or above it by a queue.
+            ("rtt_avg_seconds", rtt * rng.choice([1.0, 1.05, 1.5, 3.0])),
+            # The window its receiver advertised: near what the rate needs, or far off.
+            ("snd_wnd_median_bytes", rate * rtt * rng.choice([1.0, 1.1, _log_uniform(rng, 0.1, 10)])),
+            ("zero_window_samples", float(rng.choice([0, 0, 1, 10, 100]))),
         ):
             if _maybe(rng, 0.8):
                 sender[key] = value
@@ -137,6 +150,9 @@ def transfer(rng: random.Random) -> tuple[Result, PathBaseline | None]:
     payload = file_bytes
     wire = int(payload * rng.choice([1.0, 1.05]))
     retransmits = rng.choice([0, 0, int(segs * _log_uniform(rng, 1e-5, 0.3))])
+    if sender and retransmits and _maybe(rng, 0.3):
+        # Spurious retransmissions (reordering): the receiver had some or all of them.
+        sender["dsack_dups"] = float(rng.choice([retransmits, int(retransmits * rng.random())]))
     result = Result(
         protocol=protocol,
         remote="r",
@@ -174,6 +190,10 @@ def check(result: Result, baseline: PathBaseline | None) -> str:
     assert limit.reason in ("", *LIMITS) and limit.side in ("", *LIMIT_SIDES), limit
     if not limit.reason:
         assert limit.evidence, "an empty verdict says what was seen"
+        if limit.evidence.startswith("no limit found"):
+            # Withheld: it says which bounds were computed against the rate.
+            assert "no bound met the steady rate" in limit.evidence, limit.evidence
+            assert "bounds computed: " in limit.evidence or "no bound could be computed" in limit.evidence
         return ""
     i = Inputs.of(result, baseline)
     said = evidence.contradictions(limit.reason, limit.side, limit.evidence, vetoes.slow_start_seconds(i))

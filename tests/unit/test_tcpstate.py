@@ -69,6 +69,9 @@ def test_download_sender_listing_in_base_units() -> None:
         rcv_queue_bytes=0,
         state="ESTAB",
         notsent_bytes=3231680,  # written by iperf3, not yet sent: the network is the limit
+        snd_wnd_bytes=2330624,  # the receiver's advertised window
+        pmtu=1500,
+        advmss=1448,
     )
     # The control connection: a few bytes, app-limited, no ssthresh printed yet.
     control = sockets[1]
@@ -213,6 +216,7 @@ def test_summary_of_two_parallel_streams() -> None:
                 sndbuf_bytes=100_000,
                 rcvbuf_bytes=50_000,
                 mss=1448,
+                snd_wnd_bytes=100_000,
             ),
             _s(
                 B,
@@ -226,6 +230,7 @@ def test_summary_of_two_parallel_streams() -> None:
                 app_limited=True,
                 sndbuf_bytes=200_000,
                 mss=1448,
+                snd_wnd_bytes=50_000,
             ),
         ],
         # 2: only A's acked bytes grew: B's stale rate does not count
@@ -249,6 +254,8 @@ def test_summary_of_two_parallel_streams() -> None:
                 congestion_control="cubic",
                 app_limited=True,
                 mss=1448,
+                backoff=3,
+                notsent_bytes=4096,
             ),
         ],
         # 3: nothing sending any more (the end)
@@ -266,6 +273,8 @@ def test_summary_of_two_parallel_streams() -> None:
             cwnd=35,
             rtt_seconds=0.03,
             mss=1448,
+            dsack_dups=2,
+            reord_seen=4,
         ),
         _s(
             B,
@@ -295,6 +304,16 @@ def test_summary_of_two_parallel_streams() -> None:
         "rwnd_limited_seconds": 0.5,
         "sndbuf_limited_seconds": 0.25,
         "retransmits": 5,  # data sockets only
+        "dsack_dups": 2,  # A's: 2 of its 3 retransmissions had arrived already
+        "reord_seen": 4,
+        "backoff_max": 3,
+        # While sending, summed over the streams sending (listing 1: A's and B's; listing
+        # 2: A's alone, which ss left out: none known)
+        "snd_wnd_median_bytes": 150_000,
+        "snd_wnd_max_bytes": 150_000,
+        # ss leaves out a zero window: A in listings 2 and 3, B in 2 (both had one in 1),
+        # but only B in listing 2 had data waiting (notsent) that the window held back
+        "zero_window_samples": 1,
         "segs_out": 3700,
         "bytes_acked": 5 * MiB + 2,
         "bytes_received": 40,
@@ -753,3 +772,52 @@ def test_a_senders_backlog_is_the_share_of_its_samples_with_unsent_data() -> Non
     # A real BBR sender filling a 200 Mbit/s link: a backlog in every listing.
     real = summarise([], [_load("download_sender_bbr.txt")], []).values
     assert real["sender_backlog_ratio"] == 1.0
+
+
+# ---------------------------------------------------------------- the monitor's own sessions left out
+
+SINK = textwrap.dedent(
+    """\
+    import socket, threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(4)
+    print(listener.getsockname()[1], flush=True)
+    def drain(conn):
+        while conn.recv(65536):
+            pass
+        conn.close()
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=drain, args=(conn,), daemon=True).start()
+    """
+)
+
+
+def test_the_sockets_another_watch_names_as_its_own_sessions_are_left_out() -> None:
+    # This host's watch lists its sockets to the peer (127.0.0.2): the transfer's and, on
+    # a site, the remote watch's own ssh sessions, which the remote watch names by their
+    # local end (SSH_CONNECTION).  Here a 1 MiB "transfer" and a 300 kB "stats session";
+    # the truth is what each client wrote.
+    server = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        watch = TcpWatch([], "127.0.0.2", interval=0.05)
+        watch.start()
+        transfer = socket.create_connection(("127.0.0.2", port), source_address=("127.0.0.1", 0))
+        session = socket.create_connection(("127.0.0.2", port), source_address=("127.0.0.1", 0))
+        session.sendall(b"s" * 300_000)
+        transfer.sendall(b"t" * MiB)
+        own = ("127.0.0.1", str(session.getsockname()[1]))
+        # Closed before the stop: their close events carry the final counts.
+        transfer.close()
+        session.close()
+        time.sleep(0.5)
+        watch.leave_out({own})
+        summary = watch.stop()
+    finally:
+        server.kill()
+        server.wait()
+    assert summary is not None and summary.sockets == 1, summary
+    assert summary.values["bytes_acked"] == MiB + 2  # the kernel counts the SYN and the FIN as a byte each

@@ -25,6 +25,7 @@ STALE_SHARE = 1.5
 # cap on a 400 ms path: 20% of a BBR sender's busy time; a 1 MiB tcp_wmem cap: 28-35%),
 # while one whose window never binds (the link holds it) shows none.
 CORROBORATED_SHARE = 0.1
+KERNEL_COUNT = "the sender's kernel"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,18 @@ class Inputs:
     # kind -> evidence that the buffer reached its maximum where the BDP is unknown (no
     # estimate: whether that maximum is below it cannot be told; "" if not, or if known).
     at_max: Mapping[str, str] = field(default_factory=dict)
+    # Both ends' TCP settings as the round's baseline read them (PathBaseline.buffers: the
+    # buffer limits, tcp_moderate_rcvbuf where read), the transfer's own buffer cap, the
+    # path's MTU, the sender's congestion control and its host's default.
+    buffers: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    buffer_cap: int | None = None
+    mtu: float | None = None
+    congestion_control: str = ""
+    default_congestion: Mapping[str, str] = field(default_factory=dict)
+    # Retransmissions the receiver reported as duplicates (DSACK): not losses.
+    spurious: int = 0
+    protocol: str = ""
+    direction: str = ""
 
     @property
     def mss(self) -> float:
@@ -171,6 +184,14 @@ class Inputs:
             remote_view=r.remote_view,
             host_busy=r.host_busy,
             remote=r.remote,
+            buffers=baseline.buffers if baseline else {},
+            buffer_cap=cap,
+            mtu=float(baseline.mtu_bytes) if baseline and baseline.mtu_bytes else None,
+            congestion_control=r.congestion_control,
+            default_congestion=baseline.congestion_control if baseline else {},
+            spurious=min(retransmits, int(r.sender_tcp.get("dsack_dups", 0))) if counted == KERNEL_COUNT else 0,
+            protocol=r.protocol,
+            direction=r.direction,
         )._checked_estimate(source)
 
     def _checked_estimate(self, source: str) -> Inputs:
@@ -252,13 +273,36 @@ class Inputs:
         return max(self.steady_fit or 0.0, average)
 
     @property
+    def real_losses(self) -> int:
+        """Segments lost: retransmissions less the spurious ones (DSACK: they had arrived)."""
+        return max(0, self.retransmits - self.spurious)
+
+    @property
     def loss(self) -> float:
-        return self.retransmits / self.segments if self.segments else 0.0
+        """Real losses per segment sent (spurious retransmissions are not losses)."""
+        return self.real_losses / self.segments if self.segments else 0.0
 
     def loss_words(self) -> str:
         if not self.segments:
             return ""
+        if self.spurious:
+            return (
+                f"{self.retransmits} retransmitted of {self.segments} segments, {self.spurious} of them spurious "
+                f"(the receiver had them: DSACK), {self.real_losses} lost ({self.loss:.2%}, {self.loss_source})"
+            )
         return f"{self.retransmits} retransmitted of {self.segments} segments ({self.loss:.2%}, {self.loss_source})"
+
+    def real_loss_words(self) -> str:
+        return self.loss_words()
+
+    @property
+    def standing_queue(self) -> float | None:
+        """How far the round trip the transfer saw (its sender's mean smoothed RTT) stood
+        above the path's minimum, in seconds (None: either unknown)."""
+        seen = self.sender.get("rtt_avg_seconds")
+        if not seen or not self.rtt:
+            return None
+        return seen - self.rtt
 
     @property
     def short(self) -> bool:
@@ -351,6 +395,6 @@ def _achieved_rate(r: Result) -> float:
 def _loss(r: Result, sender: Mapping[str, float]) -> tuple[int, int, str]:
     """(retransmits, segments sent, whose count) from the best source there is."""
     if r.retransmits_sender is not None and sender.get("segs_out"):
-        return r.retransmits_sender, int(sender["segs_out"]), "the sender's kernel"
+        return r.retransmits_sender, int(sender["segs_out"]), KERNEL_COUNT
     packets = r.packets_down if r.direction == "download" else r.packets_up
     return r.retransmits_wire, packets, "seen on the wire: a lower bound"

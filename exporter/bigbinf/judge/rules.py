@@ -61,8 +61,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from bigbinf.judge import vetoes
-from bigbinf.judge.inputs import Inputs
+from bigbinf.judge import bounds, vetoes
+from bigbinf.judge.bounds import Bound
+from bigbinf.judge.inputs import CORROBORATED_SHARE, Inputs
 from bigbinf.judge.words import host_name, human_bytes, human_rate
 
 LINK_SHARE = 0.9  # "within 10% of the shaped rate"
@@ -80,6 +81,16 @@ IDLE_SHARE = vetoes.IDLE_SHARE  # data in flight for less than this share of the
 STARTUP_SHARE = 0.2  # of the transfer's time lost below its steady rate
 BULK_SHARE = vetoes.SEEN_SHARE  # a program that lived this share of the transfer did its bulk work
 STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
+# A standing queue: the round trip the transfer saw stood this share of the path's
+# minimum above it, and at least QUEUE_SECONDS (a quiet path's smoothed RTT sits within a
+# few ms of its minimum; a bottleneck another flow keeps full holds its queue's delay).
+QUEUE_SHARE = 0.2
+QUEUE_SECONDS = 0.002
+# A receiver that advertised a zero window in this share of the sender's samples had
+# stopped reading (its buffer full): a buffer too small for the path never closes.
+ZERO_WINDOW_SHARE = 0.1
+ZERO_WINDOWS = 3  # ... and at least this many: one is a moment, a reader that stopped shows again
+SSH_SENDERS = frozenset({"ssh", "scp", "sftp"})  # this host's end of an ssh channel
 
 
 @dataclass(frozen=True)
@@ -133,11 +144,19 @@ def steady_limit(i: Inputs) -> Limit:
     streams = int(sender.get("streams", 1) or 1)
     window = _window_words(sender, rwnd, busy, streams)
     behind = i.receiver.get("rcv_queue_ratio_avg")
-    if rwnd >= LIMITED_SHARE and behind is not None and behind >= RECEIVER_BEHIND:
-        why = (
-            f"{window}, but the receiver's queue stood {behind:.0%} full: its program reads slower than the "
-            "network delivers"
-        )
+    zero, samples = sender.get("zero_window_samples", 0.0), sender.get("sending_samples", 0.0)
+    closed = samples > 0 and zero >= max(ZERO_WINDOWS, ZERO_WINDOW_SHARE * samples)
+    queued = behind is not None and behind >= RECEIVER_BEHIND
+    if (rwnd >= LIMITED_SHARE and queued) or closed:
+        # A receiver whose window closed (zero advertised: its buffer full, unread) or
+        # whose queue stood full while the window held the sender reads slower than the
+        # network delivers: the window is its program's, not its buffer's.
+        said = [window if rwnd >= LIMITED_SHARE else ""]
+        if queued:
+            said.append(f"the receiver's queue stood {behind:.0%} full")
+        if closed:
+            said.append(f"the receiver advertised a zero window in {zero:.0f} of the sender's {samples:.0f} samples")
+        why = ", ".join(filter(None, said)) + ": its program reads slower than the network delivers"
         if i.receiver_side == "local" or i.remote_programs_seen:
             receiving = tuple(s for s in sides if s == i.receiver_side)
             return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True) or Limit(
@@ -161,12 +180,20 @@ def steady_limit(i: Inputs) -> Limit:
         # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
         quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
         said = [window if quoted else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
-        return Limit("receive_window", "; ".join([*filter(None, said), rate_words]), i.receiver_side)
+        return Limit(
+            "receive_window",
+            "; ".join([*filter(None, said), *_bound_said(bounds.receive_window(i), i), rate_words]),
+            i.receiver_side,
+        )
     if send_limited:
         buffered = f"the sender was limited by its send buffer {sndbuf:.0%} of its {busy:.1f} s busy time"
         quoted = sndbuf >= LIMITED_SHARE or (bool(snd_ceiling) and not i.ceilings["tcp_wmem"])
         said = [buffered if quoted else "", snd_ceiling and f"the sender's {snd_ceiling}"]
-        return Limit("send_buffer", "; ".join([*filter(None, said), rate_words]), i.sender_side)
+        return Limit(
+            "send_buffer",
+            "; ".join([*filter(None, said), *_bound_said(bounds.send_buffer(i), i), rate_words]),
+            i.sender_side,
+        )
     if link:
         return link
     # Loss that kept the sender repairing a hole in every round trip explains a sender that
@@ -174,7 +201,7 @@ def steady_limit(i: Inputs) -> Limit:
     in_flight = i.in_flight
     recovery = vetoes.in_recovery(i, in_flight) if sender else ""
     if recovery:
-        return Limit("congestion", f"{recovery}; {rate_words}", "path")
+        return Limit("congestion", "; ".join([recovery, *_bound_said(bounds.loss(i), i), rate_words]), "path")
     idle = _sender_idle(sender, i, streams)
     if idle:
         # The sender had nothing to send.  Its own program, or (ssh, whose channel window
@@ -185,16 +212,44 @@ def steady_limit(i: Inputs) -> Limit:
         if program:
             return program
         veto = vetoes.application_veto(i)
+        channel = _ssh_channel(i)
+        if not veto and channel:
+            # ssh sends only what its channel window lets it, and the receiving end's ssh
+            # opens that window as its reader takes the data: an idle ssh sender with
+            # nothing on this host holding it waits for the remote's reader, and what
+            # holds the reader (its storage, its CPU) holds the transfer.
+            reader = _channel_reader(i)
+            if reader:
+                name, v = reader
+                reading = (
+                    f"{idle}: {channel}; {name} (the remote) waited on storage in {v.get('io_wait_share', 0.0):.0%} of "
+                    f"{v.get('samples', 0.0):.0f} samples over {v.get('seconds', 0.0):.1f} s and was on a core or "
+                    f"queued for one {v.get('runnable_share', 0.0):.0%}"
+                )
+                if v.get("io_wait_share", 0.0) >= DISK_SHARE:
+                    return Limit("disk", f"{reading}; {rate_words}", "remote", program=name)
+                if v.get("runnable_share", 0.0) >= CPU_EXPLAINS:
+                    return Limit("cpu", f"{reading}; {rate_words}", "remote", program=name)
+                channel = reading.removeprefix(f"{idle}: ")
+            bound = bounds.application(i, i.receiver_side, f"{idle}: {channel}")
+            return Limit("application", bound.said(steady) + i.share_of_path(steady), i.receiver_side)
         if not veto:
+            bound = bounds.application(
+                i, i.sender_side, f"{idle}: its program sent no faster (a throttle, or a program that does not keep up)"
+            )
             return Limit(
                 "application",
-                f"{idle}: its program sent no faster (a throttle, or a program that does not keep up); "
-                f"steady rate {human_rate(steady)}{i.share_of_path(steady)}",
+                f"{bound.words}; steady rate {human_rate(steady)}{i.share_of_path(steady)}",
                 i.sender_side,
             )
         withheld.append(f"not application ({idle}): {veto}")
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
-        return Limit("congestion", f"{i.loss_words()}; {rate_words}", "path")
+        return Limit("congestion", "; ".join([i.loss_words(), *_bound_said(bounds.loss(i), i), rate_words]), "path")
+    # Network-limited below the path, no loss: which of this transfer's own bounds met the
+    # rate (the window its receiver advertised, its buffers, the packets its MSS needs).
+    own = _own_bound(i, steady, in_flight) if sender and not withheld else None
+    if own:
+        return own
     # A sender positively network-limited (in flight, a backlog, no loss, no window) was
     # held by neither end's programs, however busy this host: a receiver short of CPU
     # fills its queue and closes the window, a sender short of it runs out of backlog.  So
@@ -204,6 +259,15 @@ def steady_limit(i: Inputs) -> Limit:
     # estimate, every run busy_host before this order).
     path_on_host = i.host_busy.get("delay_line", 0.0) >= vetoes.BUSY_SHARE
     shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if sender and not withheld else None
+    queue = _standing_queue(i)
+    if shared and not queue:
+        withheld.append(
+            f"not shared_path ({shared.evidence}): no other flow was seen (no standing queue: the round trip "
+            f"{_rtt_words(i)}, and no loss)"
+        )
+        shared = None
+    elif shared:
+        shared = replace(shared, evidence=f"{shared.evidence}; {queue}")
     if shared and not path_on_host:
         return shared
     busy_host = vetoes.busy_host(i)
@@ -220,7 +284,19 @@ def steady_limit(i: Inputs) -> Limit:
     if shared:
         return shared
     flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
-    return Limit("", "; ".join([f"no limit found: {flight}{rate_words}", *withheld]))
+    computed = bounds.listed(bounds.computed(i))
+    clamp = bounds.mss_clamp(i)
+    if clamp:
+        withheld.append(clamp)
+    return Limit(
+        "",
+        "; ".join(
+            [
+                f"no limit found: no bound met the steady rate {human_rate(steady)} ({computed}); {flight}{rate_words}",
+                *withheld,
+            ]
+        ),
+    )
 
 
 def _shared_path(
@@ -258,6 +334,109 @@ def _shared_path(
         "(another flow on the bottleneck, cross traffic, or an estimate no longer the path's)",
         "path",
     )
+
+
+def _bound_said(bound: Bound | None, i: Inputs) -> list[str]:
+    """The bound's words beside the steady rate, where it was computed ([] if not)."""
+    if bound is None:
+        return []
+    met = "" if bound.meets(i.steady_rate) else f" (not within {bounds.TOLERANCE:.0%} of it)"
+    return [bound.said(i.steady_rate) + met]
+
+
+def _own_bound(i: Inputs, steady: float, in_flight: float | None) -> Limit | None:
+    """A network-limited sender below the path with no real loss, held by one of this
+    transfer's own bounds: the packets its MSS needs (packet_rate: link_capacity, named so),
+    the window its receiver advertised or a buffer that stopped growing (receive_window,
+    send_buffer), where the steady rate meets the bound (Bound.meets) and the sender was
+    not idle (its program then is what the rules above judged).  The lowest bound met."""
+    if in_flight is not None and in_flight < IDLE_SHARE:
+        return None
+    if i.bandwidth and (i.path_share(steady) or 0.0) >= LINK_SHARE:
+        return None
+    busy = i.sender.get("busy_seconds", 0.0)
+    clocks = {
+        "receive_window": i.sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+        "send_buffer": i.sender.get("sndbuf_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+    }
+    candidates = [
+        b
+        for b in (bounds.packet_rate(i), bounds.receive_window(i), bounds.send_buffer(i))
+        if b and bounds.corroborated(b, clocks.get(b.name, 0.0), CORROBORATED_SHARE)
+    ]
+    met = bounds.met(candidates, steady)
+    if not met:
+        return None
+    bound = met[0]
+    path = bounds.path_capacity(i)
+    rtt = bounds.round_trip(i)
+    # A window holds a flow only below the BDP: over the path's minimum round trip it must
+    # allow less than the path.  One above it fills the path and queues the rest at the
+    # bottleneck, and that queue stretches the round trip until the window over it meets
+    # the rate (a lifted 1.31 MB window on a 1 MB BDP: 23.5 MB/s over the 55.7 ms it saw,
+    # 32.7 MB/s over the 40 ms path; the path 23.9).
+    windowed = bound.name in ("receive_window", "send_buffer")
+    if path and rtt and i.rtt and windowed and bound.rate * rtt / i.rtt >= path.rate:
+        return None
+    others = [b for b in bounds.computed(i) if b is not bound and b.name != bound.name]
+    also = f"; {bounds.listed(others)}" if others else ""
+    said = f"{bound.said(steady)}{i.share_of_path(steady)}{also}"
+    if bound.name == "packet_rate":
+        return Limit("link_capacity", f"the path's packet rate at this MSS: {said}", "path", detail="packet_rate")
+    return Limit(bound.name, said, bound.side)
+
+
+def _standing_queue(i: Inputs) -> str:
+    """Positive evidence of another flow on the bottleneck: the round trip the transfer saw
+    stood QUEUE_SHARE of the path's minimum (and QUEUE_SECONDS) above it, a queue this
+    transfer, below the path's rate, did not build alone ("" if not seen)."""
+    queue = i.standing_queue
+    if queue is None or not i.rtt or queue < max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS):
+        return ""
+    return f"a standing queue: the round trip {_rtt_words(i)}"
+
+
+def _rtt_words(i: Inputs) -> str:
+    seen = i.sender.get("rtt_avg_seconds")
+    if not seen or not i.rtt:
+        return "the transfer saw unknown"
+    above = (seen - i.rtt) * 1000
+    return f"the transfer saw was {seen * 1000:.1f} ms, {above:.1f} ms above the path's minimum {i.rtt * 1000:.1f} ms"
+
+
+def _ssh_channel(i: Inputs) -> str:
+    """Words, where the idle sender is this host's end of an ssh channel and the data goes
+    to the remote ("" if not): ssh sends no more than the channel window the remote's sshd
+    opens as its reader takes the data, so the reader there, not ssh, set the pace."""
+    if i.sender_side != "local":
+        return ""
+    senders = [
+        name.partition(" ")[2]
+        for name, v in i.programs.items()
+        if name.startswith("local ") and name.partition(" ")[2] in SSH_SENDERS
+    ]
+    receiving = [name.partition(" ")[2] for name in i.programs if name.startswith("remote ")]
+    if "ssh" not in senders or not receiving:
+        return ""
+    return (
+        "the sender is ssh, which sends only what its channel window allows, and the remote's sshd opens that "
+        f"window as the program it feeds there ({', '.join(sorted(set(receiving)))}) takes the data: the remote's "
+        "reader, not this host's, kept the sender waiting"
+    )
+
+
+def _channel_reader(i: Inputs) -> tuple[str, Mapping[str, float]] | None:
+    """(name, values) of the remote program an ssh channel fed (not sshd itself: it hands
+    the data on through a pipe), the one seen longest; None where none was seen."""
+    readers = [
+        (v.get("seconds", 0.0), name.partition(" ")[2], v)
+        for name, v in i.programs.items()
+        if name.startswith("remote ") and name.partition(" ")[2] != "sshd"
+    ]
+    if not readers:
+        return None
+    _, name, v = max(readers, key=lambda item: item[0])
+    return name, v
 
 
 def _quota_held(i: Inputs, rate_words: str) -> Limit | None:
@@ -378,15 +557,22 @@ def _link(i: Inputs, steady: float) -> Limit | None:
     if share is None or share < LINK_SHARE:
         return None
     lossy = i.loss >= LOSS_SHARE
+    packets = bounds.packet_rate(i)
+    # A clamped MSS is named; its packet rate only where the rate meets it (an estimate
+    # made under the same clamp, iperf3's, is already the clamped rate).
+    clamp = (packets.said(steady) if packets and packets.meets(steady) else "") or bounds.mss_clamp(i)
     return Limit(
         "link_capacity",
         f"steady rate {human_rate(steady)}{i.share_of_path(steady)}"
+        + "".join(f"; {said}" for said in _bound_said(bounds.path_capacity(i), i))
+        + (f"; and {clamp}" if clamp else "")
         + (
             f"; {i.loss_words()}: the bottleneck drops what exceeds its rate (a policer, a short queue)"
             if lossy
             else ""
         ),
         "path",
+        detail="packet_rate" if clamp else "",
     )
 
 

@@ -12,30 +12,89 @@ from bigbinf.result import Result
 SSH_PROGRAMS = frozenset({"ssh", "sshd", "scp", "sftp", "sftp-server"})
 
 
+def named_host(side: str, i: Inputs) -> str:
+    """A side in words with the remote's configured name: "the remote (site)"."""
+    if side == "remote" and i.remote:
+        return f"the remote ({i.remote})"
+    return host_name(side)
+
+
+def sender_paces(i: Inputs) -> bool:
+    """Whether the sender already uses bbr (it paces, and does not take loss for congestion)."""
+    return i.congestion_control == "bbr"
+
+
+def _bbr(i: Inputs) -> str:
+    """The step to bbr on the sender, naming its host and the setting; "" where it is in use."""
+    if sender_paces(i):
+        return ""
+    now = f" (it uses {i.congestion_control})" if i.congestion_control else ""
+    return (
+        f"on the sender, {named_host(i.sender_side, i)}{now}: sysctl net.ipv4.tcp_congestion_control=bbr "
+        "(or the protocol's `congestion: bbr`)"
+    )
+
+
+def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
+    """The buffer setting to change and where, never one already in use: autotuning off is
+    turned on; a maximum below the target is raised to it; one already at or above it is
+    not the cap (the program's own SO_RCVBUF/SO_SNDBUF, net.core.rmem_max/wmem_max is)."""
+    host = named_host(limit.side, i)
+    receive = limit.reason == "receive_window"
+    kind = "tcp_rmem" if receive else "tcp_wmem"
+    settings = i.buffers.get(limit.side, {})
+    if receive and settings.get("tcp_moderate_rcvbuf") == 0:
+        return (
+            f"on {host}: sysctl net.ipv4.tcp_moderate_rcvbuf=1 (receive autotuning is off there: its buffer "
+            f"stays at tcp_rmem's default {human_bytes(settings.get('tcp_rmem_default'))})"
+        )
+    target = 2 * i.bdp if i.bdp else None
+    if r.tcp_buffer_max_bytes is not None and "tcp_buffer_max cap" in limit.evidence:
+        goal = f" to at least 2 x BDP = {human_bytes(target)}" if target else " to at least the path's BDP"
+        return f"raise or drop the protocol's tcp_buffer_max ({human_bytes(r.tcp_buffer_max_bytes)}){goal}"
+    now = settings.get(kind)
+    if target and now and now >= target:
+        core = "net.core.rmem_max" if receive else "net.core.wmem_max"
+        return (
+            f"{kind}'s maximum on {host} is {human_bytes(now)}, already 2 x BDP or more: the buffer is set by the "
+            f"program itself (SO_RCVBUF/SO_SNDBUF: a -w or buffer option), capped by {core} "
+            f"({human_bytes(settings.get(core.rpartition('.')[2]))}): raise the program's buffer"
+        )
+    low = int(settings.get(f"{kind}_min", 4096))
+    default = int(settings.get(f"{kind}_default", 131072 if receive else 16384))
+    size = f"{target:.0f}" if target else "N (at least the path's BDP)"
+    return f"on {host}: sysctl -w net.ipv4.{kind}='{low} {default} {size}' (its maximum to 2 x BDP)"
+
+
 def next_step(limit: Limit, i: Inputs, r: Result) -> str:
     """The concrete next step for a verdict, with its numbers (docs/metrics.md says the
-    same per verdict)."""
-    host = host_name(limit.side)
-    target = f" to at least 2 x BDP = {human_bytes(2 * i.bdp)}" if i.bdp else " to at least the path's BDP"
-    capped = r.tcp_buffer_max_bytes is not None and "tcp_buffer_max cap" in limit.evidence
+    same per verdict): the host and the setting to change there, never what is in use."""
+    host = named_host(limit.side, i)
     if limit.reason in ("receive_window", "send_buffer"):
-        key = "net.ipv4.tcp_rmem" if limit.reason == "receive_window" else "net.ipv4.tcp_wmem"
-        if capped:
-            step = f"raise or drop the protocol's tcp_buffer_max ({human_bytes(r.tcp_buffer_max_bytes)}){target}"
-        else:
-            step = f"raise {key}'s maximum on {host}{target} (`advise` prints the sysctl lines)"
+        step = _buffer_step(limit, i, r)
         return step + ("; or more parallel streams, each with its own window" if r.protocol != "iperf3" else "")
     if limit.reason == "congestion":
         probe = f"; the probe saw {i.probe_loss}" if i.probe_loss else ""
+        bbr = _bbr(i)
+        meanwhile = (
+            f"; a congestion control that does not take random loss for congestion keeps more of the rate "
+            f"meanwhile: {bbr}"
+            if bbr
+            else ""
+        )
+        return f"the network: talk to the path's operator ({i.loss_words()}{probe}){meanwhile}"
+    if limit.reason == "link_capacity" and limit.detail == "packet_rate":
         return (
-            f"the network: talk to the path's operator ({i.loss_words()}{probe}); a congestion control "
-            "that does not take random loss for congestion (bbr) keeps more of the rate meanwhile"
+            "the MSS is clamped below what the path's MTU allows: find the clamp on the path (a router's TCPMSS "
+            "--set-mss rule, a route's advmss, a tunnel's MTU) and lift it; each packet carries too little"
         )
     if limit.reason == "link_capacity":
         if i.loss >= LOSS_SHARE:
+            bbr = _bbr(i)
+            pace = f"pacing ({bbr})" if bbr else "the sender already paces (bbr): shaping just below the rate"
             return (
-                "the path is full and its bottleneck drops what exceeds the rate: pacing (bbr) or shaping just "
-                "below it avoids the retransmissions; more speed needs a faster path"
+                f"the path is full and its bottleneck drops what exceeds the rate: {pace} avoids the "
+                "retransmissions; more speed needs a faster path"
             )
         return "the path is full: nothing on either host makes this faster; a faster path, or fewer bytes, would"
     if limit.reason == "startup":

@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from bigbinf.judge.inputs import STALE_SHARE, Inputs
+from bigbinf.judge import bounds
+from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE, Inputs
 from bigbinf.judge.words import host_name
 
 INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default
@@ -101,7 +102,7 @@ def in_recovery(i: Inputs, in_flight: float | None) -> str:
     (`in_flight`, of the data phase) most of the time, as a sender repairing holes does.
     Loss never explains time with nothing in flight: a throttle's pauses (nginx's
     limit_rate lost 6% in slow start, then sent in bursts 34% of the time) stay its own."""
-    if not i.segments or not i.retransmits or (in_flight is not None and in_flight < IDLE_SHARE):
+    if not i.segments or not i.real_losses or (in_flight is not None and in_flight < IDLE_SHARE):
         return ""
     cwnd = i.sender.get("cwnd_max_segments")
     if cwnd:
@@ -406,13 +407,19 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
             return "link_capacity without a path estimate"
         if share > STALE_SHARE:
             return f"link_capacity at {share:.0%} of the path: the estimate is stale"
-    if reason == "congestion" and not i.retransmits:
-        return "congestion without retransmissions"
+    if reason == "congestion" and not i.real_losses:
+        return "congestion without losses" if i.retransmits else "congestion without retransmissions"
     if reason in ("receive_window", "send_buffer") and busy > 0:
         key = "rwnd_limited_seconds" if reason == "receive_window" else "sndbuf_limited_seconds"
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"
-        if sender.get(key, 0.0) / busy < 0.3 and not i.maxed(kind, sender.get(key, 0.0) / busy):
-            return f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%} and no buffer at its maximum"
+        bound = bounds.receive_window(i) if reason == "receive_window" else bounds.send_buffer(i)
+        share = sender.get(key, 0.0) / busy
+        met = bound is not None and bound.meets(i.steady_rate) and bounds.corroborated(bound, share, CORROBORATED_SHARE)
+        if sender.get(key, 0.0) / busy < 0.3 and not i.maxed(kind, sender.get(key, 0.0) / busy) and not met:
+            return (
+                f"{reason} with a clock share of {sender.get(key, 0.0) / busy:.0%}, no buffer at its maximum and no "
+                "bound met"
+            )
     if reason == "application" and side == i.sender_side and unflagged(i):
         app = sender.get("app_limited_ratio", 0.0)
         return f"application with the sender app-limited in {app:.0%} of the samples and in flight most of the time"

@@ -33,6 +33,7 @@ from bigbinf.measure.path.route import resolve, route_to
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.measure.programs import BusyHost, ProgramWatch, remote_view
 from bigbinf.measure.programs import summary as program_summary
+from bigbinf.measure.stall import stall_words
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, on_this_host
 from bigbinf.measure.tcp.tuning import Side, Tuned, TuningError, check
 from bigbinf.measure.undo import Undo, UndoError, UndoJournal
@@ -333,7 +334,7 @@ def _measure_prepared(
             if ran.captured and config.capture.keep and prepared.pcap.exists()
             else None
         )
-        verdict = judge(spec, prepared, ran, wire, analysis_error)
+        verdict = judge(spec, prepared, ran, wire, analysis_error, baseline)
     except _CaptureStartError as exc:
         return _with_restore_errors(prepared.subject.result("failed", f"capture: {exc}"), tuned)
     except Exception as exc:  # the addresses are known now: the result keeps them
@@ -525,6 +526,11 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
         for watch in (local_watch, remote_watch):
             if watch:
                 watching.enter_context(watch)
+            if watch is local_watch and local_watch and remote_watch:
+                # Run after the remote watch stops, before this host's does: the remote's
+                # stats sessions (ssh from this host) are sockets to the remote here too,
+                # and not the transfer's.
+                watching.callback(lambda: local_watch.leave_out(remote_watch.own_sessions()))
         if capture:
             try:
                 capture.start()
@@ -707,7 +713,8 @@ def _deferred(
     published late rather than lost).  Without a store it is failed now, saying what
     timed out, its capture kept where capture.keep keeps captures."""
     ran = _remote_note(spec, prepared, ran, None)
-    measured = _with_restore_errors(_result(prepared, ran, None, judge(spec, prepared, ran, None, ""), None), tuned)
+    judged = judge(spec, prepared, ran, None, "", baseline)
+    measured = _with_restore_errors(_result(prepared, ran, None, judged, None), tuned)
     entry = PendingAnalysis(
         result=measured,
         pcap=str(prepared.pcap),
@@ -780,13 +787,33 @@ def _cut_short(tool: str, capture_packets: int | None, pcap: Path, records: int)
     )
 
 
-def judge(spec: TransferSpec, prepared: Prepared, ran: Ran, wire: Wire | None, analysis_error: str) -> Verdict:
+def judge(
+    spec: TransferSpec,
+    prepared: Prepared,
+    ran: Ran,
+    wire: Wire | None,
+    analysis_error: str,
+    baseline: PathBaseline | None = None,
+) -> Verdict:
     """ok only if the command exited 0, the copy is right, the wire shows the expected
-    transport and the capture and its analysis worked; every reason against is kept."""
+    transport and the capture and its analysis worked; every reason against is kept.  A
+    timeout says what the TCP listings saw of the stall (measure/stall.py): a path-MTU
+    black hole the round's probe measured, no data after the handshake, a zero window,
+    repeated retransmission timeouts."""
     outcome = ran.outcome
     notes = [e for e in (ran.capture_error, analysis_error) if e] + _undecoded(wire)
     if outcome.timed_out:
-        return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout", *notes), False)
+        download = spec.direction == "download"
+        local = ran.tcp_local.values if ran.tcp_local else {}
+        remote = ran.tcp_remote.values if ran.tcp_remote else {}
+        seen = stall_words(
+            remote if download else local,
+            local if download else remote,
+            baseline,
+            prepared.mtu,
+            "the remote" if download else "this host",
+        )
+        return Verdict("timeout", (f"killed after the {spec.timeout_seconds:g}s timeout: {seen}", *notes), False)
     if outcome.returncode != 0:
         exited = _exited(prepared.context.argv[0], outcome.returncode, outcome.stderr_tail[-500:])
         return Verdict("failed", (exited, *notes), False)

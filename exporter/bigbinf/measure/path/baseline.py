@@ -13,7 +13,7 @@ from dataclasses import replace
 from bigbinf.measure.path.probe import probe_path
 from bigbinf.measure.path.route import resolve
 from bigbinf.measure.plan import Remote
-from bigbinf.measure.tcp.state import HostTcpSettings, TcpStateError, read_tcp_settings
+from bigbinf.measure.tcp.state import HostTcpSettings, TcpStateError, read_optional_settings, read_tcp_settings
 from bigbinf.measure.wire.capture import CaptureError
 from bigbinf.process import in_netns
 from bigbinf.result import PathBaseline
@@ -40,7 +40,9 @@ def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> Pat
         except TcpStateError as exc:
             notes[side] = str(exc)
             continue
-        buffers[side] = buffer_values(settings)
+        # Whether its receive buffer grows at all (a receiver with autotuning off keeps
+        # tcp_rmem's default): read beside the limits, through the same command.
+        buffers[side] = {**buffer_values(settings), **read_optional_settings(prefix)}
         congestion[side] = settings.congestion_control
     baseline = PathBaseline(
         remote=remote.name,

@@ -1,0 +1,301 @@
+"""The bounds: for each candidate limit of a transfer, the rate that limit allows, computed
+from what was measured (one function per bound), with its inputs and the words that say it.
+
+A limit held the transfer where the steady rate meets its bound (`meets`: within the
+tolerance below); the verdict names that bound and its evidence shows both numbers ("the
+remote's advertised receive window 64.0 kB over 82.0 ms allows 0.78 MB/s; the steady rate
+was 0.76 MB/s").  Rates are payload bytes per second, as the transfer's own rate is.
+
+- receive_window: the window the receiver advertised as the sender saw it while sending
+  (tcpi_snd_wnd, the median), else the receiver's buffer where it stopped growing (at its
+  maximum, or autotuning off: tcp_moderate_rcvbuf=0 keeps tcp_rmem's default), over the
+  round trip the transfer saw;
+- send_buffer: the sender's buffer where it stopped growing (at its maximum), over the
+  round trip the transfer saw;
+- path_capacity: the path's estimate (a wire rate), as payload;
+- loss (Mathis et al.): MSS / RTT x C / sqrt(p), C = sqrt(3/2), p the *real* losses per
+  segment sent: retransmissions less those the receiver reported as duplicates (DSACK,
+  tcpi_dsack_dups: the segment had arrived; reordering, a spurious timeout);
+- packet_rate: where the MSS is below what the path's MTU allows, the packets per second
+  the path carries at full size (its estimate) times this MSS: a path whose limit is
+  per packet (a router's or a userspace forwarder's per-packet cost) carries no more;
+- program: each program of the transfer (either end) moved the data at the transfer's
+  rate while on a core, queued for one or waiting on storage for its `busy` share of its
+  life: at all of it, the rate over that share (cpu or disk by which wait dominated);
+- application: the sender's program supplied data at the rate it sent while its write
+  queue stood empty (no backlog): the rate itself, where the sender was idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from bigbinf.judge.inputs import Inputs
+from bigbinf.judge.words import host_name, human_bytes, human_rate
+
+# A rate meets a bound within this share of it either way: the bound is computed from
+# sampled windows and a round trip that varies, the rate fitted from sampled progress.
+TOLERANCE = 0.25
+# A buffer's bound (skmem rb, tb) counts the kernel's overhead per segment too: the window
+# a receive buffer gives is 50-90% of it (tcp_adv_win_scale, the kernel's scaling_ratio),
+# so a rate down to this share of buffer/RTT still meets it.
+BUFFER_LOW = 0.4
+MATHIS_C = math.sqrt(1.5)
+# An MSS this far below what the path's MTU allows is clamped (a router's TCPMSS rule, an
+# advmss route), not a rounding of options.
+MSS_CLAMP_SHARE = 0.8
+IP_TCP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12: a 1500-byte MTU carries 1448
+LINK_HEADERS = 14  # Ethernet: what a wire rate counts beside the IP packet
+CEILING_SHARE = 0.9  # a buffer this close to its maximum stopped growing there
+PACED = frozenset({"bbr"})  # congestion controls that do not slow for loss (no Mathis bound)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One limit's bound: what it allows, from what, in words."""
+
+    name: str  # receive_window, send_buffer, path_capacity, loss, packet_rate, cpu, disk, application
+    rate: float  # payload bytes per second it allows
+    words: str  # "the remote's receive buffer 131 kB over 82.0 ms allows 1.60 MB/s"
+    side: str = ""  # local | remote | path
+    inputs: dict[str, float] = field(default_factory=dict)
+    low: float = 1 - TOLERANCE  # the least share of `rate` that still meets it
+    program: str = ""  # cpu, disk: the program
+
+    def meets(self, rate: float) -> bool:
+        """Whether a steady `rate` meets this bound: from `low` of it to TOLERANCE above."""
+        return self.rate > 0 and self.low * self.rate <= rate <= (1 + TOLERANCE) * self.rate
+
+    def said(self, rate: float) -> str:
+        return f"{self.words}; the transfer's steady rate was {human_rate(rate)}"
+
+
+def round_trip(i: Inputs) -> float | None:
+    """The round trip the transfer saw (its sender's smoothed RTT, mean over the samples),
+    else the path's minimum: a window allows a window per round trip, queue included."""
+    return i.sender.get("rtt_avg_seconds") or i.receiver.get("rtt_avg_seconds") or i.rtt
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def receive_window(i: Inputs) -> Bound | None:
+    """The receiver's window over the round trip: the advertised window the sender saw
+    while sending (median), else the receiver's buffer where it stopped growing."""
+    rtt = round_trip(i)
+    if not rtt:
+        return None
+    host = host_name(i.receiver_side)
+    advertised = i.sender.get("snd_wnd_median_bytes")
+    if advertised:
+        return Bound(
+            "receive_window",
+            advertised / rtt,
+            f"{host}'s advertised receive window {human_bytes(advertised)} (the median the sender saw) over "
+            f"{_ms(rtt)} allows {human_rate(advertised / rtt)}",
+            i.receiver_side,
+            {"window_bytes": advertised, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
+        )
+    buffer, why = stopped_buffer(i, "tcp_rmem", i.receiver.get("rcvbuf_max_bytes"), i.receiver_side)
+    if not buffer:
+        return None
+    return Bound(
+        "receive_window",
+        buffer / rtt,
+        f"{host}'s receive buffer {human_bytes(buffer)} ({why}) over {_ms(rtt)} allows {human_rate(buffer / rtt)}",
+        i.receiver_side,
+        {"buffer_bytes": buffer, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
+        low=BUFFER_LOW,
+    )
+
+
+def _autotuning(i: Inputs, side: str) -> dict[str, float]:
+    """{"tcp_moderate_rcvbuf": 0.0} where the side's receive autotuning is off, else {}."""
+    off = i.buffers.get(side, {}).get("tcp_moderate_rcvbuf") == 0
+    return {"tcp_moderate_rcvbuf": 0.0} if off else {}
+
+
+def corroborated(bound: Bound, clock_share: float, least: float) -> bool:
+    """Whether a window's or a buffer's bound may name a limit where no clock rule did:
+    where the receiver's window cannot be anything else (its autotuning off), or the
+    sender's own clock for it says so `least` of its busy time.  A rate near the window
+    over the RTT alone does not show the window held it: a sender whose cwnd another flow
+    holds runs just below a window autotuning sized for it, its clock for the window
+    near 0 (and a buffer's bound is met down to BUFFER_LOW of it).  Other bounds (the
+    packet rate) stand on their own."""
+    if bound.name not in ("receive_window", "send_buffer"):
+        return True
+    return bound.inputs.get("tcp_moderate_rcvbuf") == 0 or clock_share >= least
+
+
+def send_buffer(i: Inputs) -> Bound | None:
+    """The sender's buffer over the round trip, where it stopped growing (at its maximum)."""
+    rtt = round_trip(i)
+    buffer, why = stopped_buffer(i, "tcp_wmem", i.sender.get("sndbuf_max_bytes"), i.sender_side)
+    if not rtt or not buffer:
+        return None
+    return Bound(
+        "send_buffer",
+        buffer / rtt,
+        f"{host_name(i.sender_side)}'s send buffer {human_bytes(buffer)} ({why}) over {_ms(rtt)} allows "
+        f"{human_rate(buffer / rtt)}",
+        i.sender_side,
+        {"buffer_bytes": buffer, "rtt_seconds": rtt},
+        low=BUFFER_LOW,
+    )
+
+
+def stopped_buffer(i: Inputs, kind: str, buffer: float | None, side: str) -> tuple[float | None, str]:
+    """A buffer that stopped growing, and why (None where it may still have grown): at
+    CEILING_SHARE of its maximum (the host's sysctl, or the transfer's tcp_buffer_max), or,
+    for a receiver, autotuning off (tcp_moderate_rcvbuf=0 on its host: its buffer stays at
+    tcp_rmem's default however long the path)."""
+    if not buffer:
+        return None, ""
+    settings = i.buffers.get(side, {})
+    if kind == "tcp_rmem" and settings.get("tcp_moderate_rcvbuf") == 0:
+        return buffer, f"net.ipv4.tcp_moderate_rcvbuf=0 on {host_name(side)}: it never grows"
+    cap = i.buffer_cap
+    ceiling = settings.get(kind)
+    named = f"{kind} maximum"
+    if cap is not None and (ceiling is None or cap < ceiling):
+        ceiling, named = cap, "tcp_buffer_max cap"
+    if ceiling and buffer >= CEILING_SHARE * ceiling:
+        return buffer, f"at its {named} {human_bytes(ceiling)}"
+    return None, ""
+
+
+def path_capacity(i: Inputs) -> Bound | None:
+    """The path's estimate, as payload (headers count against a link's rate)."""
+    if not i.bandwidth:
+        return None
+    rate = i.bandwidth / i.wire_factor
+    return Bound(
+        "path_capacity",
+        rate,
+        f"the path's capacity {human_rate(i.bandwidth)} ({i.bandwidth_note}) allows {human_rate(rate)} of payload",
+        "path",
+        {"bandwidth_bytes_per_second": i.bandwidth},
+    )
+
+
+def loss(i: Inputs) -> Bound | None:
+    """Mathis: MSS / RTT x sqrt(3/2) / sqrt(p), p the real losses per segment sent."""
+    rtt = round_trip(i)
+    lost = i.real_losses
+    if not rtt or not i.segments or lost <= 0 or i.congestion_control in PACED:
+        # bbr does not take loss for congestion (it keeps its rate up to ~20% loss): no
+        # Mathis bound holds it.
+        return None
+    p = lost / i.segments
+    rate = i.mss / rtt * MATHIS_C / math.sqrt(p)
+    return Bound(
+        "loss",
+        rate,
+        f"the loss {p:.2%} of segments (real: {lost} lost of {i.segments}) with a {i.mss:.0f}-byte MSS over "
+        f"{_ms(rtt)} allows {human_rate(rate)} (Mathis: MSS/RTT x 1.22/sqrt(p), one loss per congestion event)",
+        "path",
+        {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt},
+    )
+
+
+def allowed_mss(mtu: float) -> float:
+    return mtu - IP_TCP_HEADERS
+
+
+def mss_clamp(i: Inputs) -> str:
+    """Words, where the sender's MSS is below MSS_CLAMP_SHARE of what the path's measured
+    MTU allows ("" where it is not, or either is unknown)."""
+    mtu = i.mtu
+    mss = i.sender.get("mss_bytes") or i.receiver.get("mss_bytes")
+    if not mtu or not mss or mss >= MSS_CLAMP_SHARE * allowed_mss(mtu):
+        return ""
+    return (
+        f"the sender's MSS {mss:.0f} B is below the {allowed_mss(mtu):.0f} B the path's MTU {mtu:.0f} B allows "
+        "(clamped on the way, or by an advmss)"
+    )
+
+
+def packet_rate(i: Inputs) -> Bound | None:
+    """Where the MSS is clamped (mss_clamp): the path's packets per second at full size
+    (its estimate over a full frame) times this MSS."""
+    clamp = mss_clamp(i)
+    if not clamp or not i.bandwidth or not i.mtu:
+        return None
+    mtu, mss = i.mtu, i.sender.get("mss_bytes") or i.receiver.get("mss_bytes") or 0.0
+    packets = i.bandwidth / (mtu + LINK_HEADERS)
+    rate = packets * mss
+    return Bound(
+        "packet_rate",
+        rate,
+        f"{clamp}: at the {packets:.0f} packets/s the path carries at full size ({human_rate(i.bandwidth)}) it "
+        f"allows {human_rate(rate)}",
+        "path",
+        {"mss_bytes": mss, "mtu_bytes": mtu, "packets_per_second": packets},
+    )
+
+
+def programs(i: Inputs, sides: Iterable[str], least_life: float) -> list[Bound]:
+    """Each program of the transfer (of `sides`, that lived `least_life` of the transfer
+    or more): the rate it would allow working all its life, the transfer's rate over the
+    share of its life it was on a core, queued for one or on storage."""
+    found = []
+    rate = i.steady_rate
+    for label, v in sorted(i.programs.items()):
+        side, _, name = label.partition(" ")
+        if side not in sides or v.get("seconds", 0.0) < least_life * i.duration:
+            continue
+        cpu, disk = v.get("runnable_share", 0.0), v.get("io_wait_share", 0.0)
+        busy = min(1.0, cpu + disk)
+        if busy <= 0:
+            continue
+        kind = "cpu" if cpu >= disk else "disk"
+        what = (
+            f"on a core or queued for one {cpu:.0%}"
+            if kind == "cpu"
+            else f"waiting on storage in {disk:.0%} of its samples"
+        )
+        found.append(
+            Bound(
+                kind,
+                rate / busy,
+                f"{name} ({host_name(side)}) was {what} of its {v.get('seconds', 0.0):.1f} s (busy {busy:.0%} of it): "
+                f"working all of it, it allows {human_rate(rate / busy)}",
+                side,
+                {"busy_share": busy},
+                program=name,
+            )
+        )
+    return found
+
+
+def application(i: Inputs, side: str, why: str) -> Bound:
+    """A program that does not keep up (the sender's, or the receiver's, on `side`): it
+    supplied (or took) the data at the rate the transfer moved it, `why` saying how that
+    was seen; the bound is that rate."""
+    rate = i.steady_rate
+    return Bound(
+        "application",
+        rate,
+        f"{why}: the program on {host_name(side)} moved the data at {human_rate(rate)}",
+        side,
+    )
+
+
+def computed(i: Inputs) -> list[Bound]:
+    """Every network bound that could be computed from this transfer's inputs."""
+    return [b for b in (receive_window(i), send_buffer(i), path_capacity(i), loss(i), packet_rate(i)) if b]
+
+
+def met(bounds: Iterable[Bound], rate: float) -> list[Bound]:
+    """The bounds the rate meets, the lowest first (the tightest limit holds)."""
+    return sorted((b for b in bounds if b.meets(rate)), key=lambda b: b.rate)
+
+
+def listed(bounds: Iterable[Bound]) -> str:
+    """The bounds computed, in words ("no bound could be computed" where none)."""
+    said = [f"{b.name} {human_rate(b.rate)}" for b in bounds]
+    return "bounds computed: " + ", ".join(said) if said else "no bound could be computed"
