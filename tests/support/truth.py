@@ -223,9 +223,7 @@ def truth(
     # What crossed the remote's interface besides the transfer's own bytes: another flow
     # (the monitor's own ssh listings add a few hundred kB at most).
     rem = layout.remote_if
-    crossed = sum(
-        after["remote_links"][rem][k] - before["remote_links"][rem][k] for k in ("rx_bytes", "tx_bytes")
-    )
+    crossed = sum(after["remote_links"][rem][k] - before["remote_links"][rem][k] for k in ("rx_bytes", "tx_bytes"))
     t["crossed_bytes"] = crossed
     t["other_bytes"] = max(0, crossed - round(transfer_bytes * 1.1))
     sender = t["sender"]

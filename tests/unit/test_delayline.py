@@ -5,6 +5,7 @@ than its packet rate; its router settings are read from its control file."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -108,7 +109,7 @@ def test_a_reordered_packet_is_overtaken_and_counted_never_lost(monkeypatch: pyt
 
 def test_a_paced_line_forwards_no_faster_than_its_packet_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     out, counts = _line(monkeypatch, [b"1", b"2", b"3", b"4"], {"pps": 20.0}, iter(()))
-    gaps = [b - a for (_, a), (_, b) in zip(out, out[1:], strict=False)]
+    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(out)]
     assert [p for p, _ in out] == [b"1", b"2", b"3", b"4"]
     assert min(gaps) >= 1 / 20 - 0.002, gaps  # the line's timers are epoll's: to the millisecond
     assert counts["forwarded"] == 3 and counts["paced"] == 3 and counts["lost"] == 0  # the last uncounted (Stop)
