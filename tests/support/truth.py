@@ -56,6 +56,8 @@ SYSCTLS = {
     "congestion": "net.ipv4.tcp_congestion_control",
     "mtu_probing": "net.ipv4.tcp_mtu_probing",
 }
+HEADER_BYTES = 66  # Ethernet, IPv4 and TCP with timestamps: a frame's bytes that carry no payload
+FRAMING = 1.05  # a protocol's bytes on the wire per byte of the file, at most (ssh's MACs, HTTP's headers)
 DELAY_LINE_COUNTERS = ("forwarded", "lost", "overflow", "reordered", "paced")
 
 
@@ -102,6 +104,8 @@ def links(ns: str) -> dict[str, dict[str, int]]:
         found[r["ifname"]] = {
             "rx_bytes": int(rx.get("bytes", 0)),
             "tx_bytes": int(tx.get("bytes", 0)),
+            "packets": int(rx.get("packets", 0)) + int(tx.get("packets", 0)),
+            "mtu": int(r.get("mtu", 0)),
             "dropped": int(rx.get("dropped", 0)) + int(tx.get("dropped", 0)),
         }
     return found
@@ -220,12 +224,20 @@ def truth(
     t.update(line)
     dropped += line.get("delay_line_lost", 0) + line.get("delay_line_overflow", 0)
     t["dropped"] = dropped  # packets any part of the lab dropped, either way
-    # What crossed the remote's interface besides the transfer's own bytes: another flow
-    # (the monitor's own ssh listings add a few hundred kB at most).
+    # The smallest MTU on the way (the router's links, where there is a router; the hosts' veths).
+    t["path_mtu"] = min(
+        v["mtu"] for side in ("local", "remote", "path") for n, v in after.get(f"{side}_links", {}).items() if n != "lo"
+    )
+    # What crossed the remote's interface besides the transfer's own bytes (less every
+    # packet's headers, and a protocol's framing: ssh's MACs, HTTP's): another flow (the
+    # monitor's own ssh listings add a few hundred kB to a MB).
     rem = layout.remote_if
-    crossed = sum(after["remote_links"][rem][k] - before["remote_links"][rem][k] for k in ("rx_bytes", "tx_bytes"))
-    t["crossed_bytes"] = crossed
-    t["other_bytes"] = max(0, crossed - round(transfer_bytes * 1.1))
+    crossed, packets = (
+        sum(after["remote_links"][rem][k] - before["remote_links"][rem][k] for k in keys)
+        for keys in (("rx_bytes", "tx_bytes"), ("packets",))
+    )
+    t["crossed_bytes"], t["crossed_packets"] = crossed, packets
+    t["other_bytes"] = max(0, round(crossed - HEADER_BYTES * packets - FRAMING * transfer_bytes))
     sender = t["sender"]
     t["real_retransmits"] = max(0, t[f"{sender}_retransmits"] - t[f"{sender}_dsack_received"])
     for side, ns in (("local", layout.client_ns), ("remote", layout.remote_ns)):
@@ -248,6 +260,7 @@ def summary(t: Truth) -> str:
         f"timeouts {t[f'{s}_timeouts']}",
         f"{r} zero-window {t[f'{r}_to_zero_window']}",
         f"other bytes {t['other_bytes']}",
+        f"path MTU {t['path_mtu']}",
         f"overlimits {sum(t.get(f'{x}_qdisc_overlimits', 0) for x in ('local', 'remote', 'path'))}",
     ]
     for k in ("delay_line_lost", "delay_line_reordered", "delay_line_paced", "path_nft_dropped", "path_nft_counted"):
