@@ -274,7 +274,9 @@ CAUSES: list[PlainCause] = [
 # is the router between the sites.
 
 REORDER_PERCENT, REORDER_SECONDS = 3.0, 0.010  # 3% of the packets, each way, 10 ms late
-ROUTER_PPS = 3000  # a router that forwards at most this many packets a second, each way
+# A router that forwards at most the packets a second its link carries at full size (100
+# Mbit/s over 1514-byte frames), each way: line rate for full-sized packets, not for small.
+ROUTER_PPS = 8256
 CLAMPED_MSS = 536
 BLACK_HOLE_MTU = 1280
 STALL_TIMEOUT = "20s"  # the black hole's transfer is killed after this (the default is 30 minutes)
@@ -329,8 +331,8 @@ def _router_nft(site: PlainSite, table: str, hook: str, rule: list[str]) -> cont
 def mss_clamp(site: PlainSite) -> Iterator[Changes | None]:
     """The router rewrites every SYN's MSS to CLAMPED_MSS (as a router clamping for a tunnel
     does), and forwards at most ROUTER_PPS packets a second each way: at the clamped MSS the
-    packet rate, not the link, bounds the transfer (ROUTER_PPS x 524 B = 1.6 MB/s, where
-    full-sized segments would carry 4.3 MB/s and the link 12.5 MB/s)."""
+    packet rate, not the link's bytes, bounds the transfer (ROUTER_PPS x 524 B = 4.3 MB/s,
+    where full-sized segments fill the link's 12.5 MB/s)."""
     clamp = ["tcp", "flags", "syn", "tcp", "option", "maxseg", "size", "set", str(CLAMPED_MSS), "counter"]
     with _router_nft(site, "bbt_mss", "forward", clamp), router_settings(site, {"pps": ROUTER_PPS}):
         yield None
@@ -360,8 +362,9 @@ CAUSES += [
     *(PlainCause("reordering without loss", "router", p, "f32m", d, "link_capacity", "path", reordering,
                  bound="the path's capacity (100 Mbit/s configured); no loss: the retransmits spurious")
       for p, d in (("http", "download"), ("iperf3", "upload"))),
-    *(PlainCause("an MSS clamp (536) in a packet-rate-bound router", "router", p, "f8m", d, "packet_rate", "path",
-                 mss_clamp, bound=_PPS_BOUND)
+    # The verdict is the path's (link_capacity): its evidence must name the packet rate.
+    *(PlainCause("an MSS clamp (536) in a packet-rate-bound router", "router", p, "f16m", d, "link_capacity", "path",
+                 mss_clamp, bound=_PPS_BOUND, evidence=r"(?i)packet rate|packets/s")
       for p, d in (("http", "download"), ("iperf3", "upload"))),
     PlainCause("a path-MTU black hole", "router", "http", "f1m", "download", "", "", pmtu_black_hole,
                error=r"(?i)(mtu.*black hole|black hole.*mtu)",

@@ -54,12 +54,32 @@ BLKIO = Path("/sys/fs/cgroup/blkio")
 Changes = dict[str, dict[str, Any]]  # config sections to change for one run
 THROTTLE_PORT = 8080  # a throttled nginx beside the lab's own (a cause's setup starts it)
 CURL = ["{binary}", "-sS", "--fail"]
-# A program on the remote that reads what it is given at most 2 MiB/s (a site's ingest
-# behind ssh): rsync's receiver is started through the remote's shell, so its
-# --rsync-path puts the reader in front of it, reading the ssh channel.
+# A program on the remote that passes on what it is given at most 2 MiB/s (a site's
+# ingest behind ssh): rsync's receiver is started through the remote's shell, so its
+# --rsync-path puts the reader in front of it, reading the ssh channel (plain_config
+# writes it where the remote sees it).  It ends when the receiver behind it does: the
+# channel stays open until the whole session ends, so it never reads an end of file.
 SLOW_READER_BYTES_PER_SECOND = 2 * 1024 * 1024
-_READ = "[(os.write(1,b),time.sleep(len(b)/RATE)) for b in iter(lambda:os.read(0,65536),b'')]"
-SLOW_READER = f'python3 -c "import os,time;{_READ.replace("RATE", str(SLOW_READER_BYTES_PER_SECOND))}"'
+SLOW_READER = """\
+import os, select, sys, time
+rate = int(sys.argv[1])
+poll = select.poll()
+poll.register(0, select.POLLIN)
+poll.register(1, 0)  # errors only: the receiver behind this reader has gone
+while True:
+    events = dict(poll.poll())
+    if events.get(1):
+        break
+    if events.get(0):
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        try:
+            os.write(1, chunk)
+        except BrokenPipeError:
+            break
+        time.sleep(len(chunk) / rate)
+"""
 
 # The links the causes run on (lab.link: tbf rate and queue, the delay line's delay and
 # loss), and what the plain remote's config adds.
@@ -117,15 +137,21 @@ PROTOCOLS: dict[str, Any] = {
         "command": [*CURL, "--limit-rate", "2M", "-o", "{local_path}", "http://{host}/{remote_name}"],
         "upload_command": [*CURL, "--limit-rate", "2M", "-T", "{local_path}", "http://{host}/{remote_name}"],
     },
-    # rsync over ssh into the remote's slow reader (SLOW_READER), in front of its receiver.
-    "rsync-slow-reader": {
+}  # fmt: skip
+
+
+def slow_reader_protocol(reader: Path) -> dict[str, Any]:
+    """rsync over ssh into the remote's slow reader (SLOW_READER at `reader`), in front of
+    its receiver."""
+    rsync_path = f"--rsync-path=python3 {reader} {SLOW_READER_BYTES_PER_SECOND} | rsync"
+    return {
         "module": "rsync",
         "directions": ["upload"],
-        "upload_command": ["{binary}", "-a", "--whole-file", "-e", SSH_COMMAND_LINE,
-                           f"--rsync-path={SLOW_READER} | rsync", "--", "{local_path}",
-                           "{user}@{url_host}:{remote_path}"],
-    },
-}  # fmt: skip
+        "upload_command": ["{binary}", "-a", "--whole-file", "-e", SSH_COMMAND_LINE, rsync_path, "--",
+                           "{local_path}", "{user}@{url_host}:{remote_path}"],
+    }  # fmt: skip
+
+
 LAB_SERVERS = ["sshd", "nginx", "iperf3"]  # the lab's sshd only for its keys and ssh_config
 PROBE = {"count": 10, "interval": "20ms"}
 STATS_INTERVAL = "500ms"
@@ -250,7 +276,9 @@ def plain_config(lab_config: Config, name: str, tmp: Path, control: Path) -> Con
             **SITES[name].get("remote", {}),
         }
     }
-    raw["protocols"] = PROTOCOLS
+    reader = layout.state_dir / "slow-reader.py"
+    reader.write_text(SLOW_READER)
+    raw["protocols"] = {**PROTOCOLS, "rsync-slow-reader": slow_reader_protocol(reader)}
     raw["journal"] = {"path": str(tmp / f"plain-{name}.jsonl")}
     return parse_config(yaml.safe_dump(raw), f"plain-{name}.yaml")
 
@@ -354,11 +382,6 @@ Setup = Callable[[PlainSite], contextlib.AbstractContextManager["Changes | None"
 Estimate = Callable[[PlainSite], float | None]  # the path's bandwidth estimate the round has (bytes/s)
 
 
-# Bounds issue 42 names that result.LIMITS has no verdict for yet: a cause may expect one
-# (the judge that names it makes it right; until then it counts wrong).
-PENDING_LIMITS = ("packet_rate",)
-
-
 @dataclass(frozen=True)
 class PlainCause:
     """One induced cause on a plain site, and the verdict (and side) an engineer acting
@@ -374,6 +397,9 @@ class PlainCause:
     setup: Setup | None = None
     estimate: Estimate | None = None  # default: none (no bandwidth configured, no iperf3 test)
     error: str = ""  # a regular expression: the run fails, and says this
+    # A regular expression the evidence must match too, where the verdict alone does not
+    # say which bound held (a packet rate is named link_capacity: its evidence says so).
+    evidence: str = ""
     bound: str = ""  # issue 42: the bound that should name it (the numbers the evidence must show)
     path_rate: str = ""  # the path's rate for the truth's BDP where the cause sets it (default the site's)
 
@@ -382,7 +408,8 @@ def right(cause: PlainCause, r: Result) -> bool:
     """Whether run `r` said what `cause` needs: its verdict and side, or its failure."""
     if cause.error:
         return r.outcome != "ok" and re.search(cause.error, r.error or "") is not None
-    return (r.limited_by, r.limited_side) == (cause.expected, cause.side)
+    named = not cause.evidence or re.search(cause.evidence, r.limited_evidence) is not None
+    return r.outcome == "ok" and (r.limited_by, r.limited_side) == (cause.expected, cause.side) and named
 
 
 @dataclass
@@ -457,8 +484,9 @@ def iperf3_rate(site: PlainSite, direction: str = "download") -> float:
 
 
 def check_causes(causes: list[PlainCause]) -> None:
-    assert all(c.expected in (*LIMITS, *PENDING_LIMITS) or (c.error and not c.expected) for c in causes)
-    assert all(c.site in SITES and c.dataset in DATASETS and c.protocol in PROTOCOLS for c in causes)
+    assert all(c.expected in LIMITS or (c.error and not c.expected) for c in causes)
+    assert all(c.site in SITES and c.dataset in DATASETS for c in causes)
+    assert all(c.protocol in PROTOCOLS or c.protocol == "rsync-slow-reader" for c in causes)
 
 
 @contextlib.contextmanager

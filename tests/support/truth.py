@@ -202,6 +202,8 @@ def truth(
         "seconds": round(after["at"] - before["at"], 3),
         "transfer_bytes": transfer_bytes,
     }
+    # The file over the transfer's whole time (set-up included): at most what held it.
+    t["rate"] = round(transfer_bytes / t["seconds"]) if t["seconds"] > 0 else None
     dropped = 0
     for side in ("local", "remote", "path"):
         if f"{side}_qdisc" not in after:
@@ -255,6 +257,7 @@ def summary(t: Truth) -> str:
     """The truth in one line: what the matrix prints beside a verdict."""
     s, r = t["sender"], t["receiver"]
     parts = [
+        f"{(t['rate'] or 0) / 1e6:.2f} MB/s overall",
         f"dropped {t['dropped']}",
         f"{s} retransmits {t[f'{s}_retransmits']} (dsack {t[f'{s}_dsack_received']})",
         f"timeouts {t[f'{s}_timeouts']}",
