@@ -5,7 +5,6 @@ than its packet rate; its router settings are read from its control file."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import time
