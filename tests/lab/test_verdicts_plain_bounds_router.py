@@ -3,9 +3,10 @@
 hole), two runs each through the real path (tests/support/plain_site.py), each run's
 truth read from counters the product does not read (tests/support/truth.py).  Each cause:
 the verdict and side it needs in the majority of runs (the black hole: the failure naming
-it), no evidence line against its own verdict, and none that its truth contradicts (tests/support/against_truth.py: loss where nothing was dropped, another flow
-where none crossed the link, a window the settings say otherwise).  All of them, three runs
-each: benchmarks/verdict_matrix.py --plain --causes ..."""
+it), no evidence line against its own verdict, and none that its truth contradicts
+(tests/support/against_truth.py: loss where nothing was dropped, another flow where none
+crossed the link, a window the settings say otherwise).  All of them, three runs each:
+benchmarks/verdict_matrix.py --plain --causes ..."""
 
 import pytest
 
