@@ -38,6 +38,7 @@ import yaml
 
 from bigbinf.config import Config, parse_config, parse_duration
 from bigbinf.lab import LabLayout
+from bigbinf.measure.datasets import total_bytes
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
@@ -456,7 +457,7 @@ def run_cause_with_truth(site: PlainSite, cause: PlainCause) -> tuple[Result, tr
         link = SITES[cause.site]["link"]
         rate = parse_rate(cause.path_rate or link.get("rate", ""))
         rtt = 2 * parse_duration(link["delay"]) if link.get("delay") else None
-        size = sum(ds.size for ds in [config.datasets[cause.dataset]])
+        size = total_bytes(config.datasets[cause.dataset])
         t = truth.truth(
             site.layout, before, after, cause.direction, size, (lab.client_address, lab.remote_address),
             {"rate": rate, "rtt": rtt},

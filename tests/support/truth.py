@@ -128,7 +128,7 @@ def nft_counters(ns: str) -> dict[str, int]:
     return {"nft_dropped": dropped, "nft_counted": counted}
 
 
-def delay_line(layout: LabLayout, timeout: float = 3.0) -> dict[str, int]:
+def delay_line(layout: LabLayout, timeout: float = 15.0) -> dict[str, int]:
     """The delay line's own counters (it prints them to its log on SIGUSR1); {} without one."""
     pid = delay_line_pid(layout)
     if pid is None:
