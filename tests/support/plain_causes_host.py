@@ -159,3 +159,19 @@ CAUSES: list[PlainCause] = [
     PlainCause("a local throttle (curl --limit-rate)", "wan", "http-local-throttle", "f8m", "upload",
                "application", "local"),
 ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def autotuning_off(site: PlainSite) -> Iterator[Changes | None]:
+    """This host's receive autotuning off (tcp_moderate_rcvbuf=0 in its namespace),
+    tcp_rmem at its default: a download's receive buffer stays at 131072 B."""
+    with verdicts.sysctl(site.lab, "local", "net.ipv4.tcp_moderate_rcvbuf", "0"):
+        yield None
+
+
+# issue 42: the mirror of the remote's (plain_causes_remote.remote_autotuning_off).
+CAUSES += [
+    PlainCause("this host's receive autotuning off", "wan80", p, "f8m", "download", "receive_window", "local",
+               autotuning_off, bound="this host's receive buffer (131072 B, not grown) over the 80 ms RTT")
+    for p in ("http", "scp")
+]  # fmt: skip

@@ -6,11 +6,14 @@ round trip), and this host's buffers where the long round trip makes them matter
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 
-from bigbinf.lab.network import mac, needs_delay_line
+from bigbinf.lab.network import delay_line_control, delay_line_pid, mac, needs_delay_line
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 
@@ -263,4 +266,107 @@ CAUSES: list[PlainCause] = [
     # Loss on the ACK path only: the data path is full and loses nothing.
     PlainCause("ACKs lost on a shaped link", "shaped", "http", "f32m", "download", "link_capacity", "path",
                setup=ack_loss, estimate=iperf3_rate),
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: a router's causes
+# On the "router" site (100 Mbit/s, 20 ms, its rate configured): the delay line's namespace
+# is the router between the sites.
+
+REORDER_PERCENT, REORDER_SECONDS = 3.0, 0.010  # 3% of the packets, each way, 10 ms late
+# A router that forwards at most the packets a second its link carries at full size (100
+# Mbit/s over 1514-byte frames), each way: line rate for full-sized packets, not for small.
+ROUTER_PPS = 8256
+CLAMPED_MSS = 536
+BLACK_HOLE_MTU = 1280
+STALL_TIMEOUT = "20s"  # the black hole's transfer is killed after this (the default is 30 minutes)
+
+
+@contextlib.contextmanager
+def router_settings(site: PlainSite, settings: dict[str, float]) -> Iterator[None]:
+    """The delay line (the router) reorders or paces as `settings` say for the block
+    (lab/delayline.py --control, read on SIGHUP), and goes back to a plain delay after."""
+    layout = site.layout
+    pid = delay_line_pid(layout)
+    assert pid is not None, "the site has no delay line"
+    control = delay_line_control(layout)
+    control.write_text(json.dumps(settings))
+    os.kill(pid, signal.SIGHUP)
+    try:
+        yield
+    finally:
+        control.write_text("{}")
+        os.kill(pid, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def reordering(site: PlainSite) -> Iterator[Changes | None]:
+    """REORDER_PERCENT of the packets each way REORDER_SECONDS late in the router: the
+    packets behind them overtake them; the router loses nothing."""
+    with router_settings(site, {"reorder_percent": REORDER_PERCENT, "reorder_seconds": REORDER_SECONDS}):
+        yield None
+
+
+def _router_nft(site: PlainSite, table: str, hook: str, rule: list[str]) -> contextlib.AbstractContextManager[None]:
+    """One nftables rule (with a counter: the truth's) in a table of its own in the router's
+    namespace, on `hook`, for the block."""
+
+    @contextlib.contextmanager
+    def installed() -> Iterator[None]:
+        nft = ["ip", "netns", "exec", site.layout.wan_ns, "nft"]
+        subprocess.run([*nft, "add", "table", "inet", table], check=True)
+        try:
+            subprocess.run(
+                [*nft, "add", "chain", "inet", table, "c", f"{{ type filter hook {hook} priority 0; }}"], check=True
+            )
+            subprocess.run([*nft, "add", "rule", "inet", table, "c", *rule], check=True)
+            yield
+        finally:
+            subprocess.run([*nft, "delete", "table", "inet", table], check=False)
+
+    return installed()
+
+
+@contextlib.contextmanager
+def mss_clamp(site: PlainSite) -> Iterator[Changes | None]:
+    """The router rewrites every SYN's MSS to CLAMPED_MSS (as a router clamping for a tunnel
+    does), and forwards at most ROUTER_PPS packets a second each way: at the clamped MSS the
+    packet rate, not the link's bytes, bounds the transfer (ROUTER_PPS x 524 B = 4.3 MB/s,
+    where full-sized segments fill the link's 12.5 MB/s)."""
+    clamp = ["tcp", "flags", "syn", "tcp", "option", "maxseg", "size", "set", str(CLAMPED_MSS), "counter"]
+    with _router_nft(site, "bbt_mss", "forward", clamp), router_settings(site, {"pps": ROUTER_PPS}):
+        yield None
+
+
+@contextlib.contextmanager
+def pmtu_black_hole(site: PlainSite) -> Iterator[Changes | None]:
+    """The router's link toward this host at BLACK_HOLE_MTU, and the ICMP
+    fragmentation-needed it sends back dropped on its way out (a filter that drops all
+    ICMP): the remote's full-sized segments vanish and it is never told why.  The
+    transfer's timeout STALL_TIMEOUT, so that a run that stalls ends."""
+    layout = site.layout
+    link = ["ip", "-n", layout.wan_ns, "link", "set", "dev", layout.wan_client_if, "mtu"]
+    drop = ["icmp", "type", "destination-unreachable", "icmp", "code", "frag-needed", "counter", "drop"]
+    with _router_nft(site, "bbt_pmtu", "output", drop):
+        subprocess.run([*link, str(BLACK_HOLE_MTU)], check=True)
+        try:
+            yield {"transfer": {"timeout": STALL_TIMEOUT}}
+        finally:
+            subprocess.run([*link, "1500"], check=False)
+
+
+_PPS_BOUND = f"the packet rate: {ROUTER_PPS} packets/s x the 524 B MSS"
+CAUSES += [
+    # The rate's true bound is the link (its rate configured); the reordering costs
+    # spurious retransmits only, which the receiver's duplicate SACKs undo.
+    *(PlainCause("reordering without loss", "router", p, "f32m", d, "link_capacity", "path", reordering,
+                 bound="the path's capacity (100 Mbit/s configured); no loss: the retransmits spurious")
+      for p, d in (("http", "download"), ("iperf3", "upload"))),
+    # The verdict is the path's (link_capacity): its evidence must name the packet rate.
+    *(PlainCause("an MSS clamp (536) in a packet-rate-bound router", "router", p, "f16m", d, "link_capacity", "path",
+                 mss_clamp, bound=_PPS_BOUND, evidence=r"(?i)packet rate|packets/s")
+      for p, d in (("http", "download"), ("iperf3", "upload"))),
+    PlainCause("a path-MTU black hole", "router", "http", "f1m", "download", "", "", pmtu_black_hole,
+               error=r"(?i)(mtu.*black hole|black hole.*mtu)",
+               bound="none: the transfer stalls; the path's MTU 1280 below the hosts' 1500"),
 ]  # fmt: skip

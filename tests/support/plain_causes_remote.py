@@ -139,3 +139,48 @@ CAUSES: list[PlainCause] = [
     PlainCause("a remote sender buffer cap", "wan", "scp", "f16m", "download", "send_buffer", "remote",
                lambda site: remote_cap(site, WMEM)),
 ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: the remote's own settings and programs
+
+
+@contextlib.contextmanager
+def remote_autotuning_off(site: PlainSite) -> Iterator[Changes | None]:
+    """The remote's receive autotuning off (net.ipv4.tcp_moderate_rcvbuf=0 in its
+    namespace), tcp_rmem left at its default: its receive buffer stays at tcp_rmem's
+    default (131072 B) whatever the path, as on a host whose admin turned it off."""
+    with verdicts.sysctl(site.lab, "remote", "net.ipv4.tcp_moderate_rcvbuf", "0"):
+        yield None
+
+
+ROUTE_WINDOW = 65535  # bytes: the largest window the remote advertises on its route to this host
+
+
+@contextlib.contextmanager
+def remote_route_window(site: PlainSite) -> Iterator[Changes | None]:
+    """The remote's route to this host with a `window` metric of ROUTE_WINDOW (an admin's
+    per-route clamp): the window it advertises stays below it whatever its buffers, which
+    are left as they are."""
+    lab = site.lab.lab
+    assert lab is not None
+    layout = site.layout
+    route = [f"{lab.client_address}/32", "dev", layout.remote_if]
+    subprocess.run(["ip", "-n", layout.remote_ns, "route", "replace", *route, "window", str(ROUTE_WINDOW)], check=True)
+    try:
+        yield None
+    finally:
+        subprocess.run(["ip", "-n", layout.remote_ns, "route", "del", *route], check=False)
+
+
+CAUSES += [
+    *(PlainCause("the remote's receive autotuning off", "wan80", p, "f8m", "upload", "receive_window", "remote",
+                 remote_autotuning_off, bound="the remote's receive buffer (131072 B, not grown) over the 80 ms RTT")
+      for p in ("http", "scp")),
+    # rsync over ssh into a reader of 2 MiB/s on the remote (plain_site.SLOW_READER): ssh's
+    # channel window makes this host's sender wait; the program holding it is the remote's.
+    PlainCause("a slow reader on the remote (through ssh)", "wan", "rsync-slow-reader", "f16m", "upload",
+               "application", "remote", bound="the remote program's rate: 2 MiB/s"),
+    *(PlainCause("the remote's route window", "wan80", p, "f8m", "upload", "receive_window", "remote",
+                 remote_route_window, bound=f"the remote's advertised window ({ROUTE_WINDOW} B) over the 80 ms RTT")
+      for p in ("http", "iperf3")),
+]  # fmt: skip

@@ -22,27 +22,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from bigbinf.config import Config, parse_config
+from bigbinf.config import Config, parse_config, parse_duration
 from bigbinf.lab import LabLayout
+from bigbinf.measure.datasets import total_bytes
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
+from bigbinf.protocols.scp import SSH_COMMAND_LINE
 from bigbinf.result import LIMITS, Result
 
-from . import verdicts
+from . import against_truth, truth, verdicts
 
 PLAIN_PORT = 2222
 SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")  # Debian's default `Subsystem sftp`
@@ -52,6 +55,32 @@ BLKIO = Path("/sys/fs/cgroup/blkio")
 Changes = dict[str, dict[str, Any]]  # config sections to change for one run
 THROTTLE_PORT = 8080  # a throttled nginx beside the lab's own (a cause's setup starts it)
 CURL = ["{binary}", "-sS", "--fail"]
+# A program on the remote that passes on what it is given at most 2 MiB/s (a site's
+# ingest behind ssh): rsync's receiver is started through the remote's shell, so its
+# --rsync-path puts the reader in front of it, reading the ssh channel (plain_config
+# writes it where the remote sees it).  It ends when the receiver behind it does: the
+# channel stays open until the whole session ends, so it never reads an end of file.
+SLOW_READER_BYTES_PER_SECOND = 2 * 1024 * 1024
+SLOW_READER = """\
+import os, select, sys, time
+rate = int(sys.argv[1])
+poll = select.poll()
+poll.register(0, select.POLLIN)
+poll.register(1, 0)  # errors only: the receiver behind this reader has gone
+while True:
+    events = dict(poll.poll())
+    if events.get(1):
+        break
+    if events.get(0):
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        try:
+            os.write(1, chunk)
+        except BrokenPipeError:
+            break
+        time.sleep(len(chunk) / rate)
+"""
 
 # The links the causes run on (lab.link: tbf rate and queue, the delay line's delay and
 # loss), and what the plain remote's config adds.
@@ -69,6 +98,12 @@ SITES: dict[str, dict[str, Any]] = {
     "lossy": {"link": {"rate": "200mbit", "delay": "10ms", "loss": 0.5}},
     # No shaper, 20 ms RTT: a cause's policer is the bottleneck.
     "open20": {"link": {"delay": "10ms"}},
+    # 100 Mbit/s, 80 ms RTT: BDP 1 MB (issue 42's autotuning and window causes).
+    "wan80": {"link": {"rate": "100mbit", "delay": "40ms"}},
+    # 100 Mbit/s, 20 ms RTT through a router (the delay line) that a cause may make
+    # reorder, pace to a packet rate, clamp the MSS or black-hole the path MTU; its rate
+    # configured, as a site knows its link.
+    "router": {"link": {"rate": "100mbit", "delay": "10ms"}, "remote": {"bandwidth": "100mbit"}},
     # 100 Mbit/s with a normal queue, no delay line.
     "shaped": {"link": {"rate": "100mbit"}},
     # ... its rate configured for the remote (remotes.NAME.bandwidth), as a site knows its link.
@@ -104,6 +139,20 @@ PROTOCOLS: dict[str, Any] = {
         "upload_command": [*CURL, "--limit-rate", "2M", "-T", "{local_path}", "http://{host}/{remote_name}"],
     },
 }  # fmt: skip
+
+
+def slow_reader_protocol(reader: Path) -> dict[str, Any]:
+    """rsync over ssh into the remote's slow reader (SLOW_READER at `reader`), in front of
+    its receiver."""
+    rsync_path = f"--rsync-path=python3 {reader} {SLOW_READER_BYTES_PER_SECOND} | rsync"
+    return {
+        "module": "rsync",
+        "directions": ["upload"],
+        "upload_command": ["{binary}", "-a", "--whole-file", "-e", SSH_COMMAND_LINE, rsync_path, "--",
+                           "{local_path}", "{user}@{url_host}:{remote_path}"],
+    }  # fmt: skip
+
+
 LAB_SERVERS = ["sshd", "nginx", "iperf3"]  # the lab's sshd only for its keys and ssh_config
 PROBE = {"count": 10, "interval": "20ms"}
 STATS_INTERVAL = "500ms"
@@ -228,7 +277,9 @@ def plain_config(lab_config: Config, name: str, tmp: Path, control: Path) -> Con
             **SITES[name].get("remote", {}),
         }
     }
-    raw["protocols"] = PROTOCOLS
+    reader = layout.state_dir / "slow-reader.py"
+    reader.write_text(SLOW_READER)
+    raw["protocols"] = {**PROTOCOLS, "rsync-slow-reader": slow_reader_protocol(reader)}
     raw["journal"] = {"path": str(tmp / f"plain-{name}.jsonl")}
     return parse_config(yaml.safe_dump(raw), f"plain-{name}.yaml")
 
@@ -335,7 +386,7 @@ Estimate = Callable[[PlainSite], float | None]  # the path's bandwidth estimate 
 @dataclass(frozen=True)
 class PlainCause:
     """One induced cause on a plain site, and the verdict (and side) an engineer acting
-    on it needs."""
+    on it needs: or, where `error` is given, the failure (a pattern its error must match)."""
 
     name: str
     site: str
@@ -346,11 +397,49 @@ class PlainCause:
     side: str
     setup: Setup | None = None
     estimate: Estimate | None = None  # default: none (no bandwidth configured, no iperf3 test)
+    error: str = ""  # a regular expression: the run fails, and says this
+    # A regular expression the evidence must match too, where the verdict alone does not
+    # say which bound held (a packet rate is named link_capacity: its evidence says so).
+    evidence: str = ""
+    bound: str = ""  # issue 42: the bound that should name it (the numbers the evidence must show)
+    path_rate: str = ""  # the path's rate for the truth's BDP where the cause sets it (default the site's)
+
+
+def right(cause: PlainCause, r: Result) -> bool:
+    """Whether run `r` said what `cause` needs: its verdict and side, or its failure."""
+    if cause.error:
+        return r.outcome != "ok" and re.search(cause.error, r.error or "") is not None
+    named = not cause.evidence or re.search(cause.evidence, r.limited_evidence) is not None
+    return r.outcome == "ok" and (r.limited_by, r.limited_side) == (cause.expected, cause.side) and named
+
+
+@dataclass
+class PlainOutcome(verdicts.Outcome):
+    """A cause's runs, each with its truth (tests/support/truth.py), in run order."""
+
+    truths: list[truth.Truth] = field(default_factory=list)
+
+    def right(self, r: Result) -> bool:
+        return right(self.cause, r)  # type: ignore[arg-type]
+
+    def contradicted(self) -> list[list[str]]:
+        """Per run, the evidence lines its truth contradicts."""
+        return [
+            against_truth.contradicted(r.limited_evidence, t, r.limited_side)
+            for r, t in zip(self.results, self.truths, strict=True)
+        ]
 
 
 def run_cause(site: PlainSite, cause: PlainCause) -> Result:
     """One run: the cause induced, the path probed as a round does (with the estimate the
     exporter would have), then the transfer, judged against that probe."""
+    return run_cause_with_truth(site, cause)[0]
+
+
+def run_cause_with_truth(site: PlainSite, cause: PlainCause) -> tuple[Result, truth.Truth]:
+    """run_cause, and the run's truth: the counters of tests/support/truth.py, read just
+    before and just after the transfer (not the probe nor the estimate), with the cause
+    still induced."""
     with cause.setup(site) if cause.setup else contextlib.nullcontext() as changes:
         config = site.with_changes(changes)
         bandwidth = cause.estimate(site) if cause.estimate else None
@@ -360,7 +449,28 @@ def run_cause(site: PlainSite, cause: PlainCause) -> Result:
             if (s.protocol, s.dataset, s.direction) == (cause.protocol, cause.dataset, cause.direction)
         ]
         baseline = measure_path(spec.remote, bandwidth)
-        return run_transfer(spec, config, "plain-verdicts", baseline)
+        before = truth.snapshot(site.layout)
+        r = run_transfer(spec, config, "plain-verdicts", baseline)
+        after = truth.snapshot(site.layout)
+        lab = site.lab.lab
+        assert lab is not None
+        link = SITES[cause.site]["link"]
+        rate = parse_rate(cause.path_rate or link.get("rate", ""))
+        rtt = 2 * parse_duration(link["delay"]) if link.get("delay") else None
+        size = total_bytes(config.datasets[cause.dataset])
+        t = truth.truth(
+            site.layout, before, after, cause.direction, size, (lab.client_address, lab.remote_address),
+            {"rate": rate, "rtt": rtt},
+        )  # fmt: skip
+        return r, t
+
+
+def parse_rate(text: str) -> float | None:
+    """tc's "100mbit" in bytes per second; None for none."""
+    match = re.fullmatch(r"(\d+)([kmg]?)bit", text)
+    if not match:
+        return None
+    return int(match.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2)] / 8
 
 
 def iperf3_rate(site: PlainSite, direction: str = "download") -> float:
@@ -375,8 +485,9 @@ def iperf3_rate(site: PlainSite, direction: str = "download") -> float:
 
 
 def check_causes(causes: list[PlainCause]) -> None:
-    assert all(c.expected in LIMITS for c in causes)
-    assert all(c.site in SITES and c.dataset in DATASETS and c.protocol in PROTOCOLS for c in causes)
+    assert all(c.expected in LIMITS or (c.error and not c.expected) for c in causes)
+    assert all(c.site in SITES and c.dataset in DATASETS for c in causes)
+    assert all(c.protocol in PROTOCOLS or c.protocol == "rsync-slow-reader" for c in causes)
 
 
 @contextlib.contextmanager
@@ -398,13 +509,16 @@ def burners(count: int) -> Iterator[list[int]]:
             p.wait()
 
 
-def module_tests(causes: list[PlainCause], runs: int = 3) -> tuple[Any, Any, Any]:
+def module_tests(causes: list[PlainCause], runs: int = 3, truth_checked: bool = False) -> tuple[Any, Any, Any]:
     """A lab test module's share of the plain matrix: (the sites fixture, the per-cause
     test, the module's hit-rate test), to be bound to names in the module (pytest collects
-    them there).  Each cause `runs` times: all ok, no evidence line against its verdict,
-    the majority right; over the module, a verdict given right in at least 95% of runs
-    (the exact binomial test of tests/support/verdicts.py) and at most 10% withheld."""
-    outcomes: list[verdicts.Outcome] = []
+    them there).  Each cause `runs` times: all ok (or all failed as it says, for a cause
+    that must fail), no evidence line against its verdict, the majority right;
+    `truth_checked`: no evidence line its truth contradicts either
+    (tests/support/against_truth.py).  Over the module, a verdict given right in at least
+    95% of runs (the exact binomial test of tests/support/verdicts.py) and at most 10%
+    withheld."""
+    outcomes: list[PlainOutcome] = []
 
     @pytest.fixture(scope="module")
     def plain_sites(make_module_lab: Callable[..., Config], tmp_path_factory: Any) -> Iterator[dict[str, PlainSite]]:
@@ -418,28 +532,32 @@ def module_tests(causes: list[PlainCause], runs: int = 3) -> tuple[Any, Any, Any
 
     @pytest.mark.parametrize("cause", causes, ids=lambda c: f"{c.name}-{c.protocol}-{c.direction}")
     def test_the_verdict_names_the_cause(plain_sites: dict[str, PlainSite], cause: PlainCause) -> None:
-        outcome = verdicts.Outcome(cause)  # type: ignore[arg-type]
+        outcome = PlainOutcome(cause)  # type: ignore[arg-type]
         for _ in range(runs):
-            r = run_cause(plain_sites[cause.site], cause)
-            print(f"{cause.name} / {cause.protocol} {cause.direction}: {r.limited_by} [{r.limited_side}] "
-                  f"{r.limited_evidence}")  # fmt: skip
-            assert r.outcome == "ok", r.error
+            r, t = run_cause_with_truth(plain_sites[cause.site], cause)
+            print(f"{cause.name} / {cause.protocol} {cause.direction}: {r.outcome} {r.limited_by} "
+                  f"[{r.limited_side}] {r.limited_evidence} {r.error}\n  truth: {truth.summary(t)}")  # fmt: skip
+            if not cause.error:
+                assert r.outcome == "ok", r.error
             outcome.results.append(r)
+            outcome.truths.append(t)
         outcomes.append(outcome)
-        said = [(r.limited_by, r.limited_side, r.limited_evidence) for r in outcome.results]
+        said = [(r.outcome, r.limited_by, r.limited_side, r.limited_evidence, r.error) for r in outcome.results]
         assert [c for r in outcome.results for c in verdicts.contradictions(r)] == [], said
+        if truth_checked:
+            assert [c for run in outcome.contradicted() for c in run] == [], said
         assert sum(outcome.right(r) for r in outcome.results) * 2 > runs, said
 
     def test_precision_and_coverage() -> None:
-        results = [(o, r) for o in outcomes for r in o.results]
-        assert results, "no cause ran"
+        results = [(o, r) for o in outcomes for r in o.results if not o.cause.error]  # type: ignore[attr-defined]
+        assert results or any(o.cause.error for o in outcomes), "no cause ran"  # type: ignore[attr-defined]
         judged = [(o, r) for o, r in results if r.limited_by]
         right = sum(o.right(r) for o, r in judged)
         wrong = [(o.cause.name, o.cause.protocol, r.limited_by, r.limited_side) for o, r in judged if not o.right(r)]
         p = verdicts.below_goal_p(right, len(judged)) if judged else 1.0
         assert p >= verdicts.ALPHA, f"{right} of {len(judged)} verdicts right (p {p:.3f}); wrong: {wrong}"
         withheld = len(results) - len(judged)
-        assert verdicts.below_goal_p(len(judged), len(results), 0.9) >= verdicts.ALPHA, (
+        assert not results or verdicts.below_goal_p(len(judged), len(results), 0.9) >= verdicts.ALPHA, (
             f"{withheld} of {len(results)} runs withheld"
         )
 

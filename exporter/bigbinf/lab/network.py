@@ -197,6 +197,12 @@ DELAY_LINE = "delayline"
 _WAN_TABLES = ((100, "wan_client_if", "tun_to_remote"), (101, "wan_remote_if", "tun_to_client"))
 
 
+def delay_line_control(layout: LabLayout) -> Path:
+    """The delay line's router settings (delayline.py --control: reordering, a packet
+    rate), read on SIGHUP; the lab writes none, a test's cause may."""
+    return layout.run_dir / f"{DELAY_LINE}.control.json"
+
+
 def delay_line_pid(layout: LabLayout) -> int | None:
     try:
         pid = int((layout.run_dir / f"{DELAY_LINE}.pid").read_text().split()[0])
@@ -265,6 +271,8 @@ def _start_delay_line(layout: LabLayout, params: str, timeout: float) -> None:
                     sys.executable,
                     "-m",
                     "bigbinf.lab.delayline",
+                    "--control",
+                    str(delay_line_control(layout)),
                     layout.tun_to_remote,
                     layout.tun_to_client,
                     *params.split(),
