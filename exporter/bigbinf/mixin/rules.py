@@ -558,11 +558,25 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         alert(
             s,
             "BigbinfConfigReloadFailed",
-            f"{metrics.CONFIG_RELOAD_OK.name} == 0",
+            # A refused web config fails the whole reload: BigbinfWebConfigRefused says so, once.
+            f"{metrics.CONFIG_RELOAD_OK.name} == 0\n"
+            f"unless on(job, instance) {metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
             s.config_reload_for,
             "warning",
             "bigbinf {{ $labels.instance }} rejected its configuration",
             "The last configuration load or reload failed; the previous configuration is still in force.",
+        ),
+        alert(
+            s,
+            "BigbinfWebConfigRefused",
+            f"{metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
+            s.web_config_refused_for,
+            "critical",
+            "bigbinf {{ $labels.instance }} refused its web configuration",
+            "The last reload refused --web.config.file: it is invalid, unreadable or gone, or it would remove TLS, "
+            "basic auth or client certificate verification that the running exporter has (the exporter's log and "
+            "the reload's answer say which).  The running web configuration is kept, but the file on disk is what "
+            "the next restart serves.",
         ),
         alert(
             s,

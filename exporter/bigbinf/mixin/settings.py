@@ -121,6 +121,9 @@ class Settings:
     retransmit_ratio_max: float = _opt(0.01, "alert above this share of retransmitted segments per captured packet")
     retransmits_for: str = _opt("30m", "for: of BigbinfRetransmitsHigh")
     config_reload_for: str = _opt("10m", "for: of BigbinfConfigReloadFailed")
+    web_config_refused_for: str = _opt(
+        "0m", "for: of BigbinfWebConfigRefused (a refused web config stands until the next reload: no flapping)"
+    )
     rounds_overrun_window: str = _opt(
         "6h", "BigbinfRoundsOverrun fires on two or more rounds skipped as round_running within this window"
     )

@@ -159,6 +159,8 @@ class ExporterState:
         self.last_round_end: float | None = None
         self.config_ok = False
         self.config_ok_timestamp: float | None = None
+        self.web_config_ok = False
+        self.web_config_ok_timestamp: float | None = None
         self.journal_failures = 0
         self.journal_unwritten = 0
         self.journal_damaged = 0
@@ -373,6 +375,13 @@ class ExporterState:
             if ok:
                 self.config_ok_timestamp = when if when is not None else time.time()
 
+    def record_web_config(self, ok: bool, when: float | None = None) -> None:
+        """The last load of --web.config.file (or its absence: plain HTTP) succeeded or was refused."""
+        with self._changing():
+            self.web_config_ok = ok
+            if ok:
+                self.web_config_ok_timestamp = when if when is not None else time.time()
+
     def record_http_rejections(self, counts: Mapping[str, int]) -> None:
         """The HTTP server's running totals (it calls this every few seconds when they change)."""
         with self._changing():
@@ -414,6 +423,8 @@ class ExporterState:
             clone.last_round_end = self.last_round_end
             clone.config_ok = self.config_ok
             clone.config_ok_timestamp = self.config_ok_timestamp
+            clone.web_config_ok = self.web_config_ok
+            clone.web_config_ok_timestamp = self.web_config_ok_timestamp
             clone.journal_failures = self.journal_failures
             clone.journal_unwritten = self.journal_unwritten
             clone.journal_damaged = self.journal_damaged
@@ -630,6 +641,8 @@ class BigbinfCollector(Collector):
         yield gauge(M.LAST_ROUND_END, s.last_round_end)
         yield gauge(M.CONFIG_RELOAD_OK, 1.0 if s.config_ok else 0.0)
         yield gauge(M.CONFIG_RELOAD_TS, s.config_ok_timestamp)
+        yield gauge(M.WEB_CONFIG_RELOAD_OK, 1.0 if s.web_config_ok else 0.0)
+        yield gauge(M.WEB_CONFIG_RELOAD_TS, s.web_config_ok_timestamp)
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)

@@ -269,6 +269,29 @@ async def _until_line_end(channel: _Channel, deadline: float, read: int) -> None
                 read += len(data)
 
 
+def _is_tls_record(first: bytes) -> bool:
+    """Whether a connection's first bytes begin a TLS handshake record (type 22, version
+    3.x): no HTTP method begins with byte 0x16."""
+    return len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04
+
+
+def _answer_parked(conn: _Conn, answer: bytes) -> None:
+    """Best effort, never waiting: drop what the client sent (unread bytes would make the
+    close a reset that loses the answer), then send `answer`."""
+    if conn.sock is None:
+        return
+    try:
+        for _ in range(MAX_HEAD_BYTES // READ_BYTES + 1):
+            if not conn.sock.recv(READ_BYTES):
+                return  # the client has gone
+    except BlockingIOError:
+        pass  # all read
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        conn.sock.send(answer)
+
+
 def _spread(seconds: float) -> float:
     return seconds * (1 + DEADLINE_SPREAD * random.random())
 
@@ -304,6 +327,8 @@ class _Conn:
     web: WebConfig | None = None  # the web config in force at the accept
     deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
     parked: bool = True
+    # A TLS handshake at the plain port: held parked, unread, to its deadline (_unpark).
+    held_tls: bool = False
     task: asyncio.Task[None] | None = None
     channel: _Channel | None = None
     evicted: bool = False
@@ -554,9 +579,23 @@ class HttpServer:
         heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
 
     def _unpark(self, conn: _Conn) -> None:
-        """The connection's first bytes have come: served from here by a task."""
+        """The connection's first bytes have come: served from here by a task, unless they
+        begin a TLS handshake at the plain port (_is_tls_record): such a connection stays
+        parked, unread, until its head's deadline and is answered then, as if no line had
+        ended.  A ClientHello holds a line end (0x0a) in its random bytes about one time
+        in three: answered at once, a client stuck in its handshake came back at once, and
+        fifty of them reconnected ~400 times a second, each a task, a stream and a parser
+        (the slowest scrape beside two CPU burners 5.5-8x node_exporter's, issue 43)."""
         assert self._loop is not None and conn.sock is not None
         self._loop.remove_reader(conn.sock.fileno())
+        if conn.web is not None and conn.web.ssl_context is None:
+            try:
+                first = conn.sock.recv(3, socket.MSG_PEEK)
+            except OSError:
+                first = b""
+            if _is_tls_record(first):
+                conn.held_tls = True
+                return  # in the parked heap still, with the head's deadline drawn at the accept
         conn.parked = False
         conn.task = self._loop.create_task(self._connection(conn))
         self._tasks.add(conn.task)  # the loop holds tasks weakly: an evicted one must still end
@@ -570,10 +609,15 @@ class HttpServer:
         while self._parked and self._parked[0][0] <= now:
             _, _, conn = heapq.heappop(self._parked)
             if conn.parked and conn in self._open:
+                if conn.held_tls:
+                    _answer_parked(conn, _raw_response(400, conn.web))
                 conn.close_parked(self._loop)
                 self._waiting.pop(conn, None)
                 self._open.discard(conn)
-                self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
+                if conn.held_tls:
+                    self._reject("https_to_http")
+                else:
+                    self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
         if self.sock.fileno() >= 0:
             self._loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
 
@@ -752,10 +796,14 @@ class HttpServer:
             allowed = ", ".join([*route.methods, *(["HEAD"] if "GET" in route.methods else [])])
             message = "Only POST requests allowed\n" if route.methods == ("POST",) else "method not allowed\n"
             return Response(405, message.encode(), headers=(("Allow", allowed),), close=True)
+        if method not in SAFE_METHODS and (why := cross_site(headers, web.scheme)) is not None:
+            self._reject("cross_site")
+            return Response(403, f"cross-site request refused: {why}\n".encode(), close=True)
         if route.precheck is not None and (refusal := route.precheck()) is not None:
             return refusal
         declared = int(headers.get("content-length") or 0)  # h11 checked that it is a number
-        body = None if declared > route.max_body else await self._read_body(parser, channel, route.max_body)
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        body = None if declared > route.max_body else await self._read_body(parser, channel, route.max_body, chunked)
         if body is None:
             self._reject("too_large")
             return Response(413, b"request body too large\n", close=True)
@@ -791,9 +839,15 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._auth_pool, auth.check, user, password)
 
-    async def _read_body(self, parser: h11.Connection, channel: _Channel, limit: int) -> bytes | None:
-        """The request's body, within its deadline; None once it is over `limit`."""
+    async def _read_body(
+        self, parser: h11.Connection, channel: _Channel, limit: int, chunked: bool = False
+    ) -> bytes | None:
+        """The request's body, within its deadline; None once it is over `limit`, or once
+        a chunked body's chunk-size lines declare more (no byte of such a chunk awaited)."""
         body = b""
+        sizes = _ChunkSizes() if chunked else None
+        if sizes is not None and sizes.feed(parser.trailing_data[0]) > limit:
+            return None
         try:
             async with asyncio.timeout(BODY_SECONDS):
                 while True:
@@ -806,7 +860,10 @@ class HttpServer:
                             return None
                         continue
                     if event is h11.NEED_DATA:
-                        parser.receive_data(await channel.recv())
+                        data = await channel.recv()
+                        if sizes is not None and sizes.feed(data) > limit:
+                            return None
+                        parser.receive_data(data)
                         continue
                     raise _Refused("bad_request")
         except TimeoutError:
@@ -838,6 +895,74 @@ class HttpServer:
                 await channel.send(parser.send(h11.EndOfMessage()) or b"")
         except TimeoutError:
             raise _Refused("write_timeout") from None
+
+
+SAFE_METHODS = ("GET", "HEAD")
+# What a page of another site can make a browser send without asking the server first
+# (a "simple request": an HTML form's encodings and text/plain); any other content type
+# needs a CORS preflight, which this server never grants (OPTIONS is answered 405).
+SIMPLE_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def cross_site(headers: Mapping[str, str], scheme: str) -> str | None:
+    """Why a request that changes state (not GET or HEAD) may come from another site's
+    page, or None.  Browsers say so (Sec-Fetch-Site; Origin on every cross-origin POST)
+    and can send a body across sites only in a form's encodings: a page that holds this
+    exporter's basic-auth credentials must not be able to post a reload to it.  curl,
+    Prometheus' tooling and systemd's ExecReload (SIGHUP) send none of these."""
+    site = headers.get("sec-fetch-site", "").strip().lower()
+    if site in ("cross-site", "same-site"):
+        return f"Sec-Fetch-Site: {site}"
+    origin = headers.get("origin")
+    if origin is not None:
+        own = f"{scheme}://{headers.get('host', '').strip().lower()}"
+        if origin.strip().lower() != own:
+            return "its Origin is not this exporter's"
+    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type in SIMPLE_CONTENT_TYPES:
+        return f"Content-Type {content_type} is a form's (send no body: curl -X POST URL)"
+    return None
+
+
+class _ChunkSizes:
+    """What a chunked body's chunk-size lines declare, summed as its bytes arrive (h11
+    hands a chunk over only as its bytes come: one that declares 2**72 bytes and sends
+    none would be waited for until the body's deadline)."""
+
+    MAX_LINE = 1024  # a longer chunk-size line is h11's to refuse
+
+    def __init__(self) -> None:
+        self.declared = 0
+        self._skip = 0  # bytes of the current chunk (and its CRLF) still to come
+        self._line = b""
+        self._done = False  # the last chunk, or a line h11 will refuse
+
+    def feed(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view and not self._done:
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            end = bytes(view[: self.MAX_LINE]).find(b"\n")
+            if end < 0:
+                self._line += bytes(view)
+                self._done = len(self._line) > self.MAX_LINE
+                break
+            line, self._line = self._line + bytes(view[:end]), b""
+            view = view[end + 1 :]
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self._done = True
+                break
+            if size == 0:
+                self._done = True  # the trailer section: nothing more declared
+                break
+            self.declared += size
+            self._skip = size + 2
+        return self.declared
 
 
 def _reason(response: Response) -> bytes:

@@ -32,7 +32,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from bigbinf.config import Config, ConfigError, load_config
+from bigbinf.config import Config, ConfigError, ConfigIssue, load_config
 from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.history.moveplan import size_label
 from bigbinf.history.regression import settings_of
@@ -53,7 +53,7 @@ from bigbinf.service.restore import restore, restore_history, restore_moves
 from bigbinf.service.rounds import JOURNAL_RETRY_EVERY, LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
-from bigbinf.service.webconfig import WebConfig, load_web_config
+from bigbinf.service.webconfig import WebConfig, load_web_config, refuse_weakening
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
@@ -97,6 +97,10 @@ class Exporter:
         self.web_config_path = web_config_path
         self.enable_lifecycle = enable_lifecycle
         self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
+        if web_config_path is not None and self.web.ssl_context is None and not self.web.auth.enabled:
+            log.warning(
+                "%s gives neither TLS nor basic auth: serving plain HTTP without a password", web_config_path
+            )
         self.log_tail = logtail.install()  # the /log page: this process's last log lines
         self.state = ExporterState(site or "")
         self.registry = CollectorRegistry(auto_describe=False)
@@ -108,6 +112,7 @@ class Exporter:
         check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
         take_passwords(config)  # out of the environment before anything runs
         self.state.record_config(True)
+        self.state.record_web_config(True)
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
         restore(self.state, self.runner, config, lab)
@@ -286,17 +291,42 @@ class Exporter:
 
     def reload(self) -> bool:
         """Load the config file (or the mesh file) again; swap only if valid. Reported as metrics."""
+        return self.reload_outcome()[0]
+
+    def _reload_web(self) -> WebConfig:
+        """--web.config.file again: ConfigError if it is invalid, unreadable or gone, or if it
+        would remove TLS, basic auth or client certificate checks the running one has
+        (webconfig.weakenings: a reload never opens the front door; a restart may)."""
+        try:
+            web = load_web_config(self.web_config_path)
+            refuse_weakening(self.web, web)
+        except ConfigError as exc:
+            self.state.record_web_config(False)
+            exc.issues.append(ConfigIssue("", f"the running web configuration stays: {self.web_summary()}"))
+            raise
+        self.state.record_web_config(True)
+        return web
+
+    def reload_outcome(self) -> tuple[bool, str]:
+        """reload(), and what it says: every error of both files when it failed."""
         with self._reload_lock:
+            errors: list[ConfigError] = []
             try:
                 mesh = self._load_mesh()
                 config = mesh.config if mesh is not None else load_config(self.config_path)
                 check_secret_files(config, str(self.config_path))
                 take_passwords(config)  # out of the environment before anything runs
-                web = load_web_config(self.web_config_path)
             except ConfigError as exc:
+                errors.append(exc)
+            try:  # read whatever the config gave: its own metric says which file failed
+                web = self._reload_web()
+            except ConfigError as exc:
+                errors.append(exc)
+            if errors:
                 self.state.record_config(False)
-                log.error("reload failed, keeping the previous configuration:\n%s", exc.render())
-                return False
+                message = "\n".join(exc.render() for exc in errors)
+                log.error("reload failed, keeping the previous configuration:\n%s", message)
+                return False, message
             regression_changed = settings_of(config) != settings_of(self.runner.config) or (
                 config.regression.enabled != self.runner.config.regression.enabled
             )
@@ -337,7 +367,7 @@ class Exporter:
             sweeps.schedule_all(self.scheduler, self.sweeper, config)
             self.state.record_config(True)
             log.info("configuration reloaded from %s", self.config_path)
-            return True
+            return True, "reloaded"
 
     def stop(self, exiting: bool = False) -> None:
         """Stop serving and running rounds; `exiting`: the process ends after this (cli's

@@ -205,6 +205,52 @@ class WebConfig:
     def scheme(self) -> str:
         return "https" if self.ssl_context else "http"
 
+    @property
+    def client_verification(self) -> str:
+        """How client certificates are checked: "required", "if given" or "none"."""
+        mode = self.ssl_context.verify_mode if self.ssl_context else ssl.CERT_NONE
+        return {ssl.CERT_REQUIRED: "required", ssl.CERT_OPTIONAL: "if given"}.get(mode, "none")
+
+
+_VERIFICATION_RANK = {"none": 0, "if given": 1, "required": 2}
+
+
+def weakenings(running: WebConfig, new: WebConfig) -> list[str]:
+    """What of the front door `running` keeps `new` would remove: TLS, basic auth, client
+    certificate verification, client_allowed_sans.  A reload refuses such a config (an
+    emptied file is one: config management that truncates before it writes made a reload
+    serve everything in plain HTTP without a password); a restart may turn them off.
+    Adding any of them, or changing certificates, users or names, weakens nothing."""
+    lost: list[str] = []
+    if running.ssl_context is not None and new.ssl_context is None:
+        lost.append("TLS (tls_server_config.cert_file/key_file: it would serve plain HTTP)")
+    verification = running.client_verification
+    if _VERIFICATION_RANK[new.client_verification] < _VERIFICATION_RANK[verification]:
+        lost.append(
+            f"client certificate verification (client_auth_type: {verification} now, {new.client_verification} after)"
+        )
+    if running.allowed_sans and not new.allowed_sans:
+        lost.append("client_allowed_sans (any verified client certificate would be served)")
+    if running.auth.enabled and not new.auth.enabled:
+        lost.append("basic auth (basic_auth_users: it would serve every page without a password)")
+    return lost
+
+
+def refuse_weakening(running: WebConfig, new: WebConfig) -> None:
+    """ConfigError naming `new`'s file and what it would remove, if it weakens `running`."""
+    lost = weakenings(running, new)
+    if lost:
+        raise ConfigError(
+            new.source or "--web.config.file",
+            [
+                ConfigIssue(
+                    "",
+                    f"refused: it would remove {'; '.join(lost)}; the running web configuration stays "
+                    "(turning these off takes a restart: docs/deployment.md)",
+                )
+            ],
+        )
+
 
 def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
     """Checks across keys and on values pydantic does not know (run on the raw mapping so
