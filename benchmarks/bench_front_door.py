@@ -26,10 +26,13 @@ the same window of the host's load:
 5. and the attack's connections are counted by the kernel, not by the attacker: every
    second, the established TCP connections to each server's port (`ss -Htn state
    established '( dport = :PORT )'`, the clients' ends: the attacker's, and at most one
-   scrape).  A run whose fewest is under ATTACK_HELD of the connections asked for did not
-   measure the attack (an attacker stalled on a loaded host once never opened its
-   connections, and its figures were taken for the server's): it is marked INVALID and
-   the benchmark exits 1.
+   scrape).  The scrapes start once ATTACK_HELD of them are open (at most SETTLE_MAX
+   after `--settle`), and a run whose median count is under ATTACK_HELD of the idle and
+   slowloris connections asked for did not measure the attack (an attacker stalled on a
+   loaded host once never opened its connections, and its figures were taken for the
+   server's): it is marked INVALID and the benchmark exits 1.  (The stuck handshakes are
+   counted but not required: a server may answer them at once, as node_exporter does at
+   its plain port, and the attacker then reopens them: "closed per second" shows it.)
 
 `--burners N` runs N busy-loop processes throughout (a loaded host).  Prints, per server
 and mode: scrapes ok of N, p50, p99 and the slowest of the successful scrapes (request to
@@ -118,7 +121,7 @@ class Server:
     def __enter__(self) -> Server:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, env=self.env, cwd=ROOT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a start on a loaded host (the two burners, and others')
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -235,7 +238,7 @@ def run_together(
     try:
         time.sleep(args.settle)
         # The scrapes start once every attacker has its connections open (the kernel's count).
-        wanted = ATTACK_HELD * (args.idle + args.slowloris + args.stuck)
+        wanted = ATTACK_HELD * (args.idle + args.slowloris)
         deadline = time.monotonic() + SETTLE_MAX
         while time.monotonic() < deadline and min(established_to(s.port) for s in servers) < wanted:
             time.sleep(1)
@@ -297,7 +300,8 @@ def run_together(
                 "counted_min": min(counted[n], default=0),
                 "counted_median": statistics.median(counted[n]) if counted[n] else 0,
                 "counted_samples": len(counted[n]),
-                "valid": min(counted[n], default=0) >= ATTACK_HELD * (args.idle + args.slowloris + args.stuck),
+                "valid": bool(counted[n])
+                and statistics.median(counted[n]) >= ATTACK_HELD * (args.idle + args.slowloris),
             }
         )
     return rows
@@ -356,8 +360,8 @@ def main() -> None:
     invalid = [f"{name} {mode}" for name, mode, r in rows if not r["valid"]]
     if invalid:
         print(
-            f"INVALID: the attack was not open throughout (fewer than {ATTACK_HELD:.0%} of its connections "
-            f"established at some sample): {', '.join(invalid)}"
+            f"INVALID: the attack was not open (the median count under {ATTACK_HELD:.0%} of its idle and "
+            f"slowloris connections): {', '.join(invalid)}"
         )
         sys.exit(1)
 

@@ -339,9 +339,10 @@ HTTP_REJECTED_TOTAL = Spec(
     "counter",
     "Connections the exporter's HTTP server closed without serving their request, by reason: capacity (closed "
     "to make room for a new one), tls_handshake_timeout, tls_error, client_certificate (none of "
-    "client_allowed_sans), http_to_https, https_to_http (a TLS handshake at the plain port), request_timeout (head or body), bad_request, too_large, cross_site (a browser's "
-    "request for another site to a route that changes state), unauthorized, write_timeout, fd_limit (an accept that found the open-files limit reached).  Counted as they happen, "
-    "published every few seconds.",
+    "client_allowed_sans), http_to_https, https_to_http (a TLS handshake at the plain port), request_timeout "
+    "(head or body), bad_request, too_large, cross_site (a browser's request for another site to a route that "
+    "changes state), unauthorized, write_timeout, fd_limit (an accept that found the open-files limit reached).  "
+    "Counted as they happen, published every few seconds.",
     ("reason",),
 )
 BUILD_INFO = Spec(

@@ -120,7 +120,9 @@ def test_a_reload_may_add_tls_and_auth_to_a_plain_exporter(tmp_path: Path) -> No
     web = tmp_path / "web.yml"
     web.write_text("# plain for now\n")
     with ExporterProcess(
-        _config(tmp_path), tmp_path / "exporter.log", extra_args=["--web.config.file", str(web), "--web.enable-lifecycle"]
+        _config(tmp_path),
+        tmp_path / "exporter.log",
+        extra_args=["--web.config.file", str(web), "--web.enable-lifecycle"],
     ) as exporter:
         assert "gives neither TLS nor basic auth" in exporter.log.read_text()
         pki = TestPKI(site_dir)
@@ -145,9 +147,16 @@ def test_a_reload_may_add_tls_and_auth_to_a_plain_exporter(tmp_path: Path) -> No
 
 
 def _plain(port: int, request: bytes) -> tuple[int, bytes]:
+    """One answer, read to its Content-Length (a kept-alive one) or to the end."""
     with socket.create_connection(("127.0.0.1", port), timeout=AT_ONCE) as s:
         s.sendall(request)
-        answer = _read_all(s) if b"Connection: close" in request else s.recv(65536)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+            head, sep, body = answer.partition(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length: *(\d+)", head)
+            if sep and length and len(body) >= int(length[1]):
+                break
     return int(answer.split(b" ", 2)[1]), answer
 
 

@@ -27,7 +27,6 @@ import sys
 import time
 
 
-
 def _hello_context() -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no CA store: made once, a handshake never verified
     ctx.check_hostname = False

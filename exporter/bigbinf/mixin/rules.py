@@ -559,8 +559,7 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             s,
             "BigbinfConfigReloadFailed",
             # A refused web config fails the whole reload: BigbinfWebConfigRefused says so, once.
-            f"{metrics.CONFIG_RELOAD_OK.name} == 0\n"
-            f"unless on(job, instance) {metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
+            f"{metrics.CONFIG_RELOAD_OK.name} == 0\nunless on(job, instance) {metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
             s.config_reload_for,
             "warning",
             "bigbinf {{ $labels.instance }} rejected its configuration",

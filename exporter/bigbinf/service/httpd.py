@@ -110,6 +110,7 @@ PARKED_SWEEP_SECONDS = 0.25  # how often the deadlines of connections not yet he
 REASONS = M.HTTP_REJECT_REASONS
 HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
+_TOKEN_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]")  # what a request line's method begins with
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^\x00-\x20\x7f]+ HTTP/\d\.\d\r?")
 
 
@@ -327,8 +328,10 @@ class _Conn:
     web: WebConfig | None = None  # the web config in force at the accept
     deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
     parked: bool = True
-    # A TLS handshake at the plain port: held parked, unread, to its deadline (_unpark).
+    # A TLS handshake at the plain port: held parked, unread, to its deadline (_readable).
     held_tls: bool = False
+    # The plain port: the first request's head as it comes, read while parked (_readable).
+    head: bytes = b""
     task: asyncio.Task[None] | None = None
     channel: _Channel | None = None
     evicted: bool = False
@@ -575,27 +578,46 @@ class HttpServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open.add(conn)
         self._wait_for_client(conn)
-        self._loop.add_reader(sock.fileno(), self._unpark, conn)
+        self._loop.add_reader(sock.fileno(), self._readable, conn)
         heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
 
-    def _unpark(self, conn: _Conn) -> None:
-        """The connection's first bytes have come: served from here by a task, unless they
-        begin a TLS handshake at the plain port (_is_tls_record): such a connection stays
-        parked, unread, until its head's deadline and is answered then, as if no line had
-        ended.  A ClientHello holds a line end (0x0a) in its random bytes about one time
-        in three: answered at once, a client stuck in its handshake came back at once, and
-        fifty of them reconnected ~400 times a second, each a task, a stream and a parser
-        (the slowest scrape beside two CPU burners 5.5-8x node_exporter's, issue 43)."""
+    def _readable(self, conn: _Conn) -> None:
+        """Bytes have come on a parked connection.  Over TLS it is served from here by a
+        task (the handshake).  At the plain port the first request's head is read here,
+        parked, and a task takes the connection once the head has ended (or its first
+        line cannot begin a request, or it is too long): a slowloris client, a header line
+        a second, costs a read and a search per line, not a task's turn with a stream and
+        a parser (300 of them held the slowest scrape at 2.2x node_exporter's beside two
+        CPU burners, issue 43).  A TLS handshake at the plain port (_is_tls_record) stays
+        parked, unread, until its head's deadline and is answered then: a ClientHello
+        holds a line-end byte (OpenSSL's always do), answered at once a client stuck in its
+        handshake came back at once, and fifty of them reconnected ~400 times a second
+        (the slowest scrape 5.5-8x node_exporter's, issue 43)."""
         assert self._loop is not None and conn.sock is not None
-        self._loop.remove_reader(conn.sock.fileno())
         if conn.web is not None and conn.web.ssl_context is None:
             try:
-                first = conn.sock.recv(3, socket.MSG_PEEK)
+                data = conn.sock.recv(READ_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
-                first = b""
-            if _is_tls_record(first):
+                data = b""
+            if not data:  # the client closed before its head ended
+                self._close_parked(conn)
+                return
+            if not conn.head and _is_tls_record(data):
+                self._loop.remove_reader(conn.sock.fileno())
                 conn.held_tls = True
                 return  # in the parked heap still, with the head's deadline drawn at the accept
+            seen = len(conn.head)
+            conn.head += data
+            line_end = conn.head.find(b"\n")
+            if (
+                _HEAD_END.search(conn.head, max(0, seen - 3)) is None
+                and len(conn.head) <= MAX_HEAD_BYTES
+                and (line_end < 0 or _REQUEST_LINE.fullmatch(conn.head[:line_end]))
+            ):
+                return  # the head goes on: parked, its deadline still the one drawn at the accept
+        self._loop.remove_reader(conn.sock.fileno())
         conn.parked = False
         conn.task = self._loop.create_task(self._connection(conn))
         self._tasks.add(conn.task)  # the loop holds tasks weakly: an evicted one must still end
@@ -609,17 +631,26 @@ class HttpServer:
         while self._parked and self._parked[0][0] <= now:
             _, _, conn = heapq.heappop(self._parked)
             if conn.parked and conn in self._open:
-                if conn.held_tls:
+                # Bytes that cannot begin a request line are answered at the deadline, as
+                # Go answers them once it judges the line; a head still coming is not.
+                garbage = conn.held_tls or (conn.head and not _TOKEN_START.match(conn.head))
+                if garbage:
                     _answer_parked(conn, _raw_response(400, conn.web))
-                conn.close_parked(self._loop)
-                self._waiting.pop(conn, None)
-                self._open.discard(conn)
+                self._close_parked(conn)
                 if conn.held_tls:
                     self._reject("https_to_http")
+                elif garbage:
+                    self._reject("bad_request")
                 else:
                     self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
         if self.sock.fileno() >= 0:
             self._loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
+
+    def _close_parked(self, conn: _Conn) -> None:
+        assert self._loop is not None
+        conn.close_parked(self._loop)
+        self._waiting.pop(conn, None)
+        self._open.discard(conn)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         """The event loop's own errors: at most one line per message a minute (one per
@@ -643,7 +674,8 @@ class HttpServer:
             self._waiting.pop(conn, None)
             self._open.discard(conn)
             return
-        plain = _Plain(reader, writer)
+        plain = _Plain(reader, writer, conn.head)  # the head read while parked (_readable)
+        conn.head = b""
         conn.channel = plain
         linger = 0.0  # how long the close may wait for a last answer to go out
         web = conn.web

@@ -98,9 +98,7 @@ class Exporter:
         self.enable_lifecycle = enable_lifecycle
         self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
         if web_config_path is not None and self.web.ssl_context is None and not self.web.auth.enabled:
-            log.warning(
-                "%s gives neither TLS nor basic auth: serving plain HTTP without a password", web_config_path
-            )
+            log.warning("%s gives neither TLS nor basic auth: serving plain HTTP without a password", web_config_path)
         self.log_tail = logtail.install()  # the /log page: this process's last log lines
         self.state = ExporterState(site or "")
         self.registry = CollectorRegistry(auto_describe=False)
