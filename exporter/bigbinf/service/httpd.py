@@ -13,24 +13,30 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   taken by the client within WRITE_SECONDS; a kept-alive connection may wait IDLE_SECONDS
   for its next request;
 * a connection buffers at most one read (READ_BYTES), a request head of MAX_HEAD_BYTES
-  (431 beyond), a body of its route's `max_body` (413 beyond), and a response is written
-  in WRITE_CHUNK pieces as the client takes them;
+  (431 beyond), a body of its route's `max_body` (413 beyond, at once: from the
+  Content-Length, or from the sizes a chunked body's chunk-size lines declare), and a
+  response is written in WRITE_CHUNK pieces as the client takes them;
+* a request that changes state (not GET or HEAD) from another site's page is refused
+  with 403 (`cross_site`: Sec-Fetch-Site, Origin, a form's content type), so that a
+  browser holding the basic-auth credentials cannot be made to post a reload;
 * at most `capacity` connections are open (from the file descriptor limit, raised to
   its hard limit at start as Go programs do); at capacity a new connection closes the
   connection that has waited longest for its client (a handshake, a head, an idle
   kept-alive connection), never one whose request is being answered;
 * HTTP/0.9, a malformed request line, a negative, non-numeric or conflicting
   Content-Length, Content-Length with Transfer-Encoding, and obsolete line folding get
-  400, an HTTP version other than 1.x 505; bytes that cannot begin a request line (a
-  TLS client at the plain port) are answered, as Go answers them, once a line has ended
-  or the head's deadline has passed: answered at once, such a client came back at once,
-  and fifty of them kept a core busy with reconnections while scrapes waited;
+  400, an HTTP version other than 1.x 505; bytes that cannot begin a request line are
+  answered, as Go answers them, once a line has ended or the head's deadline
+  has passed: answered at once, such a client came back at once, and fifty of them kept
+  a core busy with reconnections while scrapes waited; a TLS handshake at the plain port
+  (whose ClientHello always holds a line-end byte) is held unread to the deadline;
 * nothing is logged per connection: every refusal is counted by reason
   (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
   log line per SUMMARY_SECONDS; and no response carries a `Server` header;
 * the server accepts itself (not asyncio.start_server): a connection is *parked* until
   its first byte, as a socket, a reader callback and a deadline in one heap swept every
-  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then.  Two
+  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then (at
+  the plain port, once its first request's head has ended: read while parked).  Two
   thousand idle connections as tasks were ~115,000 objects that the garbage collector
   walked in pauses of up to 0.45 s (1.4 s beside two CPU burners), and the slowest scrape
   waited for them (issue 36); the heap the exporter holds from its start is frozen out
