@@ -11,7 +11,7 @@ holds them: whenever the server closes one, it is opened again at once.
 
 Runs in its own process (its own event loop and file descriptors: the limit is raised to
 the hard limit).  Prints one JSON line a second: how many of each are open now, and how
-many times the server closed one.  tests/e2e/test_front_door.py and
+many times the server closed one.  tests/e2e/test_web.py and
 benchmarks/bench_front_door.py run it beside their scrapes.
 """
 
