@@ -43,6 +43,11 @@ def _metric(site: Site, auth: dict[str, str], name: str) -> float:
     return float(found[1])
 
 
+def _reads(site: Site, auth: dict[str, str], name: str, value: float) -> None:
+    """/metrics reads `value` for `name` (the exposition is rendered after each change, not per scrape)."""
+    PrometheusServer.wait_for(lambda: _metric(site, auth, name) == value, timeout=20, what=f"{name} {value}")
+
+
 def _counted(site: Site, auth: dict[str, str], reason: str, n: int) -> None:
     """The refusal counter reaches n (it is published every few seconds)."""
     name = f'bigbinf_http_connections_rejected_total{{reason="{reason}"}}'
@@ -86,7 +91,7 @@ def test_a_reload_never_weakens_the_front_door(site: Site) -> None:
         for what in removed:
             assert what in answer, (case, what, answer)
         assert "the running web configuration stays" in answer
-        assert _metric(site, auth, "bigbinf_web_config_last_reload_successful") == 0.0, case
+        _reads(site, auth, "bigbinf_web_config_last_reload_successful", 0.0)
         _front_door_holds(site, auth)
 
     # Deleted: refused the same way, by SIGHUP as systemd's ExecReload sends it.
@@ -97,7 +102,7 @@ def test_a_reload_never_weakens_the_front_door(site: Site) -> None:
         lambda: "cannot read the file" in site.exporter.log.read_text(), timeout=20, what="the refused reload"
     )
     _front_door_holds(site, auth)
-    assert _metric(site, auth, "bigbinf_web_config_last_reload_successful") == 0.0
+    _reads(site, auth, "bigbinf_web_config_last_reload_successful", 0.0)
     log = site.exporter.log.read_text()
     assert f"{site.web}: refused: it would remove TLS" in log and "configuration reloaded" not in log
     assert site.password not in log
@@ -109,9 +114,13 @@ def test_a_reload_never_weakens_the_front_door(site: Site) -> None:
     assert site.request("POST", "/-/reload", auth)[:3:2] == (200, b"reloaded\n")
     new_auth = _basic("prometheus", new_password)
     assert site.request("GET", "/metrics", auth)[0] == 401
-    assert _metric(site, new_auth, "bigbinf_web_config_last_reload_successful") == 1.0
-    assert _metric(site, new_auth, "bigbinf_web_config_last_reload_success_timestamp_seconds") > refused_at
-    assert _metric(site, new_auth, "bigbinf_config_last_reload_successful") == 1.0
+    _reads(site, new_auth, "bigbinf_web_config_last_reload_successful", 1.0)
+    PrometheusServer.wait_for(
+        lambda: _metric(site, new_auth, "bigbinf_web_config_last_reload_success_timestamp_seconds") > refused_at,
+        timeout=20,
+        what="the success's time",
+    )
+    _reads(site, new_auth, "bigbinf_config_last_reload_successful", 1.0)
 
 
 def test_a_reload_may_add_tls_and_auth_to_a_plain_exporter(tmp_path: Path) -> None:
