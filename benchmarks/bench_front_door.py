@@ -134,6 +134,7 @@ class Server:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.2)
+        self.__exit__()  # never left running: the caller's exit stack does not hold it yet
         raise RuntimeError(f"{self.name} did not listen on {self.port}")
 
     def __exit__(self, *exc: object) -> None:
