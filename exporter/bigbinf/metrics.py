@@ -291,6 +291,28 @@ WEB_CONFIG_RELOAD_TS = Spec(
     "gauge",
     "UTC time of the last successful load of --web.config.file.",
 )
+WEB_CONFIG_REFUSED_TOTAL = Spec(
+    PREFIX + "web_config_reloads_refused_total",
+    "counter",
+    "Reloads that refused --web.config.file (invalid, unreadable, gone, or weakening the front door): a refusal "
+    "that a good reload followed before the next scrape still counts.",
+)
+WEB_TLS_ENABLED = Spec(
+    PREFIX + "web_tls_enabled",
+    "gauge",
+    "1 if the web configuration in force serves TLS, else 0 (plain HTTP).",
+)
+WEB_BASIC_AUTH_ENABLED = Spec(
+    PREFIX + "web_basic_auth_enabled",
+    "gauge",
+    "1 if the web configuration in force requires basic auth (basic_auth_users), else 0.",
+)
+WEB_CLIENT_CERT_REQUIRED = Spec(
+    PREFIX + "web_client_cert_required",
+    "gauge",
+    "1 if the web configuration in force requires a verified client certificate (client_auth_type "
+    "RequireAndVerifyClientCert or RequireAnyClientCert), else 0.",
+)
 JOURNAL_FAILURES_TOTAL = Spec(
     PREFIX + "journal_write_failures_total",
     "counter",
@@ -644,6 +666,10 @@ ALL = (
     CONFIG_RELOAD_TS,
     WEB_CONFIG_RELOAD_OK,
     WEB_CONFIG_RELOAD_TS,
+    WEB_CONFIG_REFUSED_TOTAL,
+    WEB_TLS_ENABLED,
+    WEB_BASIC_AUTH_ENABLED,
+    WEB_CLIENT_CERT_REQUIRED,
     JOURNAL_FAILURES_TOTAL,
     JOURNAL_UNWRITTEN,
     JOURNAL_DAMAGED,

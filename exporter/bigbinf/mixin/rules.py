@@ -579,6 +579,28 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         ),
         alert(
             s,
+            "BigbinfFrontDoorWeakened",
+            "\nor\n".join(
+                f'label_replace(max_over_time({spec.name}[{s.front_door_weakened_window}]) > {spec.name}, '
+                f'"weakened", "{what}", "", "")'
+                for spec, what in (
+                    (metrics.WEB_TLS_ENABLED, "tls"),
+                    (metrics.WEB_BASIC_AUTH_ENABLED, "basic_auth"),
+                    (metrics.WEB_CLIENT_CERT_REQUIRED, "client_cert"),
+                )
+            ),
+            "0m",
+            "critical",
+            "bigbinf {{ $labels.instance }}: {{ $labels.weakened }} is off, it was on within "
+            + s.front_door_weakened_window,
+            "The exporter's front door is weaker than it was: {{ $labels.weakened }} (TLS, basic auth or required "
+            "client certificates) is off now and was on within the last " + s.front_door_weakened_window + ".  "
+            "A reload never does this, a restart with a changed (or emptied) --web.config.file does.  If it was "
+            "meant, this alert falls silent " + s.front_door_weakened_window + " after the restart; if not, "
+            "restore the web config and restart.",
+        ),
+        alert(
+            s,
             "BigbinfRoundsOverrun",
             f'increase({metrics.ROUNDS_SKIPPED_TOTAL.name}{{reason="round_running"}}[{s.rounds_overrun_window}]) > 1.5',
             "0m",

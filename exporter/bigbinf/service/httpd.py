@@ -824,7 +824,10 @@ class HttpServer:
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         request = Request(method, path, query, headers)
-        if not await self._authorised(web, headers.get("authorization", "")):
+        # The users of the web config in force now, not at the accept: a user a reload
+        # removed is refused on a kept-alive connection too (each config has its own
+        # remembered successes, so none outlives its config).
+        if not await self._authorised(self.web(), headers.get("authorization", "")):
             self._reject("unauthorized")
             return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", "Basic"),), close=True)
         route = self.route_for(path)
@@ -967,7 +970,11 @@ class _ChunkSizes:
     hands a chunk over only as its bytes come: one that declares 2**72 bytes and sends
     none would be waited for until the body's deadline)."""
 
-    MAX_LINE = 1024  # a longer chunk-size line is h11's to refuse
+    # A longer chunk-size line (its extensions) is refused at once, as a body over every
+    # bound (413): h11 would wait for up to 16 KiB of it, then 431, and meanwhile the
+    # line declares nothing this counter could sum.
+    MAX_LINE = 1024
+    TOO_LONG = 2**63  # what feed() says once a line is over MAX_LINE
 
     def __init__(self) -> None:
         self.declared = 0
@@ -983,10 +990,11 @@ class _ChunkSizes:
                 self._skip -= n
                 view = view[n:]
                 continue
-            end = bytes(view[: self.MAX_LINE]).find(b"\n")
+            end = bytes(view[: self.MAX_LINE + 1 - len(self._line)]).find(b"\n")
             if end < 0:
-                self._line += bytes(view)
-                self._done = len(self._line) > self.MAX_LINE
+                self._line += bytes(view[: self.MAX_LINE + 1])
+                if len(self._line) > self.MAX_LINE:
+                    self.declared, self._done = self.TOO_LONG, True
                 break
             line, self._line = self._line + bytes(view[:end]), b""
             view = view[end + 1 :]
