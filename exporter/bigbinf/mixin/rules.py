@@ -581,7 +581,7 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             s,
             "BigbinfFrontDoorWeakened",
             "\nor\n".join(
-                f'label_replace(max_over_time({spec.name}[{s.front_door_weakened_window}]) > {spec.name}, '
+                f"label_replace(max_over_time({spec.name}[{s.front_door_weakened_window}]) > {spec.name}, "
                 f'"weakened", "{what}", "", "")'
                 for spec, what in (
                     (metrics.WEB_TLS_ENABLED, "tls"),
