@@ -102,7 +102,10 @@ def test_an_undecodable_or_mistyped_web_config_is_a_counted_refusal_never_a_cras
     )
     log = site.exporter.log.read_text()
     assert "Traceback" not in log and "Exception in thread" not in log
-    assert _metric(site, auth, "bigbinf_web_config_reloads_refused_total") == len(broken) + 1
+    refused = "bigbinf_web_config_reloads_refused_total"
+    PrometheusServer.wait_for(
+        lambda: _metric(site, auth, refused) == len(broken) + 1, timeout=20, what="the SIGHUP's refusal counted"
+    )
     # A main config that is not UTF-8: the same.
     site.web.write_bytes(good)
     config = site.exporter.argv[site.exporter.argv.index("--config.file") + 1]

@@ -318,7 +318,11 @@ class Exporter:
         exception that would kill SIGHUP's thread or leave POST /-/reload without an answer."""
         with self._reload_lock:
             try:
-                return self._reload()
+                outcome = self._reload()
+                # Rendered now, not SETTLE_SECONDS later: a scrape after the reload's answer
+                # reads its outcome (the gauges, the refusal counted).
+                self.metrics.refresh()
+                return outcome
             except Exception as exc:  # belt and braces: the loaders turn every bad file into ConfigError
                 self.state.record_config(False)
                 message = f"{self.config_path}: reload failed: {type(exc).__name__}: {exc}"
