@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -657,6 +658,16 @@ def _unwrap(annotation: Any) -> Any:
             return annotation
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 60, 60
+
+
+def shown(value: Any) -> str:
+    """A config value as an error quotes it, bounded: a YAML alias bomb (a list of lists of
+    lists ..., 9**9 elements by reference) must not be printed whole."""
+    return _SHOWN.repr(value)
+
+
 def pydantic_issues(exc: ValidationError, root: type[BaseModel]) -> list[ConfigIssue]:
     """A model's validation errors as ConfigIssues (dotted paths, allowed keys named)."""
     issues = []
@@ -673,7 +684,7 @@ def pydantic_issues(exc: ValidationError, root: type[BaseModel]) -> list[ConfigI
             message = "required key is missing"
         elif kind == "literal_error":
             # Only the first letter lowered: the allowed values keep their case ('TLS12').
-            message = f"{err['input']!r} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
+            message = f"{shown(err['input'])} is not allowed; {err['msg'][0].lower()}{err['msg'][1:]}"
         elif kind.startswith("value_error"):
             message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
         elif kind == "list_type" and isinstance(err["input"], str) and str(loc[-1]).endswith("command"):
@@ -682,7 +693,7 @@ def pydantic_issues(exc: ValidationError, root: type[BaseModel]) -> list[ConfigI
                 '[scp, -B, "{user}@{host}:{remote_path}", "{local_path}"] (bigbinf never runs a shell)'
             )
         else:
-            message = err["msg"][0].lower() + err["msg"][1:] + f" (got {err['input']!r})"
+            message = err["msg"][0].lower() + err["msg"][1:] + f" (got {shown(err['input'])})"
         issues.append(ConfigIssue(_format_loc(loc), message))
     return issues
 
@@ -1314,15 +1325,38 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def read_yaml(text: str, source: str, what: str) -> dict[str, Any]:
-    """A YAML mapping (duplicate keys refused), or ConfigError naming the line."""
+def read_config_text(path: str | Path, source: str) -> str:
+    """A config file's text, or ConfigError naming the file: unreadable, or not UTF-8 (a
+    Latin-1 comment, a UTF-16 editor's save)."""
     try:
-        raw = yaml.load(text, Loader=_StrictLoader)
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            source,
+            [ConfigIssue("", f"cannot read the file: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})")],
+        ) from None
+
+
+def yaml_mapping_or_error(text: str, source: str) -> Any:
+    """yaml.load with duplicate keys refused; ConfigError naming the line, or the nesting."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
         kind = "" if isinstance(exc, _DuplicateKey) else "YAML syntax error: "
         raise ConfigError(source, [ConfigIssue("", f"{where}{kind}{getattr(exc, 'problem', exc)}")]) from None
+    except RecursionError:  # PyYAML composes nested nodes recursively: [[[[... thousands deep
+        raise ConfigError(source, [ConfigIssue("", "YAML nested too deeply")]) from None
+
+
+def read_yaml(text: str, source: str, what: str) -> dict[str, Any]:
+    """A YAML mapping (duplicate keys refused), or ConfigError naming the line."""
+    raw = yaml_mapping_or_error(text, source)
     if not isinstance(raw, dict):
         raise ConfigError(source, [ConfigIssue("", f"the file must be a YAML mapping with {what}")])
     return raw
@@ -1347,8 +1381,4 @@ def parse_config(text: str, source: str) -> Config:
 
 def load_config(path: str | Path) -> Config:
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
-    return parse_config(text, source)
+    return parse_config(read_config_text(path, source), source)

@@ -279,6 +279,40 @@ CONFIG_RELOAD_TS = Spec(
     "gauge",
     "UTC time of the last successful configuration load.",
 )
+WEB_CONFIG_RELOAD_OK = Spec(
+    PREFIX + "web_config_last_reload_successful",
+    "gauge",
+    "1 if the last load or reload of --web.config.file succeeded, else 0: the file is invalid, unreadable, or "
+    "would remove TLS, basic auth or client certificate verification the running one has (refused; the running "
+    "web configuration, and the rest of the configuration, stay in force).",
+)
+WEB_CONFIG_RELOAD_TS = Spec(
+    PREFIX + "web_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "UTC time of the last successful load of --web.config.file.",
+)
+WEB_CONFIG_REFUSED_TOTAL = Spec(
+    PREFIX + "web_config_reloads_refused_total",
+    "counter",
+    "Reloads that refused --web.config.file (invalid, unreadable, gone, or weakening the front door): a refusal "
+    "that a good reload followed before the next scrape still counts.",
+)
+WEB_TLS_ENABLED = Spec(
+    PREFIX + "web_tls_enabled",
+    "gauge",
+    "1 if the web configuration in force serves TLS, else 0 (plain HTTP).",
+)
+WEB_BASIC_AUTH_ENABLED = Spec(
+    PREFIX + "web_basic_auth_enabled",
+    "gauge",
+    "1 if the web configuration in force requires basic auth (basic_auth_users), else 0.",
+)
+WEB_CLIENT_CERT_REQUIRED = Spec(
+    PREFIX + "web_client_cert_required",
+    "gauge",
+    "1 if the web configuration in force requires a verified client certificate (client_auth_type "
+    "RequireAndVerifyClientCert or RequireAnyClientCert), else 0.",
+)
 JOURNAL_FAILURES_TOTAL = Spec(
     PREFIX + "journal_write_failures_total",
     "counter",
@@ -313,9 +347,11 @@ HTTP_REJECT_REASONS = (
     "tls_error",  # a failed handshake (no or wrong client certificate, no common version)
     "client_certificate",  # a verified certificate without one of client_allowed_sans
     "http_to_https",  # plain HTTP to the TLS port
+    "https_to_http",  # a TLS handshake at the plain port (answered 400 at its head's deadline)
     "request_timeout",  # the head or the body did not arrive in time
     "bad_request",  # 400 (malformed) or 505
-    "too_large",  # 431 (head) or 413 (body)
+    "too_large",  # 431 (head) or 413 (body, from its Content-Length or a chunk's declared size)
+    "cross_site",  # 403: a state-changing request a browser made for another site (Origin, Sec-Fetch-Site, a form)
     "unauthorized",  # 401
     "write_timeout",  # the client did not take the response in time
     "fd_limit",  # accept() found no descriptor for it (EMFILE/ENFILE): it waited, another made room
@@ -325,9 +361,10 @@ HTTP_REJECTED_TOTAL = Spec(
     "counter",
     "Connections the exporter's HTTP server closed without serving their request, by reason: capacity (closed "
     "to make room for a new one), tls_handshake_timeout, tls_error, client_certificate (none of "
-    "client_allowed_sans), http_to_https, request_timeout (head or body), bad_request, too_large, unauthorized, "
-    "write_timeout, fd_limit (an accept that found the open-files limit reached).  Counted as they happen, "
-    "published every few seconds.",
+    "client_allowed_sans), http_to_https, https_to_http (a TLS handshake at the plain port), request_timeout "
+    "(head or body), bad_request, too_large, cross_site (a browser's request for another site to a route that "
+    "changes state), unauthorized, write_timeout, fd_limit (an accept that found the open-files limit reached).  "
+    "Counted as they happen, published every few seconds.",
     ("reason",),
 )
 BUILD_INFO = Spec(
@@ -627,6 +664,12 @@ ALL = (
     LAST_ROUND_END,
     CONFIG_RELOAD_OK,
     CONFIG_RELOAD_TS,
+    WEB_CONFIG_RELOAD_OK,
+    WEB_CONFIG_RELOAD_TS,
+    WEB_CONFIG_REFUSED_TOTAL,
+    WEB_TLS_ENABLED,
+    WEB_BASIC_AUTH_ENABLED,
+    WEB_CLIENT_CERT_REQUIRED,
     JOURNAL_FAILURES_TOTAL,
     JOURNAL_UNWRITTEN,
     JOURNAL_DAMAGED,

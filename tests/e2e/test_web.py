@@ -452,7 +452,8 @@ def test_held_connections_do_not_shut_the_scraper_out(tmp_path: Path) -> None:
         assert held == {"idle": 300, "slowloris": 40, "stuck": 0}
         assert set(rejected) == {
             "capacity", "tls_handshake_timeout", "tls_error", "client_certificate", "http_to_https",
-            "request_timeout", "bad_request", "too_large", "unauthorized", "write_timeout", "fd_limit",
+            "https_to_http", "request_timeout", "bad_request", "too_large", "cross_site", "unauthorized",
+            "write_timeout", "fd_limit",
         }  # fmt: skip
     lines = log.read_text().splitlines()
     # No line per refused connection, even at debug level (a summary at most once a minute).

@@ -6,12 +6,12 @@ holds them: whenever the server closes one, it is opened again at once.
 * idle: a TCP connection that never sends a byte;
 * slowloris: a request head sent a line every `--drip` seconds, never finished (over TLS
   with --tls: the handshake completes first, as a browser's would);
-* stuck: the first 5 bytes of a TLS ClientHello record, then nothing (a handshake that
-  never ends).
+* stuck: a TLS ClientHello (a real one, fresh random bytes each time: OpenSSL's through
+  memory BIOs), then nothing, whatever the server answers (a handshake that never ends).
 
 Runs in its own process (its own event loop and file descriptors: the limit is raised to
 the hard limit).  Prints one JSON line a second: how many of each are open now, and how
-many times the server closed one.  tests/e2e/test_front_door.py and
+many times the server closed one.  tests/e2e/test_web.py and
 benchmarks/bench_front_door.py run it beside their scrapes.
 """
 
@@ -26,7 +26,25 @@ import ssl
 import sys
 import time
 
-STUCK_BYTES = b"\x16\x03\x01\x02\x00"  # a handshake record announcing 512 bytes, never sent
+
+def _hello_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # no CA store: made once, a handshake never verified
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+_HELLO_CONTEXT = _hello_context()
+
+
+def client_hello() -> bytes:
+    """A TLS client's first flight: its ClientHello record, as OpenSSL writes it (its
+    random bytes drawn anew each time)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = _HELLO_CONTEXT.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
 
 
 class Tally:
@@ -51,7 +69,7 @@ async def _hold(kind: str, host: str, port: int, tls: ssl.SSLContext | None, dri
         tally.open[kind] += 1
         try:
             if kind == "stuck":
-                writer.write(STUCK_BYTES)
+                writer.write(client_hello())
             elif kind == "slowloris":
                 writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
             if kind == "slowloris":
@@ -63,7 +81,8 @@ async def _hold(kind: str, host: str, port: int, tls: ssl.SSLContext | None, dri
                         writer.write(b"X-a: b\r\n")
                         await writer.drain()
             else:
-                await reader.read(1024)  # returns when the server ends it
+                while await reader.read(1024):  # the end of the stream: the server ended it
+                    pass
         except (OSError, ssl.SSLError):
             pass
         finally:
@@ -80,12 +99,19 @@ async def _main(args: argparse.Namespace) -> None:
         tls.check_hostname = False
         tls.verify_mode = ssl.CERT_NONE
     tally = Tally()
+    start = time.monotonic()
+    # Reported from the start, while the connections are still being opened (on a loaded
+    # host that takes a while: a report only after it said nothing for a minute).
+    reports = asyncio.create_task(_report(args, tally, start))
     tasks = []
     for kind, count in (("idle", args.idle), ("slowloris", args.slowloris), ("stuck", args.stuck)):
         for _ in range(count):
             tasks.append(asyncio.create_task(_hold(kind, args.host, args.port, tls, args.drip, tally)))
             await asyncio.sleep(0)  # a burst, but not all in one loop turn
-    start = time.monotonic()
+    await reports
+
+
+async def _report(args: argparse.Namespace, tally: Tally, start: float) -> None:
     while args.seconds <= 0 or time.monotonic() - start < args.seconds:
         await asyncio.sleep(1)
         print(

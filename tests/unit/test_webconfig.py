@@ -178,3 +178,51 @@ def test_secret_files_must_be_private_and_the_users_own(tmp_path: Path) -> None:
     key.chmod(0o640)
     [issue] = secret_file_issues(config)
     assert issue.path == "remotes.site.key" and "too open" in issue.message
+
+
+def test_what_a_new_web_config_would_remove_is_named_and_strengthening_is_not(tmp_path: Path) -> None:
+    pki = TestPKI(tmp_path / "pki")
+    server = pki.issue("server", san="IP:127.0.0.1", server=True)
+    other = pki.issue("other", san="IP:127.0.0.1", server=True)
+    users = {"prometheus": bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()}
+    tls = {"cert_file": str(server.cert), "key_file": str(server.key)}
+    mtls = {**tls, "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.ca.cert)}
+
+    def web(name: str, raw: dict | str) -> webconfig.WebConfig:
+        path = tmp_path / f"{name}.yml"
+        path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw))
+        return load_web_config(path)
+
+    full = web("full", {"tls_server_config": {**mtls, "client_allowed_sans": ["p.test"]}, "basic_auth_users": users})
+    for raw, lost in (
+        ("", ["TLS", "client certificate verification", "client_allowed_sans", "basic auth"]),
+        ("{}", ["TLS", "client certificate verification", "client_allowed_sans", "basic auth"]),
+        ("# nothing\n", ["TLS", "client certificate verification", "client_allowed_sans", "basic auth"]),
+        ({"basic_auth_users": users}, ["TLS", "client certificate verification", "client_allowed_sans"]),
+        ({"tls_server_config": {**mtls, "client_allowed_sans": ["p.test"]}}, ["basic auth"]),
+        ({"tls_server_config": mtls, "basic_auth_users": users}, ["client_allowed_sans"]),
+        (
+            {"tls_server_config": {**mtls, "client_auth_type": "VerifyClientCertIfGiven"}, "basic_auth_users": users},
+            ["client certificate verification", "client_allowed_sans"],
+        ),
+    ):
+        new = web("new", raw)
+        assert [what.split(" (")[0] for what in webconfig.weakenings(full, new)] == lost, raw
+        with pytest.raises(ConfigError) as info:
+            webconfig.refuse_weakening(full, new)
+        assert info.value.lines()[0].startswith(f"{tmp_path / 'new.yml'}: refused: it would remove {lost[0]}")
+    # Changing the certificate, the users or the names, or adding TLS or auth, weakens nothing.
+    changed = web(
+        "changed",
+        {
+            "tls_server_config": {**mtls, "cert_file": str(other.cert), "key_file": str(other.key),
+                                  "client_allowed_sans": ["q.test"]},
+            "basic_auth_users": {"grafana": users["prometheus"]},
+        },
+    )  # fmt: skip
+    assert webconfig.weakenings(full, changed) == []
+    plain = web("plain", "")
+    for stronger in (web("tls", {"tls_server_config": tls}), web("auth", {"basic_auth_users": users}), full):
+        assert webconfig.weakenings(plain, stronger) == []
+        webconfig.refuse_weakening(plain, stronger)
+    assert webconfig.weakenings(plain, plain) == []

@@ -60,6 +60,7 @@ from bigbinf.config import (
     _check_timezone,
     mapping,
     pydantic_issues,
+    read_config_text,
     read_yaml,
     validate_config,
 )
@@ -520,9 +521,9 @@ def parse_mesh(text: str, source: str, lab: LabOf | None = None) -> MeshConfig:
 def load_mesh(path: str | Path, lab: LabOf | None = None) -> MeshConfig:
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MeshError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
+        text = read_config_text(path, source)
+    except ConfigError as exc:
+        raise MeshError(source, exc.issues) from None
     mesh = parse_mesh(text, source, lab)
     durations = mesh.schedule.durations
     if durations is not None and not durations.is_absolute():

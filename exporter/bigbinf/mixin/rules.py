@@ -558,11 +558,46 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
         alert(
             s,
             "BigbinfConfigReloadFailed",
-            f"{metrics.CONFIG_RELOAD_OK.name} == 0",
+            # A refused web config fails the whole reload: BigbinfWebConfigRefused says so, once.
+            f"{metrics.CONFIG_RELOAD_OK.name} == 0\nunless on(job, instance) {metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
             s.config_reload_for,
             "warning",
             "bigbinf {{ $labels.instance }} rejected its configuration",
             "The last configuration load or reload failed; the previous configuration is still in force.",
+        ),
+        alert(
+            s,
+            "BigbinfWebConfigRefused",
+            f"{metrics.WEB_CONFIG_RELOAD_OK.name} == 0",
+            s.web_config_refused_for,
+            "critical",
+            "bigbinf {{ $labels.instance }} refused its web configuration",
+            "The last reload refused --web.config.file: it is invalid, unreadable or gone, or it would remove TLS, "
+            "basic auth or client certificate verification that the running exporter has (the exporter's log and "
+            "the reload's answer say which).  The running web configuration is kept, but the file on disk is what "
+            "the next restart serves.",
+        ),
+        alert(
+            s,
+            "BigbinfFrontDoorWeakened",
+            "\nor\n".join(
+                f"label_replace(max_over_time({spec.name}[{s.front_door_weakened_window}]) > {spec.name}, "
+                f'"weakened", "{what}", "", "")'
+                for spec, what in (
+                    (metrics.WEB_TLS_ENABLED, "tls"),
+                    (metrics.WEB_BASIC_AUTH_ENABLED, "basic_auth"),
+                    (metrics.WEB_CLIENT_CERT_REQUIRED, "client_cert"),
+                )
+            ),
+            "0m",
+            "critical",
+            "bigbinf {{ $labels.instance }}: {{ $labels.weakened }} is off, it was on within "
+            + s.front_door_weakened_window,
+            "The exporter's front door is weaker than it was: {{ $labels.weakened }} (TLS, basic auth or required "
+            "client certificates) is off now and was on within the last " + s.front_door_weakened_window + ".  "
+            "A reload never does this, a restart with a changed (or emptied) --web.config.file does.  If it was "
+            "meant, this alert falls silent " + s.front_door_weakened_window + " after the restart; if not, "
+            "restore the web config and restart.",
         ),
         alert(
             s,

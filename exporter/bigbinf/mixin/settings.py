@@ -121,6 +121,14 @@ class Settings:
     retransmit_ratio_max: float = _opt(0.01, "alert above this share of retransmitted segments per captured packet")
     retransmits_for: str = _opt("30m", "for: of BigbinfRetransmitsHigh")
     config_reload_for: str = _opt("10m", "for: of BigbinfConfigReloadFailed")
+    web_config_refused_for: str = _opt(
+        "0m", "for: of BigbinfWebConfigRefused (a refused web config stands until the next reload: no flapping)"
+    )
+    front_door_weakened_window: str = _opt(
+        "1d",
+        "BigbinfFrontDoorWeakened fires while TLS, basic auth or required client certificates are off but were on "
+        "within this window (a restart with a weakened web config pages once, then falls silent)",
+    )
     rounds_overrun_window: str = _opt(
         "6h", "BigbinfRoundsOverrun fires on two or more rounds skipped as round_running within this window"
     )

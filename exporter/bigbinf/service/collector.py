@@ -159,6 +159,12 @@ class ExporterState:
         self.last_round_end: float | None = None
         self.config_ok = False
         self.config_ok_timestamp: float | None = None
+        self.web_config_ok = False
+        self.web_config_ok_timestamp: float | None = None
+        self.web_config_refused = 0
+        # The front door in force (TLS, basic auth, client certificates required): None
+        # until the exporter has loaded its web configuration.
+        self.front_door: tuple[bool, bool, bool] | None = None
         self.journal_failures = 0
         self.journal_unwritten = 0
         self.journal_damaged = 0
@@ -373,6 +379,21 @@ class ExporterState:
             if ok:
                 self.config_ok_timestamp = when if when is not None else time.time()
 
+    def record_web_config(self, ok: bool, when: float | None = None) -> None:
+        """The last load of --web.config.file (or its absence: plain HTTP) was applied or was
+        refused (counted)."""
+        with self._changing():
+            self.web_config_ok = ok
+            if ok:
+                self.web_config_ok_timestamp = when if when is not None else time.time()
+            else:
+                self.web_config_refused += 1
+
+    def record_front_door(self, tls: bool, basic_auth: bool, client_cert: bool) -> None:
+        """What the web configuration in force serves with (at start and at each applied reload)."""
+        with self._changing():
+            self.front_door = (tls, basic_auth, client_cert)
+
     def record_http_rejections(self, counts: Mapping[str, int]) -> None:
         """The HTTP server's running totals (it calls this every few seconds when they change)."""
         with self._changing():
@@ -414,6 +435,10 @@ class ExporterState:
             clone.last_round_end = self.last_round_end
             clone.config_ok = self.config_ok
             clone.config_ok_timestamp = self.config_ok_timestamp
+            clone.web_config_ok = self.web_config_ok
+            clone.web_config_ok_timestamp = self.web_config_ok_timestamp
+            clone.web_config_refused = self.web_config_refused
+            clone.front_door = self.front_door
             clone.journal_failures = self.journal_failures
             clone.journal_unwritten = self.journal_unwritten
             clone.journal_damaged = self.journal_damaged
@@ -630,6 +655,12 @@ class BigbinfCollector(Collector):
         yield gauge(M.LAST_ROUND_END, s.last_round_end)
         yield gauge(M.CONFIG_RELOAD_OK, 1.0 if s.config_ok else 0.0)
         yield gauge(M.CONFIG_RELOAD_TS, s.config_ok_timestamp)
+        yield gauge(M.WEB_CONFIG_RELOAD_OK, 1.0 if s.web_config_ok else 0.0)
+        yield gauge(M.WEB_CONFIG_RELOAD_TS, s.web_config_ok_timestamp)
+        yield counter(M.WEB_CONFIG_REFUSED_TOTAL, s.web_config_refused)
+        door = s.front_door
+        for spec, i in ((M.WEB_TLS_ENABLED, 0), (M.WEB_BASIC_AUTH_ENABLED, 1), (M.WEB_CLIENT_CERT_REQUIRED, 2)):
+            yield gauge(spec, None if door is None else float(door[i]))
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)

@@ -293,6 +293,12 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     single(M.LAST_ROUND_END, "gauge", s.last_round_end)
     single(M.CONFIG_RELOAD_OK, "gauge", 1.0 if s.config_ok else 0.0)
     single(M.CONFIG_RELOAD_TS, "gauge", s.config_ok_timestamp)
+    single(M.WEB_CONFIG_RELOAD_OK, "gauge", 1.0 if s.web_config_ok else 0.0)
+    single(M.WEB_CONFIG_RELOAD_TS, "gauge", s.web_config_ok_timestamp)
+    single(M.WEB_CONFIG_REFUSED_TOTAL, "counter", s.web_config_refused)
+    door = s.front_door
+    for spec, i in ((M.WEB_TLS_ENABLED, 0), (M.WEB_BASIC_AUTH_ENABLED, 1), (M.WEB_CLIENT_CERT_REQUIRED, 2)):
+        single(spec, "gauge", None if door is None else float(door[i]))
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
     single(M.JOURNAL_UNWRITTEN, "gauge", s.journal_unwritten)
     single(M.JOURNAL_DAMAGED, "gauge", s.journal_damaged)

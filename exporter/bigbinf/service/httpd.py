@@ -13,24 +13,30 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   taken by the client within WRITE_SECONDS; a kept-alive connection may wait IDLE_SECONDS
   for its next request;
 * a connection buffers at most one read (READ_BYTES), a request head of MAX_HEAD_BYTES
-  (431 beyond), a body of its route's `max_body` (413 beyond), and a response is written
-  in WRITE_CHUNK pieces as the client takes them;
+  (431 beyond), a body of its route's `max_body` (413 beyond, at once: from the
+  Content-Length, or from the sizes a chunked body's chunk-size lines declare), and a
+  response is written in WRITE_CHUNK pieces as the client takes them;
+* a request that changes state (not GET or HEAD) from another site's page is refused
+  with 403 (`cross_site`: Sec-Fetch-Site, Origin, a form's content type), so that a
+  browser holding the basic-auth credentials cannot be made to post a reload;
 * at most `capacity` connections are open (from the file descriptor limit, raised to
   its hard limit at start as Go programs do); at capacity a new connection closes the
   connection that has waited longest for its client (a handshake, a head, an idle
   kept-alive connection), never one whose request is being answered;
 * HTTP/0.9, a malformed request line, a negative, non-numeric or conflicting
   Content-Length, Content-Length with Transfer-Encoding, and obsolete line folding get
-  400, an HTTP version other than 1.x 505; bytes that cannot begin a request line (a
-  TLS client at the plain port) are answered, as Go answers them, once a line has ended
-  or the head's deadline has passed: answered at once, such a client came back at once,
-  and fifty of them kept a core busy with reconnections while scrapes waited;
+  400, an HTTP version other than 1.x 505; bytes that cannot begin a request line are
+  answered, as Go answers them, once a line has ended or the head's deadline
+  has passed: answered at once, such a client came back at once, and fifty of them kept
+  a core busy with reconnections while scrapes waited; a TLS handshake at the plain port
+  (whose ClientHello always holds a line-end byte) is held unread to the deadline;
 * nothing is logged per connection: every refusal is counted by reason
   (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
   log line per SUMMARY_SECONDS; and no response carries a `Server` header;
 * the server accepts itself (not asyncio.start_server): a connection is *parked* until
   its first byte, as a socket, a reader callback and a deadline in one heap swept every
-  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then.  Two
+  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then (at
+  the plain port, once its first request's head has ended: read while parked).  Two
   thousand idle connections as tasks were ~115,000 objects that the garbage collector
   walked in pauses of up to 0.45 s (1.4 s beside two CPU burners), and the slowest scrape
   waited for them (issue 36); the heap the exporter holds from its start is frozen out
@@ -110,6 +116,7 @@ PARKED_SWEEP_SECONDS = 0.25  # how often the deadlines of connections not yet he
 REASONS = M.HTTP_REJECT_REASONS
 HTTP_TO_HTTPS = b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
+_TOKEN_START = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]")  # what a request line's method begins with
 _REQUEST_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^\x00-\x20\x7f]+ HTTP/\d\.\d\r?")
 
 
@@ -269,6 +276,29 @@ async def _until_line_end(channel: _Channel, deadline: float, read: int) -> None
                 read += len(data)
 
 
+def _is_tls_record(first: bytes) -> bool:
+    """Whether a connection's first bytes begin a TLS handshake record (type 22, version
+    3.x): no HTTP method begins with byte 0x16."""
+    return len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04
+
+
+def _answer_parked(conn: _Conn, answer: bytes) -> None:
+    """Best effort, never waiting: drop what the client sent (unread bytes would make the
+    close a reset that loses the answer), then send `answer`."""
+    if conn.sock is None:
+        return
+    try:
+        for _ in range(MAX_HEAD_BYTES // READ_BYTES + 1):
+            if not conn.sock.recv(READ_BYTES):
+                return  # the client has gone
+    except BlockingIOError:
+        pass  # all read
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        conn.sock.send(answer)
+
+
 def _spread(seconds: float) -> float:
     return seconds * (1 + DEADLINE_SPREAD * random.random())
 
@@ -304,6 +334,10 @@ class _Conn:
     web: WebConfig | None = None  # the web config in force at the accept
     deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
     parked: bool = True
+    # A TLS handshake at the plain port: held parked, unread, to its deadline (_readable).
+    held_tls: bool = False
+    # The plain port: the first request's head as it comes, read while parked (_readable).
+    head: bytes = b""
     task: asyncio.Task[None] | None = None
     channel: _Channel | None = None
     evicted: bool = False
@@ -550,12 +584,45 @@ class HttpServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._open.add(conn)
         self._wait_for_client(conn)
-        self._loop.add_reader(sock.fileno(), self._unpark, conn)
+        self._loop.add_reader(sock.fileno(), self._readable, conn)
         heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
 
-    def _unpark(self, conn: _Conn) -> None:
-        """The connection's first bytes have come: served from here by a task."""
+    def _readable(self, conn: _Conn) -> None:
+        """Bytes have come on a parked connection.  Over TLS it is served from here by a
+        task (the handshake).  At the plain port the first request's head is read here,
+        parked, and a task takes the connection once the head has ended (or its first
+        line cannot begin a request, or it is too long): a slowloris client, a header line
+        a second, costs a read and a search per line, not a task's turn with a stream and
+        a parser (300 of them held the slowest scrape at 2.2x node_exporter's beside two
+        CPU burners, issue 43).  A TLS handshake at the plain port (_is_tls_record) stays
+        parked, unread, until its head's deadline and is answered then: a ClientHello
+        holds a line-end byte (OpenSSL's always do), answered at once a client stuck in its
+        handshake came back at once, and fifty of them reconnected ~400 times a second
+        (the slowest scrape 5.5-8x node_exporter's, issue 43)."""
         assert self._loop is not None and conn.sock is not None
+        if conn.web is not None and conn.web.ssl_context is None:
+            try:
+                data = conn.sock.recv(READ_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:  # the client closed before its head ended
+                self._close_parked(conn)
+                return
+            if not conn.head and _is_tls_record(data):
+                self._loop.remove_reader(conn.sock.fileno())
+                conn.held_tls = True
+                return  # in the parked heap still, with the head's deadline drawn at the accept
+            seen = len(conn.head)
+            conn.head += data
+            line_end = conn.head.find(b"\n")
+            if (
+                _HEAD_END.search(conn.head, max(0, seen - 3)) is None
+                and len(conn.head) <= MAX_HEAD_BYTES
+                and (line_end < 0 or _REQUEST_LINE.fullmatch(conn.head[:line_end]))
+            ):
+                return  # the head goes on: parked, its deadline still the one drawn at the accept
         self._loop.remove_reader(conn.sock.fileno())
         conn.parked = False
         conn.task = self._loop.create_task(self._connection(conn))
@@ -570,12 +637,26 @@ class HttpServer:
         while self._parked and self._parked[0][0] <= now:
             _, _, conn = heapq.heappop(self._parked)
             if conn.parked and conn in self._open:
-                conn.close_parked(self._loop)
-                self._waiting.pop(conn, None)
-                self._open.discard(conn)
-                self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
+                # Bytes that cannot begin a request line are answered at the deadline, as
+                # Go answers them once it judges the line; a head still coming is not.
+                garbage = conn.held_tls or (conn.head and not _TOKEN_START.match(conn.head))
+                if garbage:
+                    _answer_parked(conn, _raw_response(400, conn.web))
+                self._close_parked(conn)
+                if conn.held_tls:
+                    self._reject("https_to_http")
+                elif garbage:
+                    self._reject("bad_request")
+                else:
+                    self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
         if self.sock.fileno() >= 0:
             self._loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
+
+    def _close_parked(self, conn: _Conn) -> None:
+        assert self._loop is not None
+        conn.close_parked(self._loop)
+        self._waiting.pop(conn, None)
+        self._open.discard(conn)
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
         """The event loop's own errors: at most one line per message a minute (one per
@@ -599,7 +680,8 @@ class HttpServer:
             self._waiting.pop(conn, None)
             self._open.discard(conn)
             return
-        plain = _Plain(reader, writer)
+        plain = _Plain(reader, writer, conn.head)  # the head read while parked (_readable)
+        conn.head = b""
         conn.channel = plain
         linger = 0.0  # how long the close may wait for a last answer to go out
         web = conn.web
@@ -742,7 +824,10 @@ class HttpServer:
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         request = Request(method, path, query, headers)
-        if not await self._authorised(web, headers.get("authorization", "")):
+        # The users of the web config in force now, not at the accept: a user a reload
+        # removed is refused on a kept-alive connection too (each config has its own
+        # remembered successes, so none outlives its config).
+        if not await self._authorised(self.web(), headers.get("authorization", "")):
             self._reject("unauthorized")
             return Response(401, b"Unauthorized\n", headers=(("WWW-Authenticate", "Basic"),), close=True)
         route = self.route_for(path)
@@ -752,10 +837,14 @@ class HttpServer:
             allowed = ", ".join([*route.methods, *(["HEAD"] if "GET" in route.methods else [])])
             message = "Only POST requests allowed\n" if route.methods == ("POST",) else "method not allowed\n"
             return Response(405, message.encode(), headers=(("Allow", allowed),), close=True)
+        if method not in SAFE_METHODS and (why := cross_site(headers, web.scheme)) is not None:
+            self._reject("cross_site")
+            return Response(403, f"cross-site request refused: {why}\n".encode(), close=True)
         if route.precheck is not None and (refusal := route.precheck()) is not None:
             return refusal
         declared = int(headers.get("content-length") or 0)  # h11 checked that it is a number
-        body = None if declared > route.max_body else await self._read_body(parser, channel, route.max_body)
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        body = None if declared > route.max_body else await self._read_body(parser, channel, route.max_body, chunked)
         if body is None:
             self._reject("too_large")
             return Response(413, b"request body too large\n", close=True)
@@ -791,9 +880,15 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._auth_pool, auth.check, user, password)
 
-    async def _read_body(self, parser: h11.Connection, channel: _Channel, limit: int) -> bytes | None:
-        """The request's body, within its deadline; None once it is over `limit`."""
+    async def _read_body(
+        self, parser: h11.Connection, channel: _Channel, limit: int, chunked: bool = False
+    ) -> bytes | None:
+        """The request's body, within its deadline; None once it is over `limit`, or once
+        a chunked body's chunk-size lines declare more (no byte of such a chunk awaited)."""
         body = b""
+        sizes = _ChunkSizes() if chunked else None
+        if sizes is not None and sizes.feed(parser.trailing_data[0]) > limit:
+            return None
         try:
             async with asyncio.timeout(BODY_SECONDS):
                 while True:
@@ -806,7 +901,10 @@ class HttpServer:
                             return None
                         continue
                     if event is h11.NEED_DATA:
-                        parser.receive_data(await channel.recv())
+                        data = await channel.recv()
+                        if sizes is not None and sizes.feed(data) > limit:
+                            return None
+                        parser.receive_data(data)
                         continue
                     raise _Refused("bad_request")
         except TimeoutError:
@@ -838,6 +936,79 @@ class HttpServer:
                 await channel.send(parser.send(h11.EndOfMessage()) or b"")
         except TimeoutError:
             raise _Refused("write_timeout") from None
+
+
+SAFE_METHODS = ("GET", "HEAD")
+# What a page of another site can make a browser send without asking the server first
+# (a "simple request": an HTML form's encodings and text/plain); any other content type
+# needs a CORS preflight, which this server never grants (OPTIONS is answered 405).
+SIMPLE_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+
+
+def cross_site(headers: Mapping[str, str], scheme: str) -> str | None:
+    """Why a request that changes state (not GET or HEAD) may come from another site's
+    page, or None.  Browsers say so (Sec-Fetch-Site; Origin on every cross-origin POST)
+    and can send a body across sites only in a form's encodings: a page that holds this
+    exporter's basic-auth credentials must not be able to post a reload to it.  curl,
+    Prometheus' tooling and systemd's ExecReload (SIGHUP) send none of these."""
+    site = headers.get("sec-fetch-site", "").strip().lower()
+    if site in ("cross-site", "same-site"):
+        return f"Sec-Fetch-Site: {site}"
+    origin = headers.get("origin")
+    if origin is not None:
+        own = f"{scheme}://{headers.get('host', '').strip().lower()}"
+        if origin.strip().lower() != own:
+            return "its Origin is not this exporter's"
+    content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type in SIMPLE_CONTENT_TYPES:
+        return f"Content-Type {content_type} is a form's (send no body: curl -X POST URL)"
+    return None
+
+
+class _ChunkSizes:
+    """What a chunked body's chunk-size lines declare, summed as its bytes arrive (h11
+    hands a chunk over only as its bytes come: one that declares 2**72 bytes and sends
+    none would be waited for until the body's deadline)."""
+
+    # A longer chunk-size line (its extensions) is refused at once, as a body over every
+    # bound (413): h11 would wait for up to 16 KiB of it, then 431, and meanwhile the
+    # line declares nothing this counter could sum.
+    MAX_LINE = 1024
+    TOO_LONG = 2**63  # what feed() says once a line is over MAX_LINE
+
+    def __init__(self) -> None:
+        self.declared = 0
+        self._skip = 0  # bytes of the current chunk (and its CRLF) still to come
+        self._line = b""
+        self._done = False  # the last chunk, or a line h11 will refuse
+
+    def feed(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view and not self._done:
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            end = bytes(view[: self.MAX_LINE + 1 - len(self._line)]).find(b"\n")
+            if end < 0:
+                self._line += bytes(view[: self.MAX_LINE + 1])
+                if len(self._line) > self.MAX_LINE:
+                    self.declared, self._done = self.TOO_LONG, True
+                break
+            line, self._line = self._line + bytes(view[:end]), b""
+            view = view[end + 1 :]
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self._done = True
+                break
+            if size == 0:
+                self._done = True  # the trailer section: nothing more declared
+                break
+            self.declared += size
+            self._skip = size + 2
+        return self.declared
 
 
 def _reason(response: Response) -> bytes:

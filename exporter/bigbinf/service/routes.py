@@ -47,7 +47,7 @@ class Site(Protocol):
     enable_lifecycle: bool
     metrics: MetricsCache
 
-    def reload(self) -> bool: ...
+    def reload_outcome(self) -> tuple[bool, str]: ...
 
     def next_round(self) -> str: ...
 
@@ -148,8 +148,12 @@ def lifecycle_disabled(site: Site) -> Response | None:
 
 
 def reload(site: Site) -> Response:
-    ok = site.reload()
-    return Response(200 if ok else 500, b"reloaded\n" if ok else b"reload failed: see the log\n")
+    """200 "reloaded", or 500 with every error (as in the log: file, place, what is wrong;
+    never a secret's value), the previous configuration kept."""
+    ok, message = site.reload_outcome()
+    if ok:
+        return Response(200, b"reloaded\n")
+    return Response(500, f"reload failed, keeping the previous configuration:\n{message}\n".encode())
 
 
 def page(path: str, handler: Callable[[Request], Response], prefix: bool = False) -> Route:

@@ -32,7 +32,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
-from bigbinf.config import Config, ConfigError, load_config
+from bigbinf.config import Config, ConfigError, ConfigIssue, load_config
 from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.history.moveplan import size_label
 from bigbinf.history.regression import settings_of
@@ -53,7 +53,7 @@ from bigbinf.service.restore import restore, restore_history, restore_moves
 from bigbinf.service.rounds import JOURNAL_RETRY_EVERY, LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
-from bigbinf.service.webconfig import WebConfig, load_web_config
+from bigbinf.service.webconfig import WebConfig, load_web_config, refuse_weakening
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
@@ -97,6 +97,8 @@ class Exporter:
         self.web_config_path = web_config_path
         self.enable_lifecycle = enable_lifecycle
         self.web = load_web_config(web_config_path)  # invalid: fatal at start, as the config is
+        if web_config_path is not None and self.web.ssl_context is None and not self.web.auth.enabled:
+            log.warning("%s gives neither TLS nor basic auth: serving plain HTTP without a password", web_config_path)
         self.log_tail = logtail.install()  # the /log page: this process's last log lines
         self.state = ExporterState(site or "")
         self.registry = CollectorRegistry(auto_describe=False)
@@ -108,6 +110,8 @@ class Exporter:
         check_secret_files(config, str(self.config_path))  # a world-readable key is fatal, as for ssh
         take_passwords(config)  # out of the environment before anything runs
         self.state.record_config(True)
+        self.state.record_web_config(True)
+        self._record_front_door()
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
         restore(self.state, self.runner, config, lab)
@@ -286,58 +290,111 @@ class Exporter:
 
     def reload(self) -> bool:
         """Load the config file (or the mesh file) again; swap only if valid. Reported as metrics."""
+        return self.reload_outcome()[0]
+
+    def _reload_web(self) -> WebConfig:
+        """--web.config.file again: ConfigError if it is invalid, unreadable or gone, or if it
+        would remove TLS, basic auth or client certificate checks the running one has
+        (webconfig.weakenings: a reload never opens the front door; a restart may).
+        A refusal is recorded (gauge 0, counted); a success only once it is applied."""
+        try:
+            web = load_web_config(self.web_config_path)
+            refuse_weakening(self.web, web)
+        except ConfigError as exc:
+            self.state.record_web_config(False)
+            exc.issues.append(ConfigIssue("", f"the running web configuration stays: {self.web_summary()}"))
+            raise
+        return web
+
+    def _record_front_door(self) -> None:
+        web = self.web
+        required = web.ssl_context is not None and web.ssl_context.verify_mode == ssl.CERT_REQUIRED
+        self.state.record_front_door(web.ssl_context is not None, web.auth.enabled, required)
+
+    def reload_outcome(self) -> tuple[bool, str]:
+        """reload(), and what it says: every error of both files when it failed.  Whatever
+        goes wrong, a reload ends as a failed reload (the gauge 0, one log line, the
+        previous configuration kept as far as it was not yet swapped), never as an
+        exception that would kill SIGHUP's thread or leave POST /-/reload without an answer."""
         with self._reload_lock:
             try:
-                mesh = self._load_mesh()
-                config = mesh.config if mesh is not None else load_config(self.config_path)
-                check_secret_files(config, str(self.config_path))
-                take_passwords(config)  # out of the environment before anything runs
-                web = load_web_config(self.web_config_path)
-            except ConfigError as exc:
+                outcome = self._reload()
+                # Rendered now, not SETTLE_SECONDS later: a scrape after the reload's answer
+                # reads its outcome (the gauges, the refusal counted).
+                self.metrics.refresh()
+                return outcome
+            except Exception as exc:  # belt and braces: the loaders turn every bad file into ConfigError
                 self.state.record_config(False)
-                log.error("reload failed, keeping the previous configuration:\n%s", exc.render())
-                return False
-            regression_changed = settings_of(config) != settings_of(self.runner.config) or (
-                config.regression.enabled != self.runner.config.regression.enabled
-            )
-            self.runner.config = config
-            self.web = web  # new connections use it; a connection in progress keeps its own
-            unwritten = (self.runner.journal.unwritten, self.runner.baselines.unwritten)
-            self.runner.journal = Journal(config.journal.path, config.journal.retention)
-            self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
-            # What the journal could not take yet goes to the journal now configured.
-            self.runner.journal.unwritten, self.runner.baselines.unwritten = unwritten
-            self.runner.undo = UndoJournal.beside(config.journal.path)
-            if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
-                self.runner.regression_journal = RegressionJournal(config.journal.path)
-            self.state.forget_paths(config.remotes)
-            self.state.set_payload_histograms(config.metrics.payload_histograms)
-            configured = series_of(config, self.runner.lab)
-            self.state.prime(configured, self._stale_after(config, mesh))
-            if regression_changed:  # the test's settings or time zone changed: tested again from the journal
-                restore_history(self.runner, set(configured))
-            else:
-                self.runner.forget_history(configured)
-            if self.mesh_runner is not None and mesh is not None:
-                if mesh.listen != self.mesh_runner.mesh.listen:
-                    log.warning(
-                        "sites.%s.exporter.listen changed to %s: needs a restart (still listening on %s)",
-                        mesh.site,
-                        mesh.listen,
-                        self.listen,
-                    )
-                self.mesh_runner.mesh = mesh  # its plan applies from the next round's start
-            else:
-                self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
-            self.state.forget_sweeps(config.sweeps)
-            self.runner.recent.resize(config.pages.recent_transfers)
-            self.runner.recent.forget_sweeps(config.sweeps)
-            self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
-            restore_moves(self.runner)
-            sweeps.schedule_all(self.scheduler, self.sweeper, config)
-            self.state.record_config(True)
-            log.info("configuration reloaded from %s", self.config_path)
-            return True
+                message = f"{self.config_path}: reload failed: {type(exc).__name__}: {exc}"
+                log.error("reload failed, keeping the previous configuration: %s", message)
+                log.debug("the reload's exception", exc_info=True)
+                return False, message
+
+    def _reload(self) -> tuple[bool, str]:
+        errors: list[ConfigError] = []
+        try:
+            mesh = self._load_mesh()
+            config = mesh.config if mesh is not None else load_config(self.config_path)
+            check_secret_files(config, str(self.config_path))
+            take_passwords(config)  # out of the environment before anything runs
+        except ConfigError as exc:
+            errors.append(exc)
+        try:  # read whatever the config gave: its own metric says which file failed
+            web = self._reload_web()
+        except ConfigError as exc:
+            errors.append(exc)
+        if errors:
+            # A valid web file is not applied either (the reload swaps both or neither): its
+            # gauge keeps what it said (issue 43's breaker: it read 1, fresh, for a file not served).
+            self.state.record_config(False)
+            message = "\n".join(exc.render() for exc in errors)
+            log.error("reload failed, keeping the previous configuration:\n%s", message)
+            return False, message
+        regression_changed = settings_of(config) != settings_of(self.runner.config) or (
+            config.regression.enabled != self.runner.config.regression.enabled
+        )
+        self.runner.config = config
+        # New connections use it, and every request's basic auth (a user removed loses
+        # access on a kept-alive connection too); a TLS connection keeps what it negotiated.
+        self.web = web
+        self.state.record_web_config(True)
+        self._record_front_door()
+        unwritten = (self.runner.journal.unwritten, self.runner.baselines.unwritten)
+        self.runner.journal = Journal(config.journal.path, config.journal.retention)
+        self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
+        # What the journal could not take yet goes to the journal now configured.
+        self.runner.journal.unwritten, self.runner.baselines.unwritten = unwritten
+        self.runner.undo = UndoJournal.beside(config.journal.path)
+        if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
+            self.runner.regression_journal = RegressionJournal(config.journal.path)
+        self.state.forget_paths(config.remotes)
+        self.state.set_payload_histograms(config.metrics.payload_histograms)
+        configured = series_of(config, self.runner.lab)
+        self.state.prime(configured, self._stale_after(config, mesh))
+        if regression_changed:  # the test's settings or time zone changed: tested again from the journal
+            restore_history(self.runner, set(configured))
+        else:
+            self.runner.forget_history(configured)
+        if self.mesh_runner is not None and mesh is not None:
+            if mesh.listen != self.mesh_runner.mesh.listen:
+                log.warning(
+                    "sites.%s.exporter.listen changed to %s: needs a restart (still listening on %s)",
+                    mesh.site,
+                    mesh.listen,
+                    self.listen,
+                )
+            self.mesh_runner.mesh = mesh  # its plan applies from the next round's start
+        else:
+            self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
+        self.state.forget_sweeps(config.sweeps)
+        self.runner.recent.resize(config.pages.recent_transfers)
+        self.runner.recent.forget_sweeps(config.sweeps)
+        self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
+        restore_moves(self.runner)
+        sweeps.schedule_all(self.scheduler, self.sweeper, config)
+        self.state.record_config(True)
+        log.info("configuration reloaded from %s", self.config_path)
+        return True, "reloaded"
 
     def stop(self, exiting: bool = False) -> None:
         """Stop serving and running rounds; `exiting`: the process ends after this (cli's

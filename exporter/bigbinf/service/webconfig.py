@@ -41,10 +41,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import bcrypt
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, ValidationError
 
-from bigbinf.config import ConfigError, ConfigIssue, _StrictLoader, pydantic_issues
+from bigbinf.config import ConfigError, ConfigIssue, pydantic_issues, read_config_text, shown, yaml_mapping_or_error
 
 ClientAuth = Literal[
     "NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert"
@@ -109,23 +108,23 @@ class TlsServerConfig(_Strict):
     key_file: Path | None = None
     client_auth_type: ClientAuth = "NoClientCert"
     client_ca_file: Path | None = None
-    client_allowed_sans: list[str] | None = None
+    client_allowed_sans: list[StrictStr] | None = None
     min_version: TlsVersionName = "TLS12"
     max_version: TlsVersionName = "TLS13"
-    cipher_suites: list[str] | None = None
-    prefer_server_cipher_suites: bool = True
-    curve_preferences: list[str] | None = None
+    cipher_suites: list[StrictStr] | None = None
+    prefer_server_cipher_suites: StrictBool = True
+    curve_preferences: list[StrictStr] | None = None
 
 
 class HttpServerConfig(_Strict):
-    http2: bool = True  # accepted for compatibility; bigbinf serves HTTP/1.x
-    headers: dict[str, str] = {}
+    http2: StrictBool = True  # accepted for compatibility; bigbinf serves HTTP/1.x
+    headers: dict[StrictStr, StrictStr] = {}
 
 
 class WebConfigFile(_Strict):
     tls_server_config: TlsServerConfig = TlsServerConfig()
     http_server_config: HttpServerConfig = HttpServerConfig()
-    basic_auth_users: dict[str, str] = {}
+    basic_auth_users: dict[StrictStr, StrictStr] = {}
 
 
 class BasicAuth:
@@ -205,6 +204,63 @@ class WebConfig:
     def scheme(self) -> str:
         return "https" if self.ssl_context else "http"
 
+    @property
+    def client_verification(self) -> str:
+        """How client certificates are checked: "required", "if given" or "none"."""
+        mode = self.ssl_context.verify_mode if self.ssl_context else ssl.CERT_NONE
+        return {ssl.CERT_REQUIRED: "required", ssl.CERT_OPTIONAL: "if given"}.get(mode, "none")
+
+
+_VERIFICATION_RANK = {"none": 0, "if given": 1, "required": 2}
+
+
+def weakenings(running: WebConfig, new: WebConfig) -> list[str]:
+    """What of the front door `running` keeps `new` would remove: TLS, TLS versions (a
+    lower min_version), basic auth, client certificate verification, client_allowed_sans.
+    A reload refuses such a config (an emptied file is one: config management that
+    truncates before it writes made a reload serve everything in plain HTTP without a
+    password); a restart may turn them off.  Adding any of them, or changing certificates,
+    the client CA (a rotation), users or names, weakens nothing."""
+    lost: list[str] = []
+    if running.ssl_context is not None and new.ssl_context is None:
+        lost.append("TLS (tls_server_config.cert_file/key_file: it would serve plain HTTP)")
+    elif running.ssl_context is not None and new.ssl_context is not None:
+        was, now = running.ssl_context.minimum_version, new.ssl_context.minimum_version
+        if now < was:
+            lost.append(
+                f"TLS versions below {_version_name(was)} (tls_server_config.min_version: {_version_name(now)} after)"
+            )
+    verification = running.client_verification
+    if _VERIFICATION_RANK[new.client_verification] < _VERIFICATION_RANK[verification]:
+        lost.append(
+            f"client certificate verification (client_auth_type: {verification} now, {new.client_verification} after)"
+        )
+    if running.allowed_sans and not new.allowed_sans:
+        lost.append("client_allowed_sans (any verified client certificate would be served)")
+    if running.auth.enabled and not new.auth.enabled:
+        lost.append("basic auth (basic_auth_users: it would serve every page without a password)")
+    return lost
+
+
+def _version_name(version: ssl.TLSVersion) -> str:
+    return next((name for name, v in TLS_VERSIONS.items() if v == version), version.name)
+
+
+def refuse_weakening(running: WebConfig, new: WebConfig) -> None:
+    """ConfigError naming `new`'s file and what it would remove, if it weakens `running`."""
+    lost = weakenings(running, new)
+    if lost:
+        raise ConfigError(
+            new.source or "--web.config.file",
+            [
+                ConfigIssue(
+                    "",
+                    f"refused: it would remove {'; '.join(lost)}; the running web configuration stays "
+                    "(turning these off takes a restart: docs/deployment.md)",
+                )
+            ],
+        )
+
 
 def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
     """Checks across keys and on values pydantic does not know (run on the raw mapping so
@@ -251,16 +307,23 @@ def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
         value = tls.get(key)
         if isinstance(value, str) and value:
             path = base / value
-            if not path.is_file():
+            try:
+                found, readable = path.is_file(), os.access(path, os.R_OK)
+            except (OSError, ValueError) as exc:  # a NUL byte, a name too long
+                issues.append(ConfigIssue(f"tls_server_config.{key}", f"not a usable file name: {exc}"))
+                continue
+            if not found:
                 issues.append(ConfigIssue(f"tls_server_config.{key}", f"{path}: no such file"))
-            elif not os.access(path, os.R_OK):
+            elif not readable:
                 issues.append(
                     ConfigIssue(f"tls_server_config.{key}", f"{path}: not readable by this user (uid {os.getuid()})")
                 )
     versions = [TLS_VERSIONS.get(str(tls.get(k, d))) for k, d in (("min_version", "TLS12"), ("max_version", "TLS13"))]
     if versions[0] and versions[1] and versions[0] > versions[1]:
         issues.append(ConfigIssue("tls_server_config.max_version", "must not be lower than min_version"))
-    for i, name in enumerate(tls.get("cipher_suites") or [] if isinstance(tls.get("cipher_suites"), list) else []):
+    # Only the strings of a list are looked up here: another type is the schema's to report
+    # (a nested list is unhashable: looking it up would raise, issue 43).
+    for i, name in _strings_of(tls.get("cipher_suites")):
         if name not in CIPHER_SUITES and name not in TLS13_SUITES:
             issues.append(
                 ConfigIssue(
@@ -268,9 +331,7 @@ def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
                     f"unknown cipher suite {name!r}; use Go's names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
                 )
             )
-    for i, name in enumerate(
-        tls.get("curve_preferences") or [] if isinstance(tls.get("curve_preferences"), list) else []
-    ):
+    for i, name in _strings_of(tls.get("curve_preferences")):
         if name not in CURVES:
             issues.append(
                 ConfigIssue(
@@ -280,7 +341,9 @@ def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
     http = raw.get("http_server_config")
     headers = http.get("headers") if isinstance(http, dict) else None
     for name, value in headers.items() if isinstance(headers, dict) else ():
-        allowed = next((h for h in HEADERS if h.lower() == str(name).lower()), None)
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue  # the schema's to report
+        allowed = next((h for h in HEADERS if h.lower() == name.lower()), None)
         if allowed is None:
             issues.append(
                 ConfigIssue(
@@ -288,11 +351,17 @@ def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
                     f"this header can not be configured; allowed: {', '.join(HEADERS)}",
                 )
             )
-        elif (pattern := HEADERS[allowed]) is not None and not pattern.fullmatch(str(value)):
-            issues.append(ConfigIssue(f"http_server_config.headers.{name}", f"invalid value {value!r}"))
+        elif (pattern := HEADERS[allowed]) is not None and not pattern.fullmatch(value):
+            issues.append(ConfigIssue(f"http_server_config.headers.{name}", f"invalid value {shown(value)}"))
+        elif any(c in value for c in "\r\n\0"):
+            issues.append(ConfigIssue(f"http_server_config.headers.{name}", "a header value must be one line"))
     users = raw.get("basic_auth_users")
     for user, hashed in users.items() if isinstance(users, dict) else ():
-        if ":" in str(user):
+        if not isinstance(user, str):
+            # The schema's message for this place is dropped (it would quote the hash).
+            issues.append(ConfigIssue(f"basic_auth_users.{user}", f"a user name must be a string (got {shown(user)})"))
+            continue
+        if ":" in user:
             issues.append(ConfigIssue(f"basic_auth_users.{user}", "a user name must not contain ':'"))
         if not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed):
             issues.append(
@@ -304,6 +373,11 @@ def _issues(raw: dict[str, Any], base: Path) -> list[ConfigIssue]:
                 )
             )
     return issues
+
+
+def _strings_of(value: Any) -> list[tuple[int, str]]:
+    """The strings of a list, with their places (anything else is left to the schema)."""
+    return [(i, v) for i, v in enumerate(value) if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
@@ -332,22 +406,23 @@ def _context(tls: TlsServerConfig, base: Path) -> ssl.SSLContext:
 
 def load_web_config(path: str | Path | None) -> WebConfig:
     """The web config at `path` (None: plain HTTP, no auth), or ConfigError with every problem.
-    Relative file names inside are relative to the file's directory, as exporter-toolkit's."""
+    Relative file names inside are relative to the file's directory, as exporter-toolkit's.
+    Whatever the file holds, the answer is one of those two: an exception of another kind
+    (a case the checks missed) is a ConfigError too, so a reload is refused and counted,
+    and a start or --web.config.check says `FILE: message`, never a traceback."""
     if path is None:
         return WebConfig()
+    try:
+        return _load_web_config(path)
+    except ConfigError:
+        raise
+    except Exception as exc:  # belt and braces: the typed checks above should leave none
+        raise ConfigError(str(path), [ConfigIssue("", f"cannot use the file: {type(exc).__name__}: {exc}")]) from None
+
+
+def _load_web_config(path: str | Path) -> WebConfig:
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, [ConfigIssue("", f"cannot read the file: {exc.strerror}")]) from None
-    try:
-        raw = yaml.load(text, Loader=_StrictLoader) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        raise ConfigError(
-            source, [ConfigIssue("", f"{where}YAML syntax error: {getattr(exc, 'problem', exc)}")]
-        ) from None
+    raw = yaml_mapping_or_error(read_config_text(path, source), source) or {}
     if not isinstance(raw, dict):
         raise ConfigError(
             source, [ConfigIssue("", "the file must be a YAML mapping (tls_server_config, basic_auth_users, ...)")]
@@ -360,7 +435,7 @@ def load_web_config(path: str | Path | None) -> WebConfig:
     except ValidationError as exc:
         issues = _web_issues(exc) + issues
     if issues or parsed is None:
-        raise ConfigError(source, issues)
+        raise ConfigError(source, issues or [ConfigIssue("", "invalid (no check said why: a bug, please report)")])
     tls = parsed.tls_server_config
     context = None
     if tls.cert_file is not None:
@@ -381,7 +456,8 @@ def load_web_config(path: str | Path | None) -> WebConfig:
 def _web_issues(exc: ValidationError) -> list[ConfigIssue]:
     """config.py's messages, rooted at this file's model."""
     # _issues says a user's problem without echoing the value (it may be a password).
-    return [i for i in pydantic_issues(exc, WebConfigFile) if not i.path.startswith("basic_auth_users.")]
+    users = ("basic_auth_users.", "basic_auth_users[")
+    return [i for i in pydantic_issues(exc, WebConfigFile) if not i.path.startswith(users)]
 
 
 def peer_sans(cert: dict[str, Any] | None) -> list[str]:
