@@ -115,7 +115,7 @@ bigbinf demo is running: the first round of transfers at ${FIRST:-(see the log)}
   journal            $(grep -A1 '^journal:' "$CONFIG" | awk '/path:/ {print $2}')
   logs               $STATE/*.log
   one round now      $EXPORTER --config.file $FITTED once
-  left behind        $STATE (journal, Prometheus data, logs) and the transfers' workdir: README.md, "Removing the demo"
+  left behind        $STATE (journal, Prometheus data, logs), the transfers' work and capture directories: README.md, "Removing the demo"
 Stop with Ctrl-C (or 'make demo-stop' from another terminal).
 MSG
 
