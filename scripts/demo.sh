@@ -101,6 +101,7 @@ done
 
 # The first round's time as the exporter schedules it (schedule.start_delay after its
 # start), once it has said it (after restoring its journal: up to 30 s is waited for).
+echo "demo: waiting for the exporter to restore its journal and schedule the first round"
 for _ in $(seq 60); do grep -q "next round at" "$STATE/exporter.log" && break; sleep 0.5; done
 FIRST=$(sed -n 's/.*next round at //p' "$STATE/exporter.log" | tail -n 1)
 cat <<MSG
