@@ -86,7 +86,10 @@ def register_netns(name: str) -> str:
 def unique_name(prefix: str = "bbt", digits: int = 7) -> str:
     """`prefix` and `digits` random hex digits that no other session has claimed and that no
     namespace or lab state dir has: claimed for this session (the reaper frees it)."""
-    NAMES.mkdir(mode=0o1777, exist_ok=True)
+    if not NAMES.is_dir():
+        NAMES.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):  # every user's sessions claim names here (as in /tmp)
+            NAMES.chmod(0o1777)
     while True:
         name = prefix + uuid.uuid4().hex[:digits]
         if any(ns == name or ns.startswith(name + "-") for ns in _namespaces()):
@@ -168,15 +171,22 @@ def _namespaces() -> list[str]:
         return []
 
 
+# Daemons a session may start that serve every user of the host, not the session: podman's
+# DNS server for its networks, started on demand by whichever podman needs it first (another
+# suite's compose stack may be using it) and gone by itself once its last network is.
+SHARED = {b"aardvark-dns"}
+
+
 def marked(session: str) -> list[int]:
-    """Every process but this one that carries the session's marker."""
+    """Every process but this one that carries the session's marker (not SHARED ones)."""
     key = f"{SESSION}={session}".encode()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
-            if key in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+            ours = key in Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            if ours and Path(f"/proc/{name}/comm").read_bytes().strip() not in SHARED:
                 found.append(int(name))
     return found
 
