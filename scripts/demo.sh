@@ -54,7 +54,7 @@ trap cleanup INT TERM EXIT
 # A round a minute does not fit a busy host (issue 47: 7 of 7 rounds overran, every other
 # start skipped, BigbinfRoundsOverrun firing): the schedule is sized from the rounds the
 # journal holds, as --config.check estimates them; with none yet, the first round runs
-# alone and the schedule is sized from it once it has ended (resize_after_first_round).
+# alone and the schedule is sized from it once it has ended (resize_to_rounds).
 fitted=0
 said=$(.venv/bin/python -m bigbinf.service.fit_schedule "$CONFIG" "$FITTED") || fitted=$?
 [ "$fitted" = 0 ] || [ "$fitted" = 3 ] || exit 1
@@ -74,21 +74,27 @@ start alertmanager prometheus-alertmanager --config.file="$STATE/alertmanager.ym
   --storage.path="$STATE/alertmanager" --web.listen-address="127.0.0.1:$ALERTMANAGER_PORT" --cluster.listen-address=
 start exporter "$EXPORTER" --config.file "$FITTED" --web.listen-address "127.0.0.1:$EXPORTER_PORT"
 
-resize_after_first_round() {  # once the first round has ended: sized from it, then a reload (SIGHUP)
-  local exporter
+# After each round the schedule is sized again from the rounds measured (the first one,
+# then the last few: a host that got busier or quieter since), and the exporter reloads
+# it (SIGHUP) where the interval changed.
+resize_to_rounds() {
+  local exporter seen=0 rounds before
   exporter=$(cat "$PIDS/exporter.pid")
-  until curl -sf "http://127.0.0.1:$EXPORTER_PORT/metrics" 2>/dev/null | grep -q '^bigbinf_rounds_total [1-9]'; do
-    kill -0 "$exporter" 2>/dev/null || return 0
+  while kill -0 "$exporter" 2>/dev/null; do
+    rounds=$(curl -sf "http://127.0.0.1:$EXPORTER_PORT/metrics" 2>/dev/null | sed -n 's/^bigbinf_rounds_total \([0-9]*\).*/\1/p')
+    if [ -n "$rounds" ] && [ "$rounds" != "$seen" ] && [ "$rounds" -gt 0 ]; then
+      seen=$rounds
+      before=$(cat "$FITTED")
+      if said=$(.venv/bin/python -m bigbinf.service.fit_schedule "$CONFIG" "$FITTED") \
+          && [ "$(cat "$FITTED")" != "$before" ] && kill -HUP "$exporter"; then
+        echo "demo: $said"
+      fi
+    fi
     sleep 5
   done
-  if said=$(.venv/bin/python -m bigbinf.service.fit_schedule "$CONFIG" "$FITTED") && kill -HUP "$exporter"; then
-    echo "demo: $said"
-  fi
 }
-if [ "$fitted" = 3 ]; then
-  resize_after_first_round &
-  echo $! > "$PIDS/resize.pid"
-fi
+resize_to_rounds &
+echo $! > "$PIDS/resize.pid"
 
 sleep 2
 for name in prometheus node-exporter webhook alertmanager exporter; do
