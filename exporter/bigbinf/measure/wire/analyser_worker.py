@@ -409,17 +409,18 @@ def _private_cache_copy() -> None:
 def _warm() -> bool:
     """The worker's first task: the fast path compiled or loaded (warm_up); False if it
     could not be (each analysis then finds out for itself, and says so).  Loading numba's
-    cache takes well under a second; a warm-up still going after SAY_WAIT_SECONDS is
-    compiling, and says so (issue 47: 66 s of silence on a busy host), and says when it
-    is done."""
+    cache takes well under a second on a quiet host; a warm-up still going after
+    SAY_WAIT_SECONDS is most likely compiling, and says so (issue 47: 66 s of silence on a
+    busy host), and then when it is ready."""
     started = time.monotonic()
-    said = threading.Event()
-
-    def say_compiling() -> None:
-        said.set()
-        _log.info("compiling the pcap analyser, about a minute on a busy host (numba, once after an install)")
-
-    timer = threading.Timer(SAY_WAIT_SECONDS, say_compiling)
+    timer = threading.Timer(
+        SAY_WAIT_SECONDS,
+        _log.info,
+        (
+            "compiling the pcap analyser, about a minute on a busy host (numba, once after an install; or loading "
+            "numba's cache of it, slow on a busy host)",
+        ),
+    )
     timer.daemon = True
     timer.start()
     try:
@@ -429,10 +430,7 @@ def _warm() -> bool:
         return False
     finally:
         timer.cancel()
-    if said.is_set():
-        _log.info("compiled the pcap analyser in %.0f s: it is ready", time.monotonic() - started)
-    else:
-        _log.info("the pcap analyser is ready (compiled or loaded in %.1f s)", time.monotonic() - started)
+    _log.info("the pcap analyser is ready (compiled or loaded in %.1f s)", time.monotonic() - started)
     return True
 
 
