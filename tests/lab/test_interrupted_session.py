@@ -4,12 +4,14 @@ person or a machine does it: Ctrl-C (SIGINT to the terminal's process group), SI
 pytest, SIGKILL of pytest, SIGKILL of the xdist worker running the test.  Once that
 session's reaper has finished, none of its namespaces (`ip netns list`), /etc/netns
 entries, state dir or processes (by the session's marker, and each by its identity) is
-left."""
+left; and the compose project the podman test registers is removed, pod, container,
+network and volume."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import pytest
 from bigbinf import guardian
 from tests.support import session
 
+from ..e2e.podman_images import leftovers, podman, remove_leftovers
 from ..support.exporter import ROOT
 
 pytestmark = pytest.mark.lab
@@ -92,3 +95,27 @@ def test_an_interrupted_session_leaves_nothing(how: str, tmp_path: Path) -> None
         if inner.poll() is None:
             os.killpg(inner.pid, signal.SIGKILL)
             inner.wait()
+
+
+def test_a_registered_compose_project_is_removed(tmp_path: Path) -> None:
+    """What the compose test registers (tests/e2e/test_compose_stack.py) is what the reaper
+    removes: the project's pod, container, network and volume, as podman lists them."""
+    if not shutil.which("podman"):
+        pytest.skip("needs podman (scripts/setup.sh --test)")
+    project = session.unique_name("bbt", 8)
+    registry = tmp_path / "registry.jsonl"
+    registry.write_text(json.dumps({"kind": "podman", "project": project, "volumes": [], "images": []}) + "\n")
+    rootfs = tmp_path / "rootfs"  # a container needs no image to exist: an empty root of its own
+    rootfs.mkdir()
+    try:
+        podman("network", "create", f"{project}_monitoring")
+        podman("volume", "create", f"{project}_exporter-state")
+        podman("pod", "create", "--infra=false", "--name", f"pod_{project}")
+        podman("create", "--name", f"{project}_alert-webhook_1", "--rootfs", str(rootfs), "/webhook")
+        made = leftovers(project)
+        assert set(made) == {"containers", "networks", "volumes", "pods"}, made
+        done = session.reap("0.0.0", registry)  # a session of no process: only what is registered
+        assert leftovers(project) == {}
+        assert sorted(line.split()[2] for line in done) == ["container", "network", "pod", "volume"], done
+    finally:
+        remove_leftovers(project, set())
