@@ -57,7 +57,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   # How much, before any of it: apt's own count and sizes, with the dependencies.
   plan=$(LC_ALL=C apt-get install --no-install-recommends --assume-no "${missing[@]}" 2>/dev/null || true)
-  total=$(sed -n 's/.* \([0-9][0-9]*\) newly installed.*/\1/p' <<<"$plan")
+  # Every package apt sets up: those newly installed and those upgraded as dependencies
+  # ("N upgraded, M newly installed": counting only M read "[159/156]").
+  total=$(sed -n 's/^\([0-9][0-9]*\) upgraded, \([0-9][0-9]*\) newly installed.*/\1 \2/p' <<<"$plan" | awk '{print $1 + $2}')
   sed -n 's/^\(Need to get .*\)/setup: \1/p; s/^\(After this operation, .*\)/setup: \1/p' <<<"$plan"
   echo "setup: ${total:-?} packages with their dependencies; a few minutes on a fast mirror (each is shown as it is set up)"
   # Debian's prometheus packages would start system services where systemd runs; the
@@ -67,7 +69,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'if [ -e /usr/sbin/policy-rc.d.bigbinf-saved ]; then mv /usr/sbin/policy-rc.d.bigbinf-saved /usr/sbin/policy-rc.d; else rm -f /usr/sbin/policy-rc.d; fi' EXIT
   LC_ALL=C apt-get install -y -q --no-install-recommends "${missing[@]}" 2>&1 \
-    | awk -v total="${total:-?}" '/^Setting up / {n++; printf "setup: [%d/%s] %s\n", n, total, $3; fflush()}
+    | awk -v total="${total:-?}" '/^Setting up / {n++; if (total != "?" && n > total) total = n
+                                                   printf "setup: [%d/%s] %s\n", n, total, $3; fflush()}
                                  /^(E|W): / {print; fflush()}'
   step_done "Debian packages installed" "$step"
 fi
@@ -108,15 +111,29 @@ fi
 # report's [report] (750 MB in .venv: Grafana's SDK, scipy, matplotlib, mypy, ...).
 if [ "$FOR_TESTS" = 1 ]; then
   target='.[test,report]'
-  echo "setup: installing bigbinf with the tests' and the report's Python packages into .venv (about 750 MB in .venv; a few minutes)"
+  installing="installing bigbinf with the tests' and the report's Python packages into .venv (about 750 MB in .venv; a few minutes)"
 else
   target='.'
-  echo "setup: installing bigbinf and its Python packages into .venv (about 320 MB in .venv; about a minute on a fast link)"
+  installing="installing bigbinf and its Python packages into .venv (about 320 MB in .venv; about a minute on a fast link)"
 fi
-.venv/bin/pip install -q --upgrade pip >/dev/null
-if ! .venv/bin/pip install -q --progress-bar off -e "$target"; then
-  echo "setup: pip could not install $target (its messages are above)" >&2
-  exit 1
+# pip speaks for itself (each package as it is collected, its download's progress, then
+# the install): a fresh clone's 166 s of it were silent behind -q.  A venv that holds this
+# pyproject.toml's packages already (the stamp, written after a pip run that succeeded)
+# is not asked again: the demo runs setup every time.
+stamp=.venv/.bigbinf-installed
+want="$target $(sha256sum pyproject.toml | cut -d' ' -f1)"
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "$have" = "$want" ] || { [ "$target" = . ] && [ "$have" = ".[test,report] ${want#* }" ]; }; then
+  echo "setup: bigbinf's Python packages are in .venv already (pyproject.toml unchanged since; rm $stamp to install again)"
+else
+  echo "setup: $installing"
+  echo "setup: upgrading pip in .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  if ! .venv/bin/pip install -e "$target"; then
+    echo "setup: pip could not install $target (its messages are above)" >&2
+    exit 1
+  fi
+  echo "$want" > "$stamp"
 fi
 step_done "Python packages installed ($(du -sh .venv | cut -f1) in .venv)" "$step"
 [ "$FOR_TESTS" = 1 ] || echo "setup: for the report's figures and tests: scripts/setup.sh --test (or .venv/bin/pip install -e '.[report]')"

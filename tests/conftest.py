@@ -12,7 +12,6 @@ import resource
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import yaml
 from bigbinf import lab
 from bigbinf.config import Config, parse_config
 from bigbinf.lab import LabLayout
+from tests.support import session
 
 
 def _needs_root_and_tools() -> str | None:
@@ -82,6 +82,24 @@ SLOWEST_FIRST = (
 def _slowest_first(item: pytest.Item) -> int:
     path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
     return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+
+REAPER = pytest.StashKey[session.Session]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's reaper (tests/support/session.py): whatever the session leaves, when
+    it ends however it ends, is removed.  Started by the controller (the only process
+    without xdist), before the workers, which inherit its marker."""
+    if not hasattr(config, "workerinput"):
+        config.stash[REAPER] = session.Session()
+    session.track_labs()
+    session.interrupt_on_sigterm()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if REAPER in config.stash:
+        config.stash[REAPER].finish()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -177,7 +195,7 @@ def write_config(config_text_or_raw: dict, path: Path) -> Path:
 
 @pytest.fixture
 def unique_name() -> str:
-    return "bbt" + uuid.uuid4().hex[:7]
+    return session.unique_name()
 
 
 class LabFactory:
@@ -188,7 +206,7 @@ class LabFactory:
         self.layouts: list[LabLayout] = []
 
     def __call__(self, **kwargs) -> Config:
-        name = "bbt" + uuid.uuid4().hex[:7]
+        name = session.unique_name()  # claimed: no other session builds or removes it
         tmp = self.tmp_factory.mktemp(name)
         config = lab_config(tmp, name, **kwargs)
         self.layouts.append(LabLayout(config.lab))  # registered before up: a failed up is torn down too

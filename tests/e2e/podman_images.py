@@ -57,6 +57,56 @@ def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.C
     return proc
 
 
+def leftovers(project: str, volumes: set[str] = frozenset()) -> dict[str, list[str]]:
+    def names(*what: str) -> list[str]:
+        return [n for n in podman(*what, "--format", "{{.Name}}").stdout.split() if project in n]
+
+    found = {
+        "containers": [n for n in podman("ps", "-a", "--format", "{{.Names}}").stdout.split() if project in n],
+        "networks": names("network", "ls"),
+        "volumes": [
+            v for v in podman("volume", "ls", "--format", "{{.Name}}").stdout.split() if project in v or v in volumes
+        ],
+        "pods": names("pod", "ls"),
+    }
+    return {kind: names for kind, names in found.items() if names}
+
+
+def remove_leftovers(project: str, volumes: set[str]) -> list[tuple[str, str]]:
+    """What a failed `down` left (or a killed test session: tests/support/session.py): by
+    the project's name, or volumes its containers mounted; (kind, name) of each removed."""
+    found = leftovers(project, volumes)
+    removed = []
+    for kind, argv in (
+        ("containers", ("rm", "-f", "-v")),
+        ("pods", ("pod", "rm", "-f")),
+        ("volumes", ("volume", "rm", "-f")),
+        ("networks", ("network", "rm", "-f")),
+    ):
+        for name in found.get(kind, []):
+            if podman(*argv, name, check=False).returncode == 0:
+                removed.append((kind.rstrip("s"), name))
+    return removed
+
+
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+def restore_host_networking(ip_forward: str) -> None:
+    """Undo what netavark did to the host for the stack's networks: it turns on IPv4
+    forwarding, and leaves an empty per-network port-forwarding chain in iptables' nat
+    table.  `iptables -X` deletes a chain only when it is empty and nothing jumps to it,
+    so a chain in use (another podman network's) is never touched."""
+    if IP_FORWARD.read_text() != ip_forward:
+        IP_FORWARD.write_text(ip_forward)
+    if shutil.which("iptables"):
+        listing = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, timeout=60).stdout
+        for line in listing.splitlines():
+            if line.startswith("-N NETAVARK-DN-"):
+                chain = line.split()[1]
+                subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True, timeout=60)
+
+
 def apt_mirror() -> str:
     """The Debian mirror this machine's apt uses (deb822 sources or the classic list), as
     scripts/setup.sh finds it."""

@@ -33,7 +33,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +41,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import session
+
 from . import podman_images
-from .podman_images import ROOT, podman
+from .podman_images import IP_FORWARD, ROOT, leftovers, podman, remove_leftovers, restore_host_networking
 
 OVERRIDE = podman_images.HERE / "compose.override.yaml"
 # Every service of compose.yaml but Grafana (docs/deployment.md, "Run for real, with podman").
@@ -145,52 +146,6 @@ def mounted_volumes(stack: Stack) -> set[str]:
     return names
 
 
-def leftovers(project: str, volumes: set[str] = frozenset()) -> dict[str, list[str]]:
-    def names(*what: str) -> list[str]:
-        return [n for n in podman(*what, "--format", "{{.Name}}").stdout.split() if project in n]
-
-    found = {
-        "containers": [n for n in podman("ps", "-a", "--format", "{{.Names}}").stdout.split() if project in n],
-        "networks": names("network", "ls"),
-        "volumes": [
-            v for v in podman("volume", "ls", "--format", "{{.Name}}").stdout.split() if project in v or v in volumes
-        ],
-        "pods": names("pod", "ls"),
-    }
-    return {kind: names for kind, names in found.items() if names}
-
-
-def remove_leftovers(project: str, volumes: set[str]) -> None:
-    """What a failed `down` left: by the project's name, or volumes its containers mounted."""
-    found = leftovers(project, volumes)
-    for name in found.get("containers", []):
-        podman("rm", "-f", "-v", name, check=False)
-    for name in found.get("pods", []):
-        podman("pod", "rm", "-f", name, check=False)
-    for name in found.get("volumes", []):
-        podman("volume", "rm", "-f", name, check=False)
-    for name in found.get("networks", []):
-        podman("network", "rm", "-f", name, check=False)
-
-
-IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
-
-
-def restore_host_networking(ip_forward: str) -> None:
-    """Undo what netavark did to the host for the stack's networks: it turns on IPv4
-    forwarding, and leaves an empty per-network port-forwarding chain in iptables' nat
-    table.  `iptables -X` deletes a chain only when it is empty and nothing jumps to it,
-    so a chain in use (another podman network's) is never touched."""
-    if IP_FORWARD.read_text() != ip_forward:
-        IP_FORWARD.write_text(ip_forward)
-    if shutil.which("iptables"):
-        listing = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, timeout=60).stdout
-        for line in listing.splitlines():
-            if line.startswith("-N NETAVARK-DN-"):
-                chain = line.split()[1]
-                subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def rules_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("rules")
@@ -210,8 +165,10 @@ def stack(rules_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     reason = missing()
     if reason:
         pytest.skip(reason)
-    project = f"bbt{uuid.uuid4().hex[:8]}"
+    project = session.unique_name("bbt", 8)
     ip_forward = IP_FORWARD.read_text()
+    # Registered before anything is made: a session killed meanwhile removes it all.
+    session.register("podman", project=project, images=[f"{podman_images.EXPORTER}:{project}"], ip_forward=ip_forward)
     start = time.monotonic()
     images = podman_images.build(project)
     timings = {**images.timings, "build_total": time.monotonic() - start}
@@ -242,6 +199,7 @@ def stack(rules_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         stack.up(*(s for s in SERVICES if s != "remote"))
         timings["up"] = time.monotonic() - start
         stack.volumes = mounted_volumes(stack)
+        session.register("podman", project=project, volumes=sorted(stack.volumes))  # anonymous ones too
         mountpoint = podman("volume", "inspect", f"{project}_exporter-state", "--format", "{{.Mountpoint}}").stdout
         stack.exporter_volume_dir = Path(mountpoint.strip())
         yield stack

@@ -18,6 +18,7 @@ from bigbinf.measure.wire import analyser_worker
 from bigbinf.measure.wire.analyse import _fast_tally, _retransmissions, analyse_pcap
 from bigbinf.measure.wire.analyser_worker import analyse_in_worker
 from bigbinf.measure.wire.pcap import mapped
+from tests.support import session
 
 # The same hosts, port and tshark comparison as the crafted captures of the unit tests.
 from tests.unit.test_analyse import CLIENT, REMOTE, RPORT, TSHARK, tshark_retransmissions
@@ -88,8 +89,8 @@ class Lab:
         return _run("ip", "netns", "exec", namespace, *argv, check=check, timeout=timeout)
 
     def _build(self) -> None:
-        _run("ip", "netns", "add", self.ns_remote)
-        _run("ip", "netns", "add", self.ns_client)
+        _run("ip", "netns", "add", session.register_netns(self.ns_remote))
+        _run("ip", "netns", "add", session.register_netns(self.ns_client))
         _run("ip", "link", "add", self.if_remote, "netns", self.ns_remote, "type", "veth",
              "peer", "name", self.if_client, "netns", self.ns_client)  # fmt: skip
         for namespace, interface, address in (

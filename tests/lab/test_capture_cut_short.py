@@ -13,20 +13,20 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bigbinf.measure.wire.capture import Capture, CaptureError
+from tests.support import session
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture
 def namespace() -> Iterator[str]:
-    ns = f"bbtcs{uuid.uuid4().hex[:6]}"
+    ns = session.register_netns(session.unique_name("bbtcs", 6))
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)

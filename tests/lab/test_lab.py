@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from bigbinf.lab.servers import SERVERS
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.process import in_netns
+from tests.support import session
 
 from ..conftest import lab_config, nstat_retrans, quiet_veth_counters, veth_counters
 from ..support.exporter import ROOT
@@ -215,8 +215,11 @@ def _cli(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_lab_commands_up_status_down_leave_nothing_behind(tmp_path: Path) -> None:
-    name = "bbt" + uuid.uuid4().hex[:7]
+    name = session.unique_name()
     config = lab_config(tmp_path, name, link={"rate": "200mbit", "delay": "2ms"})
+    assert config.lab is not None
+    # Built by the CLI, in a process of its own: registered here.
+    session.register("lab", name=name, owner=name, state_dir=str(config.lab.state_dir))
     config_file = tmp_path / "lab.yaml"
     config_file.write_text(config.model_dump_json(exclude_defaults=True))  # JSON is YAML
     layout = LabLayout(config.lab)
@@ -265,7 +268,7 @@ def test_a_half_routed_delay_line_is_reported_and_completed_by_up(make_lab) -> N
 def test_a_device_is_up_only_once_it_is_set_up() -> None:
     # The delay line creates its TUN devices, then sets them up: routes wait for the
     # second (a device that exists but is down takes no route: "Device for nexthop is not up").
-    ns = "bbt" + uuid.uuid4().hex[:7]
+    ns = session.register_netns(session.unique_name())
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         assert not network.device_up(ns, "probe0") and not network.link_exists(ns, "probe0")

@@ -25,6 +25,7 @@ from bigbinf.lab import mesh as labmesh
 from bigbinf.mesh.config import exporter_of, load_mesh
 from bigbinf.result import Result
 from bigbinf.service.server import Exporter
+from tests.support import session
 
 from ..conftest import LAB_ROOT
 from ..support.prometheus import free_port
@@ -74,7 +75,7 @@ def _slotted(path: Path) -> list[Result]:
 
 
 def test_an_overrun_slot_is_recorded_and_the_next_waits_for_it(tmp_path: Path) -> None:
-    name = "bbx" + uuid.uuid4().hex[:5]
+    name = session.unique_name("bbx", 5)
     mesh_path = _mesh_file(tmp_path, name)
     mesh = load_mesh(mesh_path, lab=labmesh.layout)
     journal, listen = exporter_of(mesh, "alpha").journal, exporter_of(mesh, "alpha").listen

@@ -30,6 +30,7 @@ from bigbinf.lab.layout import LabError
 from bigbinf.lab.mesh_layout import MeshLabLayout, MeshSiteLayout
 from bigbinf.lab.servers import netns_hosts
 from bigbinf.mesh.config import MeshConfig, parse_mesh
+from tests.support import session
 
 from ..conftest import LAB_ROOT
 
@@ -75,7 +76,7 @@ def _mesh(
 
 
 def _name() -> str:
-    return "bbm" + uuid.uuid4().hex[:6]  # lab mesh names: at most 9 characters
+    return session.unique_name("bbm", 6)  # lab mesh names: at most 9 characters
 
 
 def _netns() -> set[str]:

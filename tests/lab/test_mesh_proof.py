@@ -27,6 +27,7 @@ from bigbinf.mesh import plan as meshplan
 from bigbinf.mesh.config import exporter_of, load_mesh
 from bigbinf.mesh.prometheus import render
 from bigbinf.result import Result
+from tests.support import session
 
 from ..conftest import LAB_ROOT
 from ..support.exporter import ROOT, ExporterProcess
@@ -88,7 +89,7 @@ def _exporter(mesh_path: Path, site: str, listen: str, log: Path) -> ExporterPro
 
 
 def test_three_sites_two_rounds_no_overlap_alone_speed_central_prometheus(tmp_path: Path) -> None:
-    name = "bbm" + uuid.uuid4().hex[:5]
+    name = session.unique_name("bbm", 5)
     central_port = free_port()
     mesh_path = _mesh_file(tmp_path, name, f"http://127.0.0.1:{central_port}")
     mesh = load_mesh(mesh_path, lab=labmesh.layout)

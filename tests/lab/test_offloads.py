@@ -30,7 +30,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.wire.analyse import Analysis, analyse_pcap
 from bigbinf.measure.wire.capture import Capture
+from tests.support import session
 from tests.support.wire_truth import (
     ETHERNET_MTU_FRAME,
     TSHARK,
@@ -139,7 +139,7 @@ def _build(tag: str) -> OffloadPath:
         f"{tag}-cl", f"{tag}-mid", f"{tag}-rem", f"{tag}-c", f"{tag}-mc", f"{tag}-mr", f"{tag}-r", f"{tag}-br", False
     )
     for ns in (path.client_ns, path.middle_ns, path.remote_ns):
-        run("ip", "netns", "add", ns)
+        run("ip", "netns", "add", session.register_netns(ns))
         run("ip", "-n", ns, "link", "set", "lo", "up")
     run("ip", "link", "add", path.client_if, "netns", path.client_ns, "type", "veth",
         "peer", "name", path.middle_client_if, "netns", path.middle_ns)  # fmt: skip
@@ -182,7 +182,7 @@ def _build(tag: str) -> OffloadPath:
 
 @pytest.fixture(scope="module")
 def offload_path() -> Iterator[OffloadPath]:
-    tag = "bo" + uuid.uuid4().hex[:5]
+    tag = session.unique_name("bo", 5)
     try:
         path = _build(tag)
         got = offloads(path.client_ns, path.client_if)

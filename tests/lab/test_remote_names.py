@@ -27,6 +27,7 @@ from bigbinf.measure.path.route import resolve
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.measure.wire.capture import CaptureError
+from tests.support import session
 
 pytestmark = pytest.mark.lab
 
@@ -41,7 +42,7 @@ def namespace() -> Iterator[tuple[str, str, str]]:
     tag = uuid.uuid4().hex[:6]
     ns, v4, v6 = f"bbtnm{tag}", f"bbt-v4-{tag}.test", f"bbt-v6-{tag}.test"
     etc = Path("/etc/netns") / ns
-    subprocess.run(["ip", "netns", "add", ns], check=True)
+    subprocess.run(["ip", "netns", "add", session.register_netns(ns)], check=True)
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
         for address in (f"{V4_NAME_ADDRESS}/32", f"{V6_NAME_ADDRESS}/128"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from bigbinf.config import parse_config
 from bigbinf.lab import LabLayout
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
+from tests.support import session
 
 from ..conftest import LAB_ROOT
 from ..support.exporter import start_lab_serve
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.lab
 def test_lab_serve_runs_the_servers_in_place(make_lab, tmp_path: Path) -> None:
     net = make_lab(servers=[])  # namespaces and link only: nothing listens yet
     net_layout = LabLayout(net.lab)
-    name = "bbs" + uuid.uuid4().hex[:7]
+    name = session.unique_name("bbs", 7)
     state = LAB_ROOT / f"bigbinf-{name}"
     serve_raw = {
         "lab": {

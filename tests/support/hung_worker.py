@@ -47,3 +47,17 @@ def start_slow_analysis(log_level: int) -> None:
         return analyse(*args)
 
     analyser_worker._analyse = slow  # type: ignore[assignment]
+
+
+def start_slow_compile(log_level: int) -> None:
+    """A worker whose compiling (inside the warm-up) takes 1.5 s longer, with a wait said
+    after 0.5 s (analyser_worker.SAY_WAIT_SECONDS, 5 s in the exporter)."""
+    analyser_worker._start_worker(log_level)
+    analyser_worker.SAY_WAIT_SECONDS = 0.5
+    compile_ = analyser_worker.warm_up
+
+    def slow() -> Any:
+        time.sleep(1.5)
+        return compile_()
+
+    analyser_worker.warm_up = slow  # type: ignore[assignment]

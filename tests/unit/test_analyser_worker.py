@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,6 +196,36 @@ def test_a_slow_compile_is_not_counted_against_the_analysis(
         assert analyse_in_worker(path, client, remote) == analyse_pcap(path, client, remote, engine="python")
     finally:
         analyser_worker.shutdown()
+
+
+def test_a_compile_and_the_wait_for_it_say_what_they_wait_for(
+    captures: dict[str, tuple[Path, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # Issue 47: 66 s of silence between the first transfer's start and its result while
+    # numba compiled.  The worker says it is compiling once the warm-up has taken longer
+    # than SAY_WAIT_SECONDS, and when it is done; the analysis waiting for it says so too.
+    path, client, remote = captures["basic"]
+    analyser_worker.shutdown()
+    monkeypatch.setattr(analyser_worker, "_INITIALIZER", (hung_worker.start_slow_compile, ()))
+    monkeypatch.setattr(analyser_worker, "SAY_WAIT_SECONDS", 0.5)
+    caplog.set_level(logging.INFO)  # the worker logs at the level of the exporter's root logger
+    try:
+        analyser_worker.start()
+        assert analyse_in_worker(path, client, remote) == analyse_pcap(path, client, remote, engine="python")
+    finally:
+        analyser_worker.shutdown()
+    waited = [r.getMessage() for r in caplog.records if "waiting for the pcap analyser" in r.getMessage()]
+    assert waited == [
+        f"{path}: waiting for the pcap analyser to finish compiling (about a minute on a busy host, once after an "
+        "install) before analysing it"
+    ]
+    worker = capfd.readouterr().err  # the worker logs to the stderr it shares with the exporter
+    compiling = worker.index("compiling the pcap analyser, about a minute on a busy host")
+    ready = re.search(r"the pcap analyser is ready \(compiled or loaded in ([\d.]+) s\)", worker)
+    assert ready and ready.start() > compiling and float(ready.group(1)) >= 1.5, worker
 
 
 def test_a_stop_mid_analysis_says_so_and_starts_no_other_worker(

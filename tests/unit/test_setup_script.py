@@ -28,6 +28,7 @@ def test_setup_installs_the_test_extras_only_with_test(tmp_path: Path, flag: tup
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     calls = tmp_path / "calls"
@@ -47,8 +48,24 @@ def test_setup_installs_the_test_extras_only_with_test(tmp_path: Path, flag: tup
     asked = calls.read_text().splitlines()
     assert not [line for line in asked if line.startswith("apt-get")]
     installs = [line for line in asked if line.startswith("pip install") and "-e" in line.split()]
-    assert installs == [f"pip install -q --progress-bar off -e {target}"]
+    # pip's own output (each package, its download's progress): not silenced.
+    assert installs == [f"pip install -e {target}"]
     # It says what it installs, how much and how long it took.
     out = done.stdout
     assert "setup: installing bigbinf" in out and "MB in .venv" in out
     assert "setup: Python packages installed" in out and "setup: done in" in out
+    # Run again (the demo runs setup every time): the same pyproject.toml is not installed again.
+    calls.unlink()
+    again = subprocess.run(
+        ["bash", str(repo / "scripts" / "setup.sh"), *flag], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0, again.stderr
+    assert not calls.exists() or not [c for c in calls.read_text().splitlines() if c.startswith("pip install")]
+    assert "setup: bigbinf's Python packages are in .venv already" in again.stdout
+    # A changed pyproject.toml is.
+    (repo / "pyproject.toml").write_text("# changed\n")
+    changed = subprocess.run(
+        ["bash", str(repo / "scripts" / "setup.sh"), *flag], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert f"pip install -e {target}" in calls.read_text().splitlines()

@@ -380,6 +380,19 @@ def alert(
     return rule
 
 
+def schedule_gap(interval: str) -> str:
+    """The gap between a series' starts as its schedule runs on this host: the interval
+    (`interval`, a per-series gauge), or, where the last round ran past the next start
+    and starts were skipped, the whole intervals that round took (a start that meets a
+    running round is skipped: service/server.py).  The interval alone where the exporter
+    publishes no overrun (before its first round; a mesh site, whose slots are planned)."""
+    overrun = metrics.ROUND_OVERRUN.name
+    return (
+        f"(\n    ceil(({interval} + on(job, instance) group_left() {overrun}) / {interval}) * {interval}\n"
+        f"    or {interval}\n  )"
+    )
+
+
 def alerts(s: Settings) -> list[dict[str, Any]]:
     pct = num(s.regression_fraction * 100)
     up = f'up{{job="{s.job}"}}'
@@ -403,7 +416,7 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
                 f"  {metrics.LAST_SUCCESS.name}\n"
                 f"  or ({interval} * 0\n"
                 f"      + on(job, instance) group_left() {metrics.CONFIG_RELOAD_TS.name})\n"
-                f") > {num(s.stale_multiple)} * {interval}\n"
+                f") > {num(s.stale_multiple)} * {schedule_gap(interval)}\n"
                 # A protocol whose binary is not installed here is skipped every round: that
                 # is reported by its outcome, not a stale series to page about.
                 "unless on(job, instance, protocol, remote, dataset, direction)\n"
@@ -411,10 +424,12 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             ),
             s.stale_for,
             "warning",
-            f"No successful transfer for {SERIES_TEXT}",
-            f"The last successful transfer started {{{{ $value | humanizeDuration }}}} ago, more than "
-            f"{num(s.stale_multiple)} times the schedule interval (series whose last outcome is skipped are "
-            f"left out).",
+            f"Stale: {SERIES_TEXT} has not succeeded within {num(s.stale_multiple)} times the gap between its starts",
+            f"No ok transfer for {{{{ $value | humanizeDuration }}}} (since the last ok one, or since the "
+            f"configuration was loaded if none since): more than {num(s.stale_multiple)} times the gap between "
+            f"the series' starts as its schedule runs on this host (schedule.interval; where rounds overran and "
+            f"starts were skipped, the whole intervals the last round took, {metrics.ROUND_OVERRUN.name}).  Series "
+            f"whose last outcome is skipped are left out.",
         ),
         alert(
             s,
@@ -546,14 +561,15 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             (
                 f"time() - {probe_time()}\n"
                 f"  > on({PATH_KEY}) group_left()\n"
-                f"  {num(s.stale_multiple)} * max by({PATH_KEY}) ({interval})"
+                f"  {num(s.stale_multiple)} * max by({PATH_KEY}) ({schedule_gap(interval)})"
             ),
             s.probes_stale_for,
             "warning",
             "Path to {{ $labels.remote }} not probed",
             f"The last probe of the path to {{{{ $labels.remote }}}} was {{{{ $value | humanizeDuration }}}} ago, "
-            f"more than {num(s.stale_multiple)} times the longest schedule interval of its series: the path "
-            f"gauges (RTT, loss, MTU, BDP, TCP buffers) are stale.",
+            f"more than {num(s.stale_multiple)} times the longest gap between its series' starts as their schedule "
+            f"runs on this host (where rounds overran, the whole intervals the last round took): the path gauges "
+            f"(RTT, loss, MTU, BDP, TCP buffers) are stale.",
         ),
         alert(
             s,

@@ -15,6 +15,7 @@ schedule's shortest gap between two starts (service/schedule.py).
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -95,3 +96,16 @@ def fit_warning(estimate: RoundEstimate, gap: float, what: str) -> str | None:
         f").  Lengthen the schedule to at least {_s(max(estimate.seconds, longest_measured) * 1.25)} s between "
         "starts, or drop tests or shorten datasets (docs/configuration.md, 'A round longer than its interval')"
     )
+
+
+FIT_MARGIN = 1.25  # as fit_warning's advice: a round a quarter longer still fits
+
+
+def fitted_interval(estimate: RoundEstimate, interval: float) -> float | None:
+    """The schedule interval a round fits in on this host: the longer of the estimate and
+    the longest measured round, with FIT_MARGIN, in whole minutes, never shorter than
+    `interval` (what the configuration asks); None while nothing has been measured."""
+    longest = max(estimate.seconds, max(estimate.measured_rounds, default=0.0))
+    if longest <= 0:
+        return None
+    return max(interval, 60.0 * math.ceil(longest * FIT_MARGIN / 60.0))

@@ -14,10 +14,14 @@ from bigbinf.config import ScheduleConfig
 from bigbinf.cron import crontab_trigger
 
 
-def make_trigger(schedule: ScheduleConfig) -> BaseTrigger:
+def make_trigger(schedule: ScheduleConfig, after: dt.datetime | None = None) -> BaseTrigger:
+    """The schedule's trigger.  `after`: a one-off first round's time (schedule.start_delay):
+    an interval then counts from it, not from now, so the first two rounds are a whole
+    interval apart (issue 47: 20 s less, and a busy host's second start met the first round)."""
     jitter = int(schedule.jitter) or None
     if schedule.interval:
-        return IntervalTrigger(seconds=schedule.interval, timezone=schedule.timezone, jitter=jitter)
+        first = after + dt.timedelta(seconds=schedule.interval) if after is not None else None
+        return IntervalTrigger(seconds=schedule.interval, timezone=schedule.timezone, jitter=jitter, start_date=first)
     crons = [crontab_trigger(expr, schedule.timezone) for expr in schedule.cron]
     return OrTrigger(crons, jitter=jitter) if len(crons) > 1 or jitter else crons[0]
 

@@ -248,25 +248,25 @@ class Exporter:
             self.bind()
         if self.config.capture.enabled:
             analyser_worker.start()  # compiled (or loaded) now, outside any capture's deadline
+        now = dt.datetime.now(dt.UTC)
+        delay = self.config.schedule.start_delay
+        first = now + dt.timedelta(seconds=delay) if delay is not None and self.mesh_runner is None else None
         if self.mesh_runner is None:
             self.scheduler.add_job(
                 self._scheduled_round,
-                make_trigger(self.config.schedule),
+                make_trigger(self.config.schedule, after=first),
                 id=JOB_ID,
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=3600,
             )
-        now = dt.datetime.now(dt.UTC)
         # What an ended run left: undone, removed, its round finished, before anything else.
         self.scheduler.add_job(self._recover, "date", run_date=now, id="recover", misfire_grace_time=None)
-        delay = self.config.schedule.start_delay
-        if delay is not None and self.mesh_runner is None:
+        if first is not None:
             # A one-off first round (demos: data within seconds, after Prometheus has
             # scraped the primed zero counters).  It shares the round lock, and waits for
             # the start's recovery rather than be skipped by it.
-            when = now + dt.timedelta(seconds=delay)
-            self.scheduler.add_job(self._scheduled_round, "date", run_date=when, id="first-round", args=(True,))
+            self.scheduler.add_job(self._scheduled_round, "date", run_date=first, id="first-round", args=(True,))
         sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
         # `regression accept` (another process) journals an accept; taken up within seconds.
         self.scheduler.add_job(

@@ -105,6 +105,9 @@ SHUTDOWN_GRACE_SECONDS = 1.0
 # The warm-up (compiling, or loading numba's cache) is slow on a busy host, never hung
 # in practice: 90 s was seen at load 12-15 on 2 cores.  Beyond this it is taken for hung.
 COMPILE_CEILING_SECONDS = 1800.0
+# A wait longer than this says what it waits for (the compiling, in the worker's log and
+# in the analysis that waits for it); loading numba's cache takes well under it.
+SAY_WAIT_SECONDS = 5.0
 _SLOWEST_BYTES_PER_SECOND = 5e6
 
 _log = logging.getLogger(__name__)
@@ -186,7 +189,15 @@ def _wait_warm_up(pool: ProcessPoolExecutor, ready: Future[bool], name: str) -> 
     """Wait for the worker's warm-up (compiling the fast path, or loading it): no
     analysis deadline runs meanwhile.  A warm-up past COMPILE_CEILING_SECONDS is hung."""
     try:
-        ready.result(timeout=COMPILE_CEILING_SECONDS)
+        try:
+            ready.result(timeout=SAY_WAIT_SECONDS)
+        except TimeoutError:  # compiling: this wait says what it waits for
+            _log.info(
+                "%s: waiting for the pcap analyser to finish compiling (about a minute on a busy host, once after "
+                "an install) before analysing it",
+                name,
+            )
+            ready.result(timeout=COMPILE_CEILING_SECONDS)
     except TimeoutError:
         _discard(pool, grace_seconds=0.0)
         raise AnalysisTimeout(
@@ -397,13 +408,28 @@ def _private_cache_copy() -> None:
 
 def _warm() -> bool:
     """The worker's first task: the fast path compiled or loaded (warm_up); False if it
-    could not be (each analysis then finds out for itself, and says so)."""
+    could not be (each analysis then finds out for itself, and says so).  Loading numba's
+    cache takes well under a second on a quiet host; a warm-up still going after
+    SAY_WAIT_SECONDS is most likely compiling, and says so (issue 47: 66 s of silence on a
+    busy host), and then when it is ready."""
     started = time.monotonic()
+    timer = threading.Timer(
+        SAY_WAIT_SECONDS,
+        _log.info,
+        (
+            "compiling the pcap analyser, about a minute on a busy host (numba, once after an install; or loading "
+            "numba's cache of it, slow on a busy host)",
+        ),
+    )
+    timer.daemon = True
+    timer.start()
     try:
         warm_up()
     except Exception as e:
         _log.warning("the pcap analyser's warm-up failed (%s): each analysis compiles what it needs", e)
         return False
+    finally:
+        timer.cancel()
     _log.info("the pcap analyser is ready (compiled or loaded in %.1f s)", time.monotonic() - started)
     return True
 
