@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -315,3 +316,80 @@ def test_chunk_sizes_are_summed_across_reads() -> None:
     assert sizes.feed(b"0\r\n" + b"x" * 8) == 0x10
     assert sizes.feed(b"x" * 8 + b"\r\nA;name=v\r\n") == 0x1A
     assert sizes.feed(b"y" * 10 + b"\r\n0\r\n\r\nffff\r\n") == 0x1A  # after the last chunk: nothing more
+
+
+def test_a_tls_connection_is_served_from_its_parked_handshake_and_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over mTLS the handshake and the first head are done in the parked reader callback
+    (httpd._tls_parked): a request split into many records is answered, a client
+    certificate outside the allowed SANs, a handshake that never ends and a head that
+    never ends are each closed and counted, and plain HTTP at the TLS port gets Go's answer."""
+    from tests.support.tls import TestPKI
+
+    monkeypatch.setattr(httpd, "HANDSHAKE_SECONDS", 0.5)
+    monkeypatch.setattr(httpd, "HEAD_SECONDS", 0.5)
+    monkeypatch.setattr(httpd, "FLUSH_SECONDS", 0.2)
+    pki = TestPKI(tmp_path)
+    cert = pki.issue("server", san="IP:127.0.0.1", server=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert.cert, cert.key)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(pki.ca.cert)
+    web = WebConfig(ssl_context=ctx, allowed_sans=("prometheus.test",))
+    counts: list[dict[str, int]] = []
+    srv = HttpServer(
+        "127.0.0.1", 0, [Route("/metrics", ("GET",), lambda r: Response(200, b"up 1\n"))], lambda: web, counts.append
+    )
+    srv.start()
+
+    def tls(client: str) -> ssl.SSLSocket:
+        issued = pki.issue(client, san=f"DNS:{client}")
+        raw = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        return pki.client_context(issued).wrap_socket(raw, server_hostname="127.0.0.1")
+
+    def closed_by_server(s: socket.socket) -> bool:
+        try:
+            return s.recv(100) == b""
+        except TimeoutError:
+            return False
+        except (ssl.SSLError, OSError):
+            return True
+
+    def counted(reason: str) -> int:
+        deadline = time.monotonic() + 30
+        while not (counts and counts[-1].get(reason)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return counts[-1][reason] if counts else 0
+
+    try:
+        with tls("prometheus.test") as s:
+            for line in (b"GET /metrics HTTP/1.1\r\n", b"Host: x\r\n", b"Connection: close\r\n", b"\r\n"):
+                s.sendall(line)  # a record each: the head searched across them
+                time.sleep(0.05)
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"up 1\n")
+
+        with tls("intruder.test") as s:  # TLS 1.3: the refusal shows at the first read
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert closed_by_server(s)
+        assert counted("client_certificate") == 1
+
+        with tls("prometheus.test") as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+            assert closed_by_server(s)
+        assert counted("request_timeout") == 1
+
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as raw:
+            raw.sendall(b"\x16\x03\x01\x00\x05")  # a record header, then nothing
+            assert raw.recv(100) == b""
+        assert counted("tls_handshake_timeout") == 1
+
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as raw:
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert raw.recv(1000) == httpd.HTTP_TO_HTTPS
+        assert counted("http_to_https") == 1
+    finally:
+        srv.stop()

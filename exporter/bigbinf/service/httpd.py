@@ -34,16 +34,17 @@ BIOs, so that this module decides every deadline and every byte it buffers:
   (`bigbinf_http_connections_rejected_total`, REASONS) and summarised in at most one
   log line per SUMMARY_SECONDS; and no response carries a `Server` header;
 * the server accepts itself (not asyncio.start_server): a connection is *parked* until
-  its first byte, as a socket, a reader callback and a deadline in one heap swept every
-  PARKED_SWEEP_SECONDS, and becomes a task with a stream and a parser only then (at
-  the plain port, once its first request's head has ended: read while parked).  Two
-  thousand idle connections as tasks were ~115,000 objects that the garbage collector
-  walked in pauses of up to 0.45 s (1.4 s beside two CPU burners), and the slowest scrape
-  waited for them (issue 36); the heap the exporter holds from its start is frozen out
-  of those walks (gc.freeze).  An accept that finds no descriptor (EMFILE, ENFILE) is
-  counted (fd_limit) and said in the summary line, never per accept (asyncio's own
-  accept logged a traceback per attempt: 39,288 in 80 s), and the connection that has
-  waited longest for its client (at least EVICT_MIN_WAIT_SECONDS) makes room.
+  its first request's head has ended, as a socket, a reader callback and a deadline in
+  one heap swept every PARKED_SWEEP_SECONDS (the head read there, over TLS after a
+  handshake done there through the TLS object's memory BIOs), and becomes a task with a
+  stream and a parser only then.  Two thousand idle connections as tasks were ~115,000
+  objects that the garbage collector walked in pauses of up to 0.45 s (1.4 s beside
+  two CPU burners), and the slowest scrape waited for them (issue 36); the heap the
+  exporter holds from its start is frozen out of those walks (gc.freeze).  An accept
+  that finds no descriptor (EMFILE, ENFILE) is counted (fd_limit) and said in the
+  summary line, never per accept (asyncio's own accept logged a traceback per attempt:
+  39,288 in 80 s), and the connection that has waited longest for its client (at least
+  EVICT_MIN_WAIT_SECONDS) makes room.
 
 Every route is behind the same authentication (basic auth, when the web config has
 users); pages are rendered elsewhere (service/routes.py) and only registered here.
@@ -208,14 +209,23 @@ class _Plain:
             self.close()
 
 
+class _TlsState:
+    """A connection's TLS object and its memory BIOs: made in the parked reader callback
+    (the handshake and the first request's head are done there), then handed to _Tls."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+        self.shaken = False  # the handshake has ended
+
+
 class _Tls:
     """TLS over the connection's stream through memory BIOs: the handshake and every
     record pass through here, so the deadlines above cover them."""
 
-    def __init__(self, plain: _Plain, context: ssl.SSLContext) -> None:
-        self.plain = plain
-        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+    def __init__(self, plain: _Plain, state: _TlsState, first: bytes = b"") -> None:
+        self.plain, self.state, self._first = plain, state, first
+        self.incoming, self.outgoing, self.tls = state.incoming, state.outgoing, state.tls
 
     async def _flush(self) -> None:
         data = self.outgoing.read()
@@ -231,7 +241,9 @@ class _Tls:
     async def handshake(self) -> None:
         while True:
             try:
-                self.tls.do_handshake()
+                if not self.state.shaken:
+                    self.tls.do_handshake()
+                    self.state.shaken = True
                 await self._flush()
                 return
             except ssl.SSLWantReadError:
@@ -243,6 +255,9 @@ class _Tls:
                 raise
 
     async def recv(self) -> bytes:
+        if self._first:  # the head decrypted while parked (_readable)
+            data, self._first = self._first, b""
+            return data
         while True:
             try:
                 return self.tls.read(READ_BYTES)
@@ -280,6 +295,17 @@ def _is_tls_record(first: bytes) -> bool:
     """Whether a connection's first bytes begin a TLS handshake record (type 22, version
     3.x): no HTTP method begins with byte 0x16."""
     return len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04
+
+
+def _head_goes_on(head: bytes, seen: int) -> bool:
+    """Whether a first request's head read while parked has not ended and may still be one
+    (`seen`: how much of it was searched before)."""
+    line_end = head.find(b"\n")
+    return (
+        _HEAD_END.search(head, max(0, seen - 3)) is None
+        and len(head) <= MAX_HEAD_BYTES
+        and (line_end < 0 or _REQUEST_LINE.fullmatch(head[:line_end]) is not None)
+    )
 
 
 def _answer_parked(conn: _Conn, answer: bytes) -> None:
@@ -332,12 +358,16 @@ class _Conn:
     sock: socket.socket | None = None
     accepted: float = 0.0  # loop time
     web: WebConfig | None = None  # the web config in force at the accept
-    deadline: float = 0.0  # the handshake's (TLS) or the first head's (plain), loop time
+    # The handshake's (TLS, until it ends parked) or the first head's, loop time.
+    deadline: float = 0.0
     parked: bool = True
     # A TLS handshake at the plain port: held parked, unread, to its deadline (_readable).
     held_tls: bool = False
-    # The plain port: the first request's head as it comes, read while parked (_readable).
+    # The first request's head as it comes, read (over TLS: decrypted) while parked (_readable).
     head: bytes = b""
+    # Over TLS: the TLS object fed while parked, and handshake bytes the socket did not take.
+    tls: _TlsState | None = None
+    unsent: bytes = b""
     task: asyncio.Task[None] | None = None
     channel: _Channel | None = None
     evicted: bool = False
@@ -588,9 +618,9 @@ class HttpServer:
         heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
 
     def _readable(self, conn: _Conn) -> None:
-        """Bytes have come on a parked connection.  Over TLS it is served from here by a
-        task (the handshake).  At the plain port the first request's head is read here,
-        parked, and a task takes the connection once the head has ended (or its first
+        """Bytes have come on a parked connection.  The first request's head is read here,
+        parked (over TLS the handshake is done and the head decrypted here too:
+        _tls_parked), and a task takes the connection once the head has ended (or its first
         line cannot begin a request, or it is too long): a slowloris client, a header line
         a second, costs a read and a search per line, not a task's turn with a stream and
         a parser (300 of them held the slowest scrape at 2.2x node_exporter's beside two
@@ -599,35 +629,108 @@ class HttpServer:
         holds a line-end byte (OpenSSL's always do), answered at once a client stuck in its
         handshake came back at once, and fifty of them reconnected ~400 times a second
         (the slowest scrape 5.5-8x node_exporter's, issue 43)."""
-        assert self._loop is not None and conn.sock is not None
-        if conn.web is not None and conn.web.ssl_context is None:
-            try:
-                data = conn.sock.recv(READ_BYTES)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if not data:  # the client closed before its head ended
-                self._close_parked(conn)
-                return
+        assert self._loop is not None and conn.sock is not None and conn.web is not None
+        try:
+            data = conn.sock.recv(READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client closed before its head ended
+            self._close_parked(conn)
+            return
+        if conn.web.ssl_context is not None:
+            if not self._tls_parked(conn, data):
+                return  # parked still (or closed there)
+        else:
             if not conn.head and _is_tls_record(data):
                 self._loop.remove_reader(conn.sock.fileno())
                 conn.held_tls = True
                 return  # in the parked heap still, with the head's deadline drawn at the accept
             seen = len(conn.head)
             conn.head += data
-            line_end = conn.head.find(b"\n")
-            if (
-                _HEAD_END.search(conn.head, max(0, seen - 3)) is None
-                and len(conn.head) <= MAX_HEAD_BYTES
-                and (line_end < 0 or _REQUEST_LINE.fullmatch(conn.head[:line_end]))
-            ):
-                return  # the head goes on: parked, its deadline still the one drawn at the accept
+            if _head_goes_on(conn.head, seen):
+                return  # parked, its deadline still the one drawn at the accept
         self._loop.remove_reader(conn.sock.fileno())
         conn.parked = False
         conn.task = self._loop.create_task(self._connection(conn))
         self._tasks.add(conn.task)  # the loop holds tasks weakly: an evicted one must still end
         conn.task.add_done_callback(self._tasks.discard)
+
+    def _tls_parked(self, conn: _Conn, data: bytes) -> bool:
+        """Feed a parked TLS connection's bytes to its TLS object: the handshake, then the
+        first request's head, decrypted and searched as at the plain port.  True when a
+        task must take the connection (the head has ended or cannot be a head, the bytes
+        are plain HTTP, or the socket did not take all the handshake's bytes); False while
+        it stays parked, or once it has been closed here.  Three hundred TLS slowloris
+        clients as tasks from the handshake on held the slowest scrape at 3.0x
+        node_exporter's beside two CPU burners (issue 43)."""
+        assert self._loop is not None and conn.web is not None and conn.web.ssl_context is not None
+        if conn.tls is None:
+            if data[:1] != b"\x16" and data[:1].isalpha():
+                conn.head = data
+                return True  # plain HTTP at the TLS port: the task answers it (http_to_https)
+            conn.tls = _TlsState(conn.web.ssl_context)
+        state = conn.tls
+        state.incoming.write(data)
+        if not state.shaken:
+            try:
+                state.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                return self._send_parked(conn)
+            except ssl.SSLError:
+                self._send_parked(conn)  # the alert tells the client why
+                self._close_parked(conn)
+                self._reject("tls_error")
+                return False
+            state.shaken = True
+            allowed = conn.web.allowed_sans
+            if allowed and not set(allowed) & set(peer_sans(state.tls.getpeercert())):
+                self._close_parked(conn)
+                self._reject("client_certificate")
+                return False
+            # The head's deadline, drawn from the handshake's end (the sweep skips the old entry).
+            conn.deadline = self._loop.time() + _spread(HEAD_SECONDS)
+            heapq.heappush(self._parked, (conn.deadline, next(self._order), conn))
+        seen, closed = len(conn.head), False
+        try:
+            while len(conn.head) <= MAX_HEAD_BYTES:
+                piece = state.tls.read(READ_BYTES)
+                if not piece:
+                    closed = True
+                    break
+                conn.head += piece
+        except ssl.SSLWantReadError:
+            pass
+        except ssl.SSLZeroReturnError:
+            closed = True
+        except ssl.SSLError:  # a damaged record: the client goes, as a task's read would end it
+            self._close_parked(conn)
+            return False
+        if self._send_parked(conn):  # TLS 1.3 session tickets the socket did not take
+            return True
+        if closed:
+            if conn.head:
+                return True  # the task judges what came before the close
+            self._close_parked(conn)
+            return False
+        return not _head_goes_on(conn.head, seen)
+
+    def _send_parked(self, conn: _Conn) -> bool:
+        """Send what the TLS object has written, never waiting; True if the socket did not
+        take it all (a task sends the rest: conn.unsent)."""
+        assert conn.tls is not None and conn.sock is not None
+        data = conn.unsent + conn.tls.outgoing.read()
+        conn.unsent = b""
+        if data:
+            try:
+                sent = conn.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = len(data)  # the client has gone: the next read says so
+            conn.unsent = data[sent:]
+        return bool(conn.unsent)
 
     def _sweep_parked(self) -> None:
         """Close the parked connections whose deadline has passed (counted as the task's
@@ -636,10 +739,13 @@ class HttpServer:
         now = self._loop.time()
         while self._parked and self._parked[0][0] <= now:
             _, _, conn = heapq.heappop(self._parked)
-            if conn.parked and conn in self._open:
+            # (a TLS connection whose handshake ended parked is in the heap again, later)
+            if conn.parked and conn in self._open and conn.deadline <= now:
+                tls = conn.web is not None and conn.web.ssl_context is not None
                 # Bytes that cannot begin a request line are answered at the deadline, as
                 # Go answers them once it judges the line; a head still coming is not.
-                garbage = conn.held_tls or (conn.head and not _TOKEN_START.match(conn.head))
+                # (Over TLS such a head waits for its deadline, as a task's read did.)
+                garbage = conn.held_tls or (not tls and conn.head and not _TOKEN_START.match(conn.head))
                 if garbage:
                     _answer_parked(conn, _raw_response(400, conn.web))
                 self._close_parked(conn)
@@ -648,7 +754,8 @@ class HttpServer:
                 elif garbage:
                     self._reject("bad_request")
                 else:
-                    self._reject("tls_handshake_timeout" if conn.web and conn.web.ssl_context else "request_timeout")
+                    shaken = conn.tls is not None and conn.tls.shaken
+                    self._reject("tls_handshake_timeout" if tls and not shaken else "request_timeout")
         if self.sock.fileno() >= 0:
             self._loop.call_later(PARKED_SWEEP_SECONDS, self._sweep_parked)
 
@@ -680,8 +787,8 @@ class HttpServer:
             self._waiting.pop(conn, None)
             self._open.discard(conn)
             return
-        plain = _Plain(reader, writer, conn.head)  # the head read while parked (_readable)
-        conn.head = b""
+        head, conn.head = conn.head, b""  # the head read (over TLS: decrypted) while parked (_readable)
+        plain = _Plain(reader, writer, head if conn.tls is None else b"")
         conn.channel = plain
         linger = 0.0  # how long the close may wait for a last answer to go out
         web = conn.web
@@ -689,8 +796,10 @@ class HttpServer:
             channel: _Channel = plain
             head_deadline: float | None = conn.deadline
             if web.ssl_context is not None:
-                channel = await self._open_tls(conn, plain, web)
-                head_deadline = None  # drawn from the handshake's end
+                shaken = conn.tls is not None and conn.tls.shaken
+                channel = await self._open_tls(conn, plain, web, head if conn.tls is not None else b"")
+                # The head's deadline: drawn at the handshake's end (parked, or in _read_head).
+                head_deadline = conn.deadline if shaken else None
             await self._serve_requests(conn, channel, web, head_deadline)
             linger = WRITE_SECONDS
         except _Refused as refused:
@@ -715,23 +824,33 @@ class HttpServer:
             plain.close()
             self._open.discard(conn)
 
-    async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig) -> _Channel:
+    async def _open_tls(self, conn: _Conn, plain: _Plain, web: WebConfig, head: bytes) -> _Channel:
+        """The connection's TLS channel: the handshake begun (or ended, its client
+        certificate checked, `head` decrypted) while parked goes on here."""
         assert web.ssl_context is not None
+        state = conn.tls
+        shaken = state is not None and state.shaken
         try:
-            async with asyncio.timeout_at(conn.deadline):  # drawn at the accept
-                first = await plain.recv()
-                if not first:
-                    raise EOFError
-                if first[:1] != b"\x16" and first[:1].isalpha():
-                    raise _Refused("http_to_https", HTTP_TO_HTTPS)  # as Go's net/http answers
-                plain._first = first
-                tls = _Tls(plain, web.ssl_context)
+            # The handshake's deadline, drawn at the accept (the head's once it has ended parked).
+            async with asyncio.timeout_at(conn.deadline):
+                if state is None:
+                    first = await plain.recv()
+                    if not first:
+                        raise EOFError
+                    if first[:1] != b"\x16" and first[:1].isalpha():
+                        raise _Refused("http_to_https", HTTP_TO_HTTPS)  # as Go's net/http answers
+                    plain._first = first
+                    state = _TlsState(web.ssl_context)
+                if conn.unsent:  # what the socket did not take while parked
+                    unsent, conn.unsent = conn.unsent, b""
+                    await plain.send(unsent)
+                tls = _Tls(plain, state, head)
                 await tls.handshake()
         except TimeoutError:
-            raise _Refused("tls_handshake_timeout") from None
+            raise _Refused("request_timeout" if shaken else "tls_handshake_timeout") from None
         except ssl.SSLError:
             raise _Refused("tls_error") from None
-        if web.allowed_sans and not set(web.allowed_sans) & set(peer_sans(tls.tls.getpeercert())):
+        if not shaken and web.allowed_sans and not set(web.allowed_sans) & set(peer_sans(tls.tls.getpeercert())):
             raise _Refused("client_certificate")
         conn.channel = tls
         return tls
