@@ -332,6 +332,9 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     servers = args.servers.split(",") + (["bigbinf-before"] if args.before else [])
     rows: list[tuple[str, str, dict[str, object]]] = []
+    # A SIGTERM (a stopped session, `kill`) unwinds like Ctrl-C, so the finally blocks below and
+    # in run_all stop the burners and both servers instead of leaving them running.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.burners)]
     try:
         run_all(args, servers, rows)
