@@ -56,7 +56,7 @@ trap cleanup INT TERM EXIT
 # journal holds, as --config.check estimates them; with none yet, the first round runs
 # alone and the schedule is sized from it once it has ended (resize_to_rounds).
 fitted=0
-said=$(.venv/bin/python -m bigbinf.service.fit_schedule "$CONFIG" "$FITTED") || fitted=$?
+said=$(.venv/bin/python -m bigbinf.lab.fit_schedule "$CONFIG" "$FITTED") || fitted=$?
 [ "$fitted" = 0 ] || [ "$fitted" = 3 ] || exit 1
 echo "demo: $said"
 
@@ -85,7 +85,7 @@ resize_to_rounds() {
     if [ -n "$rounds" ] && [ "$rounds" != "$seen" ] && [ "$rounds" -gt 0 ]; then
       seen=$rounds
       before=$(cat "$FITTED")
-      if said=$(.venv/bin/python -m bigbinf.service.fit_schedule "$CONFIG" "$FITTED") \
+      if said=$(.venv/bin/python -m bigbinf.lab.fit_schedule "$CONFIG" "$FITTED") \
           && [ "$(cat "$FITTED")" != "$before" ] && kill -HUP "$exporter"; then
         echo "demo: $said"
       fi

@@ -1,4 +1,4 @@
-"""The demo's schedule sized to this host (bigbinf.service.fit_schedule, scripts/demo.sh):
+"""The demo's schedule sized to this host (bigbinf.lab.fit_schedule, scripts/demo.sh):
 from the round the journal holds, as --config.check estimates it; the first round alone
 where none is measured yet; a round that fits keeps the configured interval."""
 
@@ -13,8 +13,8 @@ import yaml
 from bigbinf import lab
 from bigbinf.config import load_config
 from bigbinf.journal.store import Journal
+from bigbinf.lab import fit_schedule
 from bigbinf.result import Result
-from bigbinf.service import fit_schedule
 from bigbinf.service.rounds import series_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def interval_of(path: Path) -> str:
 def test_no_round_measured_runs_the_first_alone(tmp_path: Path) -> None:
     config, out = demo_copy(tmp_path), tmp_path / "fitted.yaml"
     done = subprocess.run(
-        [sys.executable, "-m", "bigbinf.service.fit_schedule", str(config), str(out)], capture_output=True, text=True
+        [sys.executable, "-m", "bigbinf.lab.fit_schedule", str(config), str(out)], capture_output=True, text=True
     )
     assert done.returncode == fit_schedule.NOT_MEASURED, done.stderr
     assert interval_of(out) == fit_schedule.FIRST_ROUND

@@ -1,6 +1,6 @@
 """A copy of a configuration whose schedule fits this host (scripts/demo.sh):
 
-    python -m bigbinf.service.fit_schedule CONFIG OUT
+    python -m bigbinf.lab.fit_schedule CONFIG OUT
 
 The round is estimated from the journal as `--config.check` does (round_fit.estimate:
 the longest of each test's recent runs and the set-up between them, and the rounds
@@ -70,7 +70,7 @@ def fit(config_path: Path, out: Path) -> tuple[int, str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m bigbinf.service.fit_schedule CONFIG OUT", file=sys.stderr)
+        print("usage: python -m bigbinf.lab.fit_schedule CONFIG OUT", file=sys.stderr)
         return 2
     try:
         status, said = fit(Path(argv[0]), Path(argv[1]))
