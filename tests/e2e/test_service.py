@@ -58,10 +58,15 @@ def test_once_prints_table_journals_and_fails_on_failure(make_lab, tmp_path: Pat
     assert header.split()[:4] == ["File", "Size", "(bytes)", "Protocol"] and header.split()[-2:] == ["Limited", "by"]
     assert row.split()[0] == str(1024 * 1024) and "ok" in row.split()
     [result] = Journal(config.journal.path).read()
-    assert result.outcome == "ok" and row.split()[-1] == result.limited_by != ""
-    said = f"scp/lab/f1m/download: limited by {result.limited_by} ({result.limited_side}): {result.limited_evidence}"
-    assert said in proc.stdout
-    assert f"    next: {result.limited_next_step}" in proc.stdout and result.limited_next_step
+    # The table shows the journaled verdict; a verdict no bound met is withheld ("-"), and its
+    # evidence still says what was seen (issue 42), so a busy host may give either.
+    assert result.outcome == "ok" and row.split()[-1] == (result.limited_by or "-")
+    if result.limited_by:
+        said = f"limited by {result.limited_by} ({result.limited_side}): {result.limited_evidence}"
+        assert f"scp/lab/f1m/download: {said}" in proc.stdout
+        assert f"    next: {result.limited_next_step}" in proc.stdout and result.limited_next_step
+    else:
+        assert result.limited_evidence, "a withheld verdict says what was seen"
 
     raw["schedule"] = {"transfers": [{"protocol": "false", "remote": "lab", "dataset": "f1m"}]}
     bad = _write(raw, tmp_path / "bad.yaml")
