@@ -6,7 +6,6 @@ lowered min_version, and the gauges of the front door in force."""
 from __future__ import annotations
 
 import http.client
-import re
 import signal
 import socket
 import ssl
@@ -21,7 +20,7 @@ import yaml
 
 from ..support.exporter import ROOT, ExporterProcess
 from ..support.prometheus import PrometheusServer
-from .test_front_door_reload import AT_ONCE, _plain
+from .test_front_door_reload import AT_ONCE, _metric, _plain
 from .test_web import Site, _auth_line, _basic, _config, _hash, _read_all
 
 
@@ -29,14 +28,6 @@ from .test_web import Site, _auth_line, _basic, _config, _hash, _read_all
 def site(tmp_path: Path) -> Iterator[Site]:
     with ExitStack() as stack:
         yield Site(tmp_path, stack)
-
-
-def _metric(site: Site, auth: dict[str, str], name: str) -> float:
-    status, _, body = site.request("GET", "/metrics", auth)
-    assert status == 200
-    found = re.search(rb"(?m)^" + re.escape(name.encode()) + rb" (\S+)$", body)
-    assert found, name
-    return float(found[1])
 
 
 def _good_tls(site: Site) -> dict:
