@@ -139,16 +139,14 @@ def test_an_open_regression_is_a_discovery_once_not_every_round() -> None:
 
     # a opened on this round's run or the two before (its opening test's recent runs are
     # still the evidence): one discovery with b's, as series that drop together (a link cut).
+    # (The family decides a suspicion's opening; a drop beyond the noise opens on the
+    # series' own level, at_once_alpha: test_a_drop_beyond_the_noise_opens_on_its_own_level.)
     for ago in range(3):
-        h = history(ago)
-        h.step("b")
-        assert [e.kind for e in h.events] == [OPENED], ago
+        assert history(ago)._opens("b", p_b), ago
     # a opened three runs ago or more: its tiny p-value is not a new discovery; b stands alone.
     for ago in (3, 30):
         h = history(ago)
-        h.step("b")
-        assert h.events == [], ago
-        assert h.tracks["b"].episode is None
+        assert not h._opens("b", p_b), ago
     # The published q-value is still the whole exporter's (information, no decision).
     assert h.verdicts()["b"].q_value == pytest.approx(p_b * 12 / 2)
 
@@ -256,9 +254,9 @@ def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_o
     assert event is not None and event.kind == ACCEPTED and event.since == since
     v = history.verdicts()["s"]
     assert not v.regressed and v.accepted_at == START + 33 * DAY
-    # The new level is the baseline: too young to test at first (the old level no longer
-    # counts), then tested and not regressed.
-    assert v.test is None
+    # The new level is the baseline at once: the weeks before the regression, moved to
+    # the level accepted (its runs against them), and its own runs.
+    assert v.test is not None and v.test.ratio == pytest.approx(1.0, abs=0.05)
     steady = feed(history, "s", runs(20, 33, 15e6, 0.03, rng))
     assert not any(steady)
     assert history.verdicts()["s"].test.ratio == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
@@ -266,6 +264,33 @@ def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_o
     assert feed(history, "s", runs(1, 53, 10e6, 0.03, rng))[-1]
     assert history.verdicts()["s"].level_before == pytest.approx(15e6, rel=0.03)
     assert [e.kind for e in history.events] == [OPENED, ACCEPTED, OPENED]
+
+
+def test_a_second_drop_soon_after_an_accept_opens_by_its_3rd_slow_run() -> None:
+    """Accepted on the regression's 3rd run, a second 30% drop two days later: its
+    baseline is the weeks before the first, moved to the level accepted (left out, the
+    accepted level was a baseline of a few runs, untested for days, then too few runs to
+    open at once), so it opens on its 3rd slow run, against the accepted level.  The
+    same after a restart that restores the accept from the journal."""
+    rng = np.random.default_rng(45)
+    history = History(RegressionSettings(rounds_per_day=4))
+    before = runs(30, 0, 25e6, 0.03, rng)
+    first = runs(1, 30, 17.5e6, 0.03, rng)[:3]
+    feed(history, "s", before)
+    assert feed(history, "s", first)[-1]
+    assert history.accept("s", first[-1][0] + 60) is not None
+    accepted = runs(2, 31, 17.5e6, 0.03, rng)
+    assert not any(feed(history, "s", accepted))
+    second = runs(1, 33, 12.25e6, 0.03, rng)
+    opened = feed(history, "s", second)
+    assert opened.index(True) == 2, opened  # the 3rd slow run
+    assert history.verdicts()["s"].level_before == pytest.approx(17.5e6, rel=0.04)
+    # Restored from its events and runs (a restart), the same.
+    again = History(RegressionSettings(rounds_per_day=4))
+    again.restore([e for e in history.events if e.kind != OPENED or e.since < second[0][0]])
+    again.load("s", before + first + accepted)
+    again.retest("s")
+    assert feed(again, "s", second).index(True) == 2
 
 
 def test_a_regression_its_own_runs_do_not_confirm_is_dismissed() -> None:
