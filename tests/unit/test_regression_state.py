@@ -37,6 +37,7 @@ from bigbinf.history.regression import (
 )
 from bigbinf.history.regression_state import RegressionJournal, regressions_path
 from bigbinf.result import Result, SeriesKey
+from bigbinf.service import rounds
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
 
@@ -536,11 +537,43 @@ def test_a_restart_judges_the_runs_journaled_before_it(tmp_path: Path) -> None:
     assert len(RegressionJournal(journal).read_events()) == 2
 
 
-def test_a_first_start_reads_back_to_the_start_of_an_older_regression(tmp_path: Path) -> None:
+def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_path: Path) -> None:
+    """30 days judged by a running exporter, then, while it was down, slow runs journaled
+    (30% down, quiet): the restart judges each of them in order, so the regression opens
+    since the first slow run, on the 3rd (its opened event's run), as if the exporter had
+    run throughout; the restart after that judges nothing again."""
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(47)
+    runner = RoundRunner(config, ExporterState())
+    for t, x in runs(30, 0, 25e6, 0.03, rng):
+        runner.publish(_result(t, x))
+    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
+    slow = runs(4, 30, 17.5e6, 0.03, rng)  # 16 slow runs, judged by no exporter
+    for t, x in slow:
+        runner.journal.append(_result(t, x))
+    state = ExporterState()
+    RoundRunner(config, state).restore_history(runner.journal.read(), [KEY])
+    events = RegressionJournal(journal).read_events()
+    assert [e.kind for e in events] == [OPENED]
+    assert events[0].since == slow[0][0] and events[0].at == slow[2][0]
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    assert _sample(state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.03)
+    assert RegressionJournal(journal).judged_through() == slow[-1][0]
+    RoundRunner(config, ExporterState()).restore_history(runner.journal.read(), [KEY])
+    assert len(RegressionJournal(journal).read_events()) == 1
+
+
+@pytest.mark.parametrize("replay_total", [40_000, 40])
+def test_a_first_start_reads_back_to_the_start_of_an_older_regression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_total: int
+) -> None:
     """35 days at one rate, then 40 days at 66% (160 slow runs, more than the last 240 runs
     hold with their baseline): a first start opens it against the level before (ratio
     0.66, not 0.78 against a half-degraded baseline), since its first slow run; a drop
-    the history shows recovered is not open."""
+    the history shows recovered is not open.  With a replay budget of 40 runs a series
+    (REPLAY_TOTAL at 1,000 series) too: the scan (`replay_from`) reaches the start."""
+    monkeypatch.setattr(rounds, "REPLAY_TOTAL", replay_total)
     journal = tmp_path / "j.jsonl"
     config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
     rng = np.random.default_rng(46)
@@ -570,3 +603,44 @@ def test_a_first_start_reads_back_to_the_start_of_an_older_regression(tmp_path: 
     RoundRunner(config2, state2).restore_history(other.journal.read(), [KEY])
     assert not _sample(state2, M.REGRESSED.name)
     assert [e.kind for e in RegressionJournal(recovered_journal).read_events()] == [OPENED, RECOVERED]
+
+
+def test_a_rounds_repetitions_are_one_observation() -> None:
+    """schedule.rounds: 5 back-to-back repetitions share their round's conditions (an
+    offset per round, SD 10%, beside 3% per repetition).  As one observation (their
+    median) an unchanged series is tested once a round against rounds, and opens no
+    regression; taken one by one, the same runs looked 5 times a round at a baseline
+    whose spread is the repetitions' own, and opened false ones.  A 30% drop of a quiet
+    series (3% a round) still opens on its 3rd slow round, and the baseline counts rounds."""
+    hours = np.array(HOURS) * 3600
+
+    def rounds_of(days: int, offset_sd: float, rng: np.random.Generator, drop_rounds: int = 0) -> list[float]:
+        out = []
+        offsets = rng.normal(0, offset_sd, days * len(HOURS))
+        if drop_rounds:
+            offsets[-drop_rounds:] += math.log(0.7)
+        for i, offset in enumerate(offsets):
+            t = START + (i // len(HOURS)) * DAY + hours[i % len(HOURS)]
+            out += [(t + r * 120, 25e6 * math.exp(offset + rng.normal(0, 0.03))) for r in range(5)]
+        return out
+
+    def openings(history: History, series: list[tuple[float, float]]) -> int:
+        before, count = False, 0
+        for t, x in series:
+            history.add("s", t, x)
+            now = bool(history.tracks.get("s") and history.tracks["s"].episode)
+            count += now and not before
+            before = now
+        return count
+
+    unchanged = rounds_of(45, 0.10, np.random.default_rng(48))
+    assert openings(History(RegressionSettings(rounds_per_day=4, repetitions=5)), unchanged) == 0
+    assert openings(History(RegressionSettings(rounds_per_day=4 * 5)), unchanged) >= 1  # one by one
+    history = History(RegressionSettings(rounds_per_day=4, repetitions=5))
+    dropped = rounds_of(32, 0.03, np.random.default_rng(49), drop_rounds=6)
+    states = feed(history, "s", dropped)
+    slow_start = len(dropped) - 6 * 5
+    first_open = states.index(True)
+    assert first_open >= slow_start and (first_open - slow_start) // 5 + 1 <= 3  # by its 3rd slow round
+    test = history.tests["s"]
+    assert test.baseline_runs <= 31 * 3  # a round a day at each of 3 hours, not its 5 repetitions
