@@ -39,10 +39,12 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
   series: the Benjamini-Hochberg family below is the exporter's series, so alone it
   gave a one-series exporter no correction for looking every round (3.9 false openings
   per 1,000 series-days with one series, 1.1 with 12, none with 60).  A drop beyond the
-  noise (`beyond_noise`: three runs each beyond AT_ONCE_SDS of the series' SD) is its own
-  per-series control, and the rank test's smallest p for three runs against a month at
-  one hour (1 / C(31, 3) = 2.2e-4) must still open a 30% drop of a quiet series on its
-  3rd slow run.
+  noise (`beyond_noise`: the shift beyond AT_ONCE_SDS of the series' SD) opens on one
+  test at its own level too (`at_once_alpha`, the goal spent over the day's rounds,
+  not the family's q-value): the rank test's smallest p for three runs against a month
+  at one hour (1 / C(31, 3) = 2.2e-4) opens a 30% drop of a quiet series on its 3rd
+  slow run with 1 or 1,000 series.  A round's repetitions (schedule.rounds) are one
+  observation, their median (`observations`, `History.add`).
 * **False discovery rate** across the exporter's series: Benjamini-Hochberg q-values
   over every tested series' current p-value (`judge`, published).  A regression **opens**
   when a series' own new run makes its q <= `fdr` and its ratio <= 1 - `material_drop`:
