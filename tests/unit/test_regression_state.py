@@ -546,12 +546,15 @@ def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_pat
     config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
     rng = np.random.default_rng(47)
     runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])  # the exporter's start: its history restored, then judged
     for t, x in runs(30, 0, 25e6, 0.03, rng):
         runner.publish(_result(t, x))
     assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
     slow = runs(4, 30, 17.5e6, 0.03, rng)  # 16 slow runs, judged by no exporter
+    once = RoundRunner(config, ExporterState())  # `once` rounds: no history restored, nothing marked
     for t, x in slow:
-        runner.journal.append(_result(t, x))
+        once.publish(_result(t, x))
+    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
     state = ExporterState()
     RoundRunner(config, state).restore_history(runner.journal.read(), [KEY])
     events = RegressionJournal(journal).read_events()
@@ -644,3 +647,25 @@ def test_a_rounds_repetitions_are_one_observation() -> None:
     assert first_open >= slow_start and (first_open - slow_start) // 5 + 1 <= 3  # by its 3rd slow round
     test = history.tests["s"]
     assert test.baseline_runs <= 31 * 3  # a round a day at each of 3 hours, not its 5 repetitions
+
+
+def test_the_exporter_takes_a_rounds_repetitions_as_one_observation(tmp_path: Path) -> None:
+    """Through the round runner: `schedule.rounds: 5` every 6 hours is 4 looks a day (the
+    per-series levels' rounds), and each round's 5 results one observation, their median."""
+    journal = tmp_path / "j.jsonl"
+    text = CONFIG.replace("JOURNAL", str(journal)) + "schedule: {interval: 6h, rounds: 5}\n"
+    config = parse_config(text, "test")
+    runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])
+    assert runner.history.settings.repetitions == 5 and runner.history.settings.rounds_per_day == 4
+    rng = np.random.default_rng(50)
+    for day in range(2):
+        for hour in (0, 6, 12, 18):
+            t = START + day * DAY + hour * 3600
+            for r, x in enumerate(25e6 * np.exp(rng.normal(0, 0.05, 5))):
+                runner.publish(_result(t + r * 90, float(x)))
+    ts, _, logs = runner.history.runs[KEY]
+    assert len(ts) == 8 and ts[0] == START
+    rounds_ = [np.log([r.throughput_bytes_per_second for r in runner.journal.read()][i : i + 5]) for i in (0, 35)]
+    assert logs[0] == pytest.approx(float(np.median(rounds_[0])))
+    assert logs[-1] == pytest.approx(float(np.median(rounds_[1])))

@@ -857,7 +857,7 @@ def rounds_per_day(config: Config) -> float:
 
     schedule = config.schedule
     if schedule.interval:
-        return DAY / schedule.interval * schedule.rounds
+        return DAY / schedule.interval
     zone = zoneinfo.ZoneInfo(schedule.timezone)
     start = datetime(2026, 1, 5, tzinfo=zone)  # a Monday: a whole week of starts
     end = start + timedelta(days=7)

@@ -137,6 +137,10 @@ class RoundRunner:
         self.history = History(settings_of(config))
         # Its regression states' changes, journaled beside the journal (a restart keeps them).
         self.regression_journal = RegressionJournal(config.journal.path)
+        # Whether the history was restored from the journal (load_history): only then are
+        # its results judged on the series' whole history, and marked judged (`once`
+        # runs on an empty one: its runs are the next start's to judge).
+        self.judging = False
         # What changed when each open regression began (history/change.py), by series.
         self.changes: dict[SeriesKey, Change] = {}
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
@@ -234,6 +238,7 @@ class RoundRunner:
         with self._history_lock:
             self.history = history
             self.regression_journal = journal
+            self.judging = True
             verdicts = history.verdicts() if enabled else {}
         self.state.record_regressions(self._with_changes(verdicts))
 
@@ -340,7 +345,8 @@ class RoundRunner:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
             self.regression_journal.append(self.history.events)  # before it is published
-            self.regression_journal.mark_judged(r.start_timestamp)
+            if self.judging:
+                self.regression_journal.mark_judged(r.start_timestamp)
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
