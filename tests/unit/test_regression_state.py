@@ -669,3 +669,32 @@ def test_the_exporter_takes_a_rounds_repetitions_as_one_observation(tmp_path: Pa
     rounds_ = [np.log([r.throughput_bytes_per_second for r in runner.journal.read()][i : i + 5]) for i in (0, 35)]
     assert logs[0] == pytest.approx(float(np.median(rounds_[0])))
     assert logs[-1] == pytest.approx(float(np.median(rounds_[1])))
+
+
+def test_a_drop_beyond_the_noise_opens_on_its_own_level() -> None:
+    """A drop beyond the noise opens at the series' own level (at_once_alpha), whatever
+    the family: a quiet 30% drop among 1,000 unchanged series opens on its 3rd slow run
+    (the Benjamini-Hochberg family of 1,000 held it to the 4th).  A young series on a
+    fast schedule (every 2 s: at_once_alpha 2e-8, beyond any p of 3 runs against 30)
+    opens at the floor of its baseline's evidence, as a lab's does."""
+    rng = np.random.default_rng(51)
+    settings = RegressionSettings(rounds_per_day=4)
+    assert settings.at_once_alpha == pytest.approx(2.5e-4) and 1 / math.comb(31, 3) <= settings.at_once_alpha
+    history = History(settings)
+    hours = np.array(HOURS) * 3600
+    for key in range(1000):
+        ts = START + np.repeat(np.arange(29) * DAY, 4) + np.tile(hours, 29)
+        noise = 0.03 if key == 0 else 0.12
+        history.load(key, [(float(t), 25e6 * math.exp(rng.normal(0, noise))) for t in ts])
+        history.retest(key)
+    slow = [(START + 29 * DAY + h, 17.5e6 * math.exp(rng.normal(0, 0.03))) for h in hours[:3]]
+    states = []
+    for t, x in slow:
+        history.add(0, t, x)
+        states.append(history.tracks.get(0) is not None and history.tracks[0].episode is not None)
+    assert states == [False, False, True]
+    fast = History(RegressionSettings(rounds_per_day=43200))
+    t0 = START
+    young = [(t0 + 2 * i, 25e6 * math.exp(rng.normal(0, 0.02))) for i in range(30)]
+    cut = [(t0 + 60 + 2 * i, 17.5e6 * math.exp(rng.normal(0, 0.02))) for i in range(3)]
+    assert feed(fast, "lab", young + cut)[-3:] == [False, False, True]

@@ -1071,7 +1071,7 @@ class History:
             # Benjamini-Hochberg family of 1,000 series held a quiet 30% drop back to its
             # 4th slow run, and a one-series exporter's family (q = p <= fdr, looked at
             # every round) let a heavy-tailed series' dips open 2 per 1,000 series-days.
-            if at_once and test.p_value <= s.at_once_alpha:
+            if at_once and (test.p_value <= s.at_once_alpha or self._at_floor(key, test)):
                 since = max(track.suspect, test.first)  # the test's runs (from the drop's first)
             elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
                 since = track.suspect
@@ -1093,6 +1093,20 @@ class History:
         elif recovered(test.episode_residuals, test.noise, s.material_drop, test.baseline_runs):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
+
+    def _at_floor(self, key: Any, test: Tested) -> bool:
+        """Whether a drop beyond the noise whose baseline cannot reach at_once_alpha (a
+        young series on a fast schedule: every 2 s, at_once_alpha is 2e-8, three runs
+        below 30 have p 1.8e-4) has the strongest evidence its baseline can give (every
+        recent run below every baseline run, p = 1 / C(n + k, k)) and is significant in
+        the family (q <= fdr): then it opens, as every drop beyond the noise did before
+        the per-series level."""
+        floor = 1.0 / math.comb(test.baseline_runs + test.recent_runs, test.recent_runs)
+        return (
+            floor > self.settings.at_once_alpha
+            and test.p_value <= floor * (1 + 1e-9)
+            and self._opens(key, test.p_value)
+        )
 
     def _anchored(self, key: Any, track: Track, test: Tested) -> Tested:
         """The suspicion re-anchored where its runs' drop began: after the last time a
