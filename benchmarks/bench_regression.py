@@ -582,6 +582,120 @@ def ties(argv: list[str]) -> int:
     return 0
 
 
+def conditions(argv: list[str]) -> int:
+    """False openings on unchanged series under a moment's shared conditions (issue 45):
+    Student-t noise (heavy tails, --df) with dips of a round or more (--dip-rate a round,
+    --dip-depth, --dip-rounds), or a round of --repetitions back-to-back runs sharing an
+    offset (--round-offset SD) beside --rep-noise each; a round every 6 hours, one
+    exporter of --family series (the BH family); false openings per 1,000 series-days
+    after the warm-up, and the slow round a quiet (3%) 30% drop opens on (the first slow
+    round is 1).  Runs on any tree whose bigbinf.history.regression is importable
+    (PYTHONPATH=/work/main/exporter for the code before): without
+    RegressionSettings.repetitions a round's runs are tested one by one (as before)."""
+    ap = argparse.ArgumentParser(description=conditions.__doc__)
+    ap.add_argument("--conditions", action="store_true")
+    ap.add_argument("--family", type=int, default=1)
+    ap.add_argument("--series-days", type=float, default=4000.0)
+    ap.add_argument("--warmup-days", type=int, default=28)
+    ap.add_argument("--df", type=float, default=0.0, help="Student-t degrees of freedom (0: Gaussian)")
+    ap.add_argument("--noise", type=float, default=0.12, help="per-run SD (log) of the unchanged series")
+    ap.add_argument("--dip-rate", type=float, default=0.0)
+    ap.add_argument("--dip-depth", default="0.1,0.3", help="a dip's drop, uniform between these")
+    ap.add_argument("--dip-rounds", type=int, default=1, help="a dip lasts 1 to this many rounds")
+    ap.add_argument("--repetitions", type=int, default=1)
+    ap.add_argument("--round-offset", type=float, default=0.0, help="SD (log) of each round's shared offset")
+    ap.add_argument("--rep-noise", type=float, default=0.03, help="SD (log) of each repetition, with repetitions")
+    ap.add_argument("--one-by-one", action="store_true", help="a round's repetitions as runs (the code before)")
+    ap.add_argument("--drops", type=int, default=6, help="quiet series dropping 30%% (detection)")
+    ap.add_argument("--seed", type=int, default=45)
+    args = ap.parse_args(argv)
+    rounds_per_day = len(PERSIST_HOURS)
+    reps = max(1, args.repetitions)
+    grouped = reps > 1 and not args.one_by_one and "repetitions" in RegressionSettings.__dataclass_fields__
+    settings = (
+        RegressionSettings(rounds_per_day=rounds_per_day, repetitions=reps)  # type: ignore[call-arg]
+        if grouped
+        else RegressionSettings(rounds_per_day=rounds_per_day * reps)  # each run a look, as before
+    )
+    lo, hi = (float(x) for x in args.dip_depth.split(","))
+    rng = np.random.default_rng(args.seed)
+    start_day = 1_700_006_400.0 - 1_700_006_400.0 % DAY
+
+    def noise(n: int, sd: float) -> np.ndarray:
+        if args.df:
+            out: np.ndarray = sd / math.sqrt(args.df / (args.df - 2)) * rng.standard_t(args.df, n)
+            return out
+        return rng.normal(0, sd, n)
+
+    def walk(days: int, family: int, drop: bool) -> tuple[int, list[int | None]]:
+        """One exporter: its false openings after the warm-up, and each dropped series' round."""
+        n = days * rounds_per_day
+        times = np.array([start_day + d * DAY + h * HOUR for d in range(days) for h in PERSIST_HOURS])
+        dips = np.zeros(n)
+        i = 0
+        while i < n:
+            if rng.random() < args.dip_rate:
+                length = int(rng.integers(1, args.dip_rounds + 1))
+                dips[i : i + length] += math.log(1 - rng.uniform(lo, hi))
+                i += length
+            else:
+                i += 1
+        rounds = []
+        for _ in range(family):
+            offset = noise(n, args.round_offset if reps > 1 else args.noise) + dips
+            rounds.append((offset, args.rep_noise if reps > 1 else 0.0, None))
+        if drop:
+            offset = rng.normal(0, 0.03, n)
+            offset[n - 4 * rounds_per_day :] += math.log(0.7)
+            rounds[0] = (offset, 0.03 if reps > 1 else 0.0, n - 4 * rounds_per_day)
+        history = History(settings)
+        state = [False] * family
+        false_openings, opened_on = 0, [None] * family  # type: list[int | None]
+        warm = args.warmup_days * rounds_per_day
+        for i, t in enumerate(times):
+            for j, (offset, rep_sd, drop_at) in enumerate(rounds):
+                for r in range(reps):
+                    x = offset[i] + (rng.normal(0, rep_sd) if rep_sd else 0.0)
+                    history.add(j, float(t) + r * 120.0, 25e6 * math.exp(x))
+                track = history.tracks.get(j)
+                now = bool(track and track.episode is not None)
+                if now and not state[j] and i >= warm:
+                    if drop_at is None:
+                        false_openings += 1
+                    elif opened_on[j] is None and i >= drop_at:
+                        opened_on[j] = i - drop_at + 1
+                state[j] = now
+        return false_openings, [opened_on[j] for j, (_, _, d) in enumerate(rounds) if d is not None]
+
+    began = time.perf_counter()
+    false_total, series_days, delays = 0, 0.0, []
+    drops_left = args.drops
+    while series_days < args.series_days or drops_left:
+        drop = drops_left > 0  # the dropped series' exporters first, each 4 days past the warm-up
+        left = args.series_days - series_days
+        extra = 4 if drop or left <= 0 else min(365, max(4, math.ceil(left / args.family)))
+        count, opened = walk(args.warmup_days + extra, args.family, drop)
+        false_total += count
+        series_days += (args.family - (1 if drop else 0)) * extra
+        delays += opened
+        drops_left -= 1 if drop else 0
+    found = [d for d in delays if d is not None]
+    how = "one observation (their median)" if grouped else "one by one"
+    print(
+        f"family {args.family}, df {args.df or 'Gaussian'}, noise {args.noise}, dips {args.dip_rate}/round "
+        f"({args.dip_depth}, up to {args.dip_rounds} rounds), repetitions {reps} ({how}, round offset "
+        f"{args.round_offset}, each {args.rep_noise}); settings {settings}"
+    )
+    print(
+        f"false openings: {false_total} in {series_days:,.0f} series-days = "
+        f"{1000 * false_total / series_days:.2f} per 1,000; quiet 30% drop opened on slow round: "
+        f"{statistics.median(found) if found else 'never'} (max {max(found) if found else '-'}), "
+        f"{len(delays) - len(found)} missed"
+    )
+    print(f"{time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--cost"]:
         return cost()
@@ -593,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         return family_sizes(sys.argv[1:])
     if argv is None and "--ties" in sys.argv[1:]:
         return ties(sys.argv[1:])
+    if argv is None and "--conditions" in sys.argv[1:]:
+        return conditions(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", action="append", type=Path, required=True, help="real runs to fit noise from")
     ap.add_argument("--series", type=int, default=144, help="series per (drop, shape, noise) case")

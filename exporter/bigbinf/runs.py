@@ -70,7 +70,9 @@ def runs_to(results: Iterable[Result], remote: str, direction: str = "download")
 def move_runs(results: Iterable[Result], remote: str, direction: str = "download") -> list[Run]:
     """Every transfer to `remote` in `direction` the model could stand on, each with why it
     leaves it out ("" if it does not): the exporter's own and tuning sweeps' (not imported
-    2015 results: another measure of time), not the skipped ones (never run)."""
+    2015 results: another measure of time).  A skipped one (never run: its tool is not
+    installed here) is left out as NOT_INSTALLED, so that plan-move says so rather than
+    "never measured"; any other skip is no run at all."""
     return [
         Run(
             r.protocol,
@@ -87,11 +89,13 @@ def move_runs(results: Iterable[Result], remote: str, direction: str = "download
         if r.remote == remote
         and r.direction == direction
         and r.source in ("exporter", "sweep")
-        and r.outcome != "skipped"
+        and (r.outcome != "skipped" or "not installed" in r.error)
     ]
 
 
-LEFT_OUT = ("failed", "unproven", "busy host", "no duration")  # left_out_of_moves's answers, in the order it asks
+NOT_INSTALLED = "not installed"  # a skipped run's: never ran, its tool is missing on this host
+# left_out_of_moves's answers, in the order it asks
+LEFT_OUT = (NOT_INSTALLED, "failed", "unproven", "busy host", "no duration")
 
 
 def left_out_of_moves(r: Result) -> str:
@@ -100,6 +104,8 @@ def left_out_of_moves(r: Result) -> str:
     it, by its verdict or, never judged, by the host state it recorded
     (judge.leaves_out_of_baselines: a run this host's CPU held says nothing of the move);
     no bytes or no time to fit."""
+    if r.outcome == "skipped":
+        return NOT_INSTALLED
     if r.outcome != "ok":
         return "failed"
     if r.unproven:  # no bytes it can prove moved: no run of the move

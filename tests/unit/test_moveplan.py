@@ -10,6 +10,7 @@ import io
 import json
 import math
 import zoneinfo
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -433,3 +434,51 @@ def test_options_are_ranked_only_against_comparable_evidence() -> None:
     assert [f.option for f, _ in counted.ranked] == ["gridftp"]
     assert counted.refused == {"http": "all 30 of its runs left out (busy host 30): none to predict from"}
     assert counted.used == 5 and counted.left_out == 30
+
+
+def test_plan_move_says_old_skipped_and_per_size_reasons_and_flags_the_first_options_thin_basis(
+    tmp_path: Path,
+) -> None:
+    """The busy demo, and: http measured only 60 days before the rest (older than
+    moves.history's 28 days); sftp's rounds skipped, its tool not installed; one ftp 5 MiB
+    run failed (the 32 MiB runs' reasons are theirs alone); rsync's 12 runs beside 14
+    busy ones (the first option stands on a minority of its own runs)."""
+    from bigbinf.journal.store import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    demo = _busy_demo()
+    rsync = [r for r in demo if r.protocol == "rsync" and r.outcome == "ok" and not r.unproven]
+    extra = [dataclasses.replace(rsync[0], protocol="http", start_timestamp=T0 - 60 * DAY + i * 3600) for i in range(6)]
+    extra += [
+        Result("sftp", "lab", "f5m", "download", T0 + d * DAY, "skipped", error="sftp is not installed on this host")
+        for d in range(6)
+    ]
+    ftp5 = next(r for r in demo if r.protocol == "ftp" and r.file_bytes == 5 * MIB)
+    extra.append(dataclasses.replace(ftp5, outcome="failed", start_timestamp=T0 + 7 * DAY + 120))
+    extra += [
+        dataclasses.replace(r, limited_by="busy_host", start_timestamp=r.start_timestamp + 1800)
+        for r in rsync + rsync[:2]
+    ]
+    for r in sorted(extra + demo, key=lambda r: r.start_timestamp):
+        journal.append(r)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        BUSY_CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")).replace("sftp: {}", "sftp: {}, http: {}")
+    )
+    p = argparse.ArgumentParser()
+    planmove.register(p.add_subparsers())
+    args = p.parse_args(["plan-move", "--remote", "lab", "--size", "40TiB"])
+    args.config_file = str(config)
+    out = io.StringIO()
+    assert planmove.run(args, out) == 0
+    text = out.getvalue()
+    day = datetime.fromtimestamp(T0 - 60 * DAY + 5 * 3600, zoneinfo.ZoneInfo("UTC")).strftime("%Y-%m-%d")
+    assert f"no prediction for http: measured only before {day}, older than moves.history" in text
+    assert "no prediction for sftp: not installed here: its 6 scheduled runs were skipped" in text
+    assert "its runs at other sizes were left out (6 at 32MiB: busy host 6)" in text
+    assert "recommendation: rsync" in text
+    assert (
+        "thin basis: the first, rsync, stands on 12 of its 28 runs (busy host 14, failed 1, unproven 1 left out)"
+        in text
+    )
+    assert "never measured" not in text

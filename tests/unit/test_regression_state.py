@@ -37,6 +37,7 @@ from bigbinf.history.regression import (
 )
 from bigbinf.history.regression_state import RegressionJournal, regressions_path
 from bigbinf.result import Result, SeriesKey
+from bigbinf.service import rounds
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
 
@@ -139,16 +140,14 @@ def test_an_open_regression_is_a_discovery_once_not_every_round() -> None:
 
     # a opened on this round's run or the two before (its opening test's recent runs are
     # still the evidence): one discovery with b's, as series that drop together (a link cut).
+    # (The family decides a suspicion's opening; a drop beyond the noise opens on the
+    # series' own level, at_once_alpha: test_a_drop_beyond_the_noise_opens_on_its_own_level.)
     for ago in range(3):
-        h = history(ago)
-        h.step("b")
-        assert [e.kind for e in h.events] == [OPENED], ago
+        assert history(ago)._opens("b", p_b), ago
     # a opened three runs ago or more: its tiny p-value is not a new discovery; b stands alone.
     for ago in (3, 30):
         h = history(ago)
-        h.step("b")
-        assert h.events == [], ago
-        assert h.tracks["b"].episode is None
+        assert not h._opens("b", p_b), ago
     # The published q-value is still the whole exporter's (information, no decision).
     assert h.verdicts()["b"].q_value == pytest.approx(p_b * 12 / 2)
 
@@ -256,9 +255,9 @@ def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_o
     assert event is not None and event.kind == ACCEPTED and event.since == since
     v = history.verdicts()["s"]
     assert not v.regressed and v.accepted_at == START + 33 * DAY
-    # The new level is the baseline: too young to test at first (the old level no longer
-    # counts), then tested and not regressed.
-    assert v.test is None
+    # The new level is the baseline at once: the weeks before the regression, moved to
+    # the level accepted (its runs against them), and its own runs.
+    assert v.test is not None and v.test.ratio == pytest.approx(1.0, abs=0.05)
     steady = feed(history, "s", runs(20, 33, 15e6, 0.03, rng))
     assert not any(steady)
     assert history.verdicts()["s"].test.ratio == pytest.approx(1.0, abs=0.05)  # type: ignore[union-attr]
@@ -266,6 +265,33 @@ def test_accept_closes_it_and_a_later_drop_from_the_accepted_level_opens_a_new_o
     assert feed(history, "s", runs(1, 53, 10e6, 0.03, rng))[-1]
     assert history.verdicts()["s"].level_before == pytest.approx(15e6, rel=0.03)
     assert [e.kind for e in history.events] == [OPENED, ACCEPTED, OPENED]
+
+
+def test_a_second_drop_soon_after_an_accept_opens_by_its_3rd_slow_run() -> None:
+    """Accepted on the regression's 3rd run, a second 30% drop two days later: its
+    baseline is the weeks before the first, moved to the level accepted (left out, the
+    accepted level was a baseline of a few runs, untested for days, then too few runs to
+    open at once), so it opens on its 3rd slow run, against the accepted level.  The
+    same after a restart that restores the accept from the journal."""
+    rng = np.random.default_rng(45)
+    history = History(RegressionSettings(rounds_per_day=4))
+    before = runs(30, 0, 25e6, 0.03, rng)
+    first = runs(1, 30, 17.5e6, 0.03, rng)[:3]
+    feed(history, "s", before)
+    assert feed(history, "s", first)[-1]
+    assert history.accept("s", first[-1][0] + 60) is not None
+    accepted = runs(2, 31, 17.5e6, 0.03, rng)
+    assert not any(feed(history, "s", accepted))
+    second = runs(1, 33, 12.25e6, 0.03, rng)
+    opened = feed(history, "s", second)
+    assert opened.index(True) == 2, opened  # the 3rd slow run
+    assert history.verdicts()["s"].level_before == pytest.approx(17.5e6, rel=0.04)
+    # Restored from its events and runs (a restart), the same.
+    again = History(RegressionSettings(rounds_per_day=4))
+    again.restore([e for e in history.events if e.kind != OPENED or e.since < second[0][0]])
+    again.load("s", before + first + accepted)
+    again.retest("s")
+    assert feed(again, "s", second).index(True) == 2
 
 
 def test_a_regression_its_own_runs_do_not_confirm_is_dismissed() -> None:
@@ -511,11 +537,46 @@ def test_a_restart_judges_the_runs_journaled_before_it(tmp_path: Path) -> None:
     assert len(RegressionJournal(journal).read_events()) == 2
 
 
-def test_a_first_start_reads_back_to_the_start_of_an_older_regression(tmp_path: Path) -> None:
+def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_path: Path) -> None:
+    """30 days judged by a running exporter, then, while it was down, slow runs journaled
+    (30% down, quiet): the restart judges each of them in order, so the regression opens
+    since the first slow run, on the 3rd (its opened event's run), as if the exporter had
+    run throughout; the restart after that judges nothing again."""
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(47)
+    runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])  # the exporter's start: its history restored, then judged
+    for t, x in runs(30, 0, 25e6, 0.03, rng):
+        runner.publish(_result(t, x))
+    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
+    slow = runs(4, 30, 17.5e6, 0.03, rng)  # 16 slow runs, judged by no exporter
+    once = RoundRunner(config, ExporterState())  # `once` rounds: no history restored, nothing marked
+    for t, x in slow:
+        once.publish(_result(t, x))
+    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
+    state = ExporterState()
+    RoundRunner(config, state).restore_history(runner.journal.read(), [KEY])
+    events = RegressionJournal(journal).read_events()
+    assert [e.kind for e in events] == [OPENED]
+    assert events[0].since == slow[0][0] and events[0].at == slow[2][0]
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    assert _sample(state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.03)
+    assert RegressionJournal(journal).judged_through() == slow[-1][0]
+    RoundRunner(config, ExporterState()).restore_history(runner.journal.read(), [KEY])
+    assert len(RegressionJournal(journal).read_events()) == 1
+
+
+@pytest.mark.parametrize("replay_total", [40_000, 40])
+def test_a_first_start_reads_back_to_the_start_of_an_older_regression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay_total: int
+) -> None:
     """35 days at one rate, then 40 days at 66% (160 slow runs, more than the last 240 runs
     hold with their baseline): a first start opens it against the level before (ratio
     0.66, not 0.78 against a half-degraded baseline), since its first slow run; a drop
-    the history shows recovered is not open."""
+    the history shows recovered is not open.  With a replay budget of 40 runs a series
+    (REPLAY_TOTAL at 1,000 series) too: the scan (`replay_from`) reaches the start."""
+    monkeypatch.setattr(rounds, "REPLAY_TOTAL", replay_total)
     journal = tmp_path / "j.jsonl"
     config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
     rng = np.random.default_rng(46)
@@ -545,3 +606,95 @@ def test_a_first_start_reads_back_to_the_start_of_an_older_regression(tmp_path: 
     RoundRunner(config2, state2).restore_history(other.journal.read(), [KEY])
     assert not _sample(state2, M.REGRESSED.name)
     assert [e.kind for e in RegressionJournal(recovered_journal).read_events()] == [OPENED, RECOVERED]
+
+
+def test_a_rounds_repetitions_are_one_observation() -> None:
+    """schedule.rounds: 5 back-to-back repetitions share their round's conditions (an
+    offset per round, SD 10%, beside 3% per repetition).  As one observation (their
+    median) an unchanged series is tested once a round against rounds, and opens no
+    regression; taken one by one, the same runs looked 5 times a round at a baseline
+    whose spread is the repetitions' own, and opened false ones.  A 30% drop of a quiet
+    series (3% a round) still opens on its 3rd slow round, and the baseline counts rounds."""
+    hours = np.array(HOURS) * 3600
+
+    def rounds_of(days: int, offset_sd: float, rng: np.random.Generator, drop_rounds: int = 0) -> list[float]:
+        out = []
+        offsets = rng.normal(0, offset_sd, days * len(HOURS))
+        if drop_rounds:
+            offsets[-drop_rounds:] += math.log(0.7)
+        for i, offset in enumerate(offsets):
+            t = START + (i // len(HOURS)) * DAY + hours[i % len(HOURS)]
+            out += [(t + r * 120, 25e6 * math.exp(offset + rng.normal(0, 0.03))) for r in range(5)]
+        return out
+
+    def openings(history: History, series: list[tuple[float, float]]) -> int:
+        before, count = False, 0
+        for t, x in series:
+            history.add("s", t, x)
+            now = bool(history.tracks.get("s") and history.tracks["s"].episode)
+            count += now and not before
+            before = now
+        return count
+
+    unchanged = rounds_of(45, 0.10, np.random.default_rng(48))
+    assert openings(History(RegressionSettings(rounds_per_day=4, repetitions=5)), unchanged) == 0
+    assert openings(History(RegressionSettings(rounds_per_day=4 * 5)), unchanged) >= 1  # one by one
+    history = History(RegressionSettings(rounds_per_day=4, repetitions=5))
+    dropped = rounds_of(32, 0.03, np.random.default_rng(49), drop_rounds=6)
+    states = feed(history, "s", dropped)
+    slow_start = len(dropped) - 6 * 5
+    first_open = states.index(True)
+    assert first_open >= slow_start and (first_open - slow_start) // 5 + 1 <= 3  # by its 3rd slow round
+    test = history.tests["s"]
+    assert test.baseline_runs <= 31 * 3  # a round a day at each of 3 hours, not its 5 repetitions
+
+
+def test_the_exporter_takes_a_rounds_repetitions_as_one_observation(tmp_path: Path) -> None:
+    """Through the round runner: `schedule.rounds: 5` every 6 hours is 4 looks a day (the
+    per-series levels' rounds), and each round's 5 results one observation, their median."""
+    journal = tmp_path / "j.jsonl"
+    text = CONFIG.replace("JOURNAL", str(journal)) + "schedule: {interval: 6h, rounds: 5}\n"
+    config = parse_config(text, "test")
+    runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])
+    assert runner.history.settings.repetitions == 5 and runner.history.settings.rounds_per_day == 4
+    rng = np.random.default_rng(50)
+    for day in range(2):
+        for hour in (0, 6, 12, 18):
+            t = START + day * DAY + hour * 3600
+            for r, x in enumerate(25e6 * np.exp(rng.normal(0, 0.05, 5))):
+                runner.publish(_result(t + r * 90, float(x)))
+    ts, _, logs = runner.history.runs[KEY]
+    assert len(ts) == 8 and ts[0] == START
+    rounds_ = [np.log([r.throughput_bytes_per_second for r in runner.journal.read()][i : i + 5]) for i in (0, 35)]
+    assert logs[0] == pytest.approx(float(np.median(rounds_[0])))
+    assert logs[-1] == pytest.approx(float(np.median(rounds_[1])))
+
+
+def test_a_drop_beyond_the_noise_opens_on_its_own_level() -> None:
+    """A drop beyond the noise opens at the series' own level (at_once_alpha), whatever
+    the family: a quiet 30% drop among 1,000 unchanged series opens on its 3rd slow run
+    (the Benjamini-Hochberg family of 1,000 held it to the 4th).  A young series on a
+    fast schedule (every 2 s: at_once_alpha 2e-8, beyond any p of 3 runs against 30)
+    opens at the floor of its baseline's evidence, as a lab's does."""
+    rng = np.random.default_rng(51)
+    settings = RegressionSettings(rounds_per_day=4)
+    assert settings.at_once_alpha == pytest.approx(2.5e-4) and 1 / math.comb(31, 3) <= settings.at_once_alpha
+    history = History(settings)
+    hours = np.array(HOURS) * 3600
+    for key in range(1000):
+        ts = START + np.repeat(np.arange(29) * DAY, 4) + np.tile(hours, 29)
+        noise = 0.03 if key == 0 else 0.12
+        history.load(key, [(float(t), 25e6 * math.exp(rng.normal(0, noise))) for t in ts])
+        history.retest(key)
+    slow = [(START + 29 * DAY + h, 17.5e6 * math.exp(rng.normal(0, 0.03))) for h in hours[:3]]
+    states = []
+    for t, x in slow:
+        history.add(0, t, x)
+        states.append(history.tracks.get(0) is not None and history.tracks[0].episode is not None)
+    assert states == [False, False, True]
+    fast = History(RegressionSettings(rounds_per_day=43200))
+    t0 = START
+    young = [(t0 + 2 * i, 25e6 * math.exp(rng.normal(0, 0.02))) for i in range(30)]
+    cut = [(t0 + 60 + 2 * i, 17.5e6 * math.exp(rng.normal(0, 0.02))) for i in range(3)]
+    assert feed(fast, "lab", young + cut)[-3:] == [False, False, True]

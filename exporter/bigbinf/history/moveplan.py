@@ -49,13 +49,13 @@ import math
 import statistics
 import zoneinfo
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
 
-from bigbinf.runs import Run
+from bigbinf.runs import NOT_INSTALLED, Run
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -335,20 +335,31 @@ class Basis:
     sizes: tuple[int, ...] = ()  # sizes of the used runs
     left_out: tuple[tuple[str, int], ...] = ()  # (why, runs), most first
     left_out_sizes: tuple[tuple[int, int], ...] = ()  # (size, runs left out) at sizes it did not use
+    # (size, ((why, runs), ...)) at those sizes: each size's own reasons, never mixed
+    left_out_size_reasons: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
+    older: float | None = None  # its latest run older than moves.history, if it has none since
 
     @property
     def left_out_runs(self) -> int:
         return sum(n for _, n in self.left_out)
+
+    @property
+    def transfers_left_out(self) -> int:
+        """Runs left out that ran (not a skipped round's: NOT_INSTALLED never moved a byte)."""
+        return sum(n for why, n in self.left_out if why != NOT_INSTALLED)
 
     def left_out_text(self) -> str:
         """ "busy host 12, failed 1" ("" if none)."""
         return ", ".join(f"{why} {n}" for why, n in self.left_out)
 
 
-def bases(runs: Sequence[Run], configured: Sequence[str] = ()) -> dict[str, Basis]:
+def bases(
+    runs: Sequence[Run], configured: Sequence[str] = (), older: Mapping[str, float] | None = None
+) -> dict[str, Basis]:
     """Each option's basis from every run the model could stand on (runs.move_runs, those
     left out with their reason), and an empty one for each `configured` protocol never
-    measured."""
+    measured (`older`: option -> its latest run before moves.history, for one measured
+    only before it)."""
     by_option: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         by_option[r.option].append(r)
@@ -361,9 +372,11 @@ def bases(runs: Sequence[Run], configured: Sequence[str] = ()) -> dict[str, Basi
                 why[r.left_out] += 1
         sizes = {r.bytes for r in used}
         other: dict[int, int] = defaultdict(int)
+        other_why: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for r in its:
             if r.left_out and r.bytes not in sizes and r.bytes > 0:
                 other[r.bytes] += 1
+                other_why[r.bytes][r.left_out] += 1
         out[option] = Basis(
             option,
             its[0].protocol,
@@ -373,15 +386,28 @@ def bases(runs: Sequence[Run], configured: Sequence[str] = ()) -> dict[str, Basi
             tuple(sorted(sizes)),
             tuple(sorted(why.items(), key=lambda item: (-item[1], item[0]))),
             tuple(sorted(other.items())),
+            tuple(
+                (size, tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0]))))
+                for size, reasons in sorted(other_why.items())
+            ),
         )
+    for option, latest in (older or {}).items():
+        if option not in out:
+            out[option] = Basis(option, option.split(" (")[0], older=latest)
     for protocol in configured:
         out.setdefault(protocol, Basis(protocol, protocol))
     return out
 
 
-def refusal(b: Basis, remote: str, direction: str) -> str:
+def refusal(b: Basis, remote: str, direction: str, zone: zoneinfo.ZoneInfo | None = None) -> str:
     """Why an option with no run to use has no prediction: the true reason."""
+    if b.left_out_runs and not b.transfers_left_out:
+        n = b.left_out_runs
+        return f"not installed here: its {n} scheduled run{'s were' if n != 1 else ' was'} skipped"
     if not b.left_out_runs:
+        if b.older is not None:
+            day = datetime.fromtimestamp(b.older, zone or zoneinfo.ZoneInfo("UTC")).strftime("%Y-%m-%d")
+            return f"measured only before {day}, older than moves.history"
         return f"never measured to {remote} ({direction}) in the runs plan-move reads"
     return f"all {b.left_out_runs} of its runs left out ({b.left_out_text()}): none to predict from"
 
@@ -391,8 +417,11 @@ def why_refused(why: str, b: Basis | None) -> str:
     because the runs at the other sizes were left out)."""
     if b is None or not b.left_out_sizes:
         return why
-    other = ", ".join(f"{n} at {_size(size)}" for size, n in b.left_out_sizes)
-    return f"{why}; its runs at other sizes were left out ({other}: {b.left_out_text()})"
+    other = "; ".join(
+        f"{sum(n for _, n in reasons)} at {_size(size)}: {', '.join(f'{w} {n}' for w, n in reasons)}"
+        for size, reasons in b.left_out_size_reasons
+    )
+    return f"{why}; its runs at other sizes were left out ({other})"
 
 
 @dataclass(frozen=True)
@@ -412,22 +441,38 @@ class Plan:
 
     @property
     def left_out(self) -> int:
-        return sum(b.left_out_runs for b in self.basis.values())
+        """Transfers left out (a skipped round's run never moved a byte: not counted)."""
+        return sum(b.transfers_left_out for b in self.basis.values())
 
     def thin(self) -> list[str]:
-        """Why the plan's basis is thin, in words (none: it is not)."""
+        """Why the plan's basis is thin, in words (none: it is not): most of all its runs
+        left out; the first option's own runs mostly left out, as any option's would be
+        (it is the one a move would use); or no option with solid evidence."""
         why = []
         total = self.used + self.left_out
         if total and self.left_out >= THIN_LEFT_OUT * total:
             reasons: dict[str, int] = defaultdict(int)
             for b in self.basis.values():
                 for reason, n in b.left_out:
-                    reasons[reason] += n
+                    if reason != NOT_INSTALLED:
+                        reasons[reason] += n
             text = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items(), key=lambda item: -item[1]))
             why.append(f"{self.left_out} of its {total} runs were left out ({text})")
-        if self.ranked and self.ranked[0][0].evidence > 0:
+        if self.ranked:
             top = self.ranked[0][0]
-            why.append(f"no option has {EVIDENCE[0]} (the first, {top.option}, has {top.runs} runs)")
+            own = [self.basis[o] for o in (top.option, *top.merged) if o in self.basis]
+            out = sum(b.transfers_left_out for b in own)
+            used = sum(b.used for b in own)
+            if out and out >= THIN_LEFT_OUT * (out + used):
+                reasons_top: dict[str, int] = defaultdict(int)
+                for b in own:
+                    for reason, n in b.left_out:
+                        if reason != NOT_INSTALLED:
+                            reasons_top[reason] += n
+                text = ", ".join(f"{r} {n}" for r, n in sorted(reasons_top.items(), key=lambda item: -item[1]))
+                why.append(f"the first, {top.option}, stands on {used} of its {out + used} runs ({text} left out)")
+            if top.evidence > 0:
+                why.append(f"no option has {EVIDENCE[0]} (the first, {top.option}, has {top.runs} runs)")
         return why
 
     @property
@@ -513,18 +558,20 @@ def plan(
     now_hour: int = 0,
     configured: Sequence[str] = (),
     direction: str = "download",
+    older: Mapping[str, float] | None = None,
 ) -> Plan:
     """Every option to `remote` fitted and ranked by its best start hour's prediction.
     `runs` may hold those the model leaves out (Run.left_out, runs.move_runs): they are
     counted in each option's basis, never fitted; every `configured` protocol without a
-    fit is refused with the reason."""
-    basis = bases(runs, configured)
+    fit is refused with the reason (`older`: option -> its latest run before
+    moves.history, where it has none since)."""
+    basis = bases(runs, configured, older)
     fits, refused = fit_all([r for r in runs if not r.left_out], zone or zoneinfo.ZoneInfo("UTC"))
     refused = {option: why_refused(why, basis.get(option)) for option, why in refused.items()}
     fitted = {f.option for f in fits} | {m for f in fits for m in f.merged}
     for option, b in basis.items():
         if option not in fitted and option not in refused:
-            refused[option] = refusal(b, remote, direction)
+            refused[option] = refusal(b, remote, direction, zone)
     return replace(rank(fits, refused, remote, size, files, bandwidth, level, now_hour), basis=basis)
 
 

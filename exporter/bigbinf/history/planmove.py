@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--size must be more than 0 bytes and --files at least 1")
     zone = zoneinfo.ZoneInfo(config.schedule.timezone)
     journal = Journal(args.journal or config.journal.path)
-    runs = journal_runs(journal, args.remote, args.direction, config.moves.history)
+    runs, older = journal_runs(journal, args.remote, args.direction, config.moves.history)
     if not any(not r.left_out for r in runs):
         why = _left_out_words(runs)
         print(
@@ -92,7 +92,17 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     now = time.time()
     configured = configured_protocols(config, args.remote, args.direction)
     result = plan(
-        runs, args.remote, size, args.files, zone, bandwidth, LEVEL, local_hour(now, zone), configured, args.direction
+        runs,
+        args.remote,
+        size,
+        args.files,
+        zone,
+        bandwidth,
+        LEVEL,
+        local_hour(now, zone),
+        configured,
+        args.direction,
+        older,
     )
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
     if deadline is not None and deadline <= now:
@@ -106,11 +116,22 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ranked else 1
 
 
-def journal_runs(journal: Journal, remote: str, direction: str, history: float) -> list[Run]:
+def journal_runs(journal: Journal, remote: str, direction: str, history: float) -> tuple[list[Run], dict[str, float]]:
     """The runs the exporter's own predictions stand on (its journal's checkpoint, not the
     whole journal: a year of results is read in a second), those the model leaves out
-    with them: the last `history` seconds before the remote's latest run."""
-    return checkpoint.of(journal).move_basis(direction, remote, history)
+    with them: the last `history` seconds before the remote's latest run; and each
+    option measured only before them, with its latest run (said so, not "never measured")."""
+    every = checkpoint.of(journal).move_basis(direction, remote, math.inf)
+    if not every:
+        return [], {}
+    since = max(r.timestamp for r in every) - history
+    runs = [r for r in every if r.timestamp >= since]
+    recent = {r.option for r in runs}
+    older: dict[str, float] = {}
+    for r in every:
+        if r.timestamp < since and r.option not in recent:
+            older[r.option] = max(older.get(r.option, r.timestamp), r.timestamp)
+    return runs, older
 
 
 def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:

@@ -28,6 +28,7 @@ import dataclasses
 import fcntl
 import hashlib
 import logging
+import math
 import os
 import threading
 import time
@@ -36,11 +37,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
 from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, size_label
-from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, settings_of
+from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, replay_from, settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
@@ -134,6 +137,10 @@ class RoundRunner:
         self.history = History(settings_of(config))
         # Its regression states' changes, journaled beside the journal (a restart keeps them).
         self.regression_journal = RegressionJournal(config.journal.path)
+        # Whether the history was restored from the journal (load_history): only then are
+        # its results judged on the series' whole history, and marked judged (`once`
+        # runs on an empty one: its runs are the next start's to judge).
+        self.judging = False
         # What changed when each open regression began (history/change.py), by series.
         self.changes: dict[SeriesKey, Change] = {}
         # Each remote's ok runs of the last moves.history, for plan-move's predictions of
@@ -180,12 +187,33 @@ class RoundRunner:
         # degraded level).  Bounded: a one-off cost of about a millisecond per replayed
         # run, at most REPLAY_TOTAL of them.
         budget = REPLAY_TOTAL // max(1, len(runs)) if first_start and enabled else 0
+        # A restart judges the runs journaled since the last one judged (a stop, `once`
+        # rounds while none ran), each in order, as if it had run throughout: one step on
+        # them all opened a regression present at the restart only at its 9th-16th run.
+        judged = journal.judged_through() if not first_start and enabled else None
         baseline = self.config.regression.baseline_weeks * WEEK
         replayed: list[tuple[float, float, SeriesKey]] = []
+        latest = -math.inf
         for key, unsorted_runs in runs.items():
             series_runs = sorted(unsorted_runs)
-            first_baseline = bisect.bisect_left(series_runs, (series_runs[0][0] + baseline,)) if series_runs else 0
-            cut = max(first_baseline, len(series_runs) - budget) if budget else len(series_runs)
+            if not series_runs:
+                continue
+            latest = max(latest, series_runs[-1][0])
+            first_baseline = bisect.bisect_left(series_runs, (series_runs[0][0] + baseline,))
+            if budget:
+                # The last runs within the budget, and back to the start of any regression
+                # the series may hold (`replay_from`): the budget alone, 40 runs a series
+                # at 1,000 series, took an older regression into the baseline.
+                cut = max(first_baseline, len(series_runs) - budget)
+                ts = np.array([t for t, _ in series_runs])
+                logs = np.log(np.maximum(np.array([x for _, x in series_runs]), 1e-300))
+                since = replay_from(ts, logs, history.settings)
+                if since is not None:
+                    cut = max(first_baseline, min(cut, bisect.bisect_left(series_runs, (since,))))
+            elif judged is not None:
+                cut = bisect.bisect_right(series_runs, (judged, math.inf))
+            else:
+                cut = len(series_runs)
             history.load(key, series_runs[:cut])
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
@@ -194,10 +222,13 @@ class RoundRunner:
         if enabled:
             # Every series takes a step on the runs journaled before this start, an open
             # one too: a regression whose recovery runs were journaled while no exporter
-            # judged them (a stop, `once`) closes now, not on the next run after it.
+            # judged them (a stop, `once`) closes now, not on the next run after it (where
+            # no exporter marked what it had judged, the runs were loaded, not replayed).
             for key in list(history.tests):
                 history.step(key)
         journal.append(history.events)
+        if enabled and math.isfinite(latest):
+            journal.mark_judged(latest)
         if first_start and enabled:
             journal.path.parent.mkdir(parents=True, exist_ok=True)
             journal.path.touch()  # replayed once: the next start restores from it
@@ -207,6 +238,7 @@ class RoundRunner:
         with self._history_lock:
             self.history = history
             self.regression_journal = journal
+            self.judging = True
             verdicts = history.verdicts() if enabled else {}
         self.state.record_regressions(self._with_changes(verdicts))
 
@@ -313,6 +345,8 @@ class RoundRunner:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
             self.regression_journal.append(self.history.events)  # before it is published
+            if self.judging:
+                self.regression_journal.mark_judged(r.start_timestamp)
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
