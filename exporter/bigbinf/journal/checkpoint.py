@@ -61,7 +61,6 @@ WEEK = 7 * DAY
 MAX_RECENT_RUNS = 20
 HISTORY_SPAN = 13 * WEEK + DAY
 DIRECTIONS = ("download", "upload")
-GZIP_RATIO = 10  # a sealed part's lines take about ten times its bytes (1.61 GB of lines: 160 MB of parts)
 
 
 def checkpoint_path(journal: Path) -> Path:
@@ -233,7 +232,7 @@ class _Fold:
 
     def behind(self) -> int:
         """About how many bytes of journal lines bringing this up to date reads (a sealed
-        part counted at GZIP_RATIO times its size): what decides whether a start restores
+        part's by its gzip trailer): what decides whether a start restores
         before /metrics is up or after (service/restore.py)."""
         total = 0
         held = self.live_inode if self.live_offset else None
@@ -243,7 +242,7 @@ class _Fold:
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(segment.path)
                 if segment.sealed:
-                    total += st.st_size * GZIP_RATIO
+                    total += _inflated_size(segment.path, st.st_size)
                 else:
                     total += st.st_size - (self.live_offset if st.st_ino == held else 0)
         with contextlib.suppress(FileNotFoundError):
@@ -507,6 +506,17 @@ def _decode_moves(into: RecentRuns, remote: str, blob: str) -> None:
 def _run_fields(run: Run) -> Iterator[Any]:
     yield from (run.protocol, run.setting, run.bytes, run.files, run.seconds, run.timestamp, run.source)
     yield from (run.command, run.left_out)
+
+
+def _inflated_size(part: Path, size: int) -> int:
+    """A gzip part's lines' bytes, from its last member's trailer (ISIZE; a part written in
+    several members is counted by its last: a lower bound)."""
+    try:
+        with open(part, "rb") as f:
+            f.seek(max(0, size - 4))
+            return max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return size
 
 
 def _fold_type(journal: _Records[Any]) -> type[_Fold]:

@@ -45,7 +45,7 @@ def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
     its journal, a long first replay.  Loads the checkpoint (kept for the restore)."""
     journal = runner.journal
     try:
-        size = journal.path.stat().st_size
+        size = journal.path.stat().st_size if journal.path.exists() else 0  # gone: a split killed midway
         if size > LOAD_INLINE_BYTES and journal.split_due():
             return f"{journal.path}: {size / 2**20:.0f} MB of several days to split into day segments"
         behind = checkpoint.unfolded(journal)
