@@ -352,7 +352,7 @@ def times_of_day(timestamps: np.ndarray, zone: zoneinfo.ZoneInfo) -> np.ndarray:
     for i in exact:
         for j in np.flatnonzero(index == i).tolist():
             out[j] = time_of_day(float(ts[j]), zone)
-    return out
+    return np.asarray(out, dtype=float)
 
 
 def _offset(timestamp: float, zone: zoneinfo.ZoneInfo) -> float:
