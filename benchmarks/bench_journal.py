@@ -4,7 +4,8 @@ five times) and after (day segments and the checkpoint beside them).
 
 Usage:
     .venv/bin/python benchmarks/bench_journal.py                       # after only, 10k,100k,1M
-    .venv/bin/python benchmarks/bench_journal.py --upgrade 200000,1000000 --cache /var/tmp/bigbinf-bench-X
+    .venv/bin/python benchmarks/bench_journal.py --upgrade 1000000 --cache /var/tmp/bigbinf-bench-X \\
+        [--upgrade-before /work/main/exporter]
     .venv/bin/python benchmarks/bench_journal.py --before /work/main/.venv/bin/python
     .venv/bin/python benchmarks/bench_journal.py --sizes 10000 --before-limit 120
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -118,33 +120,38 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
-def start(python: str, config: Path, port: int, limit: float) -> dict[str, Any]:
+def start(
+    python: str, config: Path, port: int, limit: float, loaded_limit: float = 0.0, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """From exec to the first /metrics answer; with `loaded_limit`, then on to the scrape
+    that says the journal is read (bigbinf_journal_loading 0: a start that reads it after
+    /metrics is up, issue 44), each with the series restored then and the VmHWM."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [python, "-m", "bigbinf", "--config.file", str(config), "--web.listen-address", f"127.0.0.1:{port}"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
+    cpu0 = _cpu(proc.pid)
     try:
-        while True:
-            if time.perf_counter() - t0 > limit:
-                return {"start_s": None, "note": f"> {limit:.0f} s"}
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=limit) as r:
-                    body = r.read().decode()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError("the exporter exited") from None
-                time.sleep(0.02)
+        body = _scrape(proc, port, t0, limit)
+        if body is None:
+            return {"start_s": None, "note": f"> {limit:.0f} s"}
         elapsed = time.perf_counter() - t0
-        restored = sum(
-            1
-            for line in body.splitlines()
-            if line.startswith("bigbinf_last_transfer_start_timestamp_seconds{") and not line.endswith(" NaN")
-        )
-        return {"start_s": elapsed, "restored": restored, **_status(proc.pid)}
+        out: dict[str, Any] = {"start_s": elapsed, "restored": _restored(body), "loading": _loading(body)}
+        out.update(_status(proc.pid))
+        out["start_cpu_s"] = _cpu(proc.pid) - cpu0
+        if loaded_limit and out["loading"]:
+            while _loading(body) and time.perf_counter() - t0 < loaded_limit:
+                time.sleep(1.0)
+                body = _scrape(proc, port, t0, loaded_limit) or body
+            out["loaded_s"] = time.perf_counter() - t0 if not _loading(body) else None
+            out["loaded_restored"] = _restored(body)
+            out["loaded_VmHWM"] = _status(proc.pid)["VmHWM"]
+            out["loaded_cpu_s"] = _cpu(proc.pid) - cpu0
+        return out
     finally:
         proc.terminate()
         try:
@@ -152,6 +159,39 @@ def start(python: str, config: Path, port: int, limit: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _cpu(pid: int) -> float:
+    """The process's user + system CPU seconds so far (/proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _scrape(proc: subprocess.Popen[bytes], port: int, t0: float, limit: float) -> str | None:
+    while time.perf_counter() - t0 <= limit:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=limit) as r:
+                return str(r.read().decode())
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("the exporter exited") from None
+            time.sleep(0.02)
+    return None
+
+
+def _restored(body: str) -> int:
+    return sum(
+        1
+        for line in body.splitlines()
+        if line.startswith("bigbinf_last_transfer_start_timestamp_seconds{") and not line.endswith(" NaN")
+    )
+
+
+def _loading(body: str) -> bool:
+    return any(line.startswith("bigbinf_journal_loading ") and not line.endswith(" 0.0") for line in body.splitlines())
 
 
 def once(python: str, config: Path, limit: float) -> dict[str, Any]:
@@ -182,11 +222,14 @@ def upgrade(python: str, journal: Path) -> dict[str, float]:
     return {"split_s": split, "checkpoint_s": built}
 
 
-def upgrade_start(n: int, cache: Path, limit: float) -> dict[str, Any]:
+def upgrade_start(n: int, cache: Path, limit: float, before: str | None = None) -> dict[str, Any]:
     """The first `serve` after the upgrade on an old single file of `n` results (issue 44:
-    the split and the checkpoint's rebuild happen in it), then a later start: each from exec
-    to the first /metrics with every series restored, and the exporter's VmHWM then.  The
-    single file is generated once into `cache` (a million lines: 1.9 GB) and copied."""
+    /metrics first, then the split, the checkpoint's rebuild and the first replay in the
+    background), then a later start: each from exec to the first /metrics (the first also
+    on to bigbinf_journal_loading 0), with the series restored and the exporter's VmHWM
+    then.  `before`: another exporter tree (PYTHONPATH, e.g. main's) whose later start on
+    the same files is measured beside.  The single file is generated once into `cache`
+    (a million lines: 1.6 GB) and copied."""
     cache.mkdir(parents=True, exist_ok=True)
     source = cache / f"journal-{n}.jsonl"
     if not source.exists():
@@ -196,18 +239,22 @@ def upgrade_start(n: int, cache: Path, limit: float) -> dict[str, Any]:
         directory = Path(tmp)
         config = write_mesh_config(directory, REMOTES, PROTOCOLS, DATASETS)
         shutil.copyfile(source, directory / "journal.jsonl")
-        first = start(sys.executable, config, 19_902, limit)
-        later = start(sys.executable, config, 19_903, limit)
+        first = start(sys.executable, config, 19_902, limit, loaded_limit=limit)
+        print(json.dumps({"first": first}), flush=True)
+        later = [start(sys.executable, config, 19_903, limit) for _ in range(3)]
+        print(json.dumps({"later": later}), flush=True)
+        earlier = []
+        if before:
+            env = {**os.environ, "PYTHONPATH": before}
+            earlier = [start(sys.executable, config, 19_904, limit, env=env) for _ in range(3)]
+            print(json.dumps({"later_before": earlier}), flush=True)
         parts = len(list(directory.glob("journal.*.jsonl.gz")))
     return {
         "n": n,
         "journal_mb": source.stat().st_size / 2**20,
-        "first_start_s": first.get("start_s"),
-        "first_restored": first.get("restored"),
-        "first_VmHWM": first.get("VmHWM"),
-        "later_start_s": later.get("start_s"),
-        "later_restored": later.get("restored"),
-        "later_VmHWM": later.get("VmHWM"),
+        "first": first,
+        "later": later,
+        "later_before": earlier,
         "parts": parts,
     }
 
@@ -220,7 +267,10 @@ def main() -> None:
         help="only the first start after an upgrade to a single file of SIZES results (and a later start)",
     )
     parser.add_argument("--cache", type=Path, help="where --upgrade keeps the generated single files (reused)")
-    parser.add_argument("--upgrade-limit", type=float, default=1200.0, help="seconds an upgrade start may take")
+    parser.add_argument("--upgrade-limit", type=float, default=3600.0, help="seconds an upgrade start may take")
+    parser.add_argument(
+        "--upgrade-before", metavar="PYTHONPATH", help="also the later start with this exporter tree (e.g. main's)"
+    )
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--before", help="the interpreter of main's venv, e.g. /work/main/.venv/bin/python")
     parser.add_argument("--before-limit", type=float, default=120.0, help="seconds a before start may take")
@@ -229,7 +279,7 @@ def main() -> None:
     if args.upgrade:
         cache = args.cache or Path(tempfile.mkdtemp(prefix="bigbinf-bench-", dir="/var/tmp"))
         for n in (int(x) for x in args.upgrade.split(",")):
-            print(json.dumps(upgrade_start(n, cache, args.upgrade_limit)), flush=True)
+            print(json.dumps(upgrade_start(n, cache, args.upgrade_limit, args.upgrade_before)), flush=True)
         return
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):

@@ -332,6 +332,13 @@ JOURNAL_DAMAGED = Spec(
     "readable results are kept, the rest is lost; counted from the files, so it survives a restart and falls "
     "to 0 once they are removed.",
 )
+JOURNAL_LOADING = Spec(
+    PREFIX + "journal_loading",
+    "gauge",
+    "1 while the exporter is still reading its journal after /metrics came up (a start that must split an old "
+    "single-file journal, rebuild its checkpoint or replay the regression history first): the last-result "
+    "series, baselines and regression verdicts are filled in, and rounds start, when it falls to 0.",
+)
 UNDO_PENDING = Spec(
     PREFIX + "tuning_undo_pending",
     "gauge",
@@ -673,6 +680,7 @@ ALL = (
     JOURNAL_FAILURES_TOTAL,
     JOURNAL_UNWRITTEN,
     JOURNAL_DAMAGED,
+    JOURNAL_LOADING,
     UNDO_PENDING,
     HTTP_REJECTED_TOTAL,
     BUILD_INFO,

@@ -254,3 +254,19 @@ def test_the_regression_and_moves_sections_are_validated_like_the_rest() -> None
         assert f"t.yaml: {where}" in text, where
     good = parse_config(CONFIG.replace("JOURNAL", "/tmp/j.jsonl"), "t.yaml")
     assert good.regression.fdr == RegressionSettings().fdr and good.moves.sizes == []
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
+def test_times_of_day_at_once_are_each_runs_time_of_day_exactly(zone: str) -> None:
+    """A start's thousands of runs at once (History.load) fall in the same time-of-day bins
+    as one run at a time (History.add): equal to the microsecond datetime rounds to, across
+    the days the zone changes its offset, and at half a microsecond."""
+    from bigbinf.history.regression import time_of_day, times_of_day
+
+    tz = zoneinfo.ZoneInfo(zone)
+    rng = np.random.default_rng(44)
+    some = np.sort(rng.uniform(1.6e9, 1.8e9, 5000))
+    around_a_change = np.arange(1711846800 - 7200, 1711846800 + 7200, 1.5)  # 2024-03-31, Europe's
+    edges = np.concatenate([np.round(some[:500]), some[:500] + 5e-7, np.floor(some[:500]) + 0.9999996])
+    ts = np.concatenate([some, around_a_change, edges])
+    assert times_of_day(ts, tz).tolist() == [time_of_day(float(t), tz) for t in ts]

@@ -343,6 +343,40 @@ def time_of_day(timestamp: float, zone: zoneinfo.ZoneInfo) -> float:
     return local.hour * 3600.0 + local.minute * 60.0 + local.second + local.microsecond / 1e6
 
 
+def times_of_day(timestamps: np.ndarray, zone: zoneinfo.ZoneInfo) -> np.ndarray:
+    """time_of_day of each of `timestamps` (a start's thousands of runs at once): each UTC
+    day's offset from the zone at its two ends, a day whose ends differ (a change of
+    offset inside it) run by run."""
+    ts = np.asarray(timestamps, dtype=float)
+    if len(ts) == 0:
+        return np.zeros(0)
+    days = np.floor(ts / DAY)
+    unique, index = np.unique(days, return_inverse=True)
+    offsets = np.empty(len(unique))
+    exact = []
+    for i, day in enumerate(unique.tolist()):
+        first = _offset(day * DAY, zone)
+        offsets[i] = first
+        if _offset(day * DAY + DAY - 1, zone) != first:
+            exact.append(i)
+    # To the microsecond as datetime rounds it (half to even), so a run falls in the same
+    # time-of-day bin whichever way it was loaded.
+    seconds = np.floor(ts)
+    micros = np.round((ts - seconds) * 1e6)
+    carry = micros >= 1e6
+    seconds, micros = seconds + carry, np.where(carry, 0.0, micros)
+    out = np.mod(seconds + offsets[index], DAY) + micros / 1e6
+    for i in exact:
+        for j in np.flatnonzero(index == i).tolist():
+            out[j] = time_of_day(float(ts[j]), zone)
+    return np.asarray(out, dtype=float)
+
+
+def _offset(timestamp: float, zone: zoneinfo.ZoneInfo) -> float:
+    offset = datetime.fromtimestamp(timestamp, zone).utcoffset()
+    return offset.total_seconds() if offset is not None else 0.0
+
+
 def point(timestamp: float, throughput: float, zone: zoneinfo.ZoneInfo) -> Point:
     return Point(timestamp, time_of_day(timestamp, zone), math.log(throughput))
 
@@ -926,7 +960,7 @@ class History:
         if not kept:
             return
         ts = np.array([t for t, _ in kept])
-        tod = np.array([time_of_day(t, self.zone) for t, _ in kept])
+        tod = times_of_day(ts, self.zone)
         logs = np.array([v for _, v in kept])
         self.runs[key] = self._trimmed(key, ts, tod, logs)
 

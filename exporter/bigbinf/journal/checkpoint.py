@@ -100,6 +100,7 @@ class _Fold:
         self.seq = 0  # records folded: each one's place in journal order
         self.unsaved = 0
         self.saved_inode: int | None = None  # the checkpoint file as we last loaded or saved it
+        self.torn = 0  # lines of the segment being folded that are not JSON (torn)
 
     @property
     def path(self) -> Path:
@@ -121,6 +122,12 @@ class _Fold:
                 continue
             try:
                 record = json.loads(raw)
+            except ValueError as exc:
+                self.torn += 1
+                log.debug("%s: not folded (%s)", where, exc)  # read() reports it to whoever reads it
+                self.unsaved += 1
+                continue
+            try:
                 if not isinstance(record, dict):
                     raise ValueError("not a JSON object")
                 self.seq += 1
@@ -143,14 +150,16 @@ class _Fold:
         if held is not None and held != live_inode and not any(not s.sealed and _inode(s.path) == held for s in todo):
             raise Stale("the live file it partly folded is gone (sealed without it)")
         for segment in todo:
+            self.torn = 0
             with Lines(segment.path) as f:
                 was_live = not segment.sealed and os.fstat(f.fileno()).st_ino == held
                 if was_live:
                     f.seek(self.live_offset)
                 self._fold_lines(f, segment.path)
-            if f.damage is not None:
+            if f.damage is not None or (self.torn and segment.sealed):
                 # Folded as far as it reads: moved aside, and those results (and only
-                # they) stay under its name, so it stays covered.
+                # they) stay under its name, so it stays covered.  A torn line in a
+                # sealed part is damage too (a plain segment's is sealed with it).
                 store.quarantine(segment.path)
             self.covered.add(segment.source)
             if was_live:
@@ -220,6 +229,26 @@ class _Fold:
         self.saved_inode = inode
         self.unsaved = 0
         return True
+
+    def behind(self) -> int:
+        """About how many bytes of journal lines bringing this up to date reads (a sealed
+        part's by its gzip trailer): what decides whether a start restores
+        before /metrics is up or after (service/restore.py)."""
+        total = 0
+        held = self.live_inode if self.live_offset else None
+        for segment in segments(self.journal.path):
+            if segment.source in self.covered:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(segment.path)
+                if segment.sealed:
+                    total += _inflated_size(segment.path, st.st_size)
+                else:
+                    total += st.st_size - (self.live_offset if st.st_ino == held else 0)
+        with contextlib.suppress(FileNotFoundError):
+            st = os.stat(self.journal.path)
+            total += st.st_size - (self.live_offset if st.st_ino == self.live_inode else 0)
+        return total
 
     def reset(self) -> None:
         self.__init__(self.journal)  # type: ignore[misc]
@@ -334,6 +363,13 @@ class ResultsFold(_Fold):
         return runs
 
     # ------------------------------------------------------------ what restore reads
+
+    def runs_kept(self, keys: set[SeriesKey]) -> int:
+        """How many ok runs of the series `keys` it keeps (what a first start replays, at most)."""
+        wanted = {_key(key) for key in keys}
+        return sum(len(runs) for key, runs in self.packed.items() if key in wanted) + sum(
+            len(runs) for key, runs in self.history.items() if key in wanted
+        )
 
     def latest_results(self) -> list[Result]:
         """Each series' last result and last ok one (what ExporterState.restore needs), in journal order."""
@@ -472,6 +508,17 @@ def _run_fields(run: Run) -> Iterator[Any]:
     yield from (run.command, run.left_out)
 
 
+def _inflated_size(part: Path, size: int) -> int:
+    """A gzip part's lines' bytes, from its last member's trailer (ISIZE; a part written in
+    several members is counted by its last: a lower bound)."""
+    try:
+        with open(part, "rb") as f:
+            f.seek(max(0, size - 4))
+            return max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return size
+
+
 def _fold_type(journal: _Records[Any]) -> type[_Fold]:
     return BaselinesFold if isinstance(journal, BaselineJournal) else ResultsFold
 
@@ -488,6 +535,18 @@ def baselines_of(journal: BaselineJournal) -> BaselinesFold:
     fold = _attached(journal)
     assert isinstance(fold, BaselinesFold)
     return fold
+
+
+def unfolded(journal: _Records[Any]) -> int:
+    """How many bytes of the journal's lines its checkpoint has not folded (_Fold.behind;
+    all of them without a loadable checkpoint).  A loaded checkpoint stays on the journal
+    (of() brings it up to date then)."""
+    fold: _Fold | None = journal.fold
+    if fold is None:
+        fold = _fold_type(journal)(journal)
+        if fold.load():
+            journal.fold = fold
+    return fold.behind()
 
 
 def _attached(journal: _Records[Any]) -> _Fold:

@@ -407,7 +407,11 @@ def quarantine(part: Path) -> Path | None:
                     dropped, dropped_bytes = dropped + 1, dropped_bytes + len(raw)
             damage, unread = lines.damage, lines.unread
         if damage is None:
-            return None
+            if not dropped:
+                return None
+            # Torn lines inside a sealed part (a line cut short in the plain segment it was
+            # sealed from, by a crash mid-append): damage too, or each read skips them again.
+            damage = f"{dropped} torn line{'s' if dropped > 1 else ''}"
         inode = os.fstat(f.fileno()).st_ino
         prefix = part.name + DAMAGED
         aside = next((p for p in sorted(part.parent.glob(glob.escape(prefix) + "*")) if _inode(p) == inode), None)
@@ -454,18 +458,19 @@ def quarantine(part: Path) -> Path | None:
 
 def check(journal: str | os.PathLike[str]) -> list[Path]:
     """Read every sealed part of the journal at `journal` through (`journal-compact`) and
-    quarantine the damaged ones; returns where they were moved aside."""
+    quarantine the damaged ones (a torn line in one too); returns where they were moved aside."""
     moved = []
     for segment in segments(journal):
         if not segment.sealed:
             continue
+        torn = False
         try:
             with Lines(segment.path) as lines:
-                for _ in lines:
-                    pass
+                for raw in lines:
+                    torn = torn or (bool(raw.strip()) and not (raw.endswith(b"\n") and _readable(raw)))
         except FileNotFoundError:
             continue
-        if lines.damage is not None:
+        if lines.damage is not None or torn:
             aside = quarantine(segment.path)
             if aside is not None:
                 moved.append(aside)
@@ -528,6 +533,8 @@ def read(
                 yield from _records(f, segment.path, record, since, until, problems)
             if f.damage is not None:  # read as far as it could be; moved aside, its readable rest kept
                 quarantine(segment.path)  # its unreadable lines are counted in the one line it logs
+            elif problems and segment.sealed and quarantine(segment.path) is not None:
+                pass  # torn lines in a sealed part: damage too (said once, by quarantine)
             elif skipped is not None:
                 skipped += problems
             else:
@@ -823,6 +830,8 @@ class _Records(Generic[RecordT]):
     def retry(self) -> int:
         """Write the results kept unwritten (the disk may take writes again); returns how
         many it wrote.  Never raises: what still cannot be written stays kept."""
+        if not self.unwritten:  # not even the lock: a start's split may hold it for minutes
+            return 0
         with self._lock:
             if not self.unwritten:
                 return 0
@@ -904,6 +913,8 @@ class _Records(Generic[RecordT]):
         """At a stop: the results still unwritten written to the first place that takes
         them (spill_places: beside the journal, else /dev/shm), after one more try at the
         journal; returns where (None: nothing was unwritten, or nowhere took them)."""
+        if not self.unwritten:
+            return None
         self.retry()
         with self._lock:
             if not self.unwritten:
@@ -1034,6 +1045,14 @@ class _Records(Generic[RecordT]):
                         segment.path.unlink()
                     log.info("journal %s: removed %s (past journal.retention)", self.path, segment.path.name)
             sync_directory(self.path.parent)
+
+    def split_due(self) -> bool:
+        """The live file holds results of more than one UTC day (rotate_now would split it)."""
+        try:
+            with open(self.path, "rb") as f:
+                return self._due(f, None)
+        except FileNotFoundError:
+            return False
 
     def rotate_now(self) -> bool:
         """Rotate now if due (at start; `journal-compact`), and settle; True if it rotated."""

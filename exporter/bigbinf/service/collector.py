@@ -168,6 +168,7 @@ class ExporterState:
         self.journal_failures = 0
         self.journal_unwritten = 0
         self.journal_damaged = 0
+        self.journal_loading = False  # the journal still being read after /metrics came up (server.py)
         # Pending entries of the undo journal per kind (measure/undo.py): what a host keeps
         # changed (or an upload left on a remote) until a replay succeeds.
         self.undo_pending: dict[str, int] = {}
@@ -410,6 +411,10 @@ class ExporterState:
         with self._changing():
             self.journal_unwritten, self.journal_damaged = unwritten, damaged
 
+    def record_journal_loading(self, loading: bool) -> None:
+        with self._changing():
+            self.journal_loading = loading
+
     def record_undo_pending(self, counts: dict[str, int]) -> None:
         if counts == self.undo_pending:
             return
@@ -442,6 +447,7 @@ class ExporterState:
             clone.journal_failures = self.journal_failures
             clone.journal_unwritten = self.journal_unwritten
             clone.journal_damaged = self.journal_damaged
+            clone.journal_loading = self.journal_loading
             clone.undo_pending = dict(self.undo_pending)
             clone.http_rejected = dict(self.http_rejected)
             clone.paths = dict(self.paths)
@@ -664,6 +670,7 @@ class BigbinfCollector(Collector):
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)
+        yield gauge(M.JOURNAL_LOADING, 1.0 if s.journal_loading else 0.0)
         pending = GaugeMetricFamily(M.UNDO_PENDING.name, M.UNDO_PENDING.help, labels=M.UNDO_PENDING.labels)
         for kind in sorted(s.undo_pending):
             pending.add_metric([kind], s.undo_pending[kind])

@@ -302,6 +302,7 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
     single(M.JOURNAL_UNWRITTEN, "gauge", s.journal_unwritten)
     single(M.JOURNAL_DAMAGED, "gauge", s.journal_damaged)
+    single(M.JOURNAL_LOADING, "gauge", 1.0 if s.journal_loading else 0.0)
     pending = _Lines()
     for kind in sorted(s.undo_pending):
         r.sample(pending, M.UNDO_PENDING.name, [("kind", kind)], s.undo_pending[kind])

@@ -29,6 +29,38 @@ from bigbinf.service.rounds import LabFor, RoundRunner, series_of
 
 log = logging.getLogger(__name__)
 
+# What a start may read before /metrics is up: about two seconds of folding on a quiet
+# 2-core host (some 5,000 lines).  More (the first start after the upgrade to a
+# single-file journal of a year; a checkpoint lost or of an older version) is read after,
+# with bigbinf_journal_loading 1 meanwhile (server.py).
+LOAD_INLINE_BYTES = 8 << 20
+# Runs a first start (no regressions' journal yet) may replay through the regression
+# state before /metrics is up (RoundRunner.load_history: 0.72 CPU-ms each, measured at
+# 1 M results of 120 hourly series; issue 44 saw 4.3 on 40 series x 240 runs): a second or so.
+REPLAY_INLINE = 1000
+
+
+def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
+    """Why this start's restore is better done after /metrics is up, in the background
+    (None: it is cheap, done before): an old single file to split, a checkpoint far behind
+    its journal, a long first replay.  Loads the checkpoint (kept for the restore)."""
+    journal = runner.journal
+    try:
+        size = journal.path.stat().st_size if journal.path.exists() else 0  # gone: a split killed midway
+        if size > LOAD_INLINE_BYTES and journal.split_due():
+            return f"{journal.path}: {size / 2**20:.0f} MB of several days to split into day segments"
+        behind = checkpoint.unfolded(journal)
+    except OSError as exc:
+        log.debug("%s: sized as cheap (%s)", journal.path, exc)  # restore() says what is wrong
+        return None
+    if behind > LOAD_INLINE_BYTES:
+        return f"{checkpoint.checkpoint_path(journal.path)}: about {behind / 2**20:.0f} MB of journal to fold into it"
+    if config.regression.enabled and not RegressionJournal(config.journal.path).path.exists():
+        runs = journal.fold.runs_kept(set(series_of(config, lab))) if journal.fold is not None else 0
+        if runs > REPLAY_INLINE:
+            return f"{runs} runs to replay through the regression state (no regressions' journal yet)"
+    return None
+
 
 def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabFor) -> int:
     """Restore `state` from `runner`'s journals; returns how many results it restored.

@@ -25,6 +25,7 @@ import datetime as dt
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -49,7 +50,7 @@ from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
 from bigbinf.service.recent import RecentTransfers
-from bigbinf.service.restore import restore, restore_history, restore_moves
+from bigbinf.service.restore import deferred, restore, restore_history, restore_moves
 from bigbinf.service.rounds import JOURNAL_RETRY_EVERY, LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
@@ -114,7 +115,17 @@ class Exporter:
         self._record_front_door()
         self.state.set_payload_histograms(config.metrics.payload_histograms)
         self.runner = RoundRunner(config, self.state, lab=lab)
-        restore(self.state, self.runner, config, lab)
+        # A journal that takes long to read (an old single file to split, a checkpoint to
+        # rebuild, a long first replay) is read after /metrics is up (start), with
+        # bigbinf_journal_loading 1 meanwhile; the rounds start once it is read.
+        self.loading = deferred(self.runner, config, lab)
+        self.loaded = threading.Event()
+        if self.loading is None:
+            restore(self.state, self.runner, config, lab)
+            self.loaded.set()
+        else:
+            self.state.record_journal_loading(True)
+            log.info("the journal is read after /metrics is up: %s", self.loading)
         self.runner.record_undo_pending()  # published from the first scrape; settled at start
         self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
@@ -276,6 +287,17 @@ class Exporter:
         self.scheduler.add_job(
             self.runner.retry_journal, "interval", seconds=JOURNAL_RETRY_EVERY, id="journal-retry", coalesce=True
         )
+        if self.loaded.is_set():
+            self._start_jobs()
+        assert self.httpd is not None
+        self.metrics.start()  # rendered before the first scrape can arrive
+        self.httpd.start()
+        log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
+        if not self.loaded.is_set():
+            threading.Thread(target=self._load_journal, name="journal-load", daemon=True).start()
+
+    def _start_jobs(self) -> None:
+        """The rounds, sweeps and the rest of the schedule, and a mesh site's slots."""
         self.scheduler.start()
         if self.mesh_runner is not None:
             self.mesh_runner.start()
@@ -283,10 +305,27 @@ class Exporter:
         else:
             first = self._next_run()
             log.info("next round at %s", utc(first.timestamp()) if first is not None else "never")
-        assert self.httpd is not None
-        self.metrics.start()  # rendered before the first scrape can arrive
-        self.httpd.start()
-        log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
+
+    def _load_journal(self) -> None:
+        """The start's restore after /metrics is up (self.loading says why), then the jobs.
+        Nothing else reads or writes the journal meanwhile (no round runs; a reload waits
+        for it), so each result is restored once; a kill midway leaves the journal as a
+        kill during a start's restore does (every step of a split and of a checkpoint's
+        save is atomic), and the next start reads it again."""
+        started = time.monotonic()
+        with self._reload_lock:
+            try:
+                restore(self.state, self.runner, self.config, self.runner.lab)
+            except Exception:  # a bug: the rounds still run (their results are journaled and folded)
+                log.exception("reading the journal after /metrics came up failed")
+            finally:
+                self.state.record_journal_loading(False)
+                self.loaded.set()
+            if self.runner.stopping.is_set():
+                return
+            log.info("the journal is read (%.1f s after /metrics came up): rounds start", time.monotonic() - started)
+            self._start_jobs()
+            self.metrics.refresh()
 
     def reload(self) -> bool:
         """Load the config file (or the mesh file) again; swap only if valid. Reported as metrics."""
@@ -404,7 +443,8 @@ class Exporter:
             self.mesh_runner.stop()
         if self.httpd:
             self.httpd.stop()
-        self.scheduler.shutdown(wait=False)
+        if self.scheduler.running:  # not yet while the journal is read after /metrics came up
+            self.scheduler.shutdown(wait=False)
         self.metrics.stop()
         killed = kill_all_active()
         if killed:

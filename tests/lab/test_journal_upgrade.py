@@ -1,0 +1,164 @@
+"""The first start on an old single-file journal, through the real exporter (issue 44):
+/metrics is up before the journal is read (its split into day segments and the
+checkpoint's rebuild run after, bigbinf_journal_loading 1 meanwhile), a kill during that
+work and a restart read every result exactly once, and a torn line inside a sealed day
+part is damage (moved aside, its readable rest kept, counted).
+
+Independent truths: the results written (each carries its index in `error`), the journal
+read back by id, a checkpoint rebuilt from scratch in this process, /metrics.  The
+1 M-result figures are benchmarks/bench_journal.py --upgrade's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bigbinf.journal import checkpoint
+from bigbinf.journal.store import DAMAGED, Journal, damaged, read, segments
+from bigbinf.result import Result
+from bigbinf.service.restore import LOAD_INLINE_BYTES
+
+from ..support.exporter import ExporterProcess
+from .test_journal_disks import metric, site, wait
+
+pytestmark = pytest.mark.lab
+
+HALF_HOUR = 1800.0
+LAST_START = re.compile(r'bigbinf_last_transfer_start_timestamp_seconds\{[^}]*protocol="copy"[^}]*\} (\S+)')
+
+
+def single_file(journal: Path, n: int) -> list[float]:
+    """An old single-file journal of `n` results of the site's one series, half an hour
+    apart and ending an hour ago, ~1.7 KB a line (what a year of a mesh's lines weighs);
+    each one's index in its `error`.  Returns their starts."""
+    t0 = time.time() - 3600 - n * HALF_HOUR
+    template = Result(
+        "copy", "here", "f1m", "download", 0.0, "ok",
+        duration_seconds=0.05, file_bytes=1 << 20, files=1, verified=True, error="",
+    ).to_json()  # fmt: skip
+    template.pop("start_utc", None)
+    starts = [t0 + i * HALF_HOUR for i in range(n)]
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    with open(journal, "w") as f:
+        for i, t in enumerate(starts):
+            line = {**template, "start_timestamp": t, "error": f"{i:06d}" + "x" * 1500}
+            f.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+    return starts
+
+
+def ids(journal: Path) -> Counter[str]:
+    return Counter(r.error[:6] for r in read(journal))
+
+
+def last_start(exporter: ExporterProcess) -> float:
+    m = LAST_START.search(exporter.metrics())
+    return float(m[1]) if m else float("nan")
+
+
+def same_as_a_rebuild(journal: Path) -> None:
+    """The checkpoint on disk holds what one built from scratch from the journal holds."""
+    kept = checkpoint.ResultsFold(Journal(journal))
+    assert kept.load()
+    kept.catch_up()
+    rebuilt = checkpoint.ResultsFold(Journal(journal))
+    rebuilt.catch_up()
+    assert [r.to_json() for r in kept.latest_results()] == [r.to_json() for r in rebuilt.latest_results()]
+    assert kept.history_runs(20, 13) == rebuilt.history_runs(20, 13)
+
+
+def test_the_first_start_on_a_single_file_serves_metrics_then_reads_the_journal(tmp_path: Path) -> None:
+    journal = tmp_path / "j" / "journal.jsonl"
+    starts = single_file(journal, 12_000)  # 20 MB: past what a start reads before /metrics
+    assert journal.stat().st_size > 2 * LOAD_INLINE_BYTES
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="1h")
+    with ExporterProcess(config, log) as exporter:
+        # Up before the journal is read: loading, the series not restored yet.
+        assert metric(exporter, "bigbinf_journal_loading") == 1
+        assert last_start(exporter) != starts[-1]
+        wait("the journal read", lambda: metric(exporter, "bigbinf_journal_loading") == 0, 300)
+        assert last_start(exporter) == starts[-1]
+        assert "the journal is read after /metrics is up" in log.read_text()
+    assert all(s.sealed for s in segments(journal)) and len(segments(journal)) > 200  # split by day
+    assert ids(journal) == Counter(f"{i:06d}" for i in range(len(starts)))  # each once
+    same_as_a_rebuild(journal)
+    # A later start reads the checkpoint: restored before /metrics is up.
+    with ExporterProcess(config, log) as exporter:
+        assert metric(exporter, "bigbinf_journal_loading") == 0
+        assert last_start(exporter) == starts[-1]
+
+
+def phase(journal: Path) -> str:
+    """Where the first start's background work stands, from the files: the old file being
+    split (a plain segment there), or its day parts sealed and the checkpoint not yet saved."""
+    closed = segments(journal)
+    if any(not s.sealed for s in closed):
+        return "split"
+    if closed and not checkpoint.checkpoint_path(journal).exists():
+        return "rebuild"
+    return "other"
+
+
+@pytest.mark.parametrize("kill_in", ["split", "rebuild"])
+def test_a_kill_while_the_journal_is_read_after_metrics_loses_and_doubles_nothing(tmp_path: Path, kill_in: str) -> None:
+    journal = tmp_path / "j" / "journal.jsonl"
+    starts = single_file(journal, 12_000)
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="1h")
+    with ExporterProcess(config, log) as exporter:
+        wait(f"the {kill_in}", lambda: phase(journal) == kill_in, 120)
+        assert exporter.proc is not None
+        os.kill(exporter.proc.pid, signal.SIGKILL)
+        exporter.proc.wait()
+    assert "the journal is read (" not in log.read_text()  # killed before it was done
+    assert ids(journal) == Counter(f"{i:06d}" for i in range(len(starts)))  # readable, each once, mid-way
+    with ExporterProcess(config, log) as exporter:
+        assert metric(exporter, "bigbinf_journal_loading") == 1  # what is left is read after /metrics too
+        wait("the journal read", lambda: metric(exporter, "bigbinf_journal_loading") == 0, 300)
+        assert last_start(exporter) == starts[-1]
+    assert all(s.sealed for s in segments(journal))
+    assert ids(journal) == Counter(f"{i:06d}" for i in range(len(starts)))
+    same_as_a_rebuild(journal)
+
+
+def test_a_torn_line_inside_a_sealed_part_is_moved_aside_and_counted(tmp_path: Path) -> None:
+    """A crash mid-append tore a line (no newline; the next append ends it): sealed with
+    its day, it is damage in that part, found by the start that rebuilds the checkpoint."""
+    journal = tmp_path / "j" / "journal.jsonl"
+    starts = single_file(journal, 200)  # four days
+    lines = journal.read_bytes().splitlines(keepends=True)
+    torn_at = 100  # day 3
+    lines[torn_at] = lines[torn_at][: len(lines[torn_at]) // 2] + b"\n"  # torn, ended by the next append
+    journal.write_bytes(b"".join(lines))
+    Journal(journal).rotate_now()  # sealed with it, no checkpoint yet
+    checkpoint.checkpoint_path(journal).unlink(missing_ok=True)
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="1h")
+    with ExporterProcess(config, log) as exporter:
+        wait("the torn part counted", lambda: metric(exporter, "bigbinf_journal_damaged_segments") == 1, 60)
+        assert last_start(exporter) == starts[-1]
+    (aside,) = damaged(journal)
+    text = log.read_text()
+    said = re.findall(
+        r"journal (\S+): damaged \(1 torn line\): moved aside to (\S+); (\d+) results kept in it, (.*)", text
+    )
+    assert len(said) == 1, text  # one line: the file, how much is lost
+    (part, name, kept, lost) = said[0]
+    assert aside.name == name and name.startswith(Path(part).name + DAMAGED)
+    assert "1 unreadable lines" in lost and "about 1 results" in lost
+    want = Counter(f"{i:06d}" for i in range(len(starts)) if i != torn_at)
+    assert ids(journal) == want  # the rest of its day kept, once; only the torn one lost
+    assert int(kept) == sum(1 for t in starts if int(t // 86400) == int(starts[torn_at] // 86400)) - 1
+    # Read again (a restart, a report): nothing more moved aside, nothing skipped.
+    with ExporterProcess(config, log) as exporter:
+        assert metric(exporter, "bigbinf_journal_damaged_segments") == 1
+    assert len(damaged(journal)) == 1 and ids(journal) == want
+    assert "Traceback" not in log.read_text()
