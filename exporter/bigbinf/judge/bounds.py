@@ -206,7 +206,7 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
     busy = i.sender.get("busy_seconds", 0.0)
     clock = "rwnd_limited_seconds" if kind == "tcp_rmem" else "sndbuf_limited_seconds"
     share = i.sender.get(clock, 0.0) / busy if busy > 0 else 0.0
-    if not maximum or buffer >= LOCKED_SHARE * maximum or share < LOCKED_CLOCK:
+    if not maximum or not buffer or buffer >= LOCKED_SHARE * maximum or share < LOCKED_CLOCK:
         return ""
     if kind == "tcp_rmem" and clamped_window(i):
         return ""  # the window, not the buffer, was held (a route's window)

@@ -216,7 +216,15 @@ def _signalled(i: Inputs) -> Limit:
         # A clock share under LIMITED_SHARE is quoted only where it corroborates a buffer at
         # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
         quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
-        said = [window if quoted else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
+        rcvbuf = i.receiver.get("rcvbuf_max_bytes") or 0.0
+        # Where the bound is the advertised window, the buffer behind it is said apart.
+        held = bounds.locked(i, "tcp_rmem", rcvbuf, i.receiver_side) if i.sender.get("snd_wnd_median_bytes") else ""
+        said = [
+            window if quoted else "",
+            rcv_ceiling and f"the receiver's {rcv_ceiling}",
+            held and f"{host_name(i.receiver_side)}'s receive buffer {human_bytes(rcvbuf)} was {held}",
+            bounds.clamped_window(i),
+        ]
         return Limit(
             "receive_window",
             "; ".join([*filter(None, said), *_bound_said(bounds.receive_window(i), i), rate_words]),
