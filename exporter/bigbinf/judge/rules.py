@@ -132,7 +132,10 @@ def bound_of(limit: Limit, i: Inputs) -> Bound | None:
     the rate itself; busy_host and startup are held by their vetoes; shared_path by a
     standing queue; cpu and disk by their program's share on a core or on storage)."""
     if limit.reason == "link_capacity":
-        return bounds.packet_rate(i) if limit.detail == "packet_rate" else bounds.path_capacity(i)
+        # A full path with its MSS clamped is named so where the packet rate met the rate
+        # too; the path's capacity is its bound either way.
+        packets = bounds.packet_rate(i) if limit.detail == "packet_rate" else None
+        return packets if packets and packets.meets(i.steady_rate) else bounds.path_capacity(i) or packets
     if limit.reason == "receive_window":
         return bounds.receive_window(i)
     if limit.reason == "send_buffer":
