@@ -191,7 +191,7 @@ CAUSES += [
 
 @contextlib.contextmanager
 def program_buffers(site: PlainSite) -> Iterator[Changes | None]:
-    """nginx's own socket buffers: a second nginx whose listen sets `sndbuf=32k rcvbuf=64k`
+    """nginx's own socket buffers: a second nginx whose listen sets `sndbuf=32k rcvbuf=48k`
     (plain_site.BUFFERED_LISTEN; the kernel keeps twice each), the sysctls left as they
     are (their maxima far above the BDP)."""
     with verdicts.throttled_nginx(site.lab, "", plain_site.BUFFERED_PORT, plain_site.BUFFERED_LISTEN):
@@ -206,7 +206,7 @@ CAUSES += [
     PlainCause("a program's own send buffer (nginx sndbuf=32k)", "wan80", "http-buffered", "f8m", "download",
                "send_buffer", "remote", program_buffers,
                bound="nginx's send buffer (64 KiB kept) over the 80 ms RTT"),
-    PlainCause("a program's own receive buffer (nginx rcvbuf=64k)", "wan80", "http-buffered", "f8m", "upload",
+    PlainCause("a program's own receive buffer (nginx rcvbuf=48k)", "wan80", "http-buffered", "f8m", "upload",
                "receive_window", "remote", program_buffers,
-               bound="nginx's receive buffer (128 KiB kept) over the 80 ms RTT"),
+               bound="nginx's receive buffer (96 KiB kept) over the 80 ms RTT"),
 ]  # fmt: skip

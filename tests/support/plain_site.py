@@ -112,7 +112,9 @@ while True:
 # A second nginx (verdicts.throttled_nginx, no rate limit) whose listen sets its own socket
 # buffers, as an admin's `listen ... sndbuf=32k rcvbuf=64k` does.
 BUFFERED_PORT = 8081
-BUFFERED_LISTEN = "sndbuf=32k rcvbuf=64k"
+BUFFERED_LISTEN = (
+    "sndbuf=32k rcvbuf=48k"  # 48k: kept as 98304 B, apart from tcp_rmem's default 131072 (the truth tells them apart)
+)
 
 # The links the causes run on (lab.link: tbf rate and queue, the delay line's delay and
 # loss), and what the plain remote's config adds.
