@@ -170,8 +170,13 @@ def test_a_program_set_receive_buffer_is_the_programs() -> None:
     )  # fmt: skip
     reason, side, words, step = judged(r)
     assert (reason, side) == ("receive_window", "remote"), words
-    assert "receive buffer 131.07 kB (131072 B) was set by its program (SO_RCVBUF" in words
+    assert "receive buffer 131.07 kB (131072 B) (set by its program (SO_RCVBUF" in words
     assert "nginx `rcvbuf=`" in step and "sysctl" not in step, step
+    # The same buffer with the remote's autotuning off is the sysctl's default, not the program's.
+    off = dataclasses.replace(SITE, buffers={"local": BUFFERS, "remote": {**BUFFERS, "tcp_moderate_rcvbuf": 0.0}})
+    off_reason, off_side, off_words, off_step = judged(r, off)
+    assert (off_reason, off_side) == ("receive_window", "remote") and "set by its program" not in off_words
+    assert "tcp_moderate_rcvbuf=0 on the remote: it never grows" in off_words and "moderate_rcvbuf=1" in off_step
 
 
 def test_a_route_window_is_named_with_ip_route_not_tcp_rmem() -> None:

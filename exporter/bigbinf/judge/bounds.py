@@ -208,6 +208,9 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
     share = i.sender.get(clock, 0.0) / busy if busy > 0 else 0.0
     if not maximum or not buffer or buffer >= LOCKED_SHARE * maximum or share < LOCKED_CLOCK:
         return ""
+    if kind == "tcp_rmem" and settings.get("tcp_moderate_rcvbuf") == 0:
+        return ""  # autotuning off: the sysctl's default, not the program's
+
     if kind == "tcp_rmem" and clamped_window(i):
         return ""  # the window, not the buffer, was held (a route's window)
     option = "SO_RCVBUF" if kind == "tcp_rmem" else "SO_SNDBUF"

@@ -220,12 +220,14 @@ def _signalled(i: Inputs) -> Limit:
         # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
         quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
         rcvbuf = i.receiver.get("rcvbuf_max_bytes") or 0.0
-        # Where the bound is the advertised window, the buffer behind it is said apart.
-        held = bounds.locked(i, "tcp_rmem", rcvbuf, i.receiver_side) if i.sender.get("snd_wnd_median_bytes") else ""
+        # Where the bound is the advertised window, the buffer behind it is said apart
+        # (autotuning off, or set by its program; at its maximum the ceiling says it).
+        stopped, why = bounds.stopped_buffer(i, "tcp_rmem", rcvbuf, i.receiver_side)
+        behind = bool(stopped) and not rcv_ceiling and bool(i.sender.get("snd_wnd_median_bytes"))
         said = [
             window if quoted else "",
             rcv_ceiling and f"the receiver's {rcv_ceiling}",
-            held and f"{host_name(i.receiver_side)}'s receive buffer {human_bytes(rcvbuf)} was {held}",
+            f"{host_name(i.receiver_side)}'s receive buffer {human_bytes(rcvbuf)} ({why})" if behind else "",
             bounds.clamped_window(i),
         ]
         return Limit(
