@@ -103,6 +103,11 @@ def _buffer_has_room(truth: Mapping[str, Any], where: str, key: str) -> bool:
     maximum, bdp = truth.get(f"{where}_{key}"), truth.get("bdp_bytes")
     if not maximum or not bdp or truth.get(f"{where}_route_window"):
         return False
+    # A listener there with its own buffer below that (SO_RCVBUF/SO_SNDBUF: a program's
+    # setting, not the sysctl's) holds its connections whatever the maximum.
+    own = truth.get(f"{where}_listen_{'rcvbufs' if key == 'rmem_max' else 'sndbufs'}") or []
+    if any(b < ROOM * bdp for b in own):
+        return False
     if key == "rmem_max" and truth.get(f"{where}_moderate_rcvbuf") == 0:
         return maximum > 0 and truth.get(f"{where}_rmem_default", 0) >= ROOM * bdp
     return bool(maximum >= ROOM * bdp)

@@ -175,3 +175,13 @@ CAUSES += [
                autotuning_off, bound="this host's receive buffer (131072 B, not grown) over the 80 ms RTT")
     for p in ("http", "scp")
 ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: the breaker's cause
+# A transfer at a shaped link's full rate (100 Mbit/s, its capacity unknown to the judge)
+# beside the burners: its programs sleep waiting for the network, so the busy host did not
+# hold it.  The right verdict (link_capacity) needs the capacity: without it, withheld.
+CAUSES += [
+    PlainCause("a full link on a busy host (capacity unknown)", "shaped", "http", "f32m", "download",
+               "link_capacity", "path", busy, bound="the link's 100 Mbit/s (unknown to the judge)"),
+]  # fmt: skip

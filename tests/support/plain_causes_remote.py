@@ -23,7 +23,7 @@ from pathlib import Path
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 
-from . import verdicts
+from . import plain_site, verdicts
 from .plain_site import BLKIO, CPU, Changes, PlainCause, PlainSite, Setup, listener_in_group
 
 QUOTA = 0.05  # of a core, for the remote's sshd
@@ -183,4 +183,30 @@ CAUSES += [
     *(PlainCause("the remote's route window", "wan80", p, "f8m", "upload", "receive_window", "remote",
                  remote_route_window, bound=f"the remote's advertised window ({ROUTE_WINDOW} B) over the 80 ms RTT")
       for p in ("http", "iperf3")),
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: the breaker's causes
+
+
+@contextlib.contextmanager
+def program_buffers(site: PlainSite) -> Iterator[Changes | None]:
+    """nginx's own socket buffers: a second nginx whose listen sets `sndbuf=32k rcvbuf=48k`
+    (plain_site.BUFFERED_LISTEN; the kernel keeps twice each), the sysctls left as they
+    are (their maxima far above the BDP)."""
+    with verdicts.throttled_nginx(site.lab, "", plain_site.BUFFERED_PORT, plain_site.BUFFERED_LISTEN):
+        yield None
+
+
+CAUSES += [
+    # rsync over ssh into a reader that takes 4 MiB, then sleeps 1 s, over and over: the
+    # time is lost in every sleep, not at the start.
+    PlainCause("a burst reader on the remote (through ssh)", "wan", "rsync-burst-reader", "f16m", "upload",
+               "application", "remote", bound="the remote program's average reading rate (4 MiB a second at most)"),
+    PlainCause("a program's own send buffer (nginx sndbuf=32k)", "wan80", "http-buffered", "f8m", "download",
+               "send_buffer", "remote", program_buffers,
+               bound="nginx's send buffer (64 KiB kept) over the 80 ms RTT"),
+    PlainCause("a program's own receive buffer (nginx rcvbuf=48k)", "wan80", "http-buffered", "f8m", "upload",
+               "receive_window", "remote", program_buffers,
+               bound="nginx's receive buffer (96 KiB kept) over the 80 ms RTT"),
 ]  # fmt: skip

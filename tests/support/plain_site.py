@@ -82,6 +82,40 @@ while True:
         time.sleep(len(chunk) / rate)
 """
 
+# A burst reader (the breaker's, issue 42): it takes BURST_BYTES, then sleeps BURST_PAUSE
+# seconds, over and over, in front of the remote's rsync as SLOW_READER is.
+BURST_BYTES, BURST_PAUSE = 4 * 1024 * 1024, 1.0
+BURST_READER = """\
+import os, select, sys, time
+burst, pause = int(sys.argv[1]), float(sys.argv[2])
+poll = select.poll()
+poll.register(0, select.POLLIN)
+poll.register(1, 0)  # errors only: the receiver behind this reader has gone
+taken = 0
+while True:
+    events = dict(poll.poll())
+    if events.get(1):
+        break
+    if events.get(0):
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        try:
+            os.write(1, chunk)
+        except BrokenPipeError:
+            break
+        taken += len(chunk)
+        if taken >= burst:
+            taken = 0
+            time.sleep(pause)
+"""
+# A second nginx (verdicts.throttled_nginx, no rate limit) whose listen sets its own socket
+# buffers, as an admin's `listen ... sndbuf=32k rcvbuf=64k` does.
+BUFFERED_PORT = 8081
+BUFFERED_LISTEN = (
+    "sndbuf=32k rcvbuf=48k"  # 48k: kept as 98304 B, apart from tcp_rmem's default 131072 (the truth tells them apart)
+)
+
 # The links the causes run on (lab.link: tbf rate and queue, the delay line's delay and
 # loss), and what the plain remote's config adds.
 SITES: dict[str, dict[str, Any]] = {
@@ -138,13 +172,20 @@ PROTOCOLS: dict[str, Any] = {
         "command": [*CURL, "--limit-rate", "2M", "-o", "{local_path}", "http://{host}/{remote_name}"],
         "upload_command": [*CURL, "--limit-rate", "2M", "-T", "{local_path}", "http://{host}/{remote_name}"],
     },
+    # The nginx whose listen sets its own socket buffers (BUFFERED_LISTEN).
+    "http-buffered": {
+        "module": "http",
+        "directions": ["download", "upload"],
+        "command": [*CURL, "-o", "{local_path}", f"http://{{host}}:{BUFFERED_PORT}/{{remote_name}}"],
+        "upload_command": [*CURL, "-T", "{local_path}", f"http://{{host}}:{BUFFERED_PORT}/{{remote_name}}"],
+    },
 }  # fmt: skip
 
 
-def slow_reader_protocol(reader: Path) -> dict[str, Any]:
-    """rsync over ssh into the remote's slow reader (SLOW_READER at `reader`), in front of
-    its receiver."""
-    rsync_path = f"--rsync-path=python3 {reader} {SLOW_READER_BYTES_PER_SECOND} | rsync"
+def slow_reader_protocol(reader: Path, args: str = str(SLOW_READER_BYTES_PER_SECOND)) -> dict[str, Any]:
+    """rsync over ssh into the remote's slow reader (SLOW_READER at `reader`, or another
+    reader script with its `args`), in front of its receiver."""
+    rsync_path = f"--rsync-path=python3 {reader} {args} | rsync"
     return {
         "module": "rsync",
         "directions": ["upload"],
@@ -279,7 +320,13 @@ def plain_config(lab_config: Config, name: str, tmp: Path, control: Path) -> Con
     }
     reader = layout.state_dir / "slow-reader.py"
     reader.write_text(SLOW_READER)
-    raw["protocols"] = {**PROTOCOLS, "rsync-slow-reader": slow_reader_protocol(reader)}
+    burst = layout.state_dir / "burst-reader.py"
+    burst.write_text(BURST_READER)
+    raw["protocols"] = {
+        **PROTOCOLS,
+        "rsync-slow-reader": slow_reader_protocol(reader),
+        "rsync-burst-reader": slow_reader_protocol(burst, f"{BURST_BYTES} {BURST_PAUSE}"),
+    }
     raw["journal"] = {"path": str(tmp / f"plain-{name}.jsonl")}
     return parse_config(yaml.safe_dump(raw), f"plain-{name}.yaml")
 
@@ -487,7 +534,7 @@ def iperf3_rate(site: PlainSite, direction: str = "download") -> float:
 def check_causes(causes: list[PlainCause]) -> None:
     assert all(c.expected in LIMITS or (c.error and not c.expected) for c in causes)
     assert all(c.site in SITES and c.dataset in DATASETS for c in causes)
-    assert all(c.protocol in PROTOCOLS or c.protocol == "rsync-slow-reader" for c in causes)
+    assert all(c.protocol in PROTOCOLS or c.protocol in ("rsync-slow-reader", "rsync-burst-reader") for c in causes)
 
 
 @contextlib.contextmanager

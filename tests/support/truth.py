@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -165,6 +166,18 @@ def route_window(ns: str, peer: str) -> int:
     return int(words[words.index("window") + 1]) if "window" in words else 0
 
 
+_SKMEM = re.compile(r"skmem:\(r\d+,rb(\d+),t\d+,tb(\d+)")
+
+
+def listener_buffers(ns: str) -> tuple[list[int], list[int]]:
+    """The receive and send buffers (skmem rb, tb) of `ns`'s listening TCP sockets, as the
+    kernel keeps them: a program that set SO_RCVBUF/SO_SNDBUF on its listener (nginx's
+    `listen ... rcvbuf= sndbuf=`) hands them to every connection it accepts."""
+    out = _in(ns, ["ss", "-Hltm"])
+    found = [(int(m.group(1)), int(m.group(2))) for m in _SKMEM.finditer(out)]
+    return sorted({rb for rb, _ in found}), sorted({tb for _, tb in found})
+
+
 def snapshot(layout: LabLayout) -> dict[str, Any]:
     """Every counter above, as they stand now (absolute)."""
     snap: dict[str, Any] = {"at": time.monotonic()}
@@ -245,6 +258,11 @@ def truth(
     for side, ns in (("local", layout.client_ns), ("remote", layout.remote_ns)):
         for k, v in settings(ns).items():
             t[f"{side}_{k}"] = v
+    for side, ns in (("local", layout.client_ns), ("remote", layout.remote_ns)):
+        # Listeners whose buffers are not the sysctl's default: a program set them.
+        rbs, tbs = listener_buffers(ns)
+        t[f"{side}_listen_rcvbufs"] = [b for b in rbs if b != t.get(f"{side}_rmem_default")]
+        t[f"{side}_listen_sndbufs"] = [b for b in tbs if b != t.get(f"{side}_wmem_default")]
     t["local_route_window"] = route_window(layout.client_ns, peer_addresses[1])
     t["remote_route_window"] = route_window(layout.remote_ns, peer_addresses[0])
     rate, rtt = path.get("rate"), path.get("rtt")

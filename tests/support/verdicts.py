@@ -235,11 +235,13 @@ def _in_cgroup(root: Path, kind: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def throttled_nginx(config: Config, rate: str = "2m") -> Iterator[None]:
-    """A second nginx in the remote's namespace on THROTTLE_PORT, serving the lab's tree
-    at `rate` per connection (limit_rate): the remote's program is the limit."""
+def throttled_nginx(config: Config, rate: str = "2m", port: int = THROTTLE_PORT, listen: str = "") -> Iterator[None]:
+    """A second nginx in the remote's namespace on `port` (THROTTLE_PORT), serving the
+    lab's tree at `rate` per connection (limit_rate, "" for none): the remote's program is
+    the limit; `listen`: options of its listen directive (`sndbuf=32k rcvbuf=64k`: the
+    program's own socket buffers), with the lab's WebDAV upload location too."""
     layout = LabLayout(config.lab)
-    conf_dir = layout.run_dir / "throttled-nginx"
+    conf_dir = layout.run_dir / f"throttled-nginx-{port}"
     conf_dir.mkdir(parents=True, exist_ok=True)
     conf = conf_dir / "nginx.conf"
     conf.write_text(
@@ -249,8 +251,10 @@ def throttled_nginx(config: Config, rate: str = "2m") -> Iterator[None]:
         f"http {{ access_log off; client_body_temp_path {conf_dir}/body; proxy_temp_path {conf_dir}/proxy;\n"
         f"  fastcgi_temp_path {conf_dir}/fcgi; uwsgi_temp_path {conf_dir}/uwsgi; scgi_temp_path {conf_dir}/scgi;\n"
         "  sendfile on; types { application/octet-stream bin; }\n"
-        f"  server {{ listen {config.lab.remote_address}:{THROTTLE_PORT}; root {layout.serve_root};\n"
-        f"    limit_rate {rate}; }}\n"
+        f"  server {{ listen {config.lab.remote_address}:{port}{' ' + listen if listen else ''}; "
+        f"root {layout.serve_root};\n"
+        + (f"    limit_rate {rate};\n" if rate else "")
+        + "    location /upload/ { dav_methods PUT DELETE; create_full_put_path on; client_max_body_size 0; } }\n"
         "}\n"
     )
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -259,7 +263,7 @@ def throttled_nginx(config: Config, rate: str = "2m") -> Iterator[None]:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             listening = subprocess.run(
-                ["ip", "netns", "exec", layout.remote_ns, "ss", "-tlnH", "sport", f"= :{THROTTLE_PORT}"],
+                ["ip", "netns", "exec", layout.remote_ns, "ss", "-tlnH", "sport", f"= :{port}"],
                 capture_output=True, text=True,
             ).stdout  # fmt: skip
             if listening.strip():

@@ -301,6 +301,22 @@ def test_too_big_here_or_refused_by_a_router_is_decided_at_once() -> None:
     assert probe._echo_passes(router, 1400, 0.5, _seqs()) is True
 
 
+def test_a_reply_that_came_back_in_fragments_does_not_pass() -> None:
+    # A 1280-byte link toward us: a veth takes a request of up to 1284 bytes on its way in
+    # (a VLAN tag's slack), the router refragments the reply to at most 1280 on its way
+    # back (IP_RECVFRAGSIZE says so): the path is 1280, not 1284.
+    class Narrow(FakeEchoSocket):
+        def receive(self, timeout: float) -> list[Received]:
+            size = self.sends[-1][2] if self.sends else 0
+            return [dataclasses.replace(r, fragment_bytes=1276) if size > 1280 else r for r in super().receive(timeout)]
+
+    narrow = Narrow(lambda seq, size: 0.001 if size <= 1284 else None)
+    assert probe._echo_passes(narrow, 1284, 0.05, _seqs()) is False
+    assert probe._echo_passes(narrow, 1280, 0.05, _seqs()) is True
+    found = probe.search_mtu(lambda size: probe._echo_passes(narrow, size, 0.05, _seqs()), 1500, 84)
+    assert found == 1280
+
+
 def test_mtu_search_through_retries_finds_the_path_mtu_despite_loss() -> None:
     # Every second probe lost: retries keep the search from mistaking loss for size.
     lost = iter([True, False] * 100)

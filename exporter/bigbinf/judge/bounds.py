@@ -8,14 +8,18 @@ was 0.76 MB/s").  Rates are payload bytes per second, as the transfer's own rate
 
 - receive_window: the window the receiver advertised as the sender saw it while sending
   (tcpi_snd_wnd, the median), else the receiver's buffer where it stopped growing (at its
-  maximum, or autotuning off: tcp_moderate_rcvbuf=0 keeps tcp_rmem's default), over the
-  round trip the transfer saw;
-- send_buffer: the sender's buffer where it stopped growing (at its maximum), over the
-  round trip the transfer saw;
+  maximum, autotuning off: tcp_moderate_rcvbuf=0 keeps tcp_rmem's default, or set by its
+  program: `locked`), over the round trip the transfer saw;
+- send_buffer: the sender's buffer where it stopped growing (at its maximum, or set by
+  its program: `locked`), over the round trip the transfer saw;
 - path_capacity: the path's estimate (a wire rate), as payload;
 - loss (Mathis et al.): MSS / RTT x C / sqrt(p), C = sqrt(3/2), p the *real* losses per
   segment sent: retransmissions less those the receiver reported as duplicates (DSACK,
-  tcpi_dsack_dups: the segment had arrived; reordering, a spurious timeout);
+  tcpi_dsack_dups: the segment had arrived; reordering, a spurious timeout); for a CUBIC
+  sender the larger of that and CUBIC's own response (RFC 9438: a window of
+  1.05 x (RTT / p)^(3/4) segments, RTT in seconds), which a long path reaches first;
+  met down to LOSS_LOW of it (timeouts, which neither model counts, cost more) and at any
+  rate above it (p per segment lost overstates p per congestion event: bursts);
 - packet_rate: where the MSS is below what the path's MTU allows, the packets per second
   the path carries at full size (its estimate) times this MSS: a path whose limit is
   per packet (a router's or a userspace forwarder's per-packet cost) carries no more;
@@ -50,6 +54,24 @@ IP_TCP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamps 12: a 1500-byte MTU carries
 LINK_HEADERS = 14  # Ethernet: what a wire rate counts beside the IP packet
 CEILING_SHARE = 0.9  # a buffer this close to its maximum stopped growing there
 PACED = frozenset({"bbr"})  # congestion controls that do not slow for loss (no Mathis bound)
+# CUBIC's response to loss (RFC 9438, section 5): an average window of
+# (C x (3 + beta) / (4 x (1 - beta)))^(1/4) x (RTT / p)^(3/4) segments, C = 0.4, beta = 0.7.
+CUBIC_K = (0.4 * 3.7 / 1.2) ** 0.25
+# The loss bound is met down to this share of it: a transfer that also waited out
+# retransmission timeouts (neither response function counts them) runs below it.  And any
+# rate above it meets it: p is counted per segment lost, the models' per congestion event,
+# and losses come in bursts (a queue's overflow drops several segments of one window, one
+# halving), so the loss allows at least the bound computed, never less.
+LOSS_LOW = 0.4
+# A buffer is the program's (SO_RCVBUF/SO_SNDBUF lock it: autotuning never grows it) where
+# the sender was limited by it this share of its busy time or more (rules.LIMITED_SHARE)
+# and it stood below LOCKED_SHARE of the maximum autotuning could have given it.
+LOCKED_CLOCK = 0.3
+LOCKED_SHARE = 0.5
+# A receiver's window is clamped apart from its buffer (a route's `window` metric) where it
+# advertised at most this share of its receive buffer: a window from the buffer alone is
+# 50-90% of it (tcp_adv_win_scale, scaling_ratio).
+CLAMPED_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -63,10 +85,11 @@ class Bound:
     inputs: dict[str, float] = field(default_factory=dict)
     low: float = 1 - TOLERANCE  # the least share of `rate` that still meets it
     program: str = ""  # cpu, disk: the program
+    high: float = 1 + TOLERANCE  # the most share of `rate` that still meets it
 
     def meets(self, rate: float) -> bool:
-        """Whether a steady `rate` meets this bound: from `low` of it to TOLERANCE above."""
-        return self.rate > 0 and self.low * self.rate <= rate <= (1 + TOLERANCE) * self.rate
+        """Whether a steady `rate` meets this bound: from `low` of it to `high` of it."""
+        return self.rate > 0 and self.low * self.rate <= rate <= self.high * self.rate
 
     def said(self, rate: float) -> str:
         return f"{self.words}; the transfer's steady rate was {human_rate(rate)}"
@@ -165,7 +188,54 @@ def stopped_buffer(i: Inputs, kind: str, buffer: float | None, side: str) -> tup
         ceiling, named = cap, "tcp_buffer_max cap"
     if ceiling and buffer >= CEILING_SHARE * ceiling:
         return buffer, f"at its {named} {human_bytes(ceiling)}"
+    held = locked(i, kind, buffer, side)
+    if held:
+        return buffer, held
     return None, ""
+
+
+def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
+    """Words, where a buffer is the program's own ("" if not): the sender was limited by it
+    LOCKED_CLOCK of its busy time, yet it stood below LOCKED_SHARE of the maximum its
+    host's autotuning could have given it (tcp_rmem's or tcp_wmem's, read there), with
+    autotuning on.  A buffer that limits the sender grows to that maximum unless its
+    program set it (setsockopt SO_RCVBUF/SO_SNDBUF locks it, at twice the value set: nginx
+    `sndbuf=32k` on its listen gives 64 KiB however high the sysctl)."""
+    settings = i.buffers.get(side, {})
+    maximum = settings.get(kind)
+    busy = i.sender.get("busy_seconds", 0.0)
+    clock = "rwnd_limited_seconds" if kind == "tcp_rmem" else "sndbuf_limited_seconds"
+    share = i.sender.get(clock, 0.0) / busy if busy > 0 else 0.0
+    if not maximum or not buffer or buffer >= LOCKED_SHARE * maximum or share < LOCKED_CLOCK:
+        return ""
+    if kind == "tcp_rmem" and settings.get("tcp_moderate_rcvbuf") == 0:
+        return ""  # autotuning off: the sysctl's default, not the program's
+
+    if kind == "tcp_rmem" and clamped_window(i):
+        return ""  # the window, not the buffer, was held (a route's window)
+    option = "SO_RCVBUF" if kind == "tcp_rmem" else "SO_SNDBUF"
+    return (
+        f"set by its program ({option}: constant at {human_bytes(buffer)} while the sender was limited by it "
+        f"{share:.0%} of its busy time, {human_bytes(maximum)} the most {kind} lets autotuning give it on "
+        f"{host_name(side)})"
+    )
+
+
+def clamped_window(i: Inputs) -> str:
+    """Words, where the receiver advertised a window far below what its buffer gives
+    (CLAMPED_SHARE of it or less: a window clamp apart from the buffer, a route's `window`
+    metric), with the sender limited by that window LOCKED_CLOCK of its busy time ("" if
+    not seen)."""
+    advertised = i.sender.get("snd_wnd_median_bytes")
+    buffer = i.receiver.get("rcvbuf_max_bytes")
+    busy = i.sender.get("busy_seconds", 0.0)
+    share = i.sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
+    if not advertised or not buffer or advertised > CLAMPED_SHARE * buffer or share < LOCKED_CLOCK:
+        return ""
+    return (
+        f"{host_name(i.receiver_side)} advertised {human_bytes(advertised)} (the median) with a receive buffer of "
+        f"{human_bytes(buffer)}: its window was clamped apart from its buffer (a route's `window` metric)"
+    )
 
 
 def path_capacity(i: Inputs) -> Bound | None:
@@ -192,13 +262,20 @@ def loss(i: Inputs) -> Bound | None:
         return None
     p = lost / i.segments
     rate = i.mss / rtt * MATHIS_C / math.sqrt(p)
+    model = "Mathis: MSS/RTT x 1.22/sqrt(p), one loss per congestion event"
+    if i.congestion_control in ("", "cubic"):
+        cubic = i.mss / rtt * CUBIC_K * (rtt / p) ** 0.75
+        if cubic > rate:
+            rate, model = cubic, "CUBIC's response: 1.05 x (RTT/p)^(3/4) segments per round trip, RFC 9438"
     return Bound(
         "loss",
         rate,
         f"the loss {p:.2%} of segments (real: {lost} lost of {i.segments}) with a {i.mss:.0f}-byte MSS over "
-        f"{_ms(rtt)} allows {human_rate(rate)} (Mathis: MSS/RTT x 1.22/sqrt(p), one loss per congestion event)",
+        f"{_ms(rtt)} allows {human_rate(rate)} ({model})",
         "path",
         {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt},
+        low=LOSS_LOW,
+        high=math.inf,
     )
 
 
@@ -298,4 +375,10 @@ def met(bounds: Iterable[Bound], rate: float) -> list[Bound]:
 def listed(bounds: Iterable[Bound]) -> str:
     """The bounds computed, in words ("no bound could be computed" where none)."""
     said = [f"{b.name} {human_rate(b.rate)}" for b in bounds]
+    return "bounds computed: " + ", ".join(said) if said else "no bound could be computed"
+
+
+def distances(bounds: Iterable[Bound], rate: float) -> str:
+    """The bounds computed and how far the steady `rate` was from each, in words."""
+    said = [f"{b.name} {human_rate(b.rate)} (the steady rate {rate / b.rate:.0%} of it)" for b in bounds if b.rate > 0]
     return "bounds computed: " + ", ".join(said) if said else "no bound could be computed"

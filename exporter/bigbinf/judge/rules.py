@@ -106,8 +106,48 @@ class Limit:
 
 
 def steady_limit(i: Inputs) -> Limit:
-    """The limit of the transfer's steady phase (the rules of the module docstring, in
-    their order); where none holds, the empty verdict with what was seen and what each
+    """The limit of the transfer's steady phase: the bound the steady rate met.  The
+    kernel's signals (`_signalled`: the clock shares, zero windows, a buffer at its
+    ceiling, a program on a core, data in flight, a backlog) say which limit to hold the
+    rate against; that limit is named only where the steady rate meets its bound
+    (`bound_of`, within bounds.TOLERANCE) or, where it has none that numbers can give,
+    where its vetoes let it stand.  A limit whose bound was computed and is not met is
+    never given: the verdict is withheld, with every bound computed and how far the rate
+    was from each."""
+    limit = _signalled(i)
+    bound = bound_of(limit, i)
+    steady = i.steady_rate
+    if bound is None or bound.meets(steady):
+        return limit
+    return Limit(
+        "",
+        f"withheld {limit.reason}: the steady rate {human_rate(steady)} is {steady / bound.rate:.0%} of its bound, "
+        f"outside the {bound.low:.0%}-{bound.high:.0%} that meets it ({bound.words}); "
+        f"{bounds.distances(bounds.computed(i), steady)}; what pointed at it: {limit.evidence}",
+    )
+
+
+def bound_of(limit: Limit, i: Inputs) -> Bound | None:
+    """The bound a verdict stands on (None where it has no numeric one: application's is
+    the rate itself; busy_host and startup are held by their vetoes; shared_path by a
+    standing queue; cpu and disk by their program's share on a core or on storage)."""
+    if limit.reason == "link_capacity":
+        # A full path with its MSS clamped is named so where the packet rate met the rate
+        # too; the path's capacity is its bound either way.
+        packets = bounds.packet_rate(i) if limit.detail == "packet_rate" else None
+        return packets if packets and packets.meets(i.steady_rate) else bounds.path_capacity(i) or packets
+    if limit.reason == "receive_window":
+        return bounds.receive_window(i)
+    if limit.reason == "send_buffer":
+        return bounds.send_buffer(i)
+    if limit.reason == "congestion":
+        return bounds.loss(i)
+    return None
+
+
+def _signalled(i: Inputs) -> Limit:
+    """The limit the kernel's signals point at (the rules of the module docstring, in
+    their order); where none does, the empty verdict with what was seen and what each
     veto withheld."""
     steady = i.steady_rate
     rate_words = f"delivery rate {human_rate(i.rate)}{i.share_of_path(i.rate)}"
@@ -179,7 +219,17 @@ def steady_limit(i: Inputs) -> Limit:
         # A clock share under LIMITED_SHARE is quoted only where it corroborates a buffer at
         # its maximum with the BDP unknown (Inputs.maxed): there it is half the evidence.
         quoted = rwnd >= LIMITED_SHARE or (bool(rcv_ceiling) and not i.ceilings["tcp_rmem"])
-        said = [window if quoted else "", rcv_ceiling and f"the receiver's {rcv_ceiling}"]
+        rcvbuf = i.receiver.get("rcvbuf_max_bytes") or 0.0
+        # Where the bound is the advertised window, the buffer behind it is said apart
+        # (autotuning off, or set by its program; at its maximum the ceiling says it).
+        stopped, why = bounds.stopped_buffer(i, "tcp_rmem", rcvbuf, i.receiver_side)
+        behind = bool(stopped) and not rcv_ceiling and bool(i.sender.get("snd_wnd_median_bytes"))
+        said = [
+            window if quoted else "",
+            rcv_ceiling and f"the receiver's {rcv_ceiling}",
+            f"{host_name(i.receiver_side)}'s receive buffer {human_bytes(rcvbuf)} ({why})" if behind else "",
+            bounds.clamped_window(i),
+        ]
         return Limit(
             "receive_window",
             "; ".join([*filter(None, said), *_bound_said(bounds.receive_window(i), i), rate_words]),
@@ -272,11 +322,21 @@ def steady_limit(i: Inputs) -> Limit:
         return shared
     busy_host = vetoes.busy_host(i)
     unseen = vetoes.remote_not_ruled_out(i) if busy_host else ""
-    if busy_host and not unseen:
-        return Limit("busy_host", f"{busy_host}; {rate_words}", "local")
+    # busy_host as a bound: a program of this host held by the CPU, its wait explaining the
+    # missing rate (vetoes.host_held); a host that was busy while the transfer's programs
+    # slept waiting for the network did not hold it.
+    held = vetoes.host_held(i) if busy_host else ""
+    if busy_host and not unseen and held:
+        return Limit("busy_host", f"{held}; {busy_host}; {rate_words}", "local")
     if unseen:
         # This host's waits do not stand in for a remote that may have held it.
         withheld.append(f"not busy_host ({busy_host}): {unseen}")
+    elif busy_host:
+        withheld.append(
+            f"not busy_host ({busy_host}): no program of this host was on a core or queued for one "
+            f"{vetoes.HOST_HELD_SHARE:.0%} of its life with its wait explaining the missing rate (they waited for "
+            "the network, not for a CPU)"
+        )
     if not sender:
         # The sender (a download's remote) could not be asked: its limits cannot be ruled
         # out, so naming one would be a guess.
@@ -609,6 +669,9 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     slow_ramp = max(0.0, ramp - i.data_queued - ramp_most) if ramp_most is not None else 0.0
     cost = lost - queued - i.data_queued - slow_setup - slow_ramp
     beyond = _beyond_words(i, slow_setup, slow_ramp, setup_most, ramp_most)
+    through = vetoes.lost_through_transfer(slow_ramp, cost)
+    if through:
+        return None, f"not startup: {beyond}; {through}"
     host = (vetoes.busy_host(i) or vetoes.starved_remote(i)) if beyond else ""
     if host:
         # A start longer than the physics allows, on a host seen busy or a remote seen

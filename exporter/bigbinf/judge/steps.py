@@ -3,6 +3,7 @@ says the same per verdict; `advise` adds the sysctl lines: history/advice.py).""
 
 from __future__ import annotations
 
+from bigbinf.judge import bounds
 from bigbinf.judge.inputs import Inputs
 from bigbinf.judge.rules import LOSS_SHARE, Limit
 from bigbinf.judge.words import host_name, human_bytes, human_rate
@@ -49,9 +50,26 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
             f"stays at tcp_rmem's default {human_bytes(settings.get('tcp_rmem_default'))})"
         )
     target = 2 * i.bdp if i.bdp else None
+    goal = f"at least 2 x BDP = {human_bytes(target)}" if target else "at least the path's BDP"
+    if receive and bounds.clamped_window(i):
+        # The window is clamped apart from the buffer: a route's window metric there.
+        return (
+            f"on {host}: its route to this host holds the window it advertises (a `window` metric: "
+            f"`ip route show` there); `ip route change <that route> window N` with N {goal}, or drop the metric; "
+            f"{kind} is not what holds it"
+        )
+    buffer = i.receiver.get("rcvbuf_max_bytes") if receive else i.sender.get("sndbuf_max_bytes")
+    if buffer and bounds.locked(i, kind, buffer, limit.side):
+        option = "SO_RCVBUF" if receive else "SO_SNDBUF"
+        knob = "rcvbuf=" if receive else "sndbuf="
+        return (
+            f"on {host}: the program set its own buffer ({option}, {human_bytes(buffer)} as the kernel keeps it: "
+            f"twice the value set): raise it in the program's configuration there (nginx `{knob}` on its listen, "
+            f"a -w or buffer option) to {goal}, or drop it so autotuning sizes it; {kind}'s maximum there "
+            f"({human_bytes(settings.get(kind))}) is not what holds it"
+        )
     if r.tcp_buffer_max_bytes is not None and "tcp_buffer_max cap" in limit.evidence:
-        goal = f" to at least 2 x BDP = {human_bytes(target)}" if target else " to at least the path's BDP"
-        return f"raise or drop the protocol's tcp_buffer_max ({human_bytes(r.tcp_buffer_max_bytes)}){goal}"
+        return f"raise or drop the protocol's tcp_buffer_max ({human_bytes(r.tcp_buffer_max_bytes)}) to {goal}"
     now = settings.get(kind)
     if target and now and now >= target:
         core = "net.core.rmem_max" if receive else "net.core.wmem_max"

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 
 from bigbinf.judge import bounds
 from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE, Inputs
-from bigbinf.judge.words import host_name
+from bigbinf.judge.words import host_name, human_rate
 
 INITIAL_WINDOW_SEGMENTS = 10  # RFC 6928, Linux's default
 # Round trips slow start may take beyond log2(bytes / initial window): the request that
@@ -366,6 +366,69 @@ def busy_host(i: Inputs) -> str:
         return ""
     load = f"; load average {i.host_busy['load1']:.1f}" if "load1" in i.host_busy else ""
     return f"this host was busy: waiting for a CPU, {', '.join(waited)} of the {i.duration:.1f} s transfer{load}"
+
+
+# A program of this host on a core or queued for one this share of its life or more was
+# held by the CPU (the program bound, bounds.programs, met within its tolerance: 1 / 1.25).
+HOST_HELD_SHARE = 1 / (1 + bounds.TOLERANCE)
+
+
+def host_held(i: Inputs) -> str:
+    """Words, where this host's CPU is what held the transfer (busy_host as a bound: ""
+    where it was not shown): a program of the transfer on this host (alive BULK of it) was
+    on a core or queued for one HOST_HELD_SHARE of its life or more, and the time it queued
+    for a core explains the missing rate: without the wait it would have gone at
+    rate x runnable / used, which reaches (1 - TOLERANCE) of the lowest bound computed
+    above the rate, or, with none computed, at least twice the rate (it waited as long as
+    it ran).  Or the lab's delay line (the path itself, on this host's CPUs) waited for a
+    CPU BUSY_SHARE of the transfer: every packet waits with it.  A program mostly asleep
+    (waiting for the network, its socket) was not held by this host's CPU, however busy
+    the host: a transfer at a tbf link's full rate beside burners, its programs asleep
+    most of their life, is not busy_host."""
+    delay = i.host_busy.get("delay_line", 0.0)
+    if delay >= BUSY_SHARE:
+        return f"the lab's delay line (the path, on this host's CPUs) waited for a CPU {delay:.0%} of the transfer"
+    rate = i.steady_rate
+    above = [b.rate for b in bounds.computed(i) if b.rate > (1 + bounds.TOLERANCE) * rate]
+    target = min(above) if above else None
+    best = ""
+    for label, v in sorted(i.programs.items()):
+        side, _, name = label.partition(" ")
+        runnable, used = v.get("runnable_share", 0.0), v.get("cpu_share", 0.0)
+        if side != "local" or v.get("seconds", 0.0) < SEEN_SHARE * i.duration or runnable < HOST_HELD_SHARE:
+            continue
+        throttled = v.get("cpu_throttled_share", 0.0)
+        waited = max(0.0, runnable - used - throttled)
+        unheld = rate * runnable / used if used > 0 else math.inf
+        explains = unheld >= (1 - bounds.TOLERANCE) * target if target else waited >= used
+        if not explains or waited <= 0:
+            continue
+        against = (
+            f", {unheld / target:.0%} of the lowest bound above the rate ({human_rate(target)})"
+            if target
+            else " (no bound above the rate computed: it waited at least as long as it ran)"
+        )
+        best = (
+            f"{name} (this host) was on a core or queued for one {runnable:.0%} of its {v.get('seconds', 0.0):.1f} s, "
+            f"used {used:.0%} of a core and waited {waited:.0%} for one: without the wait it would have gone at "
+            f"{human_rate(unheld) if math.isfinite(unheld) else 'any rate'}{against}"
+        )
+    return best
+
+
+def lost_through_transfer(slow_ramp: float, cost: float) -> str:
+    """Words, where the time lost below the steady rate lies through the transfer, not at
+    its start ("" if not): the data phase lost more beyond what slow start can take
+    (`slow_ramp`) than the start itself can have cost (`cost`: set-up and slow start).  A
+    reader that takes 4 MiB and sleeps a second, over and over, closes the window in every
+    sleep: its lost time is in every burst, and no larger file would average nearer the
+    burst rate."""
+    if slow_ramp <= 0 or slow_ramp < cost:
+        return ""
+    return (
+        f"the data phase lost {slow_ramp:.2f} s beyond slow start, more than the {max(cost, 0.0):.2f} s the start "
+        "can have cost: the time was lost through the transfer, not at its start"
+    )
 
 
 def held_by_busy_host(i: Inputs, name: str, side: str, program: Mapping[str, float]) -> str:

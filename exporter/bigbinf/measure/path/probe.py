@@ -112,7 +112,9 @@ ICMP_FILTER = 1
 SO_TIMESTAMPNS: int = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 IP_PKTINFO = 8
+IP_RECVFRAGSIZE = 25  # linux/in.h (4.17): the largest fragment of a reassembled datagram
 _PKTINFO = struct.Struct("=i4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
+_INT = struct.Struct("=i")
 SIOCGIFMTU = 0x8921
 _IFREQ = struct.Struct("16si20x")  # struct ifreq: name, ifr_mtu in the union
 _TCP_INFO_TOTAL_RETRANS = 100  # offset of tcpi_total_retrans in struct tcp_info
@@ -235,6 +237,9 @@ class Received:
     monotonic_ns: int
     kernel_realtime_ns: int | None  # SO_TIMESTAMPNS: when the kernel got it
     ifindex: int | None = None  # IP_PKTINFO: the interface it came in on
+    # IP_RECVFRAGSIZE: where it came in fragments (reassembled by the kernel), the largest
+    # of them as an IP packet; None where it came whole (or the kernel cannot say).
+    fragment_bytes: int | None = None
 
 
 def reply_to(received: Received, pending: dict[int, Sent], identifier: int, target: str) -> Sent | None:
@@ -394,7 +399,7 @@ class _NoIcmpSocket(Exception):
     pass
 
 
-_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_PKTINFO.size)
+_ANCILLARY_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_PKTINFO.size) + socket.CMSG_SPACE(_INT.size)
 
 
 class EchoSocket:
@@ -434,6 +439,10 @@ class EchoSocket:
                 self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             with contextlib.suppress(OSError):
                 self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+            # A reply that came back in fragments says the way back is narrower than the
+            # request (the MTU search's "passes" needs both ways whole).
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_IP, IP_RECVFRAGSIZE, 1)
         except BaseException:
             self.sock.close()
             raise
@@ -477,14 +486,16 @@ class EchoSocket:
             msg = parse_icmp(data, with_ip_header=self.raw)
             if msg is None:
                 continue
-            kernel = ifindex = None
+            kernel = ifindex = fragment = None
             for level, kind, value in ancillary:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
                     seconds, nanoseconds = _TIMESPEC.unpack_from(value)
                     kernel = int(seconds) * 1_000_000_000 + int(nanoseconds)
                 elif level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(value) >= _PKTINFO.size:
                     ifindex = int(_PKTINFO.unpack_from(value)[0])
-            out.append(Received(msg, str(address[0]), now, kernel, ifindex))
+                elif level == socket.IPPROTO_IP and kind == IP_RECVFRAGSIZE and len(value) >= _INT.size:
+                    fragment = int(_INT.unpack_from(value)[0]) or None
+            out.append(Received(msg, str(address[0]), now, kernel, ifindex, fragment))
         return out
 
 
@@ -553,8 +564,12 @@ def _mtu_wait(settings: ProbeSettings, rtts: Sequence[float]) -> float:
 
 
 def _echo_passes(sock: EchoSocket, ip_size: int, wait: float, seqs: Callable[[], int]) -> bool:
-    """Whether an echo request of `ip_size` bytes with DF set gets a reply, in up to
-    MTU_TRIES tries."""
+    """Whether an echo request of `ip_size` bytes with DF set gets a reply that came back
+    whole, in up to MTU_TRIES tries.  A reply in fragments (Received.fragment_bytes below
+    the size) does not pass: the way back is narrower.  A veth (and many NICs) takes a
+    frame up to a VLAN tag longer than its MTU on the way in, so a request 4 bytes over a
+    1280-byte link passed and its reply, refragmented by the router, came back: the path
+    read as 1284."""
     pending: dict[int, Sent] = {}
     for _ in range(MTU_TRIES):
         try:
@@ -568,7 +583,7 @@ def _echo_passes(sock: EchoSocket, ip_size: int, wait: float, seqs: Callable[[],
         while (left := deadline - time.monotonic()) > 0:
             for received in sock.receive(left):
                 if reply_to(received, pending, sock.identifier, sock.target) is not None:
-                    return True
+                    return received.fragment_bytes is None or received.fragment_bytes >= ip_size
                 about = error_about(received, pending, sock.identifier, sock.target)
                 if about is not None and received.message.code == ICMP_FRAG_NEEDED:
                     return False  # a router said it is too big: that is no loss
