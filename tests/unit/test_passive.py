@@ -37,7 +37,8 @@ def sock(
 
 
 def test_the_filter_is_the_kernels_words_peer_networks_and_either_port() -> None:
-    words = SELECTION.ss_filter()
+    assert SELECTION.ss_filter() == ["(", "dst", "198.51.100.0/24", "or", "dst", "2001:db8::/32", ")"]
+    words = SELECTION.ss_filter(ports=True)
     assert words[:7] == ["(", "dst", "198.51.100.0/24", "or", "dst", "2001:db8::/32", ")"]
     text = " ".join(words)
     assert "sport = :22 or dport = :22" in text
@@ -62,7 +63,9 @@ def test_parallel_streams_of_one_program_are_one_transfer_with_their_count() -> 
     t = _tracker()
     t.listing(0.0, [])
     control = ("10.0.0.1:40000", "198.51.100.7:2811")
-    streams = [(f"10.0.0.1:{41000 + i}", f"198.51.100.7:{50000 + i}") for i in range(4)]
+    # Active mode: the server connects from its ephemeral ports to one of the client's (no
+    # service port): they belong to the transfer by their program.
+    streams = [("10.0.0.1:53517", f"198.51.100.7:{47920 + i}") for i in range(4)]
     owner = ("globus-url-copy", 4242)
     for step in range(1, 6):
         t.listing(
@@ -100,6 +103,13 @@ def test_parallel_streams_of_one_program_are_one_transfer_with_their_count() -> 
     download = result_of(rest[0], 1_000_000.0, 9.0, None, 10 * MiB)
     assert download is not None and download.direction == "download" and download.file_bytes == 30 * MiB
     assert t.flows == {}
+
+
+def test_a_connection_without_a_service_port_alone_is_dropped() -> None:
+    t = _tracker()
+    t.listing(0.0, [sock("10.0.0.1:53517", "198.51.100.7:47920", received=50 * MiB, owner=("backup", 3))])
+    t.closed(1.0, [sock("10.0.0.1:53517", "198.51.100.7:47920", received=50 * MiB)])
+    assert t.due(5.0, lost_after=3.0) == [] and t.flows == {}
 
 
 def test_a_flow_below_min_bytes_is_not_a_result() -> None:

@@ -9,6 +9,9 @@ flow costs O(1) memory however long it lives and the watcher O(flows).
 Flows of one transfer are grouped where the kernel shows they belong together: the same
 owning process (pid, from `ss -p`), the same remote, and overlapping lives (a GridFTP
 client's control channel and its parallel data streams; an rsync's one connection).  A
+connection to a remote with no service's port (GridFTP's data channels in active mode run
+between the two hosts' ephemeral ports) is followed, and counts only in a group that also
+holds a service's connection: alone, it is dropped when it closes.  A
 group is due once every flow of it has closed and `linger` has passed with no new one (a
 next file's connection joins the same transfer).  A flow whose owner no listing saw (it
 lived between two listings) is a transfer of its own.
@@ -27,7 +30,8 @@ from dataclasses import dataclass, field
 
 from bigbinf.judge.verdict import judge_limit
 from bigbinf.measure.tcp.state import Listing, SocketInfo, summarise
-from bigbinf.passive.select import Selection
+from bigbinf.passive.select import UNKNOWN, Selection
+from bigbinf.protocols.base import DATA_FLOW_BYTES
 from bigbinf.result import PathBaseline, Result
 
 log = logging.getLogger(__name__)
@@ -122,6 +126,8 @@ class Tracker:
                 if not remote:
                     continue
                 service, _ = self.selection.service_of(s.local, s.peer)
+                if service == UNKNOWN:
+                    service = ""  # followed only for a program that holds a service's connection too
                 flow = Flow(s.key, remote, service, at, wall, self._previous_listing, s)
                 self.flows[s.key] = flow
             shown.add(s.key)
@@ -164,12 +170,16 @@ class Tracker:
         return self._take(lambda _group: True)
 
     def _take(self, ready: Callable[[list[Flow]], bool]) -> list[Transfer]:
+        """The groups `ready` takes, out of the tracker; a group none of whose
+        connections is a service's (no port of passive.services, no program that also
+        held one) is dropped: not a transfer the watcher was asked about."""
         taken: list[Transfer] = []
         for group in self.groups():
             if ready(group):
                 for flow in group:
                     del self.flows[flow.key]
-                taken.append(Transfer(group[0].remote, tuple(group)))
+                if any(f.service for f in group):
+                    taken.append(Transfer(group[0].remote, tuple(group)))
         return taken
 
     def groups(self) -> list[list[Flow]]:
@@ -244,13 +254,16 @@ def result_of(
     closed = [f.closed for f in flows if f.closed is not None and f.closed is not f.last]
     summary = summarise([], timed, closed)
     biggest = max(flows, key=lambda f: f.moved)
+    # The service is that of the connections with a service's port (a GridFTP client's
+    # control channel, where its data channels are between ephemeral ports).
+    service = max((f for f in flows if f.service), key=lambda f: f.moved, default=biggest).service
     owner = next((f.owner for f in flows if f.owner is not None), None)
     notes = []
     if any(f.began_after is None for f in flows):
         notes.append("open when the watcher started: its start and first bytes were before it")
     argv = next((f.command for f in flows if f.command), [])
     result = Result(
-        protocol=biggest.service,
+        protocol=service,
         remote=transfer.remote,
         dataset=DATASET,
         direction=direction,
@@ -261,7 +274,8 @@ def result_of(
         files=1,
         wire_measured=False,
         transport="tcp",
-        data_flows=int(summary.values.get("streams", 0)) or sum(1 for s in finals if s.moved_bytes > 0),
+        # The data streams: connections that moved data either way (a control channel does not).
+        data_flows=sum(1 for s in finals if s.moved_bytes >= DATA_FLOW_BYTES),
         client_address=_host(biggest.key[0]),
         remote_address=_host(biggest.key[1]),
         argv=argv,

@@ -2,9 +2,11 @@
 has the kernel choose them (sock_diag filters in the kernel: a host's other sockets are
 never copied to user space, so they cost next to nothing).
 
-A connection is followed when its peer is in one of the remotes' networks and one of its
-two ports is in a service's ranges: this host as the client (the peer's port is the
-service's) or as the server (its own port is).  The service class and the remote are
+A connection is followed when its peer is in one of the remotes' networks (the kernel
+filters by those) and one of its two ports is in a service's ranges: this host as the
+client (the peer's port is the service's) or as the server (its own port is); or its
+program also holds such a connection to the same remote (flows.py: GridFTP's data
+channels).  The service class and the remote are
 labels of what it publishes; its ports never are."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from bigbinf.config import PassiveConfig
 
-UNKNOWN = "other"  # the service of a connection whose ports no range holds (not listed by the filter)
+UNKNOWN = "other"  # the service of a connection whose ports no range holds
 
 
 @dataclass(frozen=True)
@@ -38,26 +40,29 @@ class Selection:
             tuple((name, tuple(ranges)) for name, ranges in services.items()),
         )
 
-    def ss_filter(self) -> list[str]:
+    def ss_filter(self, ports: bool = False) -> list[str]:
         """The words of ss's filter expression (argv words, never a shell string): the
-        peer in one of the networks, and either port in one of the ranges."""
+        peer in one of the networks, and with `ports` either port in one of the ranges.
+        The watcher filters by network only: a GridFTP transfer's data channels carry no
+        service port (in active mode the server connects from an ephemeral port to one of
+        the client's), and belong to it by their program (flows.py)."""
         nets = [str(n) for _, networks in self.remotes for n in networks]
-        ports: list[str] = []
-        for _, ranges in self.services:
+        words_ports: list[str] = []
+        for _, ranges in self.services if ports else ():
             for low, high in ranges:
                 for end in ("sport", "dport"):
-                    if ports:
-                        ports.append("or")
+                    if words_ports:
+                        words_ports.append("or")
                     if low == high:
-                        ports += [end, "=", f":{low}"]
+                        words_ports += [end, "=", f":{low}"]
                     else:
-                        ports += ["(", end, ">=", f":{low}", "and", end, "<=", f":{high}", ")"]
+                        words_ports += ["(", end, ">=", f":{low}", "and", end, "<=", f":{high}", ")"]
         words = ["("]
         for i, net in enumerate(nets):
             words += (["or"] if i else []) + ["dst", net]
         words.append(")")
-        if ports:
-            words += ["and", "(", *ports, ")"]
+        if words_ports:
+            words += ["and", "(", *words_ports, ")"]
         return words
 
     def remote_of(self, peer: str) -> str:
