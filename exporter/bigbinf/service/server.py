@@ -295,6 +295,10 @@ class Exporter:
         self.httpd.start()
         log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
 
+    def passive_results(self) -> list[Result]:
+        """The last passive results (oldest first), for the pages."""
+        return list(self.passive_recent)
+
     def _start_passive(self, config: Config) -> None:
         if not config.passive.enabled:
             return
