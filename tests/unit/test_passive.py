@@ -112,6 +112,13 @@ def test_a_connection_without_a_service_port_alone_is_dropped() -> None:
     assert t.due(5.0, lost_after=3.0) == [] and t.flows == {}
 
 
+def test_a_bigbinf_exporters_own_transfer_is_not_a_passive_one() -> None:
+    t = _tracker()
+    t.listing(0.0, [sock("10.0.0.1:40000", "198.51.100.7:22", acked=50 * MiB, owner=("scp", 3))])
+    t.flows[("10.0.0.1:40000", "198.51.100.7:22")].scheduled = True  # its process carries the guardian's marker
+    assert t.flush(1.0) == []
+
+
 def test_a_flow_below_min_bytes_is_not_a_result() -> None:
     t = _tracker()
     t.listing(0.0, [sock("10.0.0.1:40000", "198.51.100.7:22", acked=MiB, owner=("ssh", 1))])

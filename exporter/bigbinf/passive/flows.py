@@ -60,6 +60,9 @@ class Flow:
     owner: tuple[str, int] | None = None  # (comm, pid) from ss -p
     lost_at: float | None = None  # monotonic: the first listing that no longer showed it (no close event yet)
     command: list[str] = field(default_factory=list)  # the owner's command line, where record_commands asks
+    # Whether its owner is a bigbinf exporter's own transfer (its processes carry the
+    # guardian's marker): the scheduled transfers are judged as such, never as passive ones.
+    scheduled: bool | None = None  # None: not looked at yet
 
     @property
     def moved(self) -> int:
@@ -172,13 +175,14 @@ class Tracker:
     def _take(self, ready: Callable[[list[Flow]], bool]) -> list[Transfer]:
         """The groups `ready` takes, out of the tracker; a group none of whose
         connections is a service's (no port of passive.services, no program that also
-        held one) is dropped: not a transfer the watcher was asked about."""
+        held one), or one of a bigbinf exporter's own transfers (Flow.scheduled), is
+        dropped: not a transfer the watcher was asked about."""
         taken: list[Transfer] = []
         for group in self.groups():
             if ready(group):
                 for flow in group:
                     del self.flows[flow.key]
-                if any(f.service for f in group):
+                if any(f.service for f in group) and not any(f.scheduled for f in group):
                     taken.append(Transfer(group[0].remote, tuple(group)))
         return taken
 

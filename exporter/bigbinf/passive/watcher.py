@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bigbinf.config import PassiveConfig
+from bigbinf.guardian import MARKER
 from bigbinf.measure.tcp.state import _wait_drained, _wait_subscribed, parse_ss
 from bigbinf.passive.flows import Tracker, result_of
 from bigbinf.passive.select import Selection
@@ -203,9 +204,10 @@ class PassiveWatcher:
         with self._lock:
             self._take_events(now)
             self.tracker.listing(now, sockets)
-            if self.config.record_commands:
-                for flow in self.tracker.flows.values():
-                    if flow.owner is not None and not flow.command:
+            for flow in self.tracker.flows.values():
+                if flow.owner is not None and flow.scheduled is None:
+                    flow.scheduled = _an_exporters(flow.owner[1])
+                    if self.config.record_commands:
                         flow.command = _cmdline(flow.owner[1]) or ["?"]
             self._ask_owners = any(f.owner is None and f.closed is None for f in self.tracker.flows.values())
             transfers = self.tracker.due(now, lost_after=2 * self.config.interval + 1)
@@ -287,6 +289,18 @@ def _run_counted(argv: list[str], timeout: float) -> tuple[int, bytes, bytes, fl
             proc.returncode = os.waitstatus_to_exitcode(status)
     cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
     return proc.returncode or 0, stdout, stderr, cpu
+
+
+_MARKER = MARKER.encode() + b"="
+
+
+def _an_exporters(pid: int) -> bool:
+    """Whether process `pid` is one a bigbinf exporter started (its environment holds the
+    guardian's marker, bigbinf/guardian.py): a scheduled transfer, not a production one.
+    Only that one entry is looked for; nothing of the environment is kept."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+        return any(entry.startswith(_MARKER) for entry in f.read().split(b"\0"))
+    return False
 
 
 def _cmdline(pid: int) -> list[str]:
