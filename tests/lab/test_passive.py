@@ -14,15 +14,20 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
+from bigbinf import lab
 from bigbinf.config import Config, PassiveConfig
+from bigbinf.journal.store import Journal
 from bigbinf.lab import LabLayout
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.passive.watcher import PassiveWatcher
 from bigbinf.result import PathBaseline, Result
+from bigbinf.service.server import Exporter
 
 from ..conftest import quiet_veth_counters
 from ..support import verdicts
+from ..support.prometheus import free_port
 
 pytestmark = pytest.mark.lab
 
@@ -154,3 +159,53 @@ def test_a_window_cap_gets_the_scheduled_judges_verdict(site: Config, tmp_path) 
         scheduled.limited_evidence,
     )
     assert r.limited_next_step and r.retransmits_sender_source == "kernel"
+
+
+def test_the_exporter_journals_publishes_and_lists_them_and_flushes_an_open_one_at_its_stop(
+    site: Config, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    layout = LabLayout(site.lab)
+    raw = site.model_dump(mode="json", exclude_unset=True)
+    raw["journal"] = {"path": str(tmp_path / "journal.jsonl")}
+    raw["passive"] = {
+        "enabled": True,
+        "netns": layout.client_ns,
+        "remotes": {"lab": {"networks": [f"{site.lab.remote_address}/32"]}},
+        "interval": "0.2s",
+        "min_bytes": "4MiB",
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    exporter = Exporter(path, listen=f"127.0.0.1:{free_port()}", lab=lab.site)
+    exporter.start()
+    addr = site.lab.remote_address
+    slow: subprocess.Popen[bytes] | None = None
+    try:
+        client(
+            site, "scp", "-q", "-B", "-F", str(layout.ssh_config), f"root@{addr}:{layout.data_dir}/f8m.bin", "/dev/null"
+        )
+        deadline = time.monotonic() + 15
+        while not exporter.passive_results() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # An open transfer at the stop: curl held at 1 MiB/s (8 s for its 8 MiB), stopped
+        # with the exporter after 5 s (5 MiB, above min_bytes).
+        slow = subprocess.Popen(
+            ["ip", "netns", "exec", layout.client_ns, "curl", "-sS", "--limit-rate", "1M", "-o", "/dev/null",
+             f"http://{addr}/data/f8m.bin"]
+        )  # fmt: skip
+        time.sleep(5)
+        assert slow.poll() is None
+        metrics = exporter.metrics.refresh().chunks("text")
+        text = b"".join(metrics).decode()
+    finally:
+        exporter.stop()
+        if slow is not None:
+            slow.kill()
+            slow.wait()
+    (scp,) = [r for r in exporter.passive_results() if r.protocol == "ssh"]
+    assert scp.program == "ssh" and scp.direction == "download"  # scp's ssh holds the socket
+    assert 'bigbinf_passive_transfers_total{direction="download",remote="lab",service="ssh",verdict=' in text
+    journaled = [r for r in Journal(tmp_path / "journal.jsonl").read() if r.source == "passive"]
+    assert {r.protocol for r in journaled} == {"ssh", "http"}  # the open curl too, at the stop
+    (http,) = [r for r in journaled if r.protocol == "http"]
+    assert 4 * MiB <= http.file_bytes < 8 * MiB and http.program == "curl"

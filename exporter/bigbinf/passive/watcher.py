@@ -44,6 +44,7 @@ COST_WEIGHT = 0.2  # of the last listing in the moving average of their cost
 LISTING_TIMEOUT = 30.0
 SUBSCRIBED_SECONDS = 1.0
 DRAIN_SECONDS = 2.0
+EVENTS_RETRY = 10.0  # seconds between two starts of a close-event watcher that ended
 # Rate buckets of bigbinf_passive_flow_rate_bytes_per_second (bytes/s): 1 MB/s to 10 GB/s.
 RATE_BUCKETS = (1e5, 1e6, 1e7, 2.5e7, 5e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9)
 
@@ -112,27 +113,12 @@ class PassiveWatcher:
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # the tracker and the counts
         self._ask_owners = True
+        self._events_tried = 0.0
 
     # ------------------------------------------------------------ life
 
     def start(self) -> None:
-        try:
-            self._events = subprocess.Popen(
-                owned(self.events_argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self.error = f"passive: close events: {self.events_argv[0]} could not start: {exc}"
-            log.error("%s; flows are judged from their listings only", self.error)
-        else:
-            assert isinstance(self._events.stdout, io.BufferedReader)
-            self._reader = threading.Thread(target=self._drain, args=(self._events.stdout,), daemon=True)
-            self._reader.start()
-            if not _wait_subscribed(self._events.pid, SUBSCRIBED_SECONDS):
-                time.sleep(0.2)
+        self._start_events()
         self._sampler = threading.Thread(target=self._sample, name="passive", daemon=True)
         self._sampler.start()
         log.info("passive: watching %s", " ".join(self.list_argv))
@@ -157,6 +143,43 @@ class PassiveWatcher:
 
     # ------------------------------------------------------------ the loop
 
+    def _start_events(self) -> None:
+        """The close-event watcher (ss -E), once subscribed; where it cannot start or has
+        ended (the namespace is not there yet), flows close by their listings alone
+        (Tracker.due) and it is started again EVENTS_RETRY seconds later."""
+        self._events_tried = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                owned(self.events_argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            log.error(
+                "passive: close events: %s could not start: %s; flows close by their listings", self.events_argv[0], exc
+            )
+            return
+        assert isinstance(proc.stdout, io.BufferedReader)
+        self._events = proc
+        self._reader = threading.Thread(target=self._drain, args=(proc.stdout,), daemon=True)
+        self._reader.start()
+        if not _wait_subscribed(proc.pid, SUBSCRIBED_SECONDS):
+            time.sleep(0.2)
+
+    def _keep_events(self) -> None:
+        proc = self._events
+        if proc is not None and proc.poll() is None:
+            return
+        if time.monotonic() - self._events_tried < EVENTS_RETRY:
+            return
+        if proc is not None:
+            log.warning("passive: close events: ss -E exited %s; starting it again", proc.returncode)
+            if self._reader is not None:
+                self._reader.join(1)
+        self._start_events()
+
     def _drain(self, pipe: io.BufferedReader) -> None:
         for chunk in iter(lambda: pipe.read1(65536), b""):
             with self._chunk_lock:
@@ -167,6 +190,7 @@ class PassiveWatcher:
         cost: float | None = None  # the listings' CPU seconds, a moving average
         while not self._stopping.wait(max(0.0, due - time.monotonic())):
             began = time.monotonic()
+            self._keep_events()
             try:
                 spent = self.once()
             except Exception:  # a surprise in one listing never ends the watcher
@@ -191,14 +215,15 @@ class PassiveWatcher:
         try:
             code, stdout, stderr, child_cpu = _run_counted(argv, LISTING_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            self.error = f"passive: {' '.join(argv[:6])} ...: {exc}"
-            log.warning("%s", self.error)
+            self._failed(f"passive: {' '.join(argv[:6])} ...: {exc}")
             return LISTING_TIMEOUT * CPU_SHARE
         if code != 0:
             tail = stderr.decode(errors="replace")[-200:].strip()
-            self.error = f"passive: {' '.join(argv[:6])} ... exited {code}: {tail}"
-            log.warning("%s", self.error)
+            self._failed(f"passive: {' '.join(argv[:6])} ... exited {code}: {tail}")
             return child_cpu
+        if self.error:
+            log.info("passive: listings work again")
+            self.error = ""
         now = time.monotonic()
         sockets = parse_ss(stdout.decode("utf-8", "replace"))
         with self._lock:
@@ -215,6 +240,13 @@ class PassiveWatcher:
             self.counts.open_flows = len(self.tracker.flows)
         self._emit(transfers, now)
         return child_cpu + time.thread_time() - thread_began
+
+    def _failed(self, error: str) -> None:
+        """A listing that failed: logged once until it works again or fails otherwise (a
+        namespace not there yet must not log a line per interval)."""
+        if error != self.error:
+            log.warning("%s; listing again every %.1f s", error, self.config.interval)
+        self.error = error
 
     def _take_events(self, now: float, final: bool = False) -> None:
         with self._chunk_lock:
