@@ -142,6 +142,11 @@ def test_flows_beyond_max_flows_are_counted_once_and_not_followed() -> None:
     t.listing(0.0, sockets)
     t.listing(1.0, sockets)
     assert len(t.flows) == 2 and t.skipped == 3
+    # Listed again but not parsed (the watcher's quick look passes them as unchanged): still skipped, not recounted.
+    t.listing(2.0, [], unchanged=[*t.skipped_keys, *t.flows])
+    assert t.skipped == 3 and len(t.skipped_keys) == 3
+    t.listing(3.0, sockets)
+    assert t.skipped == 3
 
 
 def test_a_flow_keeps_at_most_max_samples_and_none_of_its_idle_listings() -> None:
@@ -216,3 +221,27 @@ def test_published_labels_are_bounded() -> None:
         )
         == 1
     )
+
+
+def test_a_listings_idle_sockets_are_not_parsed_again() -> None:
+    from bigbinf.passive.watcher import _changed
+
+    listing = (
+        "ESTAB 0 0 10.0.0.1:40000 198.51.100.7:22\n"
+        "\t cubic rtt:1/0.5 bytes_acked:100 bytes_received:5000 lastsnd:40 lastrcv:40\n"
+        "ESTAB 0 0 10.0.0.1:40001 198.51.100.7:22\n"
+        "\t cubic rtt:1/0.5 bytes_acked:20971520 bytes_received:5000\n"
+        "ESTAB 0 0 10.0.0.1:40002 198.51.100.7:22\n"
+        "\t cubic rtt:1/0.5 bytes_acked:100 bytes_received:5000 notsent:4096\n"
+        "ESTAB 0 0 10.0.0.1:40003 198.51.100.7:22\n"
+        "\t cubic rtt:1/0.5 bytes_acked:7 bytes_received:7\n"
+    )
+    t = _tracker()
+    t.listing(0.0, [sock(f"10.0.0.1:{40000 + i}", "198.51.100.7:22", acked=100, received=5000) for i in range(3)])
+    changed, same = _changed(listing, t.flows)
+    assert same == [("10.0.0.1:40000", "198.51.100.7:22")]  # idle, nothing waiting: not parsed
+    parsed = {s.key[0] for s in parse_ss(changed)}
+    # moved; data waiting to be sent (a zero window's sign); a connection not followed yet
+    assert parsed == {"10.0.0.1:40001", "10.0.0.1:40002", "10.0.0.1:40003"}
+    t.listing(1.0, parse_ss(changed), unchanged=same)
+    assert all(f.lost_at is None for f in t.flows.values())

@@ -110,11 +110,27 @@ class Tracker:
         self._skipped_keys: set[tuple[str, str]] = set()
         self._previous_listing: float | None = None
 
-    def listing(self, at: float, sockets: Iterable[SocketInfo], wall: float | None = None) -> None:
-        """One listing taken at `at` (monotonic)."""
+    @property
+    def skipped_keys(self) -> frozenset[tuple[str, str]]:
+        """The connections the last listing skipped (max_flows reached)."""
+        return frozenset(self._skipped_keys)
+
+    def listing(
+        self,
+        at: float,
+        sockets: Iterable[SocketInfo],
+        wall: float | None = None,
+        unchanged: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """One listing taken at `at` (monotonic); `unchanged`: followed flows it showed
+        as their last sample left them (not parsed again: watcher.py's quick look)."""
         wall = time.time() if wall is None else wall
-        shown: set[tuple[str, str]] = set()
-        skipped: set[tuple[str, str]] = set()
+        shown: set[tuple[str, str]] = set(unchanged)
+        for key in shown:
+            if key in self.flows:
+                self.flows[key].lost_at = None
+        # Those skipped before and listed again (unchanged holds them too) stay skipped, uncounted.
+        skipped: set[tuple[str, str]] = shown & self._skipped_keys
         for s in sockets:
             if not s.has_info or s.state in ("TIME-WAIT", "LISTEN", "SYN-SENT", "SYN-RECV"):
                 continue
