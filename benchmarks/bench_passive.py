@@ -105,8 +105,9 @@ WARMUP = 2  # listings before the measured window
 
 def _after_listing(watcher: PassiveWatcher, n: int) -> int:
     """Wait until the watcher has taken its n-th listing; how many it has taken."""
-    while (done := watcher.snapshot()[0].listings) < n:
-        time.sleep(0.01)
+    # A plain attribute read, 5 times a second: this process's CPU is the watcher's.
+    while (done := watcher.counts.listings) < n:
+        time.sleep(0.2)
     return done
 
 
