@@ -550,6 +550,77 @@ class MovesConfig(_Strict):
     history: Annotated[float, BeforeValidator(parse_duration), Field(ge=3600)] = 28 * 86400.0  # runs used
 
 
+def _check_network(value: str) -> str:
+    # An address or a network (198.18.0.0/15, 2001:db8::/32): what ss's `dst` takes.
+    import ipaddress
+
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or network (e.g. 198.51.100.7 or 198.51.100.0/24)") from None
+    return value
+
+
+def _check_ports(value: Any) -> tuple[int, int]:
+    # A port (22) or a range ("50000-51000"): a service's ports, as ss's sport/dport compare them.
+    text = str(value).strip()
+    low, dash, high = text.partition("-")
+    try:
+        first, last = int(low), int(high) if dash else int(low)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a port or a range of ports (e.g. 22 or 50000-51000)") from None
+    if not 1 <= first <= last <= 65535:
+        raise ValueError(f"{value!r}: ports are 1-65535, the range's first no higher than its last")
+    return first, last
+
+
+PortRange = Annotated[tuple[int, int], BeforeValidator(_check_ports)]
+
+# The services a passive watcher looks at unless told otherwise (passive.services): the
+# ports of the protocols bigbinf measures (GridFTP's control port and the data port range
+# its servers are commonly given; the lab's is 50000-50100).
+PASSIVE_SERVICES: dict[str, list[str]] = {
+    "ssh": ["22"],
+    "http": ["80", "443", "8080", "8443"],
+    "gridftp": ["2811", "50000-51000"],
+    "rsync": ["873"],
+    "xrootd": ["1094"],
+    "ftp": ["21"],
+}
+
+
+class PassiveRemoteConfig(_Strict):
+    """Hosts whose connections with this one the passive watcher judges: by address or
+    network.  Named as a configured remote, its round's path baseline (BDP, buffers) is
+    what the judge reads."""
+
+    networks: Annotated[list[Annotated[str, AfterValidator(_check_network)]], Field(min_length=1)]
+
+
+class PassiveConfig(_Strict):
+    """The passive watcher (bigbinf/passive/, docs/passive.md): this host's own TCP
+    connections to `remotes` on `services`' ports, read from the kernel with ss, judged
+    as a scheduled transfer is.  Off by default."""
+
+    enabled: bool = False
+    # The network namespace whose connections are watched (the lab's client namespace in
+    # the demo); default this host's own.
+    netns: NetnsName | None = None
+    remotes: dict[Name, PassiveRemoteConfig] = {}
+    services: dict[Name, Annotated[list[PortRange], Field(min_length=1)]] = Field(
+        default_factory=lambda: {k: [_check_ports(v) for v in vs] for k, vs in PASSIVE_SERVICES.items()}
+    )
+    min_bytes: Size = 10 * 2**20  # a flow (or a group of streams) that moved less is not judged
+    interval: Annotated[float, BeforeValidator(parse_duration), Field(ge=0.1, le=60)] = 1.0  # between listings
+    # The most connections followed at once: a host with more is sampled (the first this
+    # many the kernel lists; those left are counted, bigbinf_passive_flows_skipped_total).
+    max_flows: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
+    # Whether a result keeps its program's command line (argv) and user; the command name
+    # (comm) is kept as evidence either way, never as a label.
+    record_commands: bool = False
+    recent: Annotated[int, Field(ge=1, le=10_000)] = 50  # the last passive results the pages list
+
+
 # A sweep's runs (settings x datasets x repetitions) above this need max_runs raised on purpose.
 SWEEP_MAX_RUNS = 200
 
@@ -591,6 +662,7 @@ class Config(_Strict):
     sweeps: dict[Name, SweepConfig] = {}
     regression: RegressionConfig = RegressionConfig()
     moves: MovesConfig = MovesConfig()
+    passive: PassiveConfig = PassiveConfig()
 
 
 # ---------------------------------------------------------------- errors
@@ -801,6 +873,14 @@ def _cross_reference_issues(raw: Mapping[str, Any]) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"lab.datasets[{i}]", f"no dataset named {name!r}"))
     if schedule.get("interval") is not None and "cron" in schedule:
         issues.append(ConfigIssue("schedule", "give either cron or interval, not both"))
+    passive = mapping(raw, "passive")
+    if passive.get("enabled") is True and not mapping(passive, "remotes"):
+        issues.append(
+            ConfigIssue(
+                "passive.remotes",
+                "the watcher needs at least one remote to watch, e.g. archive: {networks: [198.51.100.0/24]}",
+            )
+        )
     return issues
 
 

@@ -184,6 +184,65 @@ PAYLOAD_SIZE_HIST = Spec(
     (*SERIES_LABELS, "way"),
 )
 
+# The passive watcher (bigbinf/passive/, docs/passive.md): this host's own transfers.
+# Bounded labels only: remote and service are the configuration's names, direction two
+# values, verdict one of result.LIMITS or "none"; never ports, pids, programs or files.
+PASSIVE_UPDATED = " Updated when a passive transfer (this host's own, seen by the passive watcher) closes."
+PASSIVE_FLOWS_TOTAL = Spec(
+    PREFIX + "passive_transfers_total",
+    "counter",
+    "This host's own transfers to a watched remote and service that moved at least passive.min_bytes, by the "
+    "judge's verdict (none: not judged, e.g. a download, whose sender is the remote)." + PASSIVE_UPDATED,
+    ("remote", "service", "direction", "verdict"),
+)
+PASSIVE_BYTES_TOTAL = Spec(
+    PREFIX + "passive_bytes_total",
+    "counter",
+    "Bytes the judged passive transfers moved (the kernel's bytes_acked sent, bytes_received received)."
+    + PASSIVE_UPDATED,
+    ("remote", "service", "direction"),
+)
+PASSIVE_RATE_HIST = Spec(
+    PREFIX + "passive_rate_bytes_per_second",
+    "histogram",
+    "Steady rate of passive transfers (the listings' fit over the last half of the data; else bytes over "
+    "duration)." + PASSIVE_UPDATED,
+    ("remote", "service"),
+)
+PASSIVE_SKIPPED_TOTAL = Spec(
+    PREFIX + "passive_flows_skipped_total",
+    "counter",
+    "Connections the passive watcher listed but did not follow because passive.max_flows were followed already "
+    "(never judged).",
+)
+PASSIVE_OPEN = Spec(PREFIX + "passive_open_flows", "gauge", "Connections the passive watcher follows now.")
+PASSIVE_LISTING_CPU = Spec(
+    PREFIX + "passive_listing_cpu_seconds",
+    "gauge",
+    "CPU seconds one listing of the passive watcher costs (ss and its parse; a moving average).",
+)
+PASSIVE_INTERVAL = Spec(
+    PREFIX + "passive_interval_seconds",
+    "gauge",
+    "Seconds between the passive watcher's listings now: passive.interval, stretched where a listing's cost "
+    "would exceed 1% of one core.",
+)
+PASSIVE_STRETCHED_TOTAL = Spec(
+    PREFIX + "passive_interval_stretched_total",
+    "counter",
+    "Listings after which the passive watcher stretched its interval to stay within 1% of one core.",
+)
+PASSIVE = (
+    PASSIVE_FLOWS_TOTAL,
+    PASSIVE_BYTES_TOTAL,
+    PASSIVE_RATE_HIST,
+    PASSIVE_SKIPPED_TOTAL,
+    PASSIVE_OPEN,
+    PASSIVE_LISTING_CPU,
+    PASSIVE_INTERVAL,
+    PASSIVE_STRETCHED_TOTAL,
+)
+
 SCHEDULE_INTERVAL = Spec(
     PREFIX + "schedule_interval_seconds",
     "gauge",
@@ -688,6 +747,7 @@ ALL = (
     *REGRESSION,
     *REGRESSION_CHANGE,
     *MOVES,
+    *PASSIVE,
 )
 ALL_WITH_MESH = (*ALL, *MESH)
 

@@ -186,7 +186,9 @@ class Result(_Journaled):
     # before the field, imports): measure/transfer.py's unproven().  Its throughput is no
     # measurement then: it counts in no baseline (runs.counts_in_baseline).
     unproven: str = ""
-    source: str = "exporter"  # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py)
+    # "exporter", "import" for results brought in by `import`, "sweep" (service/sweeps.py),
+    # "passive" for this host's own transfers judged by the passive watcher (bigbinf/passive/)
+    source: str = "exporter"
     # A tuning sweep's runs only (source "sweep"): the sweep's name, the id of its run
     # (one per `sweep` command or scheduled start), the setting's values by dimension
     # (options, congestion, tcp_buffer_max) and its canonical label, and the repetition.
@@ -199,6 +201,11 @@ class Result(_Journaled):
     # and what the import corrected or assumed (a wrong `time`, a start time from the name).
     imported_protocol: str = ""
     import_note: str = ""
+    # Passive results only (source "passive", bigbinf/passive/): the command name (comm)
+    # of the process that held the connections (evidence, never a label), and what the
+    # watcher could not see of the transfer (e.g. it was open when the watcher started).
+    program: str = ""
+    passive_note: str = ""
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

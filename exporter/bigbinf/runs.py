@@ -157,10 +157,11 @@ def counts_in_baseline(result: Result) -> bool:
     baseline): the one predicate every caller (service/rounds.py, backfill, the checkpoint)
     asks; a run a busy host limited (judge.leaves_out_of_baselines) is left out, and one
     that proves no bytes moved (Result.unproven).  The caller picks
-    the source (the exporter's own runs, or an import's)."""
+    the source (the exporter's own runs, or an import's); a passive result never counts."""
     x = result.throughput_bytes_per_second
     return (
-        result.outcome == "ok"
+        result.source != "passive"  # this host's own transfers (bigbinf/passive/): never a scheduled series' run
+        and result.outcome == "ok"
         and x > 0
         and math.isfinite(x)
         and not result.unproven  # a run that proves no bytes moved measured nothing (measure/transfer.py)

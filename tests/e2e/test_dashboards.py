@@ -63,11 +63,17 @@ MAY_BE_EMPTY = {
         ("bigbinf-path", "Last verdict and the TCP evidence", ref): "no listing falls inside a lab transfer"
         for ref in ("E", "F")
     },
+    # The passive watcher's panels (docs/passive.md): the test's exporter runs no production
+    # transfers; tests/lab/test_passive.py and tests/unit/test_passive.py check what they read.
+    ("bigbinf-path", "Production transfers by verdict", "A"): "no production transfer in the lab",
+    ("bigbinf-path", "Production transfers' median steady rate", "A"): "no production transfer in the lab",
 }
 PANELS_MAY_BE_EMPTY = {
     ("bigbinf-overview", "Firing alerts"),
     ("bigbinf-overview", "Open regressions"),
     ("bigbinf-path", "Open regressions"),
+    ("bigbinf-path", "Production transfers by verdict"),  # the passive watcher's: see MAY_BE_EMPTY
+    ("bigbinf-path", "Production transfers' median steady rate"),
 }
 # Instant targets whose latest value may be absent but which must have shown data in the
 # test's time range: with no rule met a transfer's verdict is empty (bigbinf/judge/rules.py),

@@ -46,7 +46,7 @@ BAD = [
         BASE + "extra: 1\n",
         [
             "extra: unknown key 'extra'; allowed keys: remotes, datasets, protocols, schedule, transfer, capture, "
-            "journal, metrics, pages, lab, sweeps, regression, moves"
+            "journal, metrics, pages, lab, sweeps, regression, moves, passive"
         ],
     ),
     (
@@ -381,7 +381,7 @@ def test_config_check_exit_codes(tmp_path: Path) -> None:
     assert bad.returncode == 1
     assert bad.stderr.strip() == (
         f"{bad_file}: extra: unknown key 'extra'; allowed keys: remotes, datasets, "
-        "protocols, schedule, transfer, capture, journal, metrics, pages, lab, sweeps, regression, moves"
+        "protocols, schedule, transfer, capture, journal, metrics, pages, lab, sweeps, regression, moves, passive"
     )
 
 

@@ -35,6 +35,8 @@ def test_configuration_reference_lists_every_key_and_placeholder() -> None:
         C.LabConfig,
         C.LinkConfig,
         C.SweepConfig,
+        C.PassiveConfig,
+        C.PassiveRemoteConfig,
     ]
     missing = [f"{m.__name__}.{name}" for m in models for name in m.model_fields if f"| `{name}` |" not in text]
     assert missing == []

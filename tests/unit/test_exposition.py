@@ -17,7 +17,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.parser import text_string_to_metric_families
 
 from bigbinf import metrics as M
-from bigbinf.result import SeriesKey
+from bigbinf.passive.watcher import PassiveCounts
+from bigbinf.result import Result, SeriesKey
 from bigbinf.service import exposition
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.exposition import MetricsCache, build
@@ -44,8 +45,29 @@ ACCEPT = [
     "text/plain;version=1.0.0;escaping=dots",  # not cached
 ]
 
+
+def _passive_state(site: str = "") -> ExporterState:
+    """A watcher's counts: several remotes, services, verdicts, a rate in each bucket range."""
+    counts = PassiveCounts()
+    for i, (remote, service, direction, verdict) in enumerate(
+        [("archive", "gridftp", "upload", "receive_window"), ("archive", "ssh", "download", "none"),
+         ("peer", "http", "upload", "cpu"), ("archive", "gridftp", "upload", "receive_window")]
+    ):  # fmt: skip
+        counts.add(
+            Result(service, remote, "passive", direction, 1.0 + i, "ok", duration_seconds=2.0, file_bytes=(3 + i) << 22,
+                   source="passive", limited_by="" if verdict == "none" else verdict)
+        )  # fmt: skip
+    counts.skipped, counts.stretched, counts.open_flows = 7, 2, 12
+    counts.listing_seconds, counts.interval_seconds = 0.0021, 1.0
+    state = ExporterState(site)
+    state.record_passive(counts)
+    return state
+
+
 # 200 series: the larger families span several of the renderer's line blocks.
 STATES = {
+    "passive": _passive_state,
+    "passive on a mesh site": lambda: _passive_state("alpha"),
     "golden": _state,
     "empty": ExporterState,
     "mesh": lambda: mesh_state(remotes=2, protocols=10, datasets=5),

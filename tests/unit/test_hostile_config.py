@@ -36,6 +36,7 @@ from bigbinf.config import Config, ConfigError, validate_config
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import placeholder_values
 from bigbinf.mesh.config import MeshConfig, MeshError, parse_mesh, site_config
+from bigbinf.passive.watcher import PassiveWatcher
 from bigbinf.process import Completed
 from bigbinf.protocols import command, iperf3
 from bigbinf.protocols.base import RunContext, TemplateError, render
@@ -92,6 +93,13 @@ def base_config(tmp: Path) -> dict[str, Any]:
         "transfer": {"workdir": str(tmp / "work"), "timeout": "30s"},
         "capture": {"enabled": False, "directory": str(tmp / "captures")},
         "journal": {"path": str(tmp / "journal.jsonl")},
+        # The passive watcher: its strings reach ss's argv (run_everything records them).
+        "passive": {
+            "enabled": True,
+            "netns": "bbh-client",
+            "remotes": {"archive": {"networks": ["198.51.100.0/24"]}},
+            "services": {"ssh": ["22", "50000-51000"]},
+        },
     }
 
 
@@ -116,6 +124,8 @@ FIELDS = [
     "lab.name", "lab.state_dir", "lab.client_address", "lab.link.rate", "lab.servers[0]", "lab.datasets[0]",
     "sweeps.s1.protocol", "sweeps.s1.remote", "sweeps.s1.datasets[0]", "sweeps.s1.congestion[0]",
     "sweeps.s1.schedule[0]", "sweeps.s1.direction", "moves.direction", "sweeps.<key>",
+    "passive.netns", "passive.remotes.<key>", "passive.remotes.archive.networks[0]", "passive.services.<key>",
+    "passive.services.ssh[1]",
 ]  # fmt: skip
 MESH_FIELDS = [
     "name", "sites.a.address", "sites.a.user", "sites.a.key", "sites.a.ssh_config", "sites.a.password_env",
@@ -225,6 +235,10 @@ def run_everything(config: Config, tmp: Path, marker: Path) -> Path:
             spec.profile.runner(context)
             if cleanup:
                 _STUB[0].run(cleanup)
+        if config.passive.enabled:  # the watcher's listings and close events, as it builds them
+            watcher = PassiveWatcher(config.passive, lambda _r: None)
+            for argv in (watcher.list_argv, watcher.owners_argv, watcher.events_argv):
+                _STUB[0].run(argv)
         for remote in {spec.remote.name: spec.remote for spec in specs}.values():
             for prefix in (remote.stats_command, remote.tcp_command):
                 if prefix:
@@ -352,7 +366,7 @@ def _generic(path: str) -> str:
     """A FIELDS path as _fields_of names it: indices [], mapping keys *."""
     path = re.sub(r"\[\d+\]", "[]", path)
     return re.sub(
-        r"^(remotes|datasets|protocols|sweeps|sites)\.[^.\[<]+|\.(options|baseline|remote_write_headers)\.(?!<key>)[^.\[]+",
+        r"^(remotes|datasets|protocols|sweeps|sites|passive\.remotes|passive\.services)\.[^.\[<]+|\.(options|baseline|remote_write_headers)\.(?!<key>)[^.\[]+",
         lambda m: f"{m.group(1)}.*" if m.group(1) else f".{m.group(2)}.*",
         path,
     )

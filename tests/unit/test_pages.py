@@ -440,6 +440,25 @@ def test_the_sweeps_page_says_how_to_configure_one() -> None:
     assert "Configured: streams; none has run yet" in pages.sweeps_page({}, ["streams"]).decode()
 
 
+def test_the_passive_page_lists_the_last_passive_transfers_with_their_evidence(
+    seeded: tuple[Seeded, dict[str, Route], Exporter],
+) -> None:
+    _, table, exporter = seeded
+    assert "The passive watcher is off" in text(get(table, "/passive"))
+    exporter.passive_recent.append(
+        Result(
+            "gridftp", "site", "passive", "upload", 1_763_000_000.0, "ok", duration_seconds=4.0, file_bytes=64 << 20,
+            data_flows=4, source="passive", program="<globus-url-copy>", limited_by="receive_window",
+            limited_side="remote", limited_evidence="the sender was limited by the receive window 80% of its busy time",
+            limited_next_step="on the remote (site): raise net.ipv4.tcp_rmem",
+        )
+    )  # fmt: skip
+    page = text(get(table, "/passive"))
+    assert "&lt;globus-url-copy&gt;" in page and "<globus-url-copy>" not in page  # escaped
+    assert "receive window 80%" in page and "raise net.ipv4.tcp_rmem" in page and ">4<" in page
+    assert "href='passive'" in text(get(table, "/"))  # in every page's navigation
+
+
 def test_the_next_round_is_the_first_round_the_log_says(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """With schedule.start_delay the first round comes before the schedule's: the front
     page and the log say its time (the demo's "next round at" was the schedule's)."""

@@ -1135,6 +1135,54 @@ def transfer_detail() -> Dashboard:
     return d
 
 
+def passive_row(d: Dashboard, g: Grid) -> None:
+    """This host's own transfers with each remote, judged by the passive watcher
+    (docs/passive.md): what held them, and their rates per service."""
+    d.with_row(g.row("Production transfers (passive watcher)"))
+    flows = metrics.PASSIVE_FLOWS_TOTAL.name
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Production transfers by verdict")
+            .description(
+                "This host's own transfers with the remote (users' scp, rsync, GridFTP, HTTP: the passive watcher, "
+                "docs/passive.md) per hour, by what the judge found held them; none: not judged (a download's "
+                "sender is the remote, whose kernel is not read).  Mostly receive_window, send_buffer, application, "
+                "cpu or disk: BigbinfPassiveHeldBySite; the exporter's /passive page has each one's evidence."
+            )
+            .with_target(query(f"sum by (remote, verdict) (increase({flows}{psel()}[1h]))", "{{remote}} {{verdict}}"))
+            .unit("short")
+            .min(0)
+            .legend(legend_table()),
+            12,
+            8,
+        )
+    )
+    buckets = f"{metrics.PASSIVE_RATE_HIST.name}_bucket{psel()}"
+    d.with_panel(
+        g.place(
+            timeseries.Panel()
+            .title("Production transfers' median steady rate")
+            .description(
+                "Median steady rate (the listings' fit over the last half of the data) of the production "
+                "transfers with the remote per service, over 6 hours: beside the scheduled series' throughput, "
+                "whether the users' transfers get what the path gives."
+            )
+            .with_target(
+                query(
+                    f"histogram_quantile(0.5, sum by (remote, service, le) (increase({buckets}[6h])))",
+                    "{{remote}} {{service}}",
+                )
+            )
+            .unit("Bps")
+            .min(0)
+            .legend(legend_table()),
+            12,
+            8,
+        )
+    )
+
+
 def path() -> Dashboard:
     g = Grid()
     d = base(
@@ -1367,6 +1415,8 @@ def path() -> Dashboard:
     ):
         evidence = evidence.override_by_name(*unit_override(name, unit))
     d.with_panel(g.place(evidence, 24, 8))
+
+    passive_row(d, g)
 
     d.with_row(g.row("TCP buffers against the BDP"))
     buffers = f"{metrics.TCP_BUFFER_MAX.name}{psel()}"

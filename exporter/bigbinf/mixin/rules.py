@@ -393,6 +393,24 @@ def schedule_gap(interval: str) -> str:
     )
 
 
+# The passive watcher's verdicts a site can act on itself (a window, a buffer, a program,
+# a CPU, a disk), and the alert's window and least number of judged transfers in it.
+SITE_FIXABLE = ("receive_window", "send_buffer", "application", "cpu", "disk")
+PASSIVE_WINDOW = "6h"
+PASSIVE_MIN_TRANSFERS = 3
+PASSIVE_SHARE = 0.5
+
+
+def passive_held_by_site() -> str:
+    """More than PASSIVE_SHARE of a remote's judged passive transfers in the window held
+    by a verdict of SITE_FIXABLE, over at least PASSIVE_MIN_TRANSFERS of them."""
+    counter = metrics.PASSIVE_FLOWS_TOTAL.name
+    by = "job, instance, remote"
+    judged = f'sum by ({by}) (increase({counter}{{verdict!="none"}}[{PASSIVE_WINDOW}]))'
+    fixable = f'sum by ({by}) (increase({counter}{{verdict=~"{"|".join(SITE_FIXABLE)}"}}[{PASSIVE_WINDOW}]))'
+    return f"(\n  {fixable}\n/\n  {judged}\n) > {num(PASSIVE_SHARE)}\nand\n{judged} >= {PASSIVE_MIN_TRANSFERS}"
+
+
 def alerts(s: Settings) -> list[dict[str, Any]]:
     pct = num(s.regression_fraction * 100)
     up = f'up{{job="{s.job}"}}'
@@ -650,6 +668,18 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "read-only or failing (the exporter logs the path, the error and the fix).  They are kept in memory and "
             "written once the disk takes writes again; a stop meanwhile writes them beside the journal or in "
             "/dev/shm, and a crash or a reboot loses them.",
+        ),
+        alert(
+            s,
+            "BigbinfPassiveHeldBySite",
+            passive_held_by_site(),
+            "0m",
+            "warning",
+            "bigbinf {{ $labels.instance }}: production transfers with {{ $labels.remote }} are held by this site",
+            "{{ $value | humanizePercentage }} of the judged production transfers with {{ $labels.remote }} in the "
+            f"last {PASSIVE_WINDOW} (the passive watcher's, at least {PASSIVE_MIN_TRANSFERS}) were held by something "
+            "a site can fix: a receive window or send buffer, a program, a CPU or a disk.  The exporter's /passive "
+            "page lists them with the evidence and the next step.",
         ),
         alert(
             s,

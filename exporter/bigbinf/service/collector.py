@@ -37,6 +37,7 @@ from bigbinf.metrics import (
     regression_change_samples,
     regression_samples,
 )
+from bigbinf.passive.watcher import RATE_BUCKETS, PassiveCounts
 from bigbinf.result import OUTCOMES, PAYLOAD_BUCKETS, WAYS, PathBaseline, Result, SeriesKey
 
 
@@ -193,6 +194,12 @@ class ExporterState:
         # bigbinf_config_last_reload_successful 0, with the load's own result).
         self._load_ok = False
         self._plan_ok = True
+        self.passive: PassiveCounts | None = None  # the passive watcher's (bigbinf/passive/)
+
+    def record_passive(self, counts: PassiveCounts | None) -> None:
+        """The passive watcher's counts as they stand (None: no watcher runs)."""
+        with self._changing():
+            self.passive = counts
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Call `callback` (without the lock held) after every change of the state."""
@@ -458,6 +465,7 @@ class ExporterState:
             clone.mesh_round = self.mesh_round
             clone.regressions = self.regressions
             clone.moves = self.moves
+            clone.passive = self.passive  # a copy already (PassiveWatcher.snapshot): never changed after
         return clone
 
 
@@ -489,6 +497,7 @@ class BigbinfCollector(Collector):
             self._sweeps(s),
             self._regressions(s),
             self._moves(s),
+            self._passive(s),
         )
         if not s.site:
             yield from families
@@ -497,6 +506,48 @@ class BigbinfCollector(Collector):
         # of every family (one place, so no family can be left without it).
         for family in itertools.chain(families, self._mesh(s)):
             yield with_label(family, M.SITE_LABEL, s.site)
+
+    # -- the passive watcher: this host's own transfers (bigbinf/passive/)
+
+    @staticmethod
+    def _passive(s: ExporterState) -> Iterator[Metric]:
+        """Its families (empty while no watcher runs: their HELP says what they are)."""
+        p = s.passive
+
+        def counter(spec: M.Spec) -> CounterMetricFamily:
+            return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=spec.labels)
+
+        def gauge(spec: M.Spec, value: float | None) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(spec.name, spec.help)
+            if value is not None:
+                g.add_metric([], value)
+            return g
+
+        flows, moved = counter(M.PASSIVE_FLOWS_TOTAL), counter(M.PASSIVE_BYTES_TOTAL)
+        rates = HistogramMetricFamily(
+            M.PASSIVE_RATE_HIST.name, M.PASSIVE_RATE_HIST.help, labels=M.PASSIVE_RATE_HIST.labels
+        )
+        skipped = CounterMetricFamily(M.PASSIVE_SKIPPED_TOTAL.name.removesuffix("_total"), M.PASSIVE_SKIPPED_TOTAL.help)
+        stretched = CounterMetricFamily(
+            M.PASSIVE_STRETCHED_TOTAL.name.removesuffix("_total"), M.PASSIVE_STRETCHED_TOTAL.help
+        )
+        if p is not None:
+            for labels, n in sorted(p.flows.items()):
+                flows.add_metric(list(labels), n)
+            for labels3, n in sorted(p.bytes.items()):
+                moved.add_metric(list(labels3), n)
+            for labels2, counts in sorted(p.rates.items()):
+                running, buckets = 0, []
+                for bound, n in zip((*RATE_BUCKETS, float("inf")), counts, strict=True):
+                    running += n
+                    buckets.append(("+Inf" if bound == float("inf") else _fmt(bound), float(running)))
+                rates.add_metric(list(labels2), buckets, p.rate_sums[labels2])
+            skipped.add_metric([], p.skipped)
+            stretched.add_metric([], p.stretched)
+        yield from (flows, moved, rates, skipped, stretched)
+        yield gauge(M.PASSIVE_OPEN, p.open_flows if p else None)
+        yield gauge(M.PASSIVE_LISTING_CPU, p.listing_seconds if p else None)
+        yield gauge(M.PASSIVE_INTERVAL, p.interval_seconds if p else None)
 
     # -- a mesh site's slots and round plan
 

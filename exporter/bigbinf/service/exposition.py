@@ -48,6 +48,7 @@ from bigbinf.metrics import (
     regression_change_samples,
     regression_samples,
 )
+from bigbinf.passive.watcher import RATE_BUCKETS
 from bigbinf.result import WAYS, SeriesKey
 from bigbinf.service.collector import ExporterState, Histogram
 
@@ -352,6 +353,8 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     for spec in M.MOVES:
         r.family(spec, "gauge", lines[spec.name])
 
+    _passive(r, s)
+
     # A mesh site's slots and round plan (only a mesh exporter publishes them).
     if s.site:
         slot_values: tuple[tuple[M.Spec, str, dict[SeriesKey, int] | dict[SeriesKey, float]], ...] = (
@@ -376,6 +379,37 @@ def render(s: ExporterState) -> tuple[Family, ...]:
         single(M.GUARD, "gauge", plan.guard_seconds if plan else None)
         single(M.PLAN_INFO, "gauge", 1.0 if plan else None, [("fingerprint", plan.fingerprint)] if plan else [])
     return tuple(r.families)
+
+
+def _passive(r: _Renderer, s: ExporterState) -> None:
+    """The passive watcher's families, as BigbinfCollector._passive yields them (empty
+    while no watcher runs)."""
+    p = s.passive
+    flows, moved, rates = _Lines(), _Lines(), _Lines()
+    if p is not None:
+        for labels, n in sorted(p.flows.items()):
+            r.sample(flows, M.PASSIVE_FLOWS_TOTAL.name, zip(M.PASSIVE_FLOWS_TOTAL.labels, labels, strict=True), n)
+        for labels3, n in sorted(p.bytes.items()):
+            r.sample(moved, M.PASSIVE_BYTES_TOTAL.name, zip(M.PASSIVE_BYTES_TOTAL.labels, labels3, strict=True), n)
+        for labels2, counts in sorted(p.rates.items()):
+            hist = Histogram(RATE_BUCKETS, [float(c) for c in counts], p.rate_sums.get(labels2, 0.0))
+            r.histogram(
+                rates, M.PASSIVE_RATE_HIST.name, list(zip(M.PASSIVE_RATE_HIST.labels, labels2, strict=True)), hist
+            )
+    r.family(M.PASSIVE_FLOWS_TOTAL, "counter", flows)
+    r.family(M.PASSIVE_BYTES_TOTAL, "counter", moved)
+    r.family(M.PASSIVE_RATE_HIST, "histogram", rates)
+    for spec, mtype, value in (
+        (M.PASSIVE_SKIPPED_TOTAL, "counter", p.skipped if p else None),
+        (M.PASSIVE_STRETCHED_TOTAL, "counter", p.stretched if p else None),
+        (M.PASSIVE_OPEN, "gauge", p.open_flows if p else None),
+        (M.PASSIVE_LISTING_CPU, "gauge", p.listing_seconds if p else None),
+        (M.PASSIVE_INTERVAL, "gauge", p.interval_seconds if p else None),
+    ):
+        one = _Lines()
+        if value is not None:
+            r.sample(one, spec.name, (), value)
+        r.family(spec, mtype, one)
 
 
 def build(s: ExporterState) -> Exposition:

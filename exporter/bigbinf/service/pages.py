@@ -223,7 +223,8 @@ def document(title: str, body: str, up: str = "") -> bytes:
     """A whole page; `up` leads from the page's URL back to the root ("../" below it)."""
     nav = (
         f"<nav><a href='{up or './'}'>Transfers</a><a href='{up}config'>Configuration</a>"
-        f"<a href='{up}sweeps'>Sweeps</a><a href='{up}log'>Log</a><a href='{up}metrics'>Metrics</a></nav>"
+        f"<a href='{up}sweeps'>Sweeps</a><a href='{up}passive'>Passive</a><a href='{up}log'>Log</a>"
+        f"<a href='{up}metrics'>Metrics</a></nav>"
     )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
@@ -1058,6 +1059,59 @@ SWEEP_EXAMPLE = """sweeps:
     options: {parallel: [1, 4, 8]}   # each value is a setting, run in turn
     repetitions: 3
     schedule: ["0 3 * * 0"]   # when it runs (cron, schedule.timezone); empty: on demand"""
+
+
+PASSIVE_EXAMPLE = """passive:
+  enabled: true
+  remotes:
+    archive: {networks: [198.51.100.0/24]}
+"""
+
+
+def passive_page(results: Sequence[Result], enabled: bool) -> bytes:
+    """The last passive transfers (this host's own, bigbinf/passive/), newest first, each
+    with its verdict and evidence (docs/passive.md)."""
+    if not results:
+        if enabled:
+            said = (
+                "<p>The passive watcher runs; no transfer to a watched remote and service has moved "
+                "<code>passive.min_bytes</code> since the exporter started.</p>"
+            )
+        else:
+            said = (
+                "<p>The passive watcher is off. It judges this host's own transfers (a user's scp, rsync, "
+                "GridFTP, HTTP) from the kernel, with no extra traffic. Turn it on in the configuration, e.g.</p>"
+                f"<pre>{esc(PASSIVE_EXAMPLE)}</pre><p>then reload; "
+                f"<a href='{DOCS_URL}/passive.md'>docs/passive.md</a> says what it publishes.</p>"
+            )
+        return document("Passive transfers", said)
+    rows = []
+    for r in reversed(results):
+        rate = r.tcp_local.get("steady_rate_bytes_per_second") or r.throughput_bytes_per_second
+        retrans = str(r.retransmits_sender) if r.retransmits_sender is not None else "-"
+        rows.append(
+            [
+                esc(utc(r.start_timestamp)),
+                esc(r.remote),
+                esc(r.protocol),
+                esc(r.direction),
+                esc(r.program or "?"),
+                esc(human_bytes(r.file_bytes)),
+                esc(human_seconds(r.duration_seconds)),
+                esc(human_rate(rate)),
+                esc(r.data_flows),
+                esc(retrans),
+                cause(r) + (f"<br><small>{esc(r.passive_note)}</small>" if r.passive_note else ""),
+            ]
+        )
+    header = ["start", "remote", "service", "direction", "program", "bytes", "duration", "steady rate"]
+    body = (
+        "<p>This host's own transfers to the watched remotes and services, judged from its kernel as a scheduled "
+        "transfer is (only this host's side is read: a download's sender is the remote, so it is often not "
+        "judged). They count in no series' baseline.</p>"
+        + table([*header, "streams", "retransmits (sent)", "verdict"], rows, numeric=(5, 6, 7, 8, 9))
+    )
+    return document("Passive transfers", body)
 
 
 def sweeps_page(sweeps: Mapping[str, Sequence[Result]], configured: Sequence[str] = ()) -> bytes:

@@ -23,7 +23,7 @@ from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.credentials import taken_passwords
 from bigbinf.history.advice import Paths, path_advice
 from bigbinf.measure.plan import LabSite
-from bigbinf.result import SeriesKey
+from bigbinf.result import Result, SeriesKey
 from bigbinf.service import pages
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import Request, Response, Route
@@ -75,6 +75,8 @@ class Site(Protocol):
 
     def log_lines(self) -> list[tuple[str, str]]: ...
 
+    def passive_results(self) -> list[Result]: ...
+
 
 class PerConfig:
     """What the pages derive from the configuration alone, made once per configuration
@@ -117,6 +119,10 @@ def routes(site: Site) -> list[Route]:
         page("/", lambda request: front_page(site, request)),
         page("/config", lambda request: pages_response(cache.config_page(site))),
         page("/sweeps", lambda request: sweeps_page(site)),
+        page(
+            "/passive",
+            lambda request: pages_response(pages.passive_page(site.passive_results(), site.config.passive.enabled)),
+        ),
         page("/log", lambda request: pages_response(pages.log_page(site.log_lines(), taken_passwords()))),
         page(TRANSFER, lambda request: transfer(site, cache, request), prefix=True),
         Route("/metrics", ("GET",), lambda request: metrics(site, request)),

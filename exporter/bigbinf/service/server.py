@@ -26,6 +26,7 @@ import logging
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,11 +40,13 @@ from bigbinf.history.moveplan import size_label
 from bigbinf.history.regression import settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
+from bigbinf.judge.words import human_bytes
 from bigbinf.measure.plan import LabSite
 from bigbinf.measure.undo import UndoJournal
 from bigbinf.measure.wire import analyser_worker
+from bigbinf.passive.watcher import PassiveWatcher
 from bigbinf.process import kill_all_active
-from bigbinf.result import SeriesKey
+from bigbinf.result import Result, SeriesKey
 from bigbinf.service import logtail, sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
@@ -135,6 +138,9 @@ class Exporter:
         self.mesh_runner = MeshRunner(self.runner, mesh) if mesh is not None else None
         self.httpd: HttpServer | None = None
         self._reload_lock = threading.Lock()
+        self.passive: PassiveWatcher | None = None  # started with the exporter where passive.enabled
+        # The last passive results, for the pages (newest last; bounded by passive.recent).
+        self.passive_recent: deque[Result] = deque(maxlen=config.passive.recent)
 
     @property
     def config(self) -> Config:
@@ -305,6 +311,9 @@ class Exporter:
         else:
             first = self._next_run()
             log.info("next round at %s", utc(first.timestamp()) if first is not None else "never")
+        # The passive watcher journals what it sees: only once the start's read of the
+        # journal is done (nothing else writes it meanwhile).
+        self._start_passive(self.config)
 
     def _load_journal(self) -> None:
         """The start's restore after /metrics is up (self.loading says why), then the jobs.
@@ -326,6 +335,49 @@ class Exporter:
             log.info("the journal is read (%.1f s after /metrics came up): rounds start", time.monotonic() - started)
             self._start_jobs()
             self.metrics.refresh()
+
+    def passive_results(self) -> list[Result]:
+        """The last passive results (oldest first), for the pages."""
+        return list(self.passive_recent)
+
+    def _start_passive(self, config: Config) -> None:
+        if not config.passive.enabled:
+            return
+        self.passive = PassiveWatcher(
+            config.passive,
+            self._publish_passive,
+            baseline_of=lambda remote: self.state.snapshot_paths().get(remote),
+            on_change=lambda: self.state.record_passive(self.passive.snapshot()[0] if self.passive else None),
+        )
+        self.passive.start()
+        self.state.record_passive(self.passive.snapshot()[0])
+
+    def _stop_passive(self) -> None:
+        watcher, self.passive = self.passive, None
+        if watcher is not None:
+            watcher.stop()
+            self.state.record_passive(None)
+
+    def _publish_passive(self, result: Result) -> None:
+        """A passive result: journaled (source passive), logged; never a scheduled series'
+        (its counters are the watcher's: bigbinf_passive_*)."""
+        log.info(
+            "passive %s %s %s: %s in %.1f s, %d stream(s), %s: %s",
+            result.protocol,
+            result.remote,
+            result.direction,
+            human_bytes(result.file_bytes),
+            result.duration_seconds,
+            result.data_flows,
+            result.program or "program unknown",
+            result.limited_by or "not judged",
+        )
+        self.passive_recent.append(result)
+        try:
+            self.runner.journal.append(result)
+        except OSError as exc:
+            self.runner.not_journaled(self.runner.journal, exc, "passive result")
+        self.runner.journal_health()
 
     def reload(self) -> bool:
         """Load the config file (or the mesh file) again; swap only if valid. Reported as metrics."""
@@ -431,6 +483,12 @@ class Exporter:
         self.state.forget_moves(config.remotes, (size_label(size) for size in config.moves.sizes))
         restore_moves(self.runner)
         sweeps.schedule_all(self.scheduler, self.sweeper, config)
+        if self.passive is None or config.passive != self.passive.config:
+            # A changed watcher: the old one publishes what it saw (its open flows as they
+            # stand), the new one follows from now.
+            self._stop_passive()
+            self.passive_recent = deque(self.passive_recent, maxlen=config.passive.recent)
+            self._start_passive(config)
         self.state.record_config(True)
         log.info("configuration reloaded from %s", self.config_path)
         return True, "reloaded"
@@ -439,6 +497,7 @@ class Exporter:
         """Stop serving and running rounds; `exiting`: the process ends after this (cli's
         serve), so nothing is analysed any more in it (analyser_worker.stop)."""
         self.runner.stopping.set()
+        self._stop_passive()  # before the processes are stopped: its open flows are published
         if self.mesh_runner is not None:
             self.mesh_runner.stop()
         if self.httpd:

@@ -292,8 +292,9 @@ def _read(
         if (start is None or r.start_timestamp >= start)
         and (end is None or r.start_timestamp < end)
         # A tuning sweep's runs are not the scheduled series' history (the live exporter
-        # never publishes them as series either): their verdict is sweep-report's.
-        and r.source != "sweep"
+        # never publishes them as series either): their verdict is sweep-report's.  The
+        # passive watcher's are this host's own transfers, not a series' (docs/passive.md).
+        and r.source not in ("sweep", "passive")
     ]
     return results, unreadable
 
