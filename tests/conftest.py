@@ -37,37 +37,62 @@ def _needs_root_and_tools() -> str | None:
 
 # The modules that take longest (seconds of wall clock, mostly waiting on shaped links and
 # on Prometheus' evaluation), longest first: longest-processing-time-first, so no worker
-# is left with a long module at the end while the others idle.  Under pytest-xdist
+# is left with a long module at the end while the others idle (tests/support/schedule.py
+# gives a worker its next module only when it needs one).  Under pytest-xdist
 # (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each module goes whole
-# to a worker in collection order.  Only an order: a module missing here runs as well,
-# after them.  Each module's wall time in a CI run (3 workers, 2 cores; BIGBINF_TEST_CPU,
-# docs/benchmarks.md "The test suite").
+# to a worker in this order.  Only an order: a module missing here runs as well, after
+# them; a module of a lab or a server belongs here (one left out runs last, and the suite
+# ends with it).  Each module's time in a CI run (4 workers, 2 cores; the JUnit XML's
+# per-test times summed, docs/benchmarks.md "The test suite"); "~" an estimate.
 SLOWEST_FIRST = (
     # ~190 s with the images cached, ~290 s on a fresh machine (they are built first): the
     # stack's first round, Prometheus, an alert through Alertmanager (docs/benchmarks.md)
     "tests/e2e/test_compose_stack.py",
     "tests/lab/test_protocols.py",  # 190 s
     "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data
+    "tests/lab/test_verdicts_plain_bounds_hosts.py",  # ~180 s: two plain sites, 4 causes x 2 runs
+    "tests/lab/test_verdicts_plain_bounds_router.py",  # ~180 s: 3 causes x 2 runs through a router
+    "tests/lab/test_interrupted_session.py",  # ~170 s: four pytest sessions, each a lab, interrupted
     "tests/e2e/test_mesh_prometheus.py",  # 167 s: three sites' rounds, a central Prometheus
+    "tests/lab/test_verdicts_plain_path.py",  # ~150 s
     "tests/lab/test_verdicts_paths.py",  # 150 s: the confusion matrix, 3 runs of every cause
+    "tests/lab/test_verdicts_plain_remote.py",  # ~150 s: CPU quotas, a slow disk
     "tests/lab/test_sweeps.py",  # 148 s
     "tests/lab/test_mesh_proof.py",  # 142 s
+    "tests/lab/test_verdicts_plain_host.py",  # ~120 s
     "tests/lab/test_verdicts_programs.py",  # 109 s
     "tests/lab/test_why_slow.py",  # 107 s
     "tests/e2e/test_rules.py",  # 104 s: promtool, one process per file (132 CPU-s)
     "tests/lab/test_verdicts_buffers.py",  # 103 s
+    "tests/lab/test_journal_disks.py",  # ~90 s: exporters on disks that fill and go read-only
+    "tests/e2e/test_page_browser.py",  # ~90 s: Chromium reads the pages
+    "tests/e2e/test_alerting.py",  # ~90 s: Prometheus and Alertmanager
     "tests/lab/test_tuning.py",  # 78 s
     "tests/lab/test_regression_lab.py",  # 78 s
     "tests/e2e/test_web.py",  # 77 s
     "tests/unit/test_analyse.py",  # 66 s
+    "tests/lab/test_remote_view.py",  # ~60 s: CPU quotas on a plain remote
+    "tests/lab/test_full_disk.py",  # ~60 s: a lab per test
+    "tests/lab/test_busy_host.py",  # ~60 s
+    "tests/e2e/test_mesh_clock.py",  # ~60 s
     "tests/lab/test_leftovers.py",  # 60 s
+    "tests/lab/test_unprivileged.py",  # ~50 s
+    "tests/e2e/test_front_door_breaks.py",  # ~50 s
+    "tests/e2e/test_front_door_reload.py",  # ~50 s
     "tests/lab/test_mesh_exporter.py",  # 44 s
     "tests/lab/test_transfer.py",  # 41 s
+    "tests/lab/test_capture.py",  # ~40 s: a lab per test
+    "tests/lab/test_stop.py",  # ~40 s
+    "tests/e2e/test_demo_graph.py",  # ~40 s
     "tests/e2e/test_mesh_slots.py",  # 37 s
     "tests/lab/test_probe.py",  # 35 s
     "tests/unit/test_exposition.py",  # 34 s
     "tests/unit/test_rounds.py",  # 31 s
     "tests/lab/test_offloads.py",  # 31 s
+    "tests/lab/test_hostile_values.py",  # ~30 s
+    "tests/lab/test_errors.py",  # ~30 s
+    "tests/lab/test_iperf3.py",  # ~30 s
+    "tests/e2e/test_backfill.py",  # ~30 s
     "tests/lab/test_lab.py",  # 28 s
     "tests/unit/test_analyser_worker.py",  # 27 s
     "tests/e2e/test_prometheus.py",  # 26 s
@@ -76,12 +101,27 @@ SLOWEST_FIRST = (
     "tests/e2e/test_service.py",  # 24 s
     "tests/lab/test_mesh_lab.py",  # 24 s
     "tests/lab/test_tcpstate.py",  # 22 s
+    "tests/lab/test_capture_cut_short.py",  # ~20 s
+    "tests/lab/test_serve.py",  # ~20 s
+    "tests/lab/test_moveplan_lab.py",  # ~20 s
+    "tests/e2e/test_skipped.py",  # ~20 s
 )
 
 
 def _slowest_first(item: pytest.Item) -> int:
     path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
     return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadfile`, modules go out longest first and a worker takes its next
+    one only when it needs it (tests/support/schedule.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support.schedule import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
 
 
 REAPER = pytest.StashKey[session.Session]()
