@@ -142,7 +142,8 @@ def test_a_registered_compose_project_is_removed(tmp_path: Path) -> None:
 
 def test_registered_cgroups_mounts_scratch_dirs_and_users_are_removed(tmp_path: Path) -> None:
     """What a test makes beside labs and registers (a cgroup with a process in it, a tmpfs
-    on a scratch directory, a ControlPath directory with a file, a system user) is what
+    on a scratch directory, a ControlPath directory with a file, a loop device on a lab's
+    disk image, a system user) is what
     the reaper removes, as the kernel and the user database list them; a line naming
     anything outside the suite's names is left alone."""
     registry = tmp_path / "registry.jsonl"
@@ -150,6 +151,8 @@ def test_registered_cgroups_mounts_scratch_dirs_and_users_are_removed(tmp_path: 
     decoy = tmp_path / "not-a-scratch-dir"  # a damaged or hostile line: not the suite's name
     decoy.mkdir()
     sleeper, user = None, "bbu" + os.urandom(4).hex()
+    state = Path("/var/tmp") / f"bigbinf-{session.unique_name()}"  # where a lab's disk image is
+    state.mkdir()
     try:
         control = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)
         (control / "socket-left").write_text("")
@@ -162,11 +165,17 @@ def test_registered_cgroups_mounts_scratch_dirs_and_users_are_removed(tmp_path: 
             group.mkdir()
             sleeper = subprocess.Popen(["sleep", "60"])
             (group / "cgroup.procs").write_text(str(sleeper.pid))
+        image = session.register_loop(state / "disk.img")
+        with open(image, "wb") as f:
+            f.truncate(1 << 20)
+        loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True)
         session.register_user(user)
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
         done = session.reap("0.0.0", registry)  # a session of no process: only what is registered
         assert not os.path.ismount(disk) and not disk.exists() and not control.exists(), done
         assert decoy.is_dir(), done
+        attached = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout
+        assert attached == "" and f"detached {loop.stdout.strip()} ({image})" in done, (attached, done)
         assert subprocess.run(["id", user], capture_output=True).returncode != 0, done
         if group:
             assert not group.exists(), done
@@ -181,3 +190,4 @@ def test_registered_cgroups_mounts_scratch_dirs_and_users_are_removed(tmp_path: 
             sleeper.kill()
             sleeper.wait()
         session.reap("0.0.0", registry)  # whatever an assertion above left
+        shutil.rmtree(state, ignore_errors=True)

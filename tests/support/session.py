@@ -25,8 +25,8 @@ configure (conftest.py):
   namespace, the namespace, its /etc/netns entry, the lab's state dir (only if the lab's
   marker says it made it), the compose project's containers, pods, volumes and networks,
   each cgroup (its processes moved to the hierarchy's root first), each mount (lazily
-  unmounted), each scratch directory, each user; then it ends what was started meanwhile,
-  and removes the session's directory.  Only what a test's names can be is removed
+  unmounted), each scratch directory, each loop device on a lab's image, each user; then
+  it ends what was started meanwhile, and removes the session's directory.  Only what a test's names can be is removed
   (`SCRATCH`, `CGROUPS`, `USERS`): a damaged registry line names nothing else.
 
 A worker killed mid-test (the OOM killer, `kill -9`) leaves its lab until the session
@@ -129,6 +129,13 @@ def register_cgroup(group: Path) -> Path:
         raise ValueError(f"register_cgroup: {group} is not a bbt-* group under {CGROUPS}")
     register("cgroup", path=str(group))
     return group
+
+
+def register_loop(image: Path) -> Path:
+    """A loop device a test attaches to `image` (a file in a lab's state dir): the reaper
+    detaches every loop device backed by it (its file removed with the lab or not)."""
+    register("loop", image=str(image))
+    return image
 
 
 def register_user(name: str) -> str:
@@ -365,6 +372,21 @@ def remove_dir(path: Path) -> list[str]:
     return [f"removed {path}"]
 
 
+def remove_loop(image: str) -> list[str]:
+    """Every loop device whose backing file is `image` (the kernel names a removed one
+    "IMAGE (deleted)"): detached (lazily where it is still mounted)."""
+    listed = subprocess.run(
+        ["losetup", "--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"], capture_output=True, text=True
+    ).stdout
+    done = []
+    for line in listed.splitlines():
+        name, _, back = line.partition(" ")
+        ours = back.replace("\\x20", " ") in (image, f"{image} (deleted)")  # --raw escapes spaces
+        if ours and subprocess.run(["losetup", "-d", name], capture_output=True).returncode == 0:
+            done.append(f"detached {name} ({image})")
+    return done
+
+
 def remove_user(name: str) -> list[str]:
     try:
         pwd.getpwnam(name)
@@ -405,6 +427,12 @@ def reap(session: str, registry: Path) -> list[str]:
                     done += remove(Path(entry["path"]))
                 except Exception as exc:
                     done.append(f"failed to remove {entry}: {exc}")
+    for entry in found:
+        if entry.get("kind") == "loop" and str(entry.get("image", "")).startswith("/var/tmp/bigbinf-bbt"):
+            try:
+                done += remove_loop(entry["image"])
+            except Exception as exc:
+                done.append(f"failed to remove {entry}: {exc}")
     for entry in found:
         if entry.get("kind") == "user" and str(entry.get("name", "")).startswith(USERS):
             try:
