@@ -297,7 +297,8 @@ def remove_netns(ns: str) -> list[str]:
 
 def remove_lab(name: str, owner: str, state_dir: Path, claimed: bool) -> list[str]:
     """A lab's or a lab mesh's namespaces, their /etc/netns entries, and the state dir if
-    its marker says the lab made it.  The namespaces of a name the session claimed are
+    its marker says the lab made it (or, of a name the session claimed, if it is where the
+    suite puts that name's).  The namespaces of a name the session claimed are
     every NAME-something (a mesh site's delay line too); of another, those `up` names: a
     lab's three, a mesh's core and those its state dir records."""
     from bigbinf.lab import control
@@ -313,7 +314,11 @@ def remove_lab(name: str, owner: str, state_dir: Path, claimed: bool) -> list[st
     done = []
     for ns in sorted(names, key=lambda ns: ns.endswith("-core")):  # a mesh's sites before its core
         done += remove_netns(ns)
-    if control.owns_state_dir(state_dir, owner):
+    # A name the session claimed has a state dir no other session makes (unique_name gives
+    # no name whose /var/tmp/bigbinf-NAME exists): removed even without its marker, which a
+    # teardown cut short mid-way (a worker killed in its rmtree) may have removed first.
+    ours = claimed and state_dir == Path("/var/tmp", f"bigbinf-{name}")
+    if state_dir.exists() and (ours or control.owns_state_dir(state_dir, owner)):
         shutil.rmtree(state_dir, ignore_errors=True)
         done.append(f"removed {state_dir}")
     return done
