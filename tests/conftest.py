@@ -37,14 +37,13 @@ def _needs_root_and_tools() -> str | None:
 
 # The modules that take longest (seconds of wall clock, mostly waiting on shaped links, on
 # Prometheus' evaluation, on a busy host's CPUs), longest first: longest-processing-time
-# first, so no worker is left with a long module at the end while the others idle
-# (tests/support/schedule.py gives a worker its next module only when it needs one).
-# Under pytest-xdist (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each
-# module goes whole to a worker in this order.  Only an order: a module missing here runs
-# as well, after them; a module of a lab or a server belongs here (one left out runs last,
-# and the suite ends with it).  Each module's time: its tests' times summed from the JUnit
-# XML of a fresh-clone CI run (4 workers, 2 cores, load 15-20 from other work, 2026-12-02;
-# docs/benchmarks.md "The test suite").
+# first, so no worker is left with a long module at the end while the others idle.  Under
+# pytest-xdist (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each
+# module goes whole to a worker in this order (benchmarks/suite_schedule.py replays it).
+# Only an order: a module missing here runs as well, after them; a module of a lab or a
+# server belongs here (one left out runs last, and the suite ends with it).  Each module's
+# time: its tests' times summed from the JUnit XML of a fresh-clone CI run (4 workers,
+# 2 cores, load 15-20 from other work, 2026-12-02; docs/benchmarks.md "The test suite").
 SLOWEST_FIRST = (
     # 857 s: the images built first on a fresh clone, the first round, Prometheus, an alert
     "tests/e2e/test_compose_stack.py",
@@ -128,17 +127,6 @@ SLOWEST_FIRST = (
 def _slowest_first(item: pytest.Item) -> int:
     path = Path(str(item.path)).relative_to(Path(__file__).resolve().parent.parent).as_posix()
     return SLOWEST_FIRST.index(path) if path in SLOWEST_FIRST else len(SLOWEST_FIRST)
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under `--dist loadfile`, modules go out longest first and a worker takes its next
-    one only when it needs it (tests/support/schedule.py)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from tests.support.schedule import LongestFirstScheduling
-
-    return LongestFirstScheduling(config, log)
 
 
 REAPER = pytest.StashKey[session.Session]()
