@@ -35,47 +35,92 @@ def _needs_root_and_tools() -> str | None:
     return f"missing tools: {', '.join(missing)} (run scripts/setup.sh)" if missing else None
 
 
-# The modules that take longest (seconds of wall clock, mostly waiting on shaped links and
-# on Prometheus' evaluation), longest first: longest-processing-time-first, so no worker
-# is left with a long module at the end while the others idle.  Under pytest-xdist
-# (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each module goes whole
-# to a worker in collection order.  Only an order: a module missing here runs as well,
-# after them.  Each module's wall time in a CI run (3 workers, 2 cores; BIGBINF_TEST_CPU,
-# docs/benchmarks.md "The test suite").
+# The modules that take longest (seconds of wall clock, mostly waiting on shaped links, on
+# Prometheus' evaluation, on a busy host's CPUs), longest first: longest-processing-time
+# first, so no worker is left with a long module at the end while the others idle.  Under
+# pytest-xdist (`-n N --dist loadfile --no-loadscope-reorder`, scripts/test.sh) each
+# module goes whole to a worker in this order (benchmarks/suite_schedule.py replays it).
+# Only an order: a module missing here runs as well, after them; a module of a lab or a
+# server belongs here (one left out runs last, and the suite ends with it).  Each module's
+# time: its tests' times summed from the JUnit XML of a fresh-clone CI run (4 workers,
+# 2 cores, load 15-20 from other work, 2026-12-02; docs/benchmarks.md "The test suite").
 SLOWEST_FIRST = (
-    # ~190 s with the images cached, ~290 s on a fresh machine (they are built first): the
-    # stack's first round, Prometheus, an alert through Alertmanager (docs/benchmarks.md)
+    # 857 s: the images built first on a fresh clone, the first round, Prometheus, an alert
     "tests/e2e/test_compose_stack.py",
-    "tests/lab/test_protocols.py",  # 190 s
-    "tests/e2e/test_dashboards.py",  # 184 s: rounds until every baseline has minutes of data
-    "tests/e2e/test_mesh_prometheus.py",  # 167 s: three sites' rounds, a central Prometheus
-    "tests/lab/test_verdicts_paths.py",  # 150 s: the confusion matrix, 3 runs of every cause
-    "tests/lab/test_sweeps.py",  # 148 s
-    "tests/lab/test_mesh_proof.py",  # 142 s
-    "tests/lab/test_verdicts_programs.py",  # 109 s
-    "tests/lab/test_why_slow.py",  # 107 s
-    "tests/e2e/test_rules.py",  # 104 s: promtool, one process per file (132 CPU-s)
-    "tests/lab/test_verdicts_buffers.py",  # 103 s
-    "tests/lab/test_tuning.py",  # 78 s
-    "tests/lab/test_regression_lab.py",  # 78 s
-    "tests/e2e/test_web.py",  # 77 s
-    "tests/unit/test_analyse.py",  # 66 s
-    "tests/lab/test_leftovers.py",  # 60 s
-    "tests/lab/test_mesh_exporter.py",  # 44 s
-    "tests/lab/test_transfer.py",  # 41 s
-    "tests/e2e/test_mesh_slots.py",  # 37 s
-    "tests/lab/test_probe.py",  # 35 s
-    "tests/unit/test_exposition.py",  # 34 s
-    "tests/unit/test_rounds.py",  # 31 s
-    "tests/lab/test_offloads.py",  # 31 s
-    "tests/lab/test_lab.py",  # 28 s
-    "tests/unit/test_analyser_worker.py",  # 27 s
-    "tests/e2e/test_prometheus.py",  # 26 s
-    "tests/unit/test_mesh_runner.py",  # 26 s
-    "tests/lab/test_ipv6.py",  # 25 s
-    "tests/e2e/test_service.py",  # 24 s
-    "tests/lab/test_mesh_lab.py",  # 24 s
-    "tests/lab/test_tcpstate.py",  # 22 s
+    "tests/lab/test_protocols.py",  # 438 s: 70 transfers
+    "tests/lab/test_stop.py",  # 423 s (one of its tests failed, after 300 s)
+    "tests/lab/test_verdicts_plain_remote.py",  # 403 s
+    "tests/lab/test_verdicts_plain_path.py",  # 377 s
+    "tests/e2e/test_front_door_breaks.py",  # 315 s
+    "tests/e2e/test_rules.py",  # 312 s: promtool, one process per file
+    "tests/lab/test_verdicts_paths.py",  # 237 s: the confusion matrix
+    "tests/lab/test_verdicts_plain_host.py",  # 232 s
+    "tests/lab/test_sweeps.py",  # 229 s
+    "tests/lab/test_verdicts_plain_bounds_hosts.py",  # 218 s
+    "tests/lab/test_why_slow.py",  # 215 s
+    "tests/lab/test_journal_disks.py",  # 214 s
+    "tests/e2e/test_compose.py",  # 203 s: compose config of every service
+    "tests/lab/test_mesh_proof.py",  # 198 s
+    "tests/lab/test_interrupted_session.py",  # 183 s: four pytest sessions, each a lab, interrupted
+    "tests/lab/test_verdicts_plain_bounds_router.py",  # 181 s
+    "tests/lab/test_regression_lab.py",  # 178 s
+    "tests/e2e/test_page_browser.py",  # 174 s
+    "tests/lab/test_busy_host.py",  # 174 s
+    "tests/lab/test_verdicts_programs.py",  # 171 s
+    "tests/e2e/test_mesh_prometheus.py",  # 155 s: three sites' rounds, a central Prometheus
+    "tests/e2e/test_web.py",  # 147 s
+    "tests/e2e/test_front_door_reload.py",  # 142 s
+    "tests/e2e/test_dashboards.py",  # 141 s: rounds until every baseline has minutes of data
+    "tests/lab/test_verdicts_buffers.py",  # 141 s
+    "tests/lab/test_analyser_worker.py",  # 137 s
+    "tests/lab/test_leftovers.py",  # 137 s
+    "tests/lab/test_tuning.py",  # 136 s
+    "tests/unit/test_journal_damage.py",  # 125 s
+    "tests/e2e/test_mesh_slots.py",  # 122 s
+    "tests/unit/test_analyse.py",  # 119 s
+    "tests/lab/test_capture.py",  # 115 s
+    "tests/unit/test_analyser_worker.py",  # 102 s
+    "tests/lab/test_analyse.py",  # 91 s
+    "tests/lab/test_transfer.py",  # 81 s
+    "tests/lab/test_remote_view.py",  # 81 s
+    "tests/unit/test_regression_state.py",  # 80 s
+    "tests/unit/test_rounds.py",  # 79 s
+    "tests/unit/test_journal.py",  # 79 s
+    "tests/unit/test_mesh_plan.py",  # 75 s
+    "tests/unit/test_journal_chaos.py",  # 73 s
+    "tests/lab/test_lab.py",  # 69 s
+    "tests/lab/test_unprivileged.py",  # 67 s
+    "tests/unit/test_config.py",  # 65 s
+    "tests/e2e/test_service.py",  # 62 s
+    "tests/lab/test_full_disk.py",  # 60 s
+    "tests/unit/test_report.py",  # 55 s
+    "tests/unit/test_hostile_config.py",  # 55 s
+    "tests/lab/test_offloads.py",  # 50 s
+    "tests/lab/test_mesh_lab.py",  # 50 s
+    "tests/lab/test_ipv6.py",  # 49 s
+    "tests/lab/test_probe.py",  # 48 s
+    "tests/lab/test_moveplan_lab.py",  # 47 s
+    "tests/e2e/test_prometheus.py",  # 44 s
+    "tests/unit/test_bench_analyse.py",  # 43 s
+    "tests/unit/test_sweeps.py",  # 42 s
+    "tests/lab/test_errors.py",  # 42 s
+    "tests/unit/test_mesh_runner.py",  # 39 s
+    "tests/lab/test_mesh_exporter.py",  # 39 s
+    "tests/unit/test_httpd.py",  # 38 s
+    "tests/lab/test_tcpstate.py",  # 37 s
+    "tests/unit/test_guardian.py",  # 37 s
+    "tests/unit/test_exposition.py",  # 31 s
+    "tests/unit/test_pages.py",  # 31 s
+    "tests/unit/test_rules.py",  # 29 s
+    "tests/lab/test_hostile_values.py",  # 27 s
+    "tests/e2e/test_skipped.py",  # 26 s
+    "tests/lab/test_iperf3.py",  # 26 s
+    "tests/unit/test_journal_segments.py",  # 23 s
+    "tests/unit/test_regression.py",  # 23 s
+    "tests/unit/test_importer.py",  # 22 s
+    "tests/unit/test_judge_evidence.py",  # 22 s
+    "tests/lab/test_serve.py",  # 22 s
+    "tests/unit/test_mesh_config.py",  # 20 s
 )
 
 

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from bigbinf.measure.transfer import capture_bytes_needed, run_transfer
 from bigbinf.metrics import last_result_samples
 
 from ..conftest import veth_counters
+from ..support import session
 
 pytestmark = pytest.mark.lab
 MiB = 1024 * 1024
@@ -38,9 +38,9 @@ def small_disk() -> Iterator[callable]:
     mounts: list[Path] = []
 
     def make(size: int) -> Path:
-        point = Path("/var/tmp") / f"bbt-disk-{uuid.uuid4().hex[:8]}"
-        point.mkdir()
+        point = session.scratch_dir(Path("/var/tmp"), "bbt-disk-")
         mounts.append(point)
+        session.register_mount(point)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)], check=True)
         return point
 
@@ -175,7 +175,7 @@ def test_iperf3_needs_no_room_for_a_file_it_never_writes(make_lab, small_disk, d
     )
     disk = small_disk(4 * MiB)
     config = _with(config, "transfer", workdir=disk / "work")
-    config = _with(config, "capture", directory=Path("/var/tmp") / f"bbt-cap-{uuid.uuid4().hex[:8]}")
+    config = _with(config, "capture", directory=session.scratch_dir(Path("/var/tmp"), "bbt-cap-"))
     before = veth_counters(config)
     try:
         result = run_transfer(_only_spec(config), config, "test")

@@ -3,8 +3,8 @@ of its own builds a lab (tests/support/interrupted_lab.py) and is then interrupt
 person or a machine does it: Ctrl-C (SIGINT to the terminal's process group), SIGTERM to
 pytest, SIGKILL of pytest, SIGKILL of the xdist worker running the test.  Once that
 session's reaper has finished, none of its namespaces (`ip netns list`), /etc/netns
-entries, state dir or processes (by the session's marker, and each by its identity) is
-left; and the compose project the podman test registers is removed, pod, container,
+entries, state dir, processes (by the session's marker, and each by its identity), cgroup
+or mount (and its directory) is left; and the compose project the podman test registers is removed, pod, container,
 network and volume."""
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ def _left(made: dict) -> dict[str, list[str]]:
         "marked processes": [guardian.describe(p) for p in session.marked(made["session"])],
         "processes": [p for p in made["processes"] if _running(p)],
         "name claim": [made["lab"]] if (session.NAMES / made["lab"]).exists() else [],
+        "cgroups": [group for group in made["cgroups"] if Path(group).exists()],
+        "mounts or their directories": [point for point in made["mounts"] if Path(point).exists()],
     }
     return {what: found for what, found in left.items() if found}
 
@@ -91,6 +93,7 @@ def test_an_interrupted_session_leaves_nothing(how: str, tmp_path: Path) -> None
         assert ready.exists(), f"the inner session ended before its lab was up:\n{log.read_text()[-4000:]}"
         made = json.loads(ready.read_text())
         assert made["namespaces"] and len(made["processes"]) >= 5, made  # the lab really ran
+        assert all(os.path.ismount(p) for p in made["mounts"]), made  # and its mount is there
         assert made["session"] != os.environ[session.SESSION]  # a session of its own
         if how == "SIGINT to the process group":
             os.killpg(inner.pid, signal.SIGINT)
@@ -135,3 +138,56 @@ def test_a_registered_compose_project_is_removed(tmp_path: Path) -> None:
         assert sorted(line.split()[2] for line in done) == ["container", "network", "pod", "volume"], done
     finally:
         remove_leftovers(project, set())
+
+
+def test_registered_cgroups_mounts_scratch_dirs_and_users_are_removed(tmp_path: Path) -> None:
+    """What a test makes beside labs and registers (a cgroup with a process in it, a tmpfs
+    on a scratch directory, a ControlPath directory with a file, a loop device on a lab's
+    disk image, a system user) is what
+    the reaper removes, as the kernel and the user database list them; a line naming
+    anything outside the suite's names is left alone."""
+    registry = tmp_path / "registry.jsonl"
+    os.environ[session.REGISTRY], saved = str(registry), os.environ.get(session.REGISTRY)
+    decoy = tmp_path / "not-a-scratch-dir"  # a damaged or hostile line: not the suite's name
+    decoy.mkdir()
+    sleeper, user = None, "bbu" + os.urandom(4).hex()
+    state = Path("/var/tmp") / f"bigbinf-{session.unique_name()}"  # where a lab's disk image is
+    state.mkdir()
+    try:
+        control = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)
+        (control / "socket-left").write_text("")
+        disk = session.register_mount(session.scratch_dir(Path("/var/tmp"), "bbt-reap-"))
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+        session.register("dir", path=str(decoy))
+        cpu = Path("/sys/fs/cgroup/cpu")
+        group = session.register_cgroup(cpu / f"bbt-reap-{os.getpid()}") if (cpu / "cgroup.procs").exists() else None
+        if group:
+            group.mkdir()
+            sleeper = subprocess.Popen(["sleep", "60"])
+            (group / "cgroup.procs").write_text(str(sleeper.pid))
+        image = session.register_loop(state / "disk.img")
+        with open(image, "wb") as f:
+            f.truncate(1 << 20)
+        loop = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True)
+        session.register_user(user)
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
+        done = session.reap("0.0.0", registry)  # a session of no process: only what is registered
+        assert not os.path.ismount(disk) and not disk.exists() and not control.exists(), done
+        assert decoy.is_dir(), done
+        attached = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout
+        assert attached == "" and f"detached {loop.stdout.strip()} ({image})" in done, (attached, done)
+        assert subprocess.run(["id", user], capture_output=True).returncode != 0, done
+        if group:
+            assert not group.exists(), done
+            assert sleeper is not None and sleeper.poll() is None  # not ended: moved to the root
+            assert str(sleeper.pid) in (cpu / "cgroup.procs").read_text().split()
+    finally:
+        if saved is None:
+            os.environ.pop(session.REGISTRY, None)
+        else:
+            os.environ[session.REGISTRY] = saved
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()
+        session.reap("0.0.0", registry)  # whatever an assertion above left
+        shutil.rmtree(state, ignore_errors=True)

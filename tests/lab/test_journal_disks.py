@@ -17,7 +17,6 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from bigbinf.journal import checkpoint
 from bigbinf.journal.store import DAMAGED, Journal, baseline_path, damaged, read, segments, spill_places
 from bigbinf.result import Result
 
+from ..support import session
 from ..support.exporter import ROOT, ExporterProcess
 from ..support.prometheus import PrometheusServer
 
@@ -44,9 +44,9 @@ def mounts() -> Iterator[Callable[..., Path]]:
     made: list[Path] = []
 
     def mount(*args: str) -> Path:
-        point = Path("/tmp") / f"bbt-journal-{uuid.uuid4().hex[:8]}"
-        point.mkdir()
+        point = session.scratch_dir(Path("/tmp"), "bbt-journal-")
         made.append(point)
+        session.register_mount(point)
         subprocess.run(["mount", *args, str(point)], check=True)
         return point
 

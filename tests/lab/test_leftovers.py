@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.measure.tcp.state import TcpWatch
 
-from ..support import chaos
+from ..support import chaos, session
 from ..support.chaos import Chaos, naming, processes_in
 from ..support.owners import live_owner
 
@@ -46,8 +45,7 @@ def site(make_module_lab) -> Config:
 def control() -> Iterator[Path]:
     """A ControlPath directory short enough for a socket address; masters and sockets
     removed after (by pid), whatever happened."""
-    directory = Path("/tmp") / f"bbcm-{uuid.uuid4().hex[:8]}"
-    directory.mkdir(mode=0o700)
+    directory = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)
     yield directory
     for pid, _ in naming(str(directory)):
         os.kill(pid, signal.SIGKILL)

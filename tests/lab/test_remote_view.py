@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.result import Result
 
-from ..support import plain_site
+from ..support import plain_site, session
 from ..support.plain_causes_remote import slow_remote_disk
 
 pytestmark = pytest.mark.lab
@@ -48,8 +47,7 @@ def lab_config(make_module_lab) -> Config:
 @pytest.fixture(scope="module")
 def control_dir() -> Iterator[Path]:
     """A short directory for the ControlMaster's socket (a socket path fits 108 bytes)."""
-    path = Path("/tmp") / f"bbcm-{uuid.uuid4().hex[:8]}"
-    path.mkdir(mode=0o700)
+    path = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)
     try:
         yield path
     finally:

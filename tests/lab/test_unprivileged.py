@@ -30,6 +30,7 @@ from bigbinf.journal.store import Journal
 from bigbinf.lab import LabLayout
 
 from ..conftest import veth_counters
+from ..support import session
 from ..support.exporter import ROOT
 from ..support.prometheus import LoopbackServer, free_port
 from ..support.systemd import unit_capabilities
@@ -42,7 +43,7 @@ MiB = 1 << 20
 @pytest.fixture
 def service_user() -> Iterator[pwd.struct_passwd]:
     """A system user of its own for the test, deleted after (with its group)."""
-    name = "bbu" + uuid.uuid4().hex[:8]
+    name = session.register_user("bbu" + uuid.uuid4().hex[:8])  # the reaper deletes it if this test never ends
     subprocess.run(
         ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
          "--shell", "/usr/sbin/nologin", name],

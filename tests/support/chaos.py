@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from bigbinf.journal.store import Journal, SkippedLine
 from bigbinf.lab import LabLayout
 from bigbinf.result import Result
 
+from . import session
 from .prometheus import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,8 +170,7 @@ class Chaos:
         self.layout = LabLayout(self.config.lab)
         self.client_ns, self.remote_ns = self.layout.client_ns, self.layout.remote_ns
         # A ControlPath must fit a socket address (108 bytes): a short directory of its own.
-        self.control = Path("/tmp") / f"bbcm-{uuid.uuid4().hex[:8]}"
-        self.control.mkdir(mode=0o700)
+        self.control = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)
         self.journal = self.work / "journal.jsonl"
         self.workdir = self.layout.state_dir / "chaos-work"
         self.captures = self.workdir.with_name(self.workdir.name + "-captures")

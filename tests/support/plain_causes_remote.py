@@ -23,7 +23,7 @@ from pathlib import Path
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 
-from . import plain_site, verdicts
+from . import plain_site, session, verdicts
 from .plain_site import BLKIO, CPU, Changes, PlainCause, PlainSite, Setup, listener_in_group
 
 QUOTA = 0.05  # of a core, for the remote's sshd
@@ -69,6 +69,7 @@ def slow_remote_disk(lab_config: Config, pid: int, size: int) -> Iterator[tuple[
         with open(image, "wb") as f:
             f.truncate(size + 64 * 1024 * 1024)
         undo.callback(image.unlink, missing_ok=True)
+        session.register_loop(image)  # the reaper detaches its loop device if this block never ends
         subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
         device = subprocess.run(
             ["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True

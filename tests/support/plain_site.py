@@ -45,7 +45,7 @@ from bigbinf.measure.transfer import run_transfer
 from bigbinf.protocols.scp import SSH_COMMAND_LINE
 from bigbinf.result import LIMITS, Result
 
-from . import against_truth, truth, verdicts
+from . import against_truth, session, truth, verdicts
 
 PLAIN_PORT = 2222
 SFTP_SERVER = Path("/usr/lib/openssh/sftp-server")  # Debian's default `Subsystem sftp`
@@ -272,8 +272,7 @@ def plain_site(make_lab: Callable[..., Config], name: str, datasets: set[str], t
         protocols={"scp": {}},
         servers=LAB_SERVERS,
     )
-    control = Path("/tmp") / f"bbcm-{uuid.uuid4().hex[:8]}"  # a socket path fits 108 bytes
-    control.mkdir(mode=0o700)
+    control = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)  # a socket path fits 108 bytes
     with contextlib.ExitStack() as undo:
         undo.callback(_remove_dir, control)
         pid = undo.enter_context(default_sshd(lab_config))
@@ -406,7 +405,7 @@ def listener_in_group(hierarchy: Path, pid: int, kind: str) -> Iterator[Path]:
     for the block (the sessions it forks meanwhile inherit it); afterwards every process
     in it goes back to the hierarchy's root and the group is removed, whatever happened."""
     group = hierarchy / f"bbt-{kind}-{os.getpid()}-{threading.get_native_id()}-{uuid.uuid4().hex[:4]}"
-    group.mkdir()
+    session.register_cgroup(group).mkdir()  # the reaper removes it if this block never ends
     try:
         (group / "cgroup.procs").write_text(str(pid))
         yield group

@@ -11,7 +11,8 @@ configure (conftest.py):
   exporter's marker, bigbinf/guardian.py, names an exporter the same way): the xdist
   workers, the Prometheus and Alertmanager servers, exporters, their children;
 * what is not a process (a lab's namespaces and /etc/netns entries, a namespace of a
-  test's own, a podman compose project) is written to the session's registry,
+  test's own, a podman compose project, a cgroup, a mount, a scratch directory under /tmp
+  or /var/tmp, a system user) is written to the session's registry,
   ``DIR/registry.jsonl``, *before* it is created: a line each, appended (O_APPEND: whole
   lines from any worker).  Labs and lab meshes register themselves: `lab.up` and the
   mesh's `up` claim their state dir first, and the claim is registered (`track_labs`);
@@ -22,8 +23,11 @@ configure (conftest.py):
   process carrying the session's marker (the workers too, whatever they were doing), then
   removes whatever the registry names that still exists: the processes in each
   namespace, the namespace, its /etc/netns entry, the lab's state dir (only if the lab's
-  marker says it made it), the compose project's containers, pods, volumes and networks;
-  then it ends what was started meanwhile, and removes the session's directory.
+  marker says it made it), the compose project's containers, pods, volumes and networks,
+  each cgroup (its processes moved to the hierarchy's root first), each mount (lazily
+  unmounted), each scratch directory, each loop device on a lab's image, each user; then
+  it ends what was started meanwhile, and removes the session's directory.  Only what a test's names can be is removed
+  (`SCRATCH`, `CGROUPS`, `USERS`): a damaged registry line names nothing else.
 
 A worker killed mid-test (the OOM killer, `kill -9`) leaves its lab until the session
 ends; xdist replaces the worker, and the reaper removes the lab at the end.
@@ -39,6 +43,7 @@ import contextlib
 import functools
 import json
 import os
+import pwd
 import select
 import shutil
 import signal
@@ -80,6 +85,64 @@ def register(kind: str, **fields: Any) -> None:
 def register_netns(name: str) -> str:
     """A namespace a test makes itself (`ip netns add NAME`); returns the name."""
     register("netns", name=name)
+    return name
+
+
+# What the reaper removes beyond labs, only where the suite's names are: a scratch
+# directory or mount point is a bbt-*/bbcm-* entry of /tmp or /var/tmp; a cgroup a bbt-*
+# group of a cgroup hierarchy; a user a bbu* system user (tests/lab/test_unprivileged.py).
+SCRATCH = (Path("/tmp"), Path("/var/tmp"))
+SCRATCH_PREFIXES = ("bbt-", "bbcm-")
+CGROUPS = Path("/sys/fs/cgroup")
+USERS = "bbu"
+
+
+def _scratch(path: Path) -> bool:
+    return path.parent in SCRATCH and path.name.startswith(SCRATCH_PREFIXES)
+
+
+def scratch_dir(parent: Path, prefix: str, mode: int = 0o755) -> Path:
+    """A fresh directory `parent`/`prefix`<8 hex digits> (parent /tmp or /var/tmp, prefix
+    bbt-... or bbcm-), registered before it is made: the reaper removes it, and whatever
+    is in it, if the test does not."""
+    path = parent / f"{prefix}{uuid.uuid4().hex[:8]}"
+    if not _scratch(path):
+        raise ValueError(f"scratch_dir: {path} is not a bbt-*/bbcm-* entry of /tmp or /var/tmp")
+    register("dir", path=str(path))
+    path.mkdir(mode=mode)
+    return path
+
+
+def register_mount(point: Path) -> Path:
+    """A mount a test makes on `point` (a scratch_dir): the reaper unmounts it (lazily)
+    before it removes the directory."""
+    if not _scratch(point):
+        raise ValueError(f"register_mount: {point} is not a scratch directory (session.scratch_dir)")
+    register("mount", path=str(point))
+    return point
+
+
+def register_cgroup(group: Path) -> Path:
+    """A cgroup a test makes (a bbt-* group under /sys/fs/cgroup): the reaper moves what
+    is left in it to its hierarchy's root and removes it."""
+    if not (group.is_relative_to(CGROUPS) and group.name.startswith("bbt-")):
+        raise ValueError(f"register_cgroup: {group} is not a bbt-* group under {CGROUPS}")
+    register("cgroup", path=str(group))
+    return group
+
+
+def register_loop(image: Path) -> Path:
+    """A loop device a test attaches to `image` (a file in a lab's state dir): the reaper
+    detaches every loop device backed by it (its file removed with the lab or not)."""
+    register("loop", image=str(image))
+    return image
+
+
+def register_user(name: str) -> str:
+    """A system user (and its group) a test adds, named bbu...: the reaper deletes it."""
+    if not name.startswith(USERS):
+        raise ValueError(f"register_user: {name} does not start with {USERS!r}")
+    register("user", name=name)
     return name
 
 
@@ -234,7 +297,8 @@ def remove_netns(ns: str) -> list[str]:
 
 def remove_lab(name: str, owner: str, state_dir: Path, claimed: bool) -> list[str]:
     """A lab's or a lab mesh's namespaces, their /etc/netns entries, and the state dir if
-    its marker says the lab made it.  The namespaces of a name the session claimed are
+    its marker says the lab made it (or, of a name the session claimed, if it is where the
+    suite puts that name's).  The namespaces of a name the session claimed are
     every NAME-something (a mesh site's delay line too); of another, those `up` names: a
     lab's three, a mesh's core and those its state dir records."""
     from bigbinf.lab import control
@@ -250,7 +314,11 @@ def remove_lab(name: str, owner: str, state_dir: Path, claimed: bool) -> list[st
     done = []
     for ns in sorted(names, key=lambda ns: ns.endswith("-core")):  # a mesh's sites before its core
         done += remove_netns(ns)
-    if control.owns_state_dir(state_dir, owner):
+    # A name the session claimed has a state dir no other session makes (unique_name gives
+    # no name whose /var/tmp/bigbinf-NAME exists): removed even without its marker, which a
+    # teardown cut short mid-way (a worker killed in its rmtree) may have removed first.
+    ours = claimed and state_dir == Path("/var/tmp", f"bigbinf-{name}")
+    if state_dir.exists() and (ours or control.owns_state_dir(state_dir, owner)):
         shutil.rmtree(state_dir, ignore_errors=True)
         done.append(f"removed {state_dir}")
     return done
@@ -271,6 +339,68 @@ def remove_podman(entry: dict[str, Any]) -> list[str]:
     return done
 
 
+def remove_cgroup(group: Path) -> list[str]:
+    """A test's cgroup: its processes back to the hierarchy's root (the group's parent
+    chain ends at the mount, whose cgroup.procs takes any pid), then the group."""
+    if not group.is_dir():
+        return []
+    root = group.parent
+    while root.parent != CGROUPS and root != CGROUPS:
+        root = root.parent
+    for _ in range(50):  # a process forked meanwhile lands in the group: until it is empty
+        with contextlib.suppress(OSError):
+            procs = (group / "cgroup.procs").read_text().split()
+            if not procs:
+                break
+            for pid in procs:
+                with contextlib.suppress(OSError):  # exited meanwhile
+                    (root / "cgroup.procs").write_text(pid)
+        time.sleep(0.02)
+    os.rmdir(group)
+    return [f"removed cgroup {group}"]
+
+
+def remove_mount(point: Path) -> list[str]:
+    """Each mount on `point` (lazily: a process still in it does not keep it)."""
+    done = []
+    while os.path.ismount(point):
+        if subprocess.run(["umount", "-l", str(point)], capture_output=True).returncode != 0:
+            return [*done, f"failed to unmount {point}"]
+        done.append(f"unmounted {point}")
+    return done
+
+
+def remove_dir(path: Path) -> list[str]:
+    if not path.exists() or os.path.ismount(path):  # never what is still mounted
+        return []
+    shutil.rmtree(path, ignore_errors=True)
+    return [f"removed {path}"]
+
+
+def remove_loop(image: str) -> list[str]:
+    """Every loop device whose backing file is `image` (the kernel names a removed one
+    "IMAGE (deleted)"): detached (lazily where it is still mounted)."""
+    listed = subprocess.run(
+        ["losetup", "--list", "--noheadings", "--raw", "--output", "NAME,BACK-FILE"], capture_output=True, text=True
+    ).stdout
+    done = []
+    for line in listed.splitlines():
+        name, _, back = line.partition(" ")
+        ours = back.replace("\\x20", " ") in (image, f"{image} (deleted)")  # --raw escapes spaces
+        if ours and subprocess.run(["losetup", "-d", name], capture_output=True).returncode == 0:
+            done.append(f"detached {name} ({image})")
+    return done
+
+
+def remove_user(name: str) -> list[str]:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return []
+    done = subprocess.run(["userdel", name], capture_output=True, timeout=60).returncode == 0
+    return [f"deleted user {name}" if done else f"failed to delete user {name}"]
+
+
 def reap(session: str, registry: Path) -> list[str]:
     """End the session's processes and remove what its registry names; what was done."""
     done = [f"ended {cmd}" for cmd in sweep(session)]
@@ -289,6 +419,31 @@ def reap(session: str, registry: Path) -> list[str]:
                 done += remove_netns(entry["name"])
         except Exception as exc:  # one that fails does not keep the rest
             done.append(f"failed to remove {entry}: {exc}")
+    # Then what the session's processes held: cgroups, mounts (before the directories
+    # they are on), scratch directories, users.  Only where the suite's names are.
+    for kind, remove, fits in (
+        ("cgroup", remove_cgroup, lambda p: p.is_relative_to(CGROUPS) and p.name.startswith("bbt-")),
+        ("mount", remove_mount, _scratch),
+        ("dir", remove_dir, _scratch),
+    ):
+        for entry in found:
+            if entry.get("kind") == kind and fits(Path(entry["path"])):
+                try:
+                    done += remove(Path(entry["path"]))
+                except Exception as exc:
+                    done.append(f"failed to remove {entry}: {exc}")
+    for entry in found:
+        if entry.get("kind") == "loop" and str(entry.get("image", "")).startswith("/var/tmp/bigbinf-bbt"):
+            try:
+                done += remove_loop(entry["image"])
+            except Exception as exc:
+                done.append(f"failed to remove {entry}: {exc}")
+    for entry in found:
+        if entry.get("kind") == "user" and str(entry.get("name", "")).startswith(USERS):
+            try:
+                done += remove_user(entry["name"])
+            except Exception as exc:
+                done.append(f"failed to remove {entry}: {exc}")
     done += [f"ended {cmd}" for cmd in sweep(session)]
     for entry in found:
         if entry.get("kind") == "claim":

@@ -15,6 +15,7 @@ import pytest
 
 from bigbinf.measure.cgroups import CpuBandwidth, cpu_dirs, cpu_files, file_reader, printed_reader, read_groups
 from bigbinf.measure.programs import ProgramWatch, summary
+from tests.support import session
 
 
 def _write(root: Path, path: str, text: str) -> None:
@@ -113,7 +114,7 @@ V1_CPU = Path("/sys/fs/cgroup/cpu")
 def test_a_busy_loop_in_a_real_quota_is_seen_throttled() -> None:
     # The kernel's own count: a busy loop held to 10% of a core is throttled nearly all
     # the time it is watched, and its quota is read from its group.
-    group = V1_CPU / f"bbt-i34-unit-{os.getpid()}"
+    group = session.register_cgroup(V1_CPU / f"bbt-i34-unit-{os.getpid()}")
     group.mkdir()
     loop = None
     try:

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from bigbinf import guardian
 
+from ..support import session
 from ..support.owners import live_owner
 
 SOURCE = Path(__file__).resolve().parents[2] / "exporter"
@@ -273,7 +273,7 @@ def test_a_master_the_ask_does_not_reach_is_ended_by_its_title(stack: contextlib
     # marker: titled as the master of this command's ControlPath (as `ssh -G` expands its
     # %C), and as one of another path, which must be left alone.
     owner = stack.enter_context(live_owner())
-    control = Path(tempfile.mkdtemp(prefix="bbcm-", dir="/tmp"))  # a socket address holds 108 bytes
+    control = session.scratch_dir(Path("/tmp"), "bbcm-", 0o700)  # a socket address holds 108 bytes
     command = ["ssh", "-o", f"ControlPath={control}/%C", "root@198.18.0.9"]
     [path] = guardian.control_paths([command])
     assert path.startswith(f"{control}/") and "%" not in path, path

@@ -5,7 +5,10 @@ lines in the order they were written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,3 +51,33 @@ def test_outside_a_session_nothing_is_registered(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv(session.REGISTRY, raising=False)
     session.register_netns("bbtnone")  # a support module used on its own
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_claimed_labs_state_dir_is_removed_even_without_its_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker killed in its teardown's rmtree may have removed the marker first: the
+    # state dir of a name this session claimed is still the session's.  Another's, with no
+    # marker saying a lab made it, is not touched.
+    registry = tmp_path / "registry.jsonl"
+    monkeypatch.setenv(session.REGISTRY, str(registry))
+    ours, theirs = session.unique_name(), session.unique_name()
+    dirs = {name: Path("/var/tmp", f"bigbinf-{name}") for name in (ours, theirs)}
+    try:
+        for name, state in dirs.items():
+            state.mkdir()
+            (state / "run").mkdir()
+            (state / "run" / "left.pid").write_text("1\n")
+            session.register("lab", name=name, owner=name, state_dir=str(state))
+        os.rmdir(session.NAMES / theirs)  # not this session's claim
+        lines = [line for line in registry.read_text().splitlines() if theirs not in line or '"lab"' in line]
+        registry.write_text("\n".join(lines) + "\n")
+        done = session.reap("0.0.0", registry)
+        assert not dirs[ours].exists() and f"removed {dirs[ours]}" in done
+        assert dirs[theirs].is_dir(), done
+    finally:
+        for state in dirs.values():
+            shutil.rmtree(state, ignore_errors=True)
+        for name in (ours, theirs):
+            with contextlib.suppress(OSError):
+                os.rmdir(session.NAMES / name)
