@@ -65,6 +65,7 @@ SLOWEST_FIRST = (
     "tests/lab/test_verdicts_plain_bounds_router.py",  # 181 s
     "tests/lab/test_regression_lab.py",  # 178 s
     "tests/e2e/test_page_browser.py",  # 174 s
+    "tests/lab/test_journal_upgrade.py",  # 152 s at load 8-20 (its branch's run): real serves on old journals
     "tests/lab/test_busy_host.py",  # 174 s
     "tests/lab/test_verdicts_programs.py",  # 171 s
     "tests/e2e/test_mesh_prometheus.py",  # 155 s: three sites' rounds, a central Prometheus
@@ -82,6 +83,7 @@ SLOWEST_FIRST = (
     "tests/unit/test_analyser_worker.py",  # 102 s
     "tests/lab/test_analyse.py",  # 91 s
     "tests/lab/test_transfer.py",  # 81 s
+    "tests/lab/test_passive.py",  # 67-74 s at load 12-23 (its branch's run): transfers run by hand, watched
     "tests/lab/test_remote_view.py",  # 81 s
     "tests/unit/test_regression_state.py",  # 80 s
     "tests/unit/test_rounds.py",  # 79 s
