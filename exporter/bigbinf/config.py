@@ -563,6 +563,9 @@ def _check_network(value: str) -> str:
 
 def _check_ports(value: Any) -> tuple[int, int]:
     # A port (22) or a range ("50000-51000"): a service's ports, as ss's sport/dport compare them.
+    # A pair [50000, 51000] is the same range as a loaded config dumps it (model_dump).
+    if isinstance(value, list | tuple) and len(value) == 2 and all(type(v) is int for v in value):
+        value = f"{value[0]}-{value[1]}"
     text = str(value).strip()
     low, dash, high = text.partition("-")
     try:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bigbinf.config import ConfigError, load_config, parse_config, parse_duration, parse_size
 
@@ -326,6 +328,14 @@ def test_defaults_are_filled_in() -> None:
     assert config.capture.snaplen == 128
     assert config.datasets["f1"].size == 1024 * 1024
     assert config.protocols["scp"].directions == ["download"]
+
+
+def test_a_loaded_config_dumped_and_loaded_again_is_the_same_config() -> None:
+    # Tools write a loaded config back (model_dump): its port ranges come out as pairs.
+    config = parse_config(BASE, SRC)
+    again = parse_config(yaml.safe_dump(json.loads(config.model_dump_json())), SRC)
+    assert again.passive.services == config.passive.services
+    assert again == config
 
 
 @pytest.mark.parametrize("text,value", [("1MiB", 2**20), ("1.5GiB", 3 * 2**29), ("5MB", 5_000_000), (42, 42)])
