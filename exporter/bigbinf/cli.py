@@ -22,32 +22,24 @@ import zoneinfo
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+# What `serve` needs, and nothing more, at module level: the study's, the mesh's and the
+# history's commands, the configuration check's extras are imported in the functions that
+# run them (a later start spends its first second importing; issue 44).  The lab is here
+# for lab.site (what serve hands the live path) and lab.LabError; the mesh's configuration
+# for MeshUsageError; the service's modules here are those serve loads anyway.
 from bigbinf import __version__, lab
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
-from bigbinf.history import planmove, regression_cmd, service_config
+from bigbinf.history import service_config
 from bigbinf.history.advice import AdviceError, advise
 from bigbinf.journal.store import Journal
-from bigbinf.lab import mesh as lab_mesh
 from bigbinf.measure.plan import PlanError, host_key_warnings
-from bigbinf.mesh import cli as mesh_cli
 from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
-from bigbinf.mesh.plan import (
-    Durations,
-    RoundPlan,
-    TestKey,
-    check_fit,
-    load_durations,
-    longest_period_seconds,
-    next_rounds,
-    round_at,
-    site_slot_counts,
-)
 from bigbinf.process import own_children
 from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import PathBaseline, Result
-from bigbinf.service import round_fit
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.restore import restore
 from bigbinf.service.rounds import RoundRunner, series_of
@@ -55,7 +47,9 @@ from bigbinf.service.schedule import longest_gap_seconds, shortest_gap_seconds
 from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
 from bigbinf.service.sweeps import SweepError, SweepRunner
 from bigbinf.service.webconfig import load_web_config
-from bigbinf.study import backfill, importer, report, sweep_report
+
+if TYPE_CHECKING:
+    from bigbinf.mesh.plan import Durations, RoundPlan, TestKey
 
 DEFAULT_CONFIG = "schedules/lab.yaml"
 log = logging.getLogger("bigbinf")
@@ -92,7 +86,9 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(serving: bool = False) -> argparse.ArgumentParser:
+    """The command line's parser; `serving`: without the subcommands that have modules of
+    their own (for a command line that _serves)."""
     common = _common()
     parser = argparse.ArgumentParser(
         prog="bigbinf-exporter",
@@ -166,11 +162,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--sweep", required=True, metavar="NAME", help="the sweep to run (config sweeps.NAME)")
     sweep.set_defaults(func=cmd_sweep)
+    if serving:
+        return parser
+    # Not for a command line that serves (_serves): their modules are the study's, the
+    # mesh's and the history's, some 20 that a start would import for nothing.
+    from bigbinf.history import planmove, regression_cmd
+    from bigbinf.lab import mesh as lab_mesh
+    from bigbinf.mesh import cli as mesh_cli
+    from bigbinf.study import backfill, importer, report, sweep_report
+
     regression_cmd.register(sub, [common])  # regression list|accept
     for command in (report, importer, backfill, sweep_report, planmove):  # the study's commands and plan-move
         command.register(sub, [common])  # the shared flags work after these subcommands too
     mesh_cli.register(sub, [common], lab=lab_mesh.layout)  # mesh plan|durations|config|prometheus
     return parser
+
+
+# The flags a command line that serves may carry (no subcommand, no --help, no --version):
+# those that take a value, and those that do not.
+_SERVE_VALUE_FLAGS = frozenset(
+    ("--config.file", "--log.level", "--mesh.file", "--site", "--web.listen-address", "--web.config.file")
+)
+_SERVE_SWITCHES = frozenset(("--config.check", "--web.config.check", "--web.enable-lifecycle"))
+
+
+def _serves(argv: Sequence[str]) -> bool:
+    """Whether a command line is made only of the top-level flags (serve, or a check):
+    parsed alike with or without the subcommands registered, since no word of it can be
+    a subcommand's name (each is a flag or a flag's value).  Anything else (a word of
+    its own, -h, an abbreviated flag) gets the whole parser, and its messages."""
+    words = iter(argv)
+    for word in words:
+        name = word.split("=", 1)[0]
+        if name in _SERVE_VALUE_FLAGS:
+            if "=" not in word and next(words, None) is None:
+                return False  # a flag without its value: the whole parser's error
+        elif word not in _SERVE_SWITCHES:
+            return False
+    return True
 
 
 def _positive_int(text: str) -> int:
@@ -180,8 +209,9 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(serving=_serves(words))
+    args = parser.parse_args(words)
     level = getattr(args, "log_level", "info")
     logging.basicConfig(
         level={"warn": "WARNING"}.get(level, level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -189,14 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if level != "debug":
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     func = getattr(args, "func", None) or cmd_serve
-    mesh_commands = (cmd_serve, cmd_once, cmd_lab, mesh_cli.run)
-    if hasattr(args, "mesh_file") and hasattr(args, "config_file") and func is not mesh_cli.run:
+    mesh_cli_run = getattr(args, "command", None) == "mesh"  # the mesh's own commands take both
+    mesh_commands = (cmd_serve, cmd_once, cmd_lab)
+    if hasattr(args, "mesh_file") and hasattr(args, "config_file") and not mesh_cli_run:
         print("bigbinf-exporter: give --config.file or --mesh.file, not both", file=sys.stderr)
         return 2
-    if hasattr(args, "site") and not hasattr(args, "mesh_file") and func is not mesh_cli.run:
+    if hasattr(args, "site") and not hasattr(args, "mesh_file") and not mesh_cli_run:
         print("bigbinf-exporter: --site NAME goes with --mesh.file FILE (a mesh site's exporter)", file=sys.stderr)
         return 2
-    if hasattr(args, "mesh_file") and func not in mesh_commands and not args.config_check:
+    if hasattr(args, "mesh_file") and func not in mesh_commands and not mesh_cli_run and not args.config_check:
         print(f"bigbinf-exporter: {args.command} takes --config.file, not --mesh.file", file=sys.stderr)
         return 2
     if not hasattr(args, "config_file"):
@@ -295,6 +326,8 @@ class MeshSite:
     def rounds(self, after: float) -> Iterator[RoundPlan]:
         """The round in progress at `after`, if any, then the later ones, all from the
         durations read with the mesh file (so every round a load plans is sized alike)."""
+        from bigbinf.mesh.plan import next_rounds, round_at  # a mesh site's, not every serve's
+
         current = round_at(self.mesh, after, self.durations)
         if current is not None:
             yield current
@@ -304,10 +337,15 @@ class MeshSite:
 
     def slot_counts(self, since: float, until: float) -> Iterable[tuple[TestKey, int]]:
         """This site's slots of each test that start after `since` and before `until`."""
+        from bigbinf.mesh.plan import site_slot_counts
+
         return site_slot_counts(self.mesh, self.durations, self.site, since, until).items()
 
 
 def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
+    from bigbinf.lab import mesh as lab_mesh  # the mesh's modules: a mesh site's, not every serve's
+    from bigbinf.mesh.plan import load_durations
+
     if not site:
         raise MeshUsageError(source, f"--mesh.file {source}: give --site NAME, one of: {', '.join(mesh.sites)}")
     if site not in mesh.sites:
@@ -320,12 +358,16 @@ def mesh_site_of(mesh: MeshConfig, site: str | None, source: str) -> MeshSite:
 def load_mesh_site(path: str | Path, site: str | None) -> MeshSite:
     """The exporter's mesh loader (service.mesh_runner.MeshLoader): a MeshError (a
     ConfigError) if the mesh or durations file is invalid or the site is not in it."""
+    from bigbinf.lab import mesh as lab_mesh
+
     return mesh_site_of(load_mesh(path, lab=lab_mesh.layout), site, str(path))
 
 
 def _rounds_gap(mesh: MeshConfig) -> float:
     """The longest round: an interval schedule's (mesh.plan.longest_period_seconds), or
     the longest gap between two cron starts."""
+    from bigbinf.mesh.plan import longest_period_seconds
+
     longest = longest_period_seconds(mesh)
     if longest is not None:
         return longest
@@ -340,6 +382,10 @@ def cmd_mesh_check(args: argparse.Namespace) -> int:
     with it); with --site also that site's secret files and host keys, as cmd_check.  A
     valid mesh whose rounds of the next FIT_CHECK_DAYS days do not all fit fails too, with
     `mesh plan`'s numbers (exit 3, as `mesh plan`)."""
+    from bigbinf.lab import mesh as lab_mesh
+    from bigbinf.mesh import cli as mesh_cli
+    from bigbinf.mesh.plan import check_fit, load_durations
+
     source = args.mesh_file
     mesh = load_mesh(source, lab=lab_mesh.layout)  # ConfigError: printed by main, exit 1
     durations = load_durations(mesh)
@@ -422,6 +468,8 @@ def round_fit_warnings(config: Config) -> list[str]:
     the schedule's shortest gap between two starts (service/round_fit.py).  Nothing to say
     without a journal (a new install: its first rounds are measured by the exporter,
     bigbinf_round_overrun_seconds)."""
+    from bigbinf.service import round_fit  # the check's, not serve's
+
     try:
         keys = series_of(config, lab.site)
         results = list(Journal(config.journal.path).read()) if config.journal.path.is_file() else []
@@ -457,6 +505,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
             "the exporter itself runs unprivileged (docs/deployment.md)"
         )
     if hasattr(args, "mesh_file"):
+        from bigbinf.lab import mesh as lab_mesh
+
         if args.action == "serve":
             raise lab.LabError(
                 "lab serve runs one lab's remote side (--config.file); lab up --mesh.file starts a mesh's"

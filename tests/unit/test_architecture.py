@@ -262,3 +262,46 @@ def test_the_journal_and_the_judgements_from_history_have_their_own_rooms() -> N
         if _in(m, ("bigbinf.history",))
     )
     assert indirect == []
+
+
+# What a start imports that serving does not need: the study's, the mesh's (beyond its
+# configuration, for a mesh site's errors), the mixin's and the history's commands.
+NOT_IMPORTED_TO_SERVE = (
+    "bigbinf.study",
+    "bigbinf.mixin",
+    "bigbinf.mesh.cli",
+    "bigbinf.mesh.plan",
+    "bigbinf.lab.mesh",
+    "bigbinf.history.planmove",
+    "bigbinf.history.regression_cmd",
+)
+
+_IMPORTED_TO_SERVE = """
+import sys
+from bigbinf import cli
+words = ["--config.file", "report", "--web.listen-address", "127.0.0.1:0", "--log.level=debug"]
+assert cli._serves(words)
+cli.build_parser(serving=True).parse_args(words)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def _modules_after(code: str) -> set[str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_a_command_line_that_serves_imports_only_what_serving_needs() -> None:
+    """What Python really loaded (sys.modules of a fresh interpreter), not the source's
+    graph: the CLI's module level and the serving parser stay off the other commands."""
+    loaded = _modules_after(_IMPORTED_TO_SERVE)
+    assert "bigbinf.service.server" in loaded  # the check sees what it looks for
+    assert sorted(m for m in loaded if _in(m, NOT_IMPORTED_TO_SERVE)) == []
+    # ...and the whole parser (any other command line) still registers every command.
+    whole = _modules_after("import sys\nfrom bigbinf import cli\ncli.build_parser()\nprint('\\n'.join(sys.modules))")
+    assert {"bigbinf.study.report", "bigbinf.mesh.cli", "bigbinf.history.planmove"} <= whole

@@ -226,3 +226,18 @@ def test_what_a_new_web_config_would_remove_is_named_and_strengthening_is_not(tm
         assert webconfig.weakenings(plain, stronger) == []
         webconfig.refuse_weakening(plain, stronger)
     assert webconfig.weakenings(plain, plain) == []
+
+
+def test_no_users_costs_no_bcrypt_and_lets_no_one_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default (no basic auth): no dummy hash made at start (a bcrypt at cost 10 took
+    0.06-0.2 CPU-s of every start), and no credentials are right."""
+
+    def refused(*_: object) -> bytes:
+        raise AssertionError("bcrypt called without users")
+
+    monkeypatch.setattr(bcrypt, "hashpw", refused)
+    monkeypatch.setattr(bcrypt, "checkpw", refused)
+    auth = BasicAuth({})
+    assert not auth.enabled
+    assert not auth.check("prometheus", "anything")
+    assert not auth.check("", "")

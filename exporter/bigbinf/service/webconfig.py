@@ -141,11 +141,14 @@ class BasicAuth:
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         # An unknown user costs a bcrypt too, at the cost of the dearest configured hash
-        # ("$2b$12$..."), so that timing does not say which users exist.
+        # ("$2b$12$..."), so that timing does not say which users exist.  No users (no
+        # basic auth, the default): nothing to hide and no bcrypt, which would cost each
+        # start a tenth of a second or more.
         costs = [
             int(h.split(b"$")[2]) for h in self.users.values() if h.count(b"$") >= 3 and h.split(b"$")[2].isdigit()
         ]
-        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(rounds=min(max(costs, default=10), 16)))
+        rounds = min(max(costs, default=10), 16)
+        self._dummy = bcrypt.hashpw(b"unknown user", bcrypt.gensalt(rounds=rounds)) if self.users else None
 
     @property
     def enabled(self) -> bool:
@@ -176,6 +179,8 @@ class BasicAuth:
             return True
         hashed, digest = self._digest(user, password)
         secret = password.encode()
+        if self._dummy is None:
+            return False  # no users: no credentials are right
         try:
             # bcrypt reads 72 bytes: a longer password would match its own prefix (bcrypt
             # 4 truncated silently, 5 refuses); refused here whichever is installed.
