@@ -177,6 +177,16 @@ def test_a_program_set_receive_buffer_is_the_programs() -> None:
     off_reason, off_side, off_words, off_step = judged(r, off)
     assert (off_reason, off_side) == ("receive_window", "remote") and "set by its program" not in off_words
     assert "tcp_moderate_rcvbuf=0 on the remote: it never grows" in off_words and "moderate_rcvbuf=1" in off_step
+    # Constant over the listings (131072 B in the first and the last): still the program's.
+    constant = dataclasses.replace(r, tcp_remote={"rcvbuf_max_bytes": 131072.0, "rcvbuf_min_bytes": 131072.0})
+    assert "set by its program (SO_RCVBUF" in judged(constant)[2]
+    # One that grew while the transfer ran (46080 B to 131072 B) is autotuning's: no
+    # program's buffer is claimed, in the evidence or the step (breaker b42, A' scp 3).
+    grew = dataclasses.replace(r, tcp_remote={"rcvbuf_max_bytes": 131072.0, "rcvbuf_min_bytes": 46080.0})
+    reason, side, words, step = judged(grew)
+    assert (reason, side) == ("receive_window", "remote"), words
+    assert "set by its program" not in words and "the program set its own buffer" not in step, (words, step)
+    assert "set by the program itself" not in step and "it is not what holds the window" in step, step
 
 
 def _route_clamped(**receiver: float) -> Result:

@@ -333,6 +333,8 @@ def test_summary_of_two_parallel_streams() -> None:
         "bytes_received": 40,
         "rcvbuf_max_bytes": 50_000,
         "sndbuf_max_bytes": 200_000,
+        "rcvbuf_min_bytes": 50_000,
+        "sndbuf_min_bytes": 100_000,
         "app_limited_ratio": 2 / 5,  # B's two samples of five sender samples
         "sender_backlog_ratio": 0.0,  # no listing showed unsent data
         "sending_samples": 2,  # listings 1 and 2 saw data move; 3 (the end) did not

@@ -249,9 +249,11 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
     """Words, where a buffer is the program's own ("" if not): the sender was limited by it
     LOCKED_CLOCK of its busy time, yet it stood below LOCKED_SHARE of the maximum its
     host's autotuning could have given it (tcp_rmem's or tcp_wmem's, read there), with
-    autotuning on.  A buffer that limits the sender grows to that maximum unless its
-    program set it (setsockopt SO_RCVBUF/SO_SNDBUF locks it, at twice the value set: nginx
-    `sndbuf=32k` on its listen gives 64 KiB however high the sysctl)."""
+    autotuning on, constant over the listings where their least was read (one that grew
+    was autotuning's), and neither a clamped window nor one without scaling held it.  A
+    buffer that limits the sender grows to that maximum unless its program set it
+    (setsockopt SO_RCVBUF/SO_SNDBUF locks it, at twice the value set: nginx `sndbuf=32k` on
+    its listen gives 64 KiB however high the sysctl)."""
     settings = i.buffers.get(side, {})
     maximum = settings.get(kind)
     busy = i.sender.get("busy_seconds", 0.0)
@@ -261,6 +263,10 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
         return ""
     if kind == "tcp_rmem" and settings.get("tcp_moderate_rcvbuf") == 0:
         return ""  # autotuning off: the sysctl's default, not the program's
+    owner = i.receiver if kind == "tcp_rmem" else i.sender
+    least = owner.get("rcvbuf_min_bytes" if kind == "tcp_rmem" else "sndbuf_min_bytes")
+    if least is not None and least < CEILING_SHARE * buffer:
+        return ""  # it grew while the transfer ran: autotuning's, not a buffer its program set
 
     if kind == "tcp_rmem" and (clamped_window(i) or unscaled(i)):
         return ""  # the window, not the buffer, was held (a route's window, or no scaling)

@@ -325,6 +325,11 @@ VALUE_KEYS = (
     "rcv_space_max_bytes",  # max over the observations
     "rcvbuf_max_bytes",  # skmem rb, max over the listings
     "sndbuf_max_bytes",  # skmem tb, max over the listings
+    # ... and their min over the listings: a buffer its program set (SO_RCVBUF/SO_SNDBUF)
+    # stays constant from the first listing, an autotuned one grows from tcp_rmem's or
+    # tcp_wmem's default.
+    "rcvbuf_min_bytes",
+    "sndbuf_min_bytes",
     "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
     "app_limited_ratio",  # share of the senders' listed samples flagged app_limited
     # Share of the senders' samples while sending (bytes acknowledged since the previous
@@ -471,6 +476,8 @@ def _values(
     _put(values, "rcv_space_max_bytes", max, (s.rcv_space for s in observed))
     _put(values, "rcvbuf_max_bytes", max, (s.rcvbuf_bytes for s in observed))
     _put(values, "sndbuf_max_bytes", max, (s.sndbuf_bytes for s in observed))
+    _put(values, "rcvbuf_min_bytes", min, (s.rcvbuf_bytes for s in observed))
+    _put(values, "sndbuf_min_bytes", min, (s.sndbuf_bytes for s in observed))
 
     # Per listing: the sum of the delivery rates of the sockets that were sending (their
     # bytes_acked grew since the previous listing): parallel streams add up, and a stream
