@@ -8,8 +8,10 @@ from its words, as a reader of the journal sees it, and held to what really happ
   where nothing but the transfer crossed the remote's interface;
 - a window or buffer claimed where the setting says otherwise: a buffer larger than that
   end's maximum allows, or a limit by a buffer that could grow past four times the path's
-  bandwidth-delay product (autotuning on, no route window), or a receive window on the
-  side that does not receive (a send buffer on the side that does not send).
+  bandwidth-delay product (autotuning on, no route window, window scaling on at both
+  ends), or a receive window on the side that does not receive (a send buffer on the side
+  that does not send);
+- a route's `window` metric claimed where that end's route has none.
 
 Pure: (evidence, truth) in, what contradicts out; unit-tested in tests/unit/test_against_truth.py.
 """
@@ -39,6 +41,7 @@ _NOT_FLOW_BEFORE = re.compile(r"(?:\bno|\bwithout|\bnot|\bnever|\bnor)\s+(?:\w+\
 _RECEIVE = re.compile(r"\breceive (?:window|buffer)|\breceiver's (?:window|buffer)|\brwnd\b|\btcp_rmem\b", re.I)
 _SEND = re.compile(r"\bsend(?:er's)? buffer|\bsndbuf\b|\btcp_wmem\b", re.IGNORECASE)
 _SIZE_AFTER = re.compile(r"^[^;]{0,60}?\((\d+) B\)")  # words.human_bytes: "131.07 kB (131072 B)"
+_ROUTE_WINDOW = re.compile(r"\broute's `window` metric", re.IGNORECASE)
 _SIDE_BEFORE = {"remote": re.compile(r"\bthe remote's\s+$", re.I), "local": re.compile(r"\bthis host's\s+$", re.I)}
 
 
@@ -77,6 +80,11 @@ def contradicted(evidence: str, truth: Mapping[str, Any], side: str = "") -> lis
             f"another flow claimed, {truth.get('other_bytes', 0)} B besides the transfer: {c!r}"
             for c in _claims(_FLOW, _NOT_FLOW_BEFORE, evidence)
         ]
+    for match in _ROUTE_WINDOW.finditer(evidence):
+        where = side if side in ("local", "remote") else truth.get("receiver", "")
+        if f"{where}_route_window" in truth and not truth[f"{where}_route_window"]:
+            words = evidence[max(0, match.start() - 40) : match.end() + 20].strip()
+            found.append(f"a route window claimed where {where}'s route has none: {words!r}")
     for pattern, key, role in ((_RECEIVE, "rmem_max", "receiver"), (_SEND, "wmem_max", "sender")):
         for match in pattern.finditer(evidence):
             if _NOT_FLOW_BEFORE.search(evidence[max(0, match.start() - 30) : match.start()]):
@@ -108,6 +116,8 @@ def _buffer_has_room(truth: Mapping[str, Any], where: str, key: str) -> bool:
     own = truth.get(f"{where}_listen_{'rcvbufs' if key == 'rmem_max' else 'sndbufs'}") or []
     if any(b < ROOM * bdp for b in own):
         return False
+    if key == "rmem_max" and 0 in (truth.get("local_window_scaling"), truth.get("remote_window_scaling")):
+        return False  # no window scaling: no window above 65535 B whatever the buffer
     if key == "rmem_max" and truth.get(f"{where}_moderate_rcvbuf") == 0:
         return maximum > 0 and truth.get(f"{where}_rmem_default", 0) >= ROOM * bdp
     return bool(maximum >= ROOM * bdp)

@@ -56,6 +56,7 @@ SYSCTLS = {
     "wmem": "net.ipv4.tcp_wmem",
     "congestion": "net.ipv4.tcp_congestion_control",
     "mtu_probing": "net.ipv4.tcp_mtu_probing",
+    "window_scaling": "net.ipv4.tcp_window_scaling",  # 0: no window above 65535 B, whatever the buffers
 }
 HEADER_BYTES = 66  # Ethernet, IPv4 and TCP with timestamps: a frame's bytes that carry no payload
 FRAMING = 1.05  # a protocol's bytes on the wire per byte of the file, at most (ssh's MACs, HTTP's headers)

@@ -78,6 +78,16 @@ def test_a_window_the_setting_allows_to_grow_is_contradicted() -> None:
     assert contradicted(words, with_(remote_moderate_rcvbuf=0)) == []
     # A cap below the BDP: borne out.
     assert contradicted(words, with_(remote_rmem_max=262144)) == []
+    # Window scaling off on either end (issue 42, breaker b42 A'): no window above 64 KiB.
+    assert contradicted(words, with_(local_window_scaling=0, remote_window_scaling=1)) == []
+
+
+def test_a_route_window_claimed_where_the_route_has_none_is_contradicted() -> None:
+    # The words the judge gave to a stripped window-scale option (breaker b42, A).
+    words = "its window was clamped apart from its buffer (a route's `window` metric)"
+    found = contradicted(words, with_(remote_route_window=0, local_route_window=0), "remote")
+    assert len(found) == 1 and "route window claimed where remote's route has none" in found[0], found
+    assert contradicted(words, with_(remote_route_window=65535, local_route_window=0), "remote") == []
     # A route's window clamps it whatever the buffer.
     assert contradicted(words, with_(remote_route_window=65535)) == []
 

@@ -1,7 +1,7 @@
 """The breaks an independent breaker found in the bound-first judge (issue 42), each with
 the numbers of the run that showed it: a busy host whose programs slept waiting for the
 network; a burst reader's lost time through the transfer; a program's own socket buffer;
-a route's window clamp; a verdict whose computed bound the rate does not meet."""
+a route's window clamp; window scaling not negotiated; a verdict whose computed bound the rate does not meet."""
 
 from __future__ import annotations
 
@@ -177,26 +177,136 @@ def test_a_program_set_receive_buffer_is_the_programs() -> None:
     off_reason, off_side, off_words, off_step = judged(r, off)
     assert (off_reason, off_side) == ("receive_window", "remote") and "set by its program" not in off_words
     assert "tcp_moderate_rcvbuf=0 on the remote: it never grows" in off_words and "moderate_rcvbuf=1" in off_step
+    # Constant over the listings (131072 B in the first and the last): still the program's.
+    constant = dataclasses.replace(r, tcp_remote={"rcvbuf_max_bytes": 131072.0, "rcvbuf_min_bytes": 131072.0})
+    assert "set by its program (SO_RCVBUF" in judged(constant)[2]
+    # One that grew while the transfer ran (46080 B to 131072 B) is autotuning's: no
+    # program's buffer is claimed, in the evidence or the step (breaker b42, A' scp 3).
+    grew = dataclasses.replace(r, tcp_remote={"rcvbuf_max_bytes": 131072.0, "rcvbuf_min_bytes": 46080.0})
+    reason, side, words, step = judged(grew)
+    assert (reason, side) == ("receive_window", "remote"), words
+    assert "set by its program" not in words and "the program set its own buffer" not in step, (words, step)
+    assert "set by the program itself" not in step and "it is not what holds the window" in step, step
 
 
-def test_a_route_window_is_named_with_ip_route_not_tcp_rmem() -> None:
-    # The remote's route to this host with `window 65535`: its buffer grew to 3 MB, its
-    # window stayed at 65535 B: 65535 / 0.082 = 0.80 MB/s, the steady rate 0.78 MB/s.
+def _route_clamped(**receiver: float) -> Result:
+    """An upload whose remote window stayed at 65535 B while its buffer grew to 3 MB, with
+    window scaling negotiated (`wscale` seen): 65535 / 0.082 = 0.80 MB/s, steady 0.78 MB/s."""
     rate = 0.78e6
-    r = upload(
+    return upload(
         file_bytes=8 * MiB,
         duration_seconds=8 * MiB / rate,
         tcp_local=sender(busy_seconds=10.5, rwnd_limited_seconds=8.0, snd_wnd_median_bytes=65535.0,
                          rtt_avg_seconds=0.082, data_start_seconds=0.3, data_end_seconds=8 * MiB / rate,
-                         steady_rate_bytes_per_second=rate),
-        tcp_remote={"rcvbuf_max_bytes": 3e6},
+                         steady_rate_bytes_per_second=rate, wscale_streams=1.0, unscaled_streams=0.0),
+        tcp_remote={"rcvbuf_max_bytes": 3e6, **receiver},
         remote="site",
     )  # fmt: skip
-    reason, side, words, step = judged(r)
+
+
+def test_a_route_window_is_named_with_ip_route_only_where_one_was_read() -> None:
+    # The remote's route to this host read with `window 65535`.
+    read = dataclasses.replace(SITE, buffers={"local": BUFFERS, "remote": {**BUFFERS, "route_window": 65535.0}})
+    reason, side, words, step = judged(_route_clamped(), read)
     assert (reason, side) == ("receive_window", "remote"), words
-    assert "its window was clamped apart from its buffer (a route's `window` metric)" in words
+    assert "its window was clamped apart from its buffer (its route's `window` metric 65.53 kB (65535 B))" in words
     assert "on the remote (site): its route to this host" in step and "ip route change" in step, step
     assert "tcp_rmem=" not in step and "sysctl" not in step
+    # No route window read: the clamp is said, its mechanism is not made up.
+    reason, side, words, step = judged(_route_clamped())
+    assert (reason, side) == ("receive_window", "remote"), words
+    assert "its window was held apart from its buffer" in words and "metric" not in words, words
+    assert "ip route change" not in step and "look for a `window` metric" in step, step
+
+
+# A breaker's site (issue 42): 100 Mbit/s, 80 ms; tcp_rmem max 32 MiB, rmem_max 4 MiB,
+# autotuning and window scaling on at both ends (read: tcp_window_scaling=1).
+WIDE = {"tcp_rmem": 33554432.0, "tcp_wmem": 33554432.0, "rmem_max": 4194304.0, "wmem_max": 4194304.0,
+        "tcp_rmem_min": 4096.0, "tcp_rmem_default": 131072.0, "tcp_moderate_rcvbuf": 1.0,
+        "tcp_window_scaling": 1.0}  # fmt: skip
+WAN80 = PathBaseline(
+    "b42-wan80",
+    0.0,
+    rtt_min_seconds=0.0805,
+    bandwidth_bytes_per_second=12.5e6,
+    bandwidth_source="configured",
+    mtu_bytes=1500,
+    buffers={"local": WIDE, "remote": WIDE},
+    congestion_control={"local": "cubic", "remote": "bbr"},
+)
+
+
+def unscaled_download(receive_buffer: float = 371923.0) -> Result:
+    """The breaker's http download of 8 MiB with window scaling stripped from its SYNs:
+    no wscale on either end's data socket, the remote sender advertised 65535 B, limited
+    by it 35% of its 11.5 s busy time, over 83.9 ms: 0.78 MB/s; steady 0.75 MB/s; the
+    receive buffer autotuned to 371923 B; no loss; route windows 0 (none read)."""
+    rate = 0.75e6
+    return download(
+        file_bytes=8 * MiB,
+        duration_seconds=8 * MiB / rate + 0.4,
+        retransmits_sender=0,
+        congestion_control="bbr",
+        remote="b42-wan80",
+        tcp_remote=sender(busy_seconds=11.5, rwnd_limited_seconds=4.0, snd_wnd_median_bytes=65535.0,
+                          rtt_avg_seconds=0.0839, sender_backlog_ratio=0.95, sending_samples=11.0,
+                          segs_out=5800, wscale_streams=0.0, unscaled_streams=1.0),
+        tcp_local={"rcvbuf_max_bytes": receive_buffer, "wscale_streams": 0.0, "unscaled_streams": 1.0,
+                   "data_start_seconds": 0.4, "data_end_seconds": 8 * MiB / rate + 0.4,
+                   "steady_rate_bytes_per_second": rate},
+    )  # fmt: skip
+
+
+def test_window_scaling_stripped_on_the_path_is_the_path_not_a_route_window() -> None:
+    reason, side, words, step = judged(unscaled_download(), WAN80)
+    assert (reason, side) == ("receive_window", "path"), words
+    assert (
+        "neither end negotiated window scaling (no wscale in tcp_info): the window is capped at 64 KiB "
+        "whatever the buffers"
+    ) in words
+    assert "something between the sites strips the option from the SYNs" in words
+    assert "65.53 kB (65535 B) (the median the sender saw) over 83.9 ms allows 0.78 MB/s" in words, words
+    assert "route" not in words and "SO_RCVBUF" not in words, words
+    assert "strips the window-scale option from the SYNs" in step and "parallel streams" in step, step
+    assert "ip route" not in step and "sysctl" not in step and "SO_RCVBUF" not in step, step
+
+
+def test_window_scaling_off_on_the_receiver_names_it_and_its_sysctl() -> None:
+    # The breaker's A': net.ipv4.tcp_window_scaling=0 on this host (the download's receiver).
+    off = dataclasses.replace(WAN80, buffers={"local": {**WIDE, "tcp_window_scaling": 0.0}, "remote": WIDE})
+    reason, side, words, step = judged(unscaled_download(), off)
+    assert (reason, side) == ("receive_window", "local"), words
+    assert "net.ipv4.tcp_window_scaling=0 on this host" in words and "route" not in words, words
+    assert step.startswith("on this host: sysctl -w net.ipv4.tcp_window_scaling=1"), step
+    assert "ip route" not in step and "SO_RCVBUF" not in step and "tcp_rmem" not in step, step
+    # An upload's receiver is the remote: its sysctl, read over its stats command.
+    remote_off = dataclasses.replace(WAN80, buffers={"local": WIDE, "remote": {**WIDE, "tcp_window_scaling": 0.0}})
+    r = unscaled_download(402000.0)
+    up = dataclasses.replace(r, direction="upload", tcp_local=r.tcp_remote, tcp_remote=r.tcp_local)
+    reason, side, words, step = judged(up, remote_off)
+    assert (reason, side) == ("receive_window", "remote"), words
+    assert "set by its program" not in words and "SO_RCVBUF" not in step, (words, step)
+    assert step.startswith("on the remote (b42-wan80): sysctl -w net.ipv4.tcp_window_scaling=1"), step
+
+
+def test_a_64_kib_window_with_scaling_negotiated_is_not_called_unscaled() -> None:
+    # The same numbers with wscale seen on the data stream: not the missing option.
+    r = unscaled_download()
+    scaled = dataclasses.replace(
+        r,
+        tcp_remote={**r.tcp_remote, "wscale_streams": 1.0, "unscaled_streams": 0.0},
+        tcp_local={**r.tcp_local, "wscale_streams": 1.0, "unscaled_streams": 0.0},
+    )
+    reason, side, words, step = judged(scaled, WAN80)
+    assert (reason, side) == ("receive_window", "local"), words
+    assert "window scaling" not in words and "window-scale" not in step, (words, step)
+    # Not read at all (a journal from before the count): nothing said of scaling either.
+    unread = dataclasses.replace(
+        r,
+        tcp_remote={k: v for k, v in r.tcp_remote.items() if "scaled" not in k and "wscale" not in k},
+        tcp_local={k: v for k, v in r.tcp_local.items() if "scaled" not in k and "wscale" not in k},
+    )
+    assert "window scaling" not in judged(unread, WAN80)[2]
 
 
 def test_a_verdict_whose_bound_is_not_met_is_withheld_with_each_distance() -> None:

@@ -72,11 +72,25 @@ def test_download_sender_listing_in_base_units() -> None:
         snd_wnd_bytes=2330624,  # the receiver's advertised window
         pmtu=1500,
         advmss=1448,
+        wscale=(10, 10),
     )
     # The control connection: a few bytes, app-limited, no ssthresh printed yet.
     control = sockets[1]
     assert (control.congestion_control, control.app_limited, control.ssthresh) == ("bbr", True, None)
     assert (control.bytes_acked, control.bytes_received, control.busy_seconds) == (4, 179, 0.084)
+
+
+def test_window_scaling_not_negotiated_is_no_wscale_beside_a_session_that_has_it() -> None:
+    # Recorded by a breaker (issue 42): a middlebox stripped the window-scale option from
+    # the http download's SYNs; the stats session to the remote, opened before, kept it.
+    download, stats = _load("unscaled_receiver_wan80.txt")
+    assert (download.wscale, download.mss, download.rcvbuf_bytes) == (None, 1448, 371923)
+    assert stats.wscale == (10, 10)
+    # Its summary: one data stream read without wscale, none with it.
+    values = summarise([], [[download]], []).values
+    assert (values["wscale_streams"], values["unscaled_streams"]) == (0.0, 1.0)
+    both = summarise([], [[download, stats]], []).values
+    assert both["wscale_streams"] == (1.0 if stats.moved_bytes >= 65536 else 0.0)
 
 
 def test_receiver_listing() -> None:
@@ -319,6 +333,8 @@ def test_summary_of_two_parallel_streams() -> None:
         "bytes_received": 40,
         "rcvbuf_max_bytes": 50_000,
         "sndbuf_max_bytes": 200_000,
+        "rcvbuf_min_bytes": 50_000,
+        "sndbuf_min_bytes": 100_000,
         "app_limited_ratio": 2 / 5,  # B's two samples of five sender samples
         "sender_backlog_ratio": 0.0,  # no listing showed unsent data
         "sending_samples": 2,  # listings 1 and 2 saw data move; 3 (the end) did not
@@ -329,6 +345,9 @@ def test_summary_of_two_parallel_streams() -> None:
         "stream_busy_max_seconds": 2.0,
         "stream_rwnd_share_min": 0.0,
         "stream_rwnd_share_max": 0.25,
+        # Hand-made sockets with mss and no wscale: read, not negotiated.
+        "wscale_streams": 0,
+        "unscaled_streams": 2,
     }
 
 

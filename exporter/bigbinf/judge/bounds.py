@@ -72,6 +72,8 @@ LOCKED_SHARE = 0.5
 # advertised at most this share of its receive buffer: a window from the buffer alone is
 # 50-90% of it (tcp_adv_win_scale, scaling_ratio).
 CLAMPED_SHARE = 0.3
+# Without window scaling (RFC 7323) no window exceeds the 16-bit field: 65535 B per stream.
+UNSCALED_WINDOW = 65535
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def receive_window(i: Inputs) -> Bound | None:
             advertised / rtt,
             f"{host}'s advertised receive window {human_bytes(advertised)} (the median the sender saw) over "
             f"{_ms(rtt)} allows {human_rate(advertised / rtt)}",
-            i.receiver_side,
+            window_side(i),
             {"window_bytes": advertised, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
         )
     buffer, why = stopped_buffer(i, "tcp_rmem", i.receiver.get("rcvbuf_max_bytes"), i.receiver_side)
@@ -133,6 +135,55 @@ def receive_window(i: Inputs) -> Bound | None:
         {"buffer_bytes": buffer, "rtt_seconds": rtt, **_autotuning(i, i.receiver_side)},
         low=BUFFER_LOW,
     )
+
+
+def unscaled(i: Inputs) -> str:
+    """Words, where window scaling was not negotiated ("" if not seen): the transfer's own
+    data streams' tcp_info read (on either end) without `wscale`, none with it, and the
+    window the sender was advertised no more than 65535 B per stream.  Never inferred from
+    the window alone: a window of 64 KiB is also a small buffer's or a route's."""
+    read = [t for t in (i.sender, i.receiver) if "unscaled_streams" in t]
+    if not read or any(t.get("wscale_streams", 0.0) > 0 for t in read):
+        return ""
+    if not any(t.get("unscaled_streams", 0.0) > 0 for t in read):
+        return ""
+    advertised = i.sender.get("snd_wnd_median_bytes")
+    streams = max(1.0, i.sender.get("streams", 1.0) or 1.0)
+    if advertised and advertised > UNSCALED_WINDOW * streams:
+        return ""  # a window above what no scaling allows: the listings disagree, say nothing
+    off = scaling_off(i)
+    why = (
+        f"net.ipv4.tcp_window_scaling=0 on {host_name(off)}: its SYNs do not offer it"
+        if off
+        else "neither host has it off (net.ipv4.tcp_window_scaling not 0 where read): something between the "
+        "sites strips the option from the SYNs"
+    )
+    return (
+        "neither end negotiated window scaling (no wscale in tcp_info): the window is capped at 64 KiB "
+        f"whatever the buffers ({UNSCALED_WINDOW} B per stream); {why}"
+    )
+
+
+def scaling_off(i: Inputs) -> str:
+    """The side whose host has net.ipv4.tcp_window_scaling=0 (the receiver's first: its
+    window is the one capped), "" where neither has it off or it was not read."""
+    for side in (i.receiver_side, i.sender_side):
+        if i.buffers.get(side, {}).get("tcp_window_scaling") == 0:
+            return side
+    return ""
+
+
+def window_side(i: Inputs) -> str:
+    """Where the receive window's limit is fixed: the receiver, unless scaling was not
+    negotiated: then the host with it off, else the path (a middlebox stripped it)."""
+    if unscaled(i):
+        return scaling_off(i) or "path"
+    return i.receiver_side
+
+
+def route_window(i: Inputs) -> float:
+    """The receiver's route window as read (its `window` metric, bytes; 0 where none was read)."""
+    return i.buffers.get(i.receiver_side, {}).get("route_window", 0.0)
 
 
 def _autotuning(i: Inputs, side: str) -> dict[str, float]:
@@ -198,9 +249,11 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
     """Words, where a buffer is the program's own ("" if not): the sender was limited by it
     LOCKED_CLOCK of its busy time, yet it stood below LOCKED_SHARE of the maximum its
     host's autotuning could have given it (tcp_rmem's or tcp_wmem's, read there), with
-    autotuning on.  A buffer that limits the sender grows to that maximum unless its
-    program set it (setsockopt SO_RCVBUF/SO_SNDBUF locks it, at twice the value set: nginx
-    `sndbuf=32k` on its listen gives 64 KiB however high the sysctl)."""
+    autotuning on, constant over the listings where their least was read (one that grew
+    was autotuning's), and neither a clamped window nor one without scaling held it.  A
+    buffer that limits the sender grows to that maximum unless its program set it
+    (setsockopt SO_RCVBUF/SO_SNDBUF locks it, at twice the value set: nginx `sndbuf=32k` on
+    its listen gives 64 KiB however high the sysctl)."""
     settings = i.buffers.get(side, {})
     maximum = settings.get(kind)
     busy = i.sender.get("busy_seconds", 0.0)
@@ -210,9 +263,13 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
         return ""
     if kind == "tcp_rmem" and settings.get("tcp_moderate_rcvbuf") == 0:
         return ""  # autotuning off: the sysctl's default, not the program's
+    owner = i.receiver if kind == "tcp_rmem" else i.sender
+    least = owner.get("rcvbuf_min_bytes" if kind == "tcp_rmem" else "sndbuf_min_bytes")
+    if least is not None and least < CEILING_SHARE * buffer:
+        return ""  # it grew while the transfer ran: autotuning's, not a buffer its program set
 
-    if kind == "tcp_rmem" and clamped_window(i):
-        return ""  # the window, not the buffer, was held (a route's window)
+    if kind == "tcp_rmem" and (clamped_window(i) or unscaled(i)):
+        return ""  # the window, not the buffer, was held (a route's window, or no scaling)
     option = "SO_RCVBUF" if kind == "tcp_rmem" else "SO_SNDBUF"
     return (
         f"set by its program ({option}: constant at {human_bytes(buffer)} while the sender was limited by it "
@@ -223,19 +280,26 @@ def locked(i: Inputs, kind: str, buffer: float, side: str) -> str:
 
 def clamped_window(i: Inputs) -> str:
     """Words, where the receiver advertised a window far below what its buffer gives
-    (CLAMPED_SHARE of it or less: a window clamp apart from the buffer, a route's `window`
-    metric), with the sender limited by that window LOCKED_CLOCK of its busy time ("" if
-    not seen)."""
+    (CLAMPED_SHARE of it or less: a window clamp apart from the buffer), with the sender
+    limited by that window LOCKED_CLOCK of its busy time ("" if not seen, or where window
+    scaling was not negotiated: `unscaled` says that).  A route's `window` metric is named
+    only where one was read there (non-zero), never inferred from the clamp."""
+    if unscaled(i):
+        return ""
     advertised = i.sender.get("snd_wnd_median_bytes")
     buffer = i.receiver.get("rcvbuf_max_bytes")
     busy = i.sender.get("busy_seconds", 0.0)
     share = i.sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
     if not advertised or not buffer or advertised > CLAMPED_SHARE * buffer or share < LOCKED_CLOCK:
         return ""
-    return (
-        f"{host_name(i.receiver_side)} advertised {human_bytes(advertised)} (the median) with a receive buffer of "
-        f"{human_bytes(buffer)}: its window was clamped apart from its buffer (a route's `window` metric)"
-    )
+    seen = f"{host_name(i.receiver_side)} advertised {human_bytes(advertised)} (the median) with a receive buffer of "
+    metric = route_window(i)
+    if metric > 0:
+        return (
+            f"{seen}{human_bytes(buffer)}: its window was clamped apart from its buffer (its route's `window` "
+            f"metric {human_bytes(metric)})"
+        )
+    return f"{seen}{human_bytes(buffer)}: its window was held apart from its buffer"
 
 
 def path_capacity(i: Inputs) -> Bound | None:

@@ -228,12 +228,13 @@ def _signalled(i: Inputs) -> Limit:
             window if quoted else "",
             rcv_ceiling and f"the receiver's {rcv_ceiling}",
             f"{host_name(i.receiver_side)}'s receive buffer {human_bytes(rcvbuf)} ({why})" if behind else "",
+            bounds.unscaled(i),
             bounds.clamped_window(i),
         ]
         return Limit(
             "receive_window",
             "; ".join([*filter(None, said), *_bound_said(bounds.receive_window(i), i), rate_words]),
-            i.receiver_side,
+            bounds.window_side(i),
         )
     if send_limited:
         buffered = f"the sender was limited by its send buffer {sndbuf:.0%} of its {busy:.1f} s busy time"

@@ -43,6 +43,19 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
     host = named_host(limit.side, i)
     receive = limit.reason == "receive_window"
     kind = "tcp_rmem" if receive else "tcp_wmem"
+    if receive and bounds.unscaled(i):
+        # No window above 65535 B without scaling: no buffer, route or program setting helps.
+        off = bounds.scaling_off(i)
+        if off:
+            return (
+                f"on {named_host(off, i)}: sysctl -w net.ipv4.tcp_window_scaling=1 (it is 0 there: no window "
+                "scaling, no window above 64 KiB); new connections negotiate it"
+            )
+        return (
+            "the path: find the device between the sites that strips the window-scale option from the SYNs (a "
+            "firewall, TCP normaliser or load balancer rewriting TCP options) and make it pass the option; "
+            "`ss -ti` on the sender then shows wscale; no buffer setting on either host lifts a 64 KiB window"
+        )
     settings = i.buffers.get(limit.side, {})
     if receive and settings.get("tcp_moderate_rcvbuf") == 0:
         return (
@@ -52,11 +65,19 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
     target = 2 * i.bdp if i.bdp else None
     goal = f"at least 2 x BDP = {human_bytes(target)}" if target else "at least the path's BDP"
     if receive and bounds.clamped_window(i):
-        # The window is clamped apart from the buffer: a route's window metric there.
+        metric = bounds.route_window(i)
+        if metric > 0:
+            # The window is clamped apart from the buffer, and its route's window metric was read.
+            return (
+                f"on {host}: its route to this host holds the window it advertises (`window` "
+                f"{human_bytes(metric)}); `ip route change <that route> window N` with N {goal}, or drop the "
+                f"metric; {kind} is not what holds it"
+            )
+        # Clamped, with nothing read that says by what: name where to look, claim nothing.
         return (
-            f"on {host}: its route to this host holds the window it advertises (a `window` metric: "
-            f"`ip route show` there); `ip route change <that route> window N` with N {goal}, or drop the metric; "
-            f"{kind} is not what holds it"
+            f"on {host}: the window it advertises is held below its buffer, and {kind} is not what holds it: look "
+            "for a `window` metric on its route to the other end (`ip route get <its address>` there) or a program's "
+            "TCP_WINDOW_CLAMP, and lift it"
         )
     buffer = i.receiver.get("rcvbuf_max_bytes") if receive else i.sender.get("sndbuf_max_bytes")
     if buffer and bounds.locked(i, kind, buffer, limit.side):
@@ -73,10 +94,12 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
     now = settings.get(kind)
     if target and now and now >= target:
         core = "net.core.rmem_max" if receive else "net.core.wmem_max"
+        # Not `locked` (a buffer seen held below what the sysctls give): the program's own
+        # buffer is a place to look, not a finding.
         return (
-            f"{kind}'s maximum on {host} is {human_bytes(now)}, already 2 x BDP or more: the buffer is set by the "
-            f"program itself (SO_RCVBUF/SO_SNDBUF: a -w or buffer option), capped by {core} "
-            f"({human_bytes(settings.get(core.rpartition('.')[2]))}): raise the program's buffer"
+            f"{kind}'s maximum on {host} is {human_bytes(now)}, already 2 x BDP or more: it is not what holds the "
+            f"window; look at what the program there asks (SO_RCVBUF/SO_SNDBUF: a -w or buffer option, capped by "
+            f"{core}, {human_bytes(settings.get(core.rpartition('.')[2]))})"
         )
     low = int(settings.get(f"{kind}_min", 4096))
     default = int(settings.get(f"{kind}_default", 131072 if receive else 16384))

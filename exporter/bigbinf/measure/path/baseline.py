@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 
 from bigbinf.measure.path.probe import probe_path
-from bigbinf.measure.path.route import resolve
+from bigbinf.measure.path.route import resolve, route_window
 from bigbinf.measure.plan import Remote
 from bigbinf.measure.tcp.state import HostTcpSettings, TcpStateError, read_optional_settings, read_tcp_settings
 from bigbinf.measure.wire.capture import CaptureError
@@ -61,6 +61,7 @@ def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> Pat
         address = resolve(remote.address, remote.netns)
     except CaptureError as exc:
         return replace(baseline, error=_join(str(exc), baseline.error))
+    buffers = _with_route_windows(buffers, remote, address)
     outcome = probe_path(address, remote.probe, remote.netns)
     return replace(
         baseline,
@@ -73,8 +74,28 @@ def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> Pat
         rtt_max_seconds=outcome.rtt_max_seconds,
         rtt_mdev_seconds=outcome.rtt_mdev_seconds,
         mtu_bytes=outcome.mtu_bytes,
+        buffers=buffers,
         error=_join(outcome.error, baseline.error),
     )
+
+
+def _with_route_windows(
+    buffers: dict[str, dict[str, float]], remote: Remote, address: str
+) -> dict[str, dict[str, float]]:
+    """Both ends' route windows toward each other (`route_window`: a `window` metric caps
+    the window a host advertises apart from its buffer), beside the TCP settings read there:
+    this host's route to the remote, and the remote's back to the source address that route
+    uses (through its stats command).  Only where read: the judge names a route window
+    only where one was read, never from a clamped window alone."""
+    found = {side: dict(values) for side, values in buffers.items()}
+    window, source = route_window(in_netns(remote.netns, []), address)
+    if window is not None and "local" in found:
+        found["local"]["route_window"] = window
+    if source and "remote" in found and remote.stats_command:
+        back, _ = route_window(remote.stats_argv([]), source)
+        if back is not None:
+            found["remote"]["route_window"] = back
+    return found
 
 
 def _join(*problems: str) -> str:

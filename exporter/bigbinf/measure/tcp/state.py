@@ -97,6 +97,10 @@ class SocketInfo:
     backoff: int = 0  # tcpi_backoff: consecutive retransmission timeouts now
     pmtu: int | None = None  # the path MTU the socket uses
     advmss: int | None = None  # the MSS this end advertised
+    # The window scale shifts (send, receive: `wscale:10,10`), printed only where both SYNs
+    # carried the option (tcpi_options & TCPI_OPT_WSCALE): None with tcp_info printed (mss)
+    # means scaling was not negotiated and no window exceeds 65535 B.
+    wscale: tuple[int, int] | None = None
     state: str = ""  # ESTAB, FIN-WAIT-1...; UNCONN in a close event; "" when ss printed no state column
     # The processes holding the socket (`ss -p`: name, pid), where the listing asked and
     # the kernel let ss see them.
@@ -258,6 +262,9 @@ def _field(key: str, value: str, values: dict[str, object]) -> None:
         values[key] = int(value)
     elif key == "snd_wnd":
         values["snd_wnd_bytes"] = int(value)
+    elif key == "wscale":  # wscale:snd,rcv
+        send, receive = value.split(",")
+        values["wscale"] = (int(send), int(receive))
     elif key == "notsent":
         values["notsent_bytes"] = int(value)
     elif key == "rtt":  # rtt:avg/var in ms
@@ -318,6 +325,11 @@ VALUE_KEYS = (
     "rcv_space_max_bytes",  # max over the observations
     "rcvbuf_max_bytes",  # skmem rb, max over the listings
     "sndbuf_max_bytes",  # skmem tb, max over the listings
+    # ... and their min over the listings: a buffer its program set (SO_RCVBUF/SO_SNDBUF)
+    # stays constant from the first listing, an autotuned one grows from tcp_rmem's or
+    # tcp_wmem's default.
+    "rcvbuf_min_bytes",
+    "sndbuf_min_bytes",
     "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
     "app_limited_ratio",  # share of the senders' listed samples flagged app_limited
     # Share of the senders' samples while sending (bytes acknowledged since the previous
@@ -330,6 +342,11 @@ VALUE_KEYS = (
     "mss_bytes",  # of the data socket that moved the most
     "pmtu_bytes",  # ... its path MTU, and the MSS it advertised
     "advmss_bytes",
+    # Window scaling per data stream: the data sockets whose tcp_info showed `wscale` (both
+    # SYNs carried the option), and those whose tcp_info was read (mss printed) without it
+    # in any observation (not negotiated: their window is capped at 65535 B).
+    "wscale_streams",
+    "unscaled_streams",
     # The receiver's advertised window as the senders saw it (tcpi_snd_wnd) while sending,
     # summed over the senders sending in a listing (parallel streams' windows add up): the
     # median over those listings and the max; and how many sender samples saw it at zero
@@ -459,6 +476,8 @@ def _values(
     _put(values, "rcv_space_max_bytes", max, (s.rcv_space for s in observed))
     _put(values, "rcvbuf_max_bytes", max, (s.rcvbuf_bytes for s in observed))
     _put(values, "sndbuf_max_bytes", max, (s.sndbuf_bytes for s in observed))
+    _put(values, "rcvbuf_min_bytes", min, (s.rcvbuf_bytes for s in observed))
+    _put(values, "sndbuf_min_bytes", min, (s.sndbuf_bytes for s in observed))
 
     # Per listing: the sum of the delivery rates of the sockets that were sending (their
     # bytes_acked grew since the previous listing): parallel streams add up, and a stream
@@ -508,6 +527,12 @@ def _values(
         values["zero_window_samples"] = float(len(held))
     flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
     _put(values, "app_limited_ratio", statistics.fmean, flags)
+
+    scaled = {s.key for s in observed if s.wscale is not None}
+    read = {s.key for s in observed if s.mss is not None}
+    if read:
+        values["wscale_streams"] = float(len(scaled))
+        values["unscaled_streams"] = float(len(read - scaled))
 
     last = final.values()
     streams = [final[k] for k in senders]
@@ -1259,12 +1284,14 @@ def read_tcp_settings(prefix: Sequence[str], timeout: float = 15.0) -> HostTcpSe
 
 
 # Read beside SYSCTL_KEYS, each on its own: a host without one still gives the others.
-OPTIONAL_SYSCTL_KEYS = ("net.ipv4.tcp_moderate_rcvbuf",)
+# tcp_window_scaling=0 on either end: no SYN of its carries the option, no window above 65535 B.
+OPTIONAL_SYSCTL_KEYS = ("net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.tcp_window_scaling")
 
 
 def read_optional_settings(prefix: Sequence[str], timeout: float = 15.0) -> dict[str, float]:
     """The numeric settings of OPTIONAL_SYSCTL_KEYS that `prefix` can read, by their last
-    name (tcp_moderate_rcvbuf: whether the receiver's buffer grows at all); {} for those
+    name (tcp_moderate_rcvbuf: whether the receiver's buffer grows at all; tcp_window_scaling:
+    whether its SYNs offer window scaling); {} for those
     it cannot (a host that lacks one, a command that fails: the judge then does without)."""
     found: dict[str, float] = {}
     for key in OPTIONAL_SYSCTL_KEYS:
