@@ -698,3 +698,28 @@ def test_a_drop_beyond_the_noise_opens_on_its_own_level() -> None:
     young = [(t0 + 2 * i, 25e6 * math.exp(rng.normal(0, 0.02))) for i in range(30)]
     cut = [(t0 + 60 + 2 * i, 17.5e6 * math.exp(rng.normal(0, 0.02))) for i in range(3)]
     assert feed(fast, "lab", young + cut)[-3:] == [False, False, True]
+
+
+@pytest.mark.parametrize("outage_days", [21, 35])
+def test_a_drop_that_comes_back_after_a_long_outage_opens_by_its_3rd_run(outage_days: int) -> None:
+    """Issue 45 B1: 30 days at one rate, an outage (no ok run) of 3 or 5 weeks, then 60%
+    of the rate.  The baseline weeks before the first slow run held no run: the series
+    went untested for good and mute on /metrics.  The baseline reaches back over the
+    silence: open by the 3rd slow run, against the level before the outage."""
+    rng = np.random.default_rng(45)
+    history = History(RegressionSettings())
+    assert not any(feed(history, "s", runs(30, 0, 25e6, 0.03, rng)))
+    slow = feed(history, "s", runs(5, 30 + outage_days, 15e6, 0.03, rng))
+    assert True in slow[:3]
+    v = history.verdicts()["s"]
+    assert v.since == pytest.approx(START + (30 + outage_days) * DAY + 3 * 3600)
+    assert v.level_before == pytest.approx(25e6, rel=0.03)
+    assert v.test is not None and v.test.ratio == pytest.approx(0.6, abs=0.03)
+
+
+def test_the_same_outage_without_a_drop_opens_nothing() -> None:
+    rng = np.random.default_rng(46)
+    history = History(RegressionSettings())
+    assert not any(feed(history, "s", runs(30, 0, 25e6, 0.03, rng)))
+    assert not any(feed(history, "s", runs(30, 58, 25e6, 0.03, rng)))
+    assert history.verdicts()["s"].test is not None

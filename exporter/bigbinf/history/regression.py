@@ -447,15 +447,41 @@ def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | U
     )
 
 
-def baseline_start(end: float, excluded: Sequence[tuple[float, float]], span: float) -> float:
+# A silence: no ok run for longer than this many of the series' usual gaps (and at least
+# SILENCE_MIN): an outage, not the schedule.  Its time is not baseline time: the baseline
+# reaches back over it to the runs before (issue 45 B1: after an outage of 3 weeks or more
+# the baseline weeks held no run and a drop that came back with the remote was never
+# tested), but never further back than BASELINE_HORIZON baselines.
+SILENCE_GAPS = 4.0
+SILENCE_MIN = 2 * DAY
+BASELINE_HORIZON = 3.0
+
+
+def silences(ts: np.ndarray, end: float, span: float) -> list[tuple[float, float]]:
+    """The silences (from, to) among the runs `ts` (time order) before `end`, within
+    BASELINE_HORIZON spans of it."""
+    before = ts[(ts < end) & (ts >= end - BASELINE_HORIZON * span)]
+    if len(before) < 2:
+        return []
+    gaps = np.diff(np.concatenate([before, [end]]))
+    longest = max(SILENCE_MIN, SILENCE_GAPS * float(np.median(gaps)))
+    at = np.nonzero(gaps > longest)[0]
+    return [(float(before[i]), float(before[i] + gaps[i])) for i in at]
+
+
+def baseline_start(
+    end: float, excluded: Sequence[tuple[float, float]], span: float, ts: np.ndarray | None = None
+) -> float:
     """Where a baseline of `span` seconds of runs that count ends up starting when it ends
     at `end`: a recovered regression's span is left out and made up for from before it
-    (an accepted one's, reaching back to the beginning, is not)."""
+    (an accepted one's, reaching back to the beginning, is not); with the series' runs
+    `ts`, so is a silence (`silences`), back to BASELINE_HORIZON spans at most."""
     since = end - span
-    for lo, hi in sorted(excluded, key=lambda span_: -span_[1]):
+    spans = [*excluded, *(silences(ts, end, span) if ts is not None else ())]
+    for lo, hi in sorted(spans, key=lambda span_: -span_[1]):
         if math.isfinite(lo):
             since -= max(0.0, min(hi, end) - max(lo, since))
-    return since
+    return max(since, end - BASELINE_HORIZON * span) if ts is not None else since
 
 
 def examine_arrays(
@@ -482,7 +508,7 @@ def examine_arrays(
         return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
     first = float(ts[-k])
     end = min([first, *(lo for lo, hi in excluded if hi >= first)])
-    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK)
+    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK, ts)
     keep = (ts >= since) & (ts < end)
     keep[-k:] = False
     for lo, hi in excluded:
@@ -1021,7 +1047,8 @@ class History:
             return ts, tod, logs
         track = self.tracks.get(key)
         end = min([float(ts[-k]), *(lo for lo, hi in (track.spans() if track else ()) if hi == math.inf)])
-        since = baseline_start(end, track.excluded if track else (), self.settings.baseline_weeks * WEEK) - DAY
+        span = self.settings.baseline_weeks * WEEK
+        since = baseline_start(end, track.excluded if track else (), span, ts) - DAY
         start = int(np.searchsorted(ts, since, side="left"))
         if track:  # spans that ended before what is kept are of no more use
             track.excluded = [(lo, hi) for lo, hi in track.excluded if hi > since]
@@ -1247,7 +1274,9 @@ class History:
     def verdicts(self) -> dict[Any, Verdict]:
         """Every series' published state: tested ones with their q-values (for the
         reader: no decision moves with them), open ones even when their test cannot
-        decide now, and accepted ones."""
+        decide now, accepted ones, and untested suspect ones (suspected: a suspicion whose
+        test cannot run now is not mute; issue 45 B1, whose samples vanished from
+        /metrics)."""
         judged = judge(self.tests, self.settings)
         out: dict[Any, Verdict] = {}
         for key in set(self.tests) | set(self.tracks):
@@ -1255,7 +1284,7 @@ class History:
             test = self.tests.get(key)
             q = judged[key].q_value if key in judged else math.nan
             episode = track.episode
-            if episode is None and test is None and track.accepted_at is None:
+            if episode is None and test is None and track.accepted_at is None and track.suspect is None:
                 continue
             out[key] = Verdict(
                 test,
@@ -1266,8 +1295,10 @@ class History:
                 accepted_at=track.accepted_at,
                 suspected=bool(
                     episode is None
-                    and test is not None
-                    and (track.suspect is not None or test.ratio <= 1.0 - self.settings.material_drop)
+                    and (
+                        track.suspect is not None
+                        or (test is not None and test.ratio <= 1.0 - self.settings.material_drop)
+                    )
                 ),
             )
         return out
