@@ -723,3 +723,37 @@ def test_the_same_outage_without_a_drop_opens_nothing() -> None:
     assert not any(feed(history, "s", runs(30, 0, 25e6, 0.03, rng)))
     assert not any(feed(history, "s", runs(30, 58, 25e6, 0.03, rng)))
     assert history.verdicts()["s"].test is not None
+
+
+def test_a_run_journaled_with_the_clock_a_month_ahead_neither_blinds_the_test_nor_moves_the_mark(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 B3: one run journaled 30 days ahead, then a 30% drop.  The future run is
+    left out when the next run shows it (never "recent", counted), the drop opens on its
+    3rd slow run, and the judged mark goes back to the real latest run, so a restart
+    replays the slow runs journaled while it was stopped."""
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(47)
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    runner.restore_history([], [KEY])  # the exporter's start: from now on it marks what it judged
+    steady = runs(30, 0, 25e6, 0.03, rng)
+    skewed = (steady[-10][0] + 30 * DAY, steady[-10][1])
+    for t, x in [*steady[:-10], skewed, *steady[-9:]]:
+        runner.publish(_result(t, x))
+    assert runner.history.future_dated == {KEY: 1}
+    judged = RegressionJournal(journal).judged_through()
+    assert judged == steady[-1][0]  # not the future run's start
+    slow = runs(1, 30, 17.5e6, 0.03, rng)
+    for t, x in slow[:3]:
+        runner.publish(_result(t, x))
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    assert _sample(state, M.REGRESSION_SINCE.name) == slow[0][0]
+    # Stopped, three more slow runs journaled, restarted: the restart judges them.
+    for t, x in slow[3:]:
+        runner.journal.append(_result(t, x))
+    again = ExporterState()
+    RoundRunner(config, again).restore_history(runner.journal.read(), [KEY])
+    assert _sample(again, M.REGRESSED.name) == 1.0
+    assert RegressionJournal(journal).judged_through() == slow[-1][0]

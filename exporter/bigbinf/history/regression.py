@@ -88,6 +88,20 @@ BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
 EPISODE_RUNS = 200  # an open regression's last runs that its recovery is judged on
 EXACT_RUNS = 30  # up to this many runs since a start, their p-value is the exact one
 BINS = int(DAY // BIN_SECONDS)
+# A run dated more than this after a series' run journaled later than it, or after the
+# host's clock, is from a clock that was ahead: never judged as recent, never a mark.
+FUTURE_SLACK = 6 * 3600.0
+
+
+def future_dated(starts: Sequence[float], now: float) -> list[bool]:
+    """Which of a series' run starts, in journal order, are from the future: beyond
+    `now` + FUTURE_SLACK, or beyond a start journaled after them + FUTURE_SLACK."""
+    out = [False] * len(starts)
+    later = math.inf
+    for i in range(len(starts) - 1, -1, -1):
+        out[i] = starts[i] > min(later, now) + FUTURE_SLACK
+        later = min(later, starts[i])
+    return out
 
 
 @dataclass(frozen=True)
@@ -971,6 +985,10 @@ class History:
         # The repetitions of each series' current round not yet taken as its observation
         # (settings.repetitions > 1): (start, log throughput), oldest first.
         self.round_runs: dict[Any, list[tuple[float, float]]] = {}
+        # Runs found dated in the future (`_observe`): (series, start), not yet logged by
+        # the owner; and how many each series had (never judged, never an anchor).
+        self.dropped_future: list[tuple[Any, float]] = []
+        self.future_dated: dict[Any, int] = {}
 
     @property
     def round_gap(self) -> float:
@@ -1028,6 +1046,15 @@ class History:
 
     def _observe(self, key: Any, timestamp: float, value: float) -> None:
         ts, tod, logs = self.runs.get(key, (np.zeros(0), np.zeros(0), np.zeros(0)))
+        if len(ts) and ts[-1] > timestamp + FUTURE_SLACK:
+            # A series' runs come in start order: one that arrives more than FUTURE_SLACK
+            # before the latest shows the latest journaled by a clock ahead (NTP stepped
+            # it back since).  Left in, it would stay "recent" until real time caught up
+            # (issue 45 B3: a month of tests with one run at the old level among the 3).
+            ahead = ts > timestamp + FUTURE_SLACK
+            self.dropped_future.extend((key, float(t)) for t in ts[ahead])
+            self.future_dated[key] = self.future_dated.get(key, 0) + int(ahead.sum())
+            ts, tod, logs = ts[~ahead], tod[~ahead], logs[~ahead]
         at = int(np.searchsorted(ts, timestamp, side="right"))
         ts = np.insert(ts, at, timestamp)
         tod = np.insert(tod, at, time_of_day(timestamp, self.zone))

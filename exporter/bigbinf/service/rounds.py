@@ -43,7 +43,17 @@ from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
 from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, size_label
-from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, replay_from, settings_of
+from bigbinf.history.regression import (
+    ACCEPTED,
+    FUTURE_SLACK,
+    OPENED,
+    WEEK,
+    History,
+    Verdict,
+    future_dated,
+    replay_from,
+    settings_of,
+)
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
@@ -196,8 +206,22 @@ class RoundRunner:
         baseline = self.config.regression.baseline_weeks * WEEK
         replayed: list[tuple[float, float, SeriesKey]] = []
         latest = -math.inf
+        now = time.time()
         for key, unsorted_runs in runs.items():
-            series_runs = sorted(unsorted_runs)
+            # Runs dated in the future (a clock that was ahead; journal order tells, and
+            # the host's clock): left out, never recent, never the judged mark (issue 45 B3).
+            listed = list(unsorted_runs)
+            ahead = future_dated([t for t, _ in listed], now)
+            if any(ahead):
+                history.future_dated[key] = sum(ahead)
+                log.warning(
+                    "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
+                    "of the regression test",
+                    key,
+                    sum(ahead),
+                    time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
+                )
+            series_runs = sorted(run for run, a in zip(listed, ahead, strict=True) if not a)
             if not series_runs:
                 continue
             latest = max(latest, series_runs[-1][0])
@@ -340,15 +364,35 @@ class RoundRunner:
     def _test_regression(self, r: Result) -> None:
         if r.source != "exporter" or not counts_in_baseline(r) or not self.config.regression.enabled:
             return
+        if r.start_timestamp > time.time() + FUTURE_SLACK:
+            log.warning(
+                "%s: run started %s UTC, in the future by the host's clock: left out of the regression test",
+                r.key,
+                time.strftime("%F %T", time.gmtime(r.start_timestamp)),
+            )
+            with self._history_lock:
+                self.history.future_dated[r.key] = self.history.future_dated.get(r.key, 0) + 1
+            return
         with self._history_lock:
             taken = self._take_accepts()
             changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
+            future = self.history.dropped_future[:]
+            self.history.dropped_future.clear()
+            for key, start in future:
+                log.warning(
+                    "%s: run started %s UTC was dated in the future (a later run started %s UTC): left out of the "
+                    "regression test",
+                    key,
+                    time.strftime("%F %T", time.gmtime(start)),
+                    time.strftime("%F %T", time.gmtime(r.start_timestamp)),
+                )
             for event in self.history.events:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
             self.regression_journal.append(self.history.events)  # before it is published
             if self.judging:
-                self.regression_journal.mark_judged(r.start_timestamp)
+                # A mark a future-dated run set is taken back: a restart replays what came after.
+                self.regression_journal.mark_judged(r.start_timestamp, back=bool(future))
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
