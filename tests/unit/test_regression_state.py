@@ -757,3 +757,24 @@ def test_a_run_journaled_with_the_clock_a_month_ahead_neither_blinds_the_test_no
     RoundRunner(config, again).restore_history(runner.journal.read(), [KEY])
     assert _sample(again, M.REGRESSED.name) == 1.0
     assert RegressionJournal(journal).judged_through() == slow[-1][0]
+
+
+def test_a_first_start_beside_a_journal_younger_than_the_baseline_weeks_finds_its_regression(
+    tmp_path: Path,
+) -> None:
+    """Issue 45 B4: a 21-day journal, its last 6 days at 60%.  The first start replayed
+    only from 4 weeks in (nothing here) and missed it; it replays from where the
+    baseline can first be tested: open since the first slow run, on its 3rd."""
+    journal = tmp_path / "j.jsonl"
+    config = parse_config(CONFIG.replace("JOURNAL", str(journal)), "test")
+    rng = np.random.default_rng(48)
+    writer = RoundRunner(config, ExporterState())
+    slow = runs(6, 15, 15e6, 0.03, rng)
+    for t, x in runs(15, 0, 25e6, 0.03, rng) + slow:
+        writer.journal.append(_result(t, x))
+    state = ExporterState()
+    RoundRunner(config, state).restore_history(writer.journal.read(), [KEY])
+    assert _sample(state, M.REGRESSED.name) == 1.0
+    assert _sample(state, M.REGRESSION_SINCE.name) == slow[0][0]
+    events = RegressionJournal(journal).read_events()
+    assert [e.kind for e in events] == [OPENED] and events[0].at == slow[2][0]

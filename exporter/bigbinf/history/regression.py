@@ -727,6 +727,18 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
 SCAN_DROPS = 8.0
 
 
+def first_testable(ts: Sequence[float] | np.ndarray, settings: RegressionSettings) -> int:
+    """The first run (index, time order) whose test a series' history can first hold: the
+    one after min_baseline_runs + recent_runs runs, or the first a baseline's weeks in,
+    whichever is earlier.  A first start replays from here at the earliest: from 4
+    weeks in alone, a journal younger than that was never replayed (issue 45 B4: a drop
+    in its last week went unseen at the first start, seen on its 3rd run by an exporter
+    that had run throughout)."""
+    span = settings.baseline_weeks * WEEK
+    weeks_in = int(np.searchsorted(np.asarray(ts), ts[0] + span, side="left")) if len(ts) else 0
+    return min(weeks_in, settings.min_baseline_runs + settings.recent_runs)
+
+
 def replay_from(ts: np.ndarray, logs: np.ndarray, settings: RegressionSettings) -> float | None:
     """Where a first start's replay of a series' runs (time order) must begin so that any
     regression the series may hold, or have recovered from within a baseline's weeks of
@@ -737,12 +749,12 @@ def replay_from(ts: np.ndarray, logs: np.ndarray, settings: RegressionSettings) 
     median per run: a few seconds for 1,000 series of three months, against a replay of
     every run through the state (about a millisecond each)."""
     span = settings.baseline_weeks * WEEK
-    if not len(ts) or ts[-1] - ts[0] <= span:
+    first = first_testable(ts, settings)
+    if len(ts) <= first:
         return None
     mid = math.log(1.0 - settings.material_drop) / 2
     threshold = SCAN_DROPS * -math.log(1.0 - settings.material_drop)
     window_start = float(ts[-1]) - span - DAY
-    first = int(np.searchsorted(ts, ts[0] + span, side="left"))
     cusum, began, peak = 0.0, first, 0.0
     for i in range(first, len(ts)):
         lo = int(np.searchsorted(ts, ts[i] - span, side="left"))

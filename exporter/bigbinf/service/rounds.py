@@ -50,6 +50,7 @@ from bigbinf.history.regression import (
     WEEK,
     History,
     Verdict,
+    first_testable,
     future_dated,
     replay_from,
     settings_of,
@@ -203,7 +204,6 @@ class RoundRunner:
         # rounds while none ran), each in order, as if it had run throughout: one step on
         # them all opened a regression present at the restart only at its 9th-16th run.
         judged = journal.judged_through() if not first_start and enabled else None
-        baseline = self.config.regression.baseline_weeks * WEEK
         replayed: list[tuple[float, float, SeriesKey]] = []
         latest = -math.inf
         now = time.time()
@@ -225,7 +225,7 @@ class RoundRunner:
             if not series_runs:
                 continue
             latest = max(latest, series_runs[-1][0])
-            first_baseline = bisect.bisect_left(series_runs, (series_runs[0][0] + baseline,))
+            first_baseline = first_testable([t for t, _ in series_runs], history.settings)
             if budget:
                 # The last runs within the budget, and back to the start of any regression
                 # the series may hold (`replay_from`): the budget alone, 40 runs a series
