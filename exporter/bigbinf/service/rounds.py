@@ -47,6 +47,7 @@ from bigbinf.history.regression import (
     ACCEPTED,
     FUTURE_SLACK,
     OPENED,
+    SUSPECT_RUNS,
     WEEK,
     History,
     Verdict,
@@ -187,7 +188,11 @@ class RoundRunner:
         journal = RegressionJournal(self.config.journal.path)
         first_start = not journal.path.exists()
         wanted = set(runs) if keys is None else set(keys)
-        history.restore(e for e in journal.read_events() if e.key in wanted)
+        events = [e for e in journal.read_events() if e.key in wanted]
+        history.restore(events)
+        last_event: dict[SeriesKey, float] = {}
+        for e in events:
+            last_event[e.key] = max(last_event.get(e.key, e.at), e.at)
         enabled = self.config.regression.enabled
         # The first start with a regressions' journal (none yet beside this journal): each
         # series' runs after its first baseline are replayed through the state, in time
@@ -238,6 +243,17 @@ class RoundRunner:
                     cut = max(first_baseline, min(cut, bisect.bisect_left(series_runs, (since,))))
             elif judged is not None:
                 cut = bisect.bisect_right(series_runs, (judged, math.inf))
+                track = history.tracks.get(key)
+                if track is None or track.episode is None:
+                    # A suspicion is not journaled: the runs it may span (SUSPECT_RUNS and the
+                    # recent ones) are judged again, from after the series' last journaled
+                    # event (nothing journaled is decided twice), so that a restart during a
+                    # suspicion does not load its slow runs as baseline (issue 45 B2: with
+                    # daily restarts 3 of 6 noisy 20% drops became the baseline unseen).
+                    again = max(first_baseline, cut - SUSPECT_RUNS - history.settings.recent_runs)
+                    if key in last_event:
+                        again = max(again, bisect.bisect_right(series_runs, (last_event[key], math.inf)))
+                    cut = min(cut, again)
             else:
                 cut = len(series_runs)
             history.load(key, series_runs[:cut])
