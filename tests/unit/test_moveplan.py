@@ -536,3 +536,8 @@ def test_a_run_from_the_future_is_left_out_and_never_anchors_the_window(tmp_path
     future = [r for r in got if r.left_out == planmove.FUTURE]
     assert len(future) == 1 and future[0].timestamp > now
     assert len(got) == len(runs)  # none dropped as too old by the future run's date
+    # Read later (the host's clock past the future date): the lone run far after every
+    # other still is left out, and the window still ends at the latest real run.
+    later, _ = planmove.journal_runs(journal, "lab", "download", 28 * DAY, now + 365 * DAY)
+    assert [r.timestamp for r in later if r.left_out == planmove.FUTURE] == [future[0].timestamp]
+    assert len(later) == len(runs)

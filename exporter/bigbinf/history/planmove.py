@@ -44,6 +44,7 @@ LEVEL = 0.9
 # runs start within minutes of each other; an hour covers a slow round's last transfer).
 FUTURE_SLACK = 3600.0
 FUTURE = "dated in the future"
+FUTURE_ALONE = 2 * 86400.0  # a latest run this long after every other is alone
 
 
 def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
@@ -142,11 +143,18 @@ def journal_runs(
     if not every:
         return [], {}
     ahead = (time.time() if now is None else now) + FUTURE_SLACK
-    every = [replace(r, left_out=FUTURE) if r.timestamp > ahead else r for r in every]
-    present = [r.timestamp for r in every if r.left_out != FUTURE]
-    if not present:
-        return every, {}
-    since = max(present) - history
+    present = sorted(r.timestamp for r in every if r.timestamp <= ahead)
+    # The latest run with another within FUTURE_ALONE before it: a lone run far after
+    # every other is one a clock ahead journaled (the host's clock is right again by now,
+    # or it is still ahead and says nothing); the window ends at the latest real one.
+    anchor = next(
+        (t for i, t in reversed(list(enumerate(present))) if i and t - present[i - 1] <= FUTURE_ALONE),
+        present[-1] if present else None,
+    )
+    if anchor is None:
+        return [replace(r, left_out=FUTURE) for r in every], {}
+    every = [replace(r, left_out=FUTURE) if r.timestamp > anchor + FUTURE_SLACK else r for r in every]
+    since = anchor - history
     runs = [r for r in every if r.timestamp >= since]
     recent = {r.option for r in runs}
     older: dict[str, float] = {}
