@@ -563,11 +563,14 @@ def _check_network(value: str) -> str:
 
 def _check_ports(value: Any) -> tuple[int, int]:
     # A port (22) or a range ("50000-51000"): a service's ports, as ss's sport/dport compare them.
-    text = str(value).strip()
+    # A (first, last) pair too: the parsed value, as a configuration written back (the
+    # effective configuration a test or the service hands on) holds it.
+    pair = isinstance(value, list | tuple) and len(value) == 2
+    text = "" if pair else str(value).strip()
     low, dash, high = text.partition("-")
     try:
-        first, last = int(low), int(high) if dash else int(low)
-    except ValueError:
+        first, last = (int(value[0]), int(value[1])) if pair else (int(low), int(high) if dash else int(low))
+    except (ValueError, TypeError):
         raise ValueError(f"{value!r} is not a port or a range of ports (e.g. 22 or 50000-51000)") from None
     if not 1 <= first <= last <= 65535:
         raise ValueError(f"{value!r}: ports are 1-65535, the range's first no higher than its last")
