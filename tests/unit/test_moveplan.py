@@ -541,3 +541,25 @@ def test_a_run_from_the_future_is_left_out_and_never_anchors_the_window(tmp_path
     later, _ = planmove.journal_runs(journal, "lab", "download", 28 * DAY, now + 365 * DAY)
     assert [r.timestamp for r in later if r.left_out == planmove.FUTURE] == [future[0].timestamp]
     assert len(later) == len(runs)
+
+
+def test_the_exporter_predicts_a_protocol_with_an_open_regression_from_its_runs_since(tmp_path: Path) -> None:
+    """Issue 45 B6 on /metrics: the published prediction stands on the level since the
+    regression's start, as plan-move's does."""
+    from bigbinf.history.regression import Episode, Track
+    from bigbinf.result import SeriesKey
+
+    config = parse_config(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")), "test")
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    since = T0 + 7 * DAY
+    key = SeriesKey("http", "lab", "f256m", "download")
+    runner.history.tracks[key] = Track(episode=Episode(since, since + DAY, 25e6))
+    for run in synthetic(sizes=(32 * MIB, 256 * MIB)):
+        if run.timestamp >= since:
+            run = dataclasses.replace(run, seconds=2.0 + (run.seconds - 2.0) / 0.5)
+        runner.publish(_result(run))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    seconds = registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "40TiB"})
+    assert seconds == pytest.approx(2.0 + 2**40 * 40 / 12.5e6, rel=0.05)
