@@ -857,6 +857,9 @@ def regression_samples(v: Verdict) -> Iterator[tuple[str, float]]:
         yield REGRESSED.name, 1.0 if v.regressed else 0.0
     if v.test is not None:
         yield REGRESSION_BASELINE_RUNS.name, v.test.baseline_runs
+    # An untested series' suspicion too (its test cannot run now): never mute while one
+    # stands.  Its `regressed` stays absent, so that the fixed-ratio rules stand in for it.
+    if v.test is not None or v.suspected:
         yield REGRESSION_SUSPECTED.name, 1.0 if v.suspected else 0.0
     if v.since is not None:
         yield REGRESSION_SINCE.name, v.since

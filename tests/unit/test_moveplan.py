@@ -482,3 +482,84 @@ def test_plan_move_says_old_skipped_and_per_size_reasons_and_flags_the_first_opt
         in text
     )
     assert "never measured" not in text
+
+
+def test_a_protocol_with_an_open_regression_is_predicted_from_its_runs_since(tmp_path: Path) -> None:
+    """Issue 45 B6: scp at 45% of its level for its last 3 days, its regression open in the
+    regressions journal: predicted from those runs (the old level would rank it first)."""
+    from bigbinf.history.regression import OPENED, Event
+    from bigbinf.history.regression_state import RegressionJournal
+    from bigbinf.journal.store import Journal
+    from bigbinf.result import SeriesKey
+
+    journal = Journal(tmp_path / "j.jsonl")
+    since = T0 + 7 * DAY
+    scp = [
+        dataclasses.replace(r, seconds=2.0 + (r.seconds - 2.0) / 0.45) if r.timestamp >= since else r
+        for r in synthetic("scp", rate=30e6, sizes=(32 * MIB, 256 * MIB))
+    ]
+    for run in scp + synthetic("gridftp", rate=20e6, sizes=(32 * MIB, 256 * MIB)):
+        journal.append(_result(run))
+    args = _args(tmp_path, "--remote", "lab", "--size", "40TiB", "--json")
+    out = io.StringIO()
+    assert planmove.run(args, out) == 0
+    assert json.loads(out.getvalue())["ranked"][0]["option"] == "scp"  # no regression known
+    key = SeriesKey("scp", "lab", "f256m", "download")
+    RegressionJournal(tmp_path / "j.jsonl").append([Event(OPENED, key, since + DAY, since, level_before=30e6)])
+    out = io.StringIO()
+    assert planmove.run(args, out) == 0
+    data = json.loads(out.getvalue())
+    assert [o["option"] for o in data["ranked"]] == ["gridftp", "scp"]
+    scp_fit = data["ranked"][1]
+    assert scp_fit["rate_bytes_per_second"] == pytest.approx(0.45 * 30e6, rel=0.05)
+    assert scp_fit["runs"] == sum(1 for r in scp if r.timestamp >= since)
+    assert data["basis"]["options"]["scp"]["left_out"] == {"before its open regression": 28}
+    assert data["open_regressions"] == {"scp": {"since": since}}
+    out = io.StringIO()
+    planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB"), out)
+    assert "open regression: scp has an open regression since" in out.getvalue()
+    assert "recommendation: gridftp" in out.getvalue()
+
+
+def test_a_run_from_the_future_is_left_out_and_never_anchors_the_window(tmp_path: Path) -> None:
+    """Issue 45 B7: one run journaled with the clock 30 days ahead: counted as dated in the
+    future, and the window still ends at the latest real run."""
+    from bigbinf.journal.store import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    runs = synthetic(sizes=(32 * MIB, 256 * MIB), days=28)
+    now = runs[-1].timestamp + 3600
+    runs[-20] = dataclasses.replace(runs[-20], timestamp=runs[-20].timestamp + 30 * DAY)
+    for run in runs:
+        journal.append(_result(run))
+    got, _ = planmove.journal_runs(journal, "lab", "download", 28 * DAY, now)
+    future = [r for r in got if r.left_out == planmove.FUTURE]
+    assert len(future) == 1 and future[0].timestamp > now
+    assert len(got) == len(runs)  # none dropped as too old by the future run's date
+    # Read later (the host's clock past the future date): the lone run far after every
+    # other still is left out, and the window still ends at the latest real run.
+    later, _ = planmove.journal_runs(journal, "lab", "download", 28 * DAY, now + 365 * DAY)
+    assert [r.timestamp for r in later if r.left_out == planmove.FUTURE] == [future[0].timestamp]
+    assert len(later) == len(runs)
+
+
+def test_the_exporter_predicts_a_protocol_with_an_open_regression_from_its_runs_since(tmp_path: Path) -> None:
+    """Issue 45 B6 on /metrics: the published prediction stands on the level since the
+    regression's start, as plan-move's does."""
+    from bigbinf.history.regression import Episode, Track
+    from bigbinf.result import SeriesKey
+
+    config = parse_config(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")), "test")
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    since = T0 + 7 * DAY
+    key = SeriesKey("http", "lab", "f256m", "download")
+    runner.history.tracks[key] = Track(episode=Episode(since, since + DAY, 25e6))
+    for run in synthetic(sizes=(32 * MIB, 256 * MIB)):
+        if run.timestamp >= since:
+            run = dataclasses.replace(run, seconds=2.0 + (run.seconds - 2.0) / 0.5)
+        runner.publish(_result(run))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    seconds = registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "40TiB"})
+    assert seconds == pytest.approx(2.0 + 2**40 * 40 / 12.5e6, rel=0.05)

@@ -29,6 +29,10 @@ setting):
   configured protocol is in the plan, fitted or refused with the true reason (measured
   at one size because its runs at the other were left out; every run left out; never
   measured).
+* **The level it has now**: a protocol with an open regression (the regression test's,
+  history/regression_state.py) is predicted from its runs since the regression's start
+  (the earliest of its series'); its runs from before are left out as BEFORE_REGRESSION,
+  and the plan says so (`Plan.regressed`).  Pooled, they would predict the old level.
 * **Which option, which hour**: options are ranked only against options with comparable
   evidence (`Fit.evidence`: a known interval from at least SOLID_RUNS runs, then a known
   interval from fewer, then none), never preferred for having fewer runs; within a class
@@ -73,6 +77,9 @@ TIE = 0.01  # start hours predicted within 1% of the best are ties: the earliest
 SOLID_RUNS = 6
 # The share of the runs left out from which the plan's whole basis is said to be thin.
 THIN_LEFT_OUT = 0.5
+# Why a run of a protocol with an open regression is left out: it measured the level
+# before the regression, not the one a move would meet now.
+BEFORE_REGRESSION = "before its open regression"
 EVIDENCE = (
     f"a known interval from {SOLID_RUNS} runs or more",
     f"a known interval from fewer than {SOLID_RUNS} runs",
@@ -434,6 +441,9 @@ class Plan:
     bandwidth: float | None = None
     now_hour: int = 0  # the local hour the plan was made at: ties start then
     basis: dict[str, Basis] = field(default_factory=dict)  # option -> what it stands on
+    # protocol -> the start of its series' open regression (the earliest): its options
+    # are predicted from their runs since, the others left out as BEFORE_REGRESSION
+    regressed: dict[str, float] = field(default_factory=dict)
 
     @property
     def used(self) -> int:
@@ -481,6 +491,19 @@ class Plan:
             return None
         fit_, hours = self.ranked[0]
         return fit_, best_start(hours, self.now_hour)
+
+
+def since_regressions(runs: Sequence[Run], regressed: Mapping[str, float]) -> list[Run]:
+    """The runs with those of a protocol with an open regression (`regressed`: protocol ->
+    its start) from before that start left out (BEFORE_REGRESSION): a prediction stands on
+    the level the protocol has now, not on the one it had (every option of the protocol,
+    a sweep's setting too: the same tool, the same remote end)."""
+    return [
+        replace(r, left_out=BEFORE_REGRESSION)
+        if not r.left_out and r.protocol in regressed and r.timestamp < regressed[r.protocol]
+        else r
+        for r in runs
+    ]
 
 
 def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], dict[str, str]]:
@@ -559,12 +582,16 @@ def plan(
     configured: Sequence[str] = (),
     direction: str = "download",
     older: Mapping[str, float] | None = None,
+    regressed: Mapping[str, float] | None = None,
 ) -> Plan:
     """Every option to `remote` fitted and ranked by its best start hour's prediction.
     `runs` may hold those the model leaves out (Run.left_out, runs.move_runs): they are
     counted in each option's basis, never fitted; every `configured` protocol without a
     fit is refused with the reason (`older`: option -> its latest run before
-    moves.history, where it has none since)."""
+    moves.history, where it has none since; `regressed`: protocol -> the start of its
+    open regression, whose options are predicted from their runs since)."""
+    regressed = dict(regressed or {})
+    runs = since_regressions(runs, regressed)
     basis = bases(runs, configured, older)
     fits, refused = fit_all([r for r in runs if not r.left_out], zone or zoneinfo.ZoneInfo("UTC"))
     refused = {option: why_refused(why, basis.get(option)) for option, why in refused.items()}
@@ -572,7 +599,8 @@ def plan(
     for option, b in basis.items():
         if option not in fitted and option not in refused:
             refused[option] = refusal(b, remote, direction, zone)
-    return replace(rank(fits, refused, remote, size, files, bandwidth, level, now_hour), basis=basis)
+    ranked = rank(fits, refused, remote, size, files, bandwidth, level, now_hour)
+    return replace(ranked, basis=basis, regressed=regressed)
 
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

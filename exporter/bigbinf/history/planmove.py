@@ -12,11 +12,14 @@ import sys
 import time
 import zoneinfo
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from bigbinf.config import Config, ConfigError, load_config, parse_size
 from bigbinf.history.moveplan import (
+    BEFORE_REGRESSION,
     EVIDENCE,
     MIN_INTERVAL_DOF,
     Fit,
@@ -26,14 +29,22 @@ from bigbinf.history.moveplan import (
     duration_text,
     local_hour,
     plan,
+    since_regressions,
     size_label,
 )
+from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
 from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.runs import Run
 from bigbinf.usage import UsageError, parse_when
 
 LEVEL = 0.9
+# A run journaled this far ahead of the host's clock is from a clock that was wrong (NTP
+# stepped it back): left out as FUTURE, never the anchor of the window (a round's own
+# runs start within minutes of each other; an hour covers a slow round's last transfer).
+FUTURE_SLACK = 3600.0
+FUTURE = "dated in the future"
+FUTURE_ALONE = 2 * 86400.0  # a latest run this long after every other is alone
 
 
 def register(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
@@ -79,7 +90,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--size must be more than 0 bytes and --files at least 1")
     zone = zoneinfo.ZoneInfo(config.schedule.timezone)
     journal = Journal(args.journal or config.journal.path)
-    runs, older = journal_runs(journal, args.remote, args.direction, config.moves.history)
+    now = time.time()
+    runs, older = journal_runs(journal, args.remote, args.direction, config.moves.history, now)
     if not any(not r.left_out for r in runs):
         why = _left_out_words(runs)
         print(
@@ -89,7 +101,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 1
     bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
-    now = time.time()
+    regressed = open_regressions(journal.path, args.remote, args.direction)
+    runs = since_regressions(runs, regressed)  # the header counts them as the options do
     configured = configured_protocols(config, args.remote, args.direction)
     result = plan(
         runs,
@@ -103,6 +116,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         configured,
         args.direction,
         older,
+        regressed,
     )
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
     if deadline is not None and deadline <= now:
@@ -116,15 +130,31 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     return 0 if result.ranked else 1
 
 
-def journal_runs(journal: Journal, remote: str, direction: str, history: float) -> tuple[list[Run], dict[str, float]]:
+def journal_runs(
+    journal: Journal, remote: str, direction: str, history: float, now: float | None = None
+) -> tuple[list[Run], dict[str, float]]:
     """The runs the exporter's own predictions stand on (its journal's checkpoint, not the
     whole journal: a year of results is read in a second), those the model leaves out
-    with them: the last `history` seconds before the remote's latest run; and each
-    option measured only before them, with its latest run (said so, not "never measured")."""
+    with them: the last `history` seconds before the remote's latest run that is not from
+    the future (more than FUTURE_SLACK after `now`: left out as FUTURE, counted, never the
+    window's anchor); and each option measured only before them, with its latest run
+    (said so, not "never measured")."""
     every = checkpoint.of(journal).move_basis(direction, remote, math.inf)
     if not every:
         return [], {}
-    since = max(r.timestamp for r in every) - history
+    ahead = (time.time() if now is None else now) + FUTURE_SLACK
+    present = sorted(r.timestamp for r in every if r.timestamp <= ahead)
+    # The latest run with another within FUTURE_ALONE before it: a lone run far after
+    # every other is one a clock ahead journaled (the host's clock is right again by now,
+    # or it is still ahead and says nothing); the window ends at the latest real one.
+    anchor = next(
+        (t for i, t in reversed(list(enumerate(present))) if i and t - present[i - 1] <= FUTURE_ALONE),
+        present[-1] if present else None,
+    )
+    if anchor is None:
+        return [replace(r, left_out=FUTURE) for r in every], {}
+    every = [replace(r, left_out=FUTURE) if r.timestamp > anchor + FUTURE_SLACK else r for r in every]
+    since = anchor - history
     runs = [r for r in every if r.timestamp >= since]
     recent = {r.option for r in runs}
     older: dict[str, float] = {}
@@ -132,6 +162,17 @@ def journal_runs(journal: Journal, remote: str, direction: str, history: float) 
         if r.timestamp < since and r.option not in recent:
             older[r.option] = max(older.get(r.option, r.timestamp), r.timestamp)
     return runs, older
+
+
+def open_regressions(journal: Any, remote: str, direction: str) -> dict[str, float]:
+    """protocol -> the start of the earliest open regression of its series to `remote` in
+    `direction` (the regressions journal beside `journal`): plan-move predicts such a
+    protocol from its runs since."""
+    out: dict[str, float] = {}
+    for key, event in RegressionJournal(Path(journal)).open_regressions().items():
+        if key.remote == remote and key.direction == direction:
+            out[key.protocol] = min(out.get(key.protocol, event.since), event.since)
+    return out
 
 
 def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:
@@ -197,6 +238,15 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
         f"{_day(first, zone)} to {_day(last, zone)}, sizes {size_label(sizes[0])}-{size_label(sizes[-1])}, "
         f"started at hours {', '.join(f'{h:02d}' for h in hours)} ({zone.key})"
     )
+    for protocol, since in sorted(result.regressed.items()):
+        kept = sum(b.used for b in result.basis.values() if b.protocol == protocol)
+        dropped = sum(
+            dict(b.left_out).get(BEFORE_REGRESSION, 0) for b in result.basis.values() if b.protocol == protocol
+        )
+        lines.append(
+            f"open regression: {protocol} has an open regression since {_day(since, zone)}; predicted from its "
+            f"{kept} runs since ({dropped} before it left out: `regression list`)"
+        )
     for why in result.thin():
         lines.append(f"thin basis: {why}")
     ratio = result.size / sizes[-1]
@@ -433,4 +483,5 @@ def as_json(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo) -> dict[
             for f, preds in result.ranked
         ],
         "refused": result.refused,
+        "open_regressions": {protocol: {"since": since} for protocol, since in sorted(result.regressed.items())},
     }

@@ -88,6 +88,20 @@ BIN_SECONDS = 900.0  # time-of-day medians in 15-minute bins
 EPISODE_RUNS = 200  # an open regression's last runs that its recovery is judged on
 EXACT_RUNS = 30  # up to this many runs since a start, their p-value is the exact one
 BINS = int(DAY // BIN_SECONDS)
+# A run dated more than this after a series' run journaled later than it, or after the
+# host's clock, is from a clock that was ahead: never judged as recent, never a mark.
+FUTURE_SLACK = 6 * 3600.0
+
+
+def future_dated(starts: Sequence[float], now: float) -> list[bool]:
+    """Which of a series' run starts, in journal order, are from the future: beyond
+    `now` + FUTURE_SLACK, or beyond a start journaled after them + FUTURE_SLACK."""
+    out = [False] * len(starts)
+    later = math.inf
+    for i in range(len(starts) - 1, -1, -1):
+        out[i] = starts[i] > min(later, now) + FUTURE_SLACK
+        later = min(later, starts[i])
+    return out
 
 
 @dataclass(frozen=True)
@@ -447,15 +461,41 @@ def examine(points: Sequence[Point], settings: RegressionSettings) -> Tested | U
     )
 
 
-def baseline_start(end: float, excluded: Sequence[tuple[float, float]], span: float) -> float:
+# A silence: no ok run for longer than this many of the series' usual gaps (and at least
+# SILENCE_MIN): an outage, not the schedule.  Its time is not baseline time: the baseline
+# reaches back over it to the runs before (issue 45 B1: after an outage of 3 weeks or more
+# the baseline weeks held no run and a drop that came back with the remote was never
+# tested), but never further back than BASELINE_HORIZON baselines.
+SILENCE_GAPS = 4.0
+SILENCE_MIN = 2 * DAY
+BASELINE_HORIZON = 3.0
+
+
+def silences(ts: np.ndarray, end: float, span: float) -> list[tuple[float, float]]:
+    """The silences (from, to) among the runs `ts` (time order) before `end`, within
+    BASELINE_HORIZON spans of it."""
+    before = ts[(ts < end) & (ts >= end - BASELINE_HORIZON * span)]
+    if len(before) < 2:
+        return []
+    gaps = np.diff(np.concatenate([before, [end]]))
+    longest = max(SILENCE_MIN, SILENCE_GAPS * float(np.median(gaps)))
+    at = np.nonzero(gaps > longest)[0]
+    return [(float(before[i]), float(before[i] + gaps[i])) for i in at]
+
+
+def baseline_start(
+    end: float, excluded: Sequence[tuple[float, float]], span: float, ts: np.ndarray | None = None
+) -> float:
     """Where a baseline of `span` seconds of runs that count ends up starting when it ends
     at `end`: a recovered regression's span is left out and made up for from before it
-    (an accepted one's, reaching back to the beginning, is not)."""
+    (an accepted one's, reaching back to the beginning, is not); with the series' runs
+    `ts`, so is a silence (`silences`), back to BASELINE_HORIZON spans at most."""
     since = end - span
-    for lo, hi in sorted(excluded, key=lambda span_: -span_[1]):
+    spans = [*excluded, *(silences(ts, end, span) if ts is not None else ())]
+    for lo, hi in sorted(spans, key=lambda span_: -span_[1]):
         if math.isfinite(lo):
             since -= max(0.0, min(hi, end) - max(lo, since))
-    return since
+    return max(since, end - BASELINE_HORIZON * span) if ts is not None else since
 
 
 def examine_arrays(
@@ -482,7 +522,7 @@ def examine_arrays(
         return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
     first = float(ts[-k])
     end = min([first, *(lo for lo, hi in excluded if hi >= first)])
-    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK)
+    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK, ts)
     keep = (ts >= since) & (ts < end)
     keep[-k:] = False
     for lo, hi in excluded:
@@ -687,6 +727,18 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
 SCAN_DROPS = 8.0
 
 
+def first_testable(ts: Sequence[float] | np.ndarray, settings: RegressionSettings) -> int:
+    """The first run (index, time order) whose test a series' history can first hold: the
+    one after min_baseline_runs + recent_runs runs, or the first a baseline's weeks in,
+    whichever is earlier.  A first start replays from here at the earliest: from 4
+    weeks in alone, a journal younger than that was never replayed (issue 45 B4: a drop
+    in its last week went unseen at the first start, seen on its 3rd run by an exporter
+    that had run throughout)."""
+    span = settings.baseline_weeks * WEEK
+    weeks_in = int(np.searchsorted(np.asarray(ts), ts[0] + span, side="left")) if len(ts) else 0
+    return min(weeks_in, settings.min_baseline_runs + settings.recent_runs)
+
+
 def replay_from(ts: np.ndarray, logs: np.ndarray, settings: RegressionSettings) -> float | None:
     """Where a first start's replay of a series' runs (time order) must begin so that any
     regression the series may hold, or have recovered from within a baseline's weeks of
@@ -697,12 +749,12 @@ def replay_from(ts: np.ndarray, logs: np.ndarray, settings: RegressionSettings) 
     median per run: a few seconds for 1,000 series of three months, against a replay of
     every run through the state (about a millisecond each)."""
     span = settings.baseline_weeks * WEEK
-    if not len(ts) or ts[-1] - ts[0] <= span:
+    first = first_testable(ts, settings)
+    if len(ts) <= first:
         return None
     mid = math.log(1.0 - settings.material_drop) / 2
     threshold = SCAN_DROPS * -math.log(1.0 - settings.material_drop)
     window_start = float(ts[-1]) - span - DAY
-    first = int(np.searchsorted(ts, ts[0] + span, side="left"))
     cusum, began, peak = 0.0, first, 0.0
     for i in range(first, len(ts)):
         lo = int(np.searchsorted(ts, ts[i] - span, side="left"))
@@ -945,6 +997,10 @@ class History:
         # The repetitions of each series' current round not yet taken as its observation
         # (settings.repetitions > 1): (start, log throughput), oldest first.
         self.round_runs: dict[Any, list[tuple[float, float]]] = {}
+        # Runs found dated in the future (`_observe`): (series, start), not yet logged by
+        # the owner; and how many each series had (never judged, never an anchor).
+        self.dropped_future: list[tuple[Any, float]] = []
+        self.future_dated: dict[Any, int] = {}
 
     @property
     def round_gap(self) -> float:
@@ -1002,6 +1058,15 @@ class History:
 
     def _observe(self, key: Any, timestamp: float, value: float) -> None:
         ts, tod, logs = self.runs.get(key, (np.zeros(0), np.zeros(0), np.zeros(0)))
+        if len(ts) and ts[-1] > timestamp + FUTURE_SLACK:
+            # A series' runs come in start order: one that arrives more than FUTURE_SLACK
+            # before the latest shows the latest journaled by a clock ahead (NTP stepped
+            # it back since).  Left in, it would stay "recent" until real time caught up
+            # (issue 45 B3: a month of tests with one run at the old level among the 3).
+            ahead = ts > timestamp + FUTURE_SLACK
+            self.dropped_future.extend((key, float(t)) for t in ts[ahead])
+            self.future_dated[key] = self.future_dated.get(key, 0) + int(ahead.sum())
+            ts, tod, logs = ts[~ahead], tod[~ahead], logs[~ahead]
         at = int(np.searchsorted(ts, timestamp, side="right"))
         ts = np.insert(ts, at, timestamp)
         tod = np.insert(tod, at, time_of_day(timestamp, self.zone))
@@ -1021,7 +1086,8 @@ class History:
             return ts, tod, logs
         track = self.tracks.get(key)
         end = min([float(ts[-k]), *(lo for lo, hi in (track.spans() if track else ()) if hi == math.inf)])
-        since = baseline_start(end, track.excluded if track else (), self.settings.baseline_weeks * WEEK) - DAY
+        span = self.settings.baseline_weeks * WEEK
+        since = baseline_start(end, track.excluded if track else (), span, ts) - DAY
         start = int(np.searchsorted(ts, since, side="left"))
         if track:  # spans that ended before what is kept are of no more use
             track.excluded = [(lo, hi) for lo, hi in track.excluded if hi > since]
@@ -1247,7 +1313,9 @@ class History:
     def verdicts(self) -> dict[Any, Verdict]:
         """Every series' published state: tested ones with their q-values (for the
         reader: no decision moves with them), open ones even when their test cannot
-        decide now, and accepted ones."""
+        decide now, accepted ones, and untested suspect ones (suspected: a suspicion whose
+        test cannot run now is not mute; issue 45 B1, whose samples vanished from
+        /metrics)."""
         judged = judge(self.tests, self.settings)
         out: dict[Any, Verdict] = {}
         for key in set(self.tests) | set(self.tracks):
@@ -1255,7 +1323,7 @@ class History:
             test = self.tests.get(key)
             q = judged[key].q_value if key in judged else math.nan
             episode = track.episode
-            if episode is None and test is None and track.accepted_at is None:
+            if episode is None and test is None and track.accepted_at is None and track.suspect is None:
                 continue
             out[key] = Verdict(
                 test,
@@ -1266,8 +1334,10 @@ class History:
                 accepted_at=track.accepted_at,
                 suspected=bool(
                     episode is None
-                    and test is not None
-                    and (track.suspect is not None or test.ratio <= 1.0 - self.settings.material_drop)
+                    and (
+                        track.suspect is not None
+                        or (test is not None and test.ratio <= 1.0 - self.settings.material_drop)
+                    )
                 ),
             )
         return out

@@ -114,11 +114,14 @@ class RegressionJournal:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         return float(value) if ok else None
 
-    def mark_judged(self, through: float) -> None:
+    def mark_judged(self, through: float, back: bool = False) -> None:
         """The runs up to this start are judged: a restart replays only those after it
         through the state (service/rounds.py load_history).  Replaced whole (a torn write
-        leaves the old mark); not fsynced: a mark lost to a crash re-judges a few runs."""
-        if through <= self._judged:
+        leaves the old mark); not fsynced: a mark lost to a crash re-judges a few runs.
+        It never goes back, unless `back`: a mark set by a run dated in the future
+        (History.dropped_future) would have a restart take every run before that date
+        as judged."""
+        if through <= self._judged and not (back and through < self._judged):
             return
         self._judged = through
         tmp = self.judged.with_name(self.judged.name + ".tmp")

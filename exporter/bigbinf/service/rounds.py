@@ -42,8 +42,20 @@ import numpy as np
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
-from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, size_label
-from bigbinf.history.regression import ACCEPTED, OPENED, WEEK, History, Verdict, replay_from, settings_of
+from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, since_regressions, size_label
+from bigbinf.history.regression import (
+    ACCEPTED,
+    FUTURE_SLACK,
+    OPENED,
+    SUSPECT_RUNS,
+    WEEK,
+    History,
+    Verdict,
+    first_testable,
+    future_dated,
+    replay_from,
+    settings_of,
+)
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
@@ -176,7 +188,11 @@ class RoundRunner:
         journal = RegressionJournal(self.config.journal.path)
         first_start = not journal.path.exists()
         wanted = set(runs) if keys is None else set(keys)
-        history.restore(e for e in journal.read_events() if e.key in wanted)
+        events = [e for e in journal.read_events() if e.key in wanted]
+        history.restore(events)
+        last_event: dict[SeriesKey, float] = {}
+        for e in events:
+            last_event[e.key] = max(last_event.get(e.key, e.at), e.at)
         enabled = self.config.regression.enabled
         # The first start with a regressions' journal (none yet beside this journal): each
         # series' runs after its first baseline are replayed through the state, in time
@@ -193,15 +209,28 @@ class RoundRunner:
         # rounds while none ran), each in order, as if it had run throughout: one step on
         # them all opened a regression present at the restart only at its 9th-16th run.
         judged = journal.judged_through() if not first_start and enabled else None
-        baseline = self.config.regression.baseline_weeks * WEEK
         replayed: list[tuple[float, float, SeriesKey]] = []
         latest = -math.inf
+        now = time.time()
         for key, unsorted_runs in runs.items():
-            series_runs = sorted(unsorted_runs)
+            # Runs dated in the future (a clock that was ahead; journal order tells, and
+            # the host's clock): left out, never recent, never the judged mark (issue 45 B3).
+            listed = list(unsorted_runs)
+            ahead = future_dated([t for t, _ in listed], now)
+            if any(ahead):
+                history.future_dated[key] = sum(ahead)
+                log.warning(
+                    "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
+                    "of the regression test",
+                    key,
+                    sum(ahead),
+                    time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
+                )
+            series_runs = sorted(run for run, a in zip(listed, ahead, strict=True) if not a)
             if not series_runs:
                 continue
             latest = max(latest, series_runs[-1][0])
-            first_baseline = bisect.bisect_left(series_runs, (series_runs[0][0] + baseline,))
+            first_baseline = first_testable([t for t, _ in series_runs], history.settings)
             if budget:
                 # The last runs within the budget, and back to the start of any regression
                 # the series may hold (`replay_from`): the budget alone, 40 runs a series
@@ -214,6 +243,17 @@ class RoundRunner:
                     cut = max(first_baseline, min(cut, bisect.bisect_left(series_runs, (since,))))
             elif judged is not None:
                 cut = bisect.bisect_right(series_runs, (judged, math.inf))
+                track = history.tracks.get(key)
+                if track is None or track.episode is None:
+                    # A suspicion is not journaled: the runs it may span (SUSPECT_RUNS and the
+                    # recent ones) are judged again, from after the series' last journaled
+                    # event (nothing journaled is decided twice), so that a restart during a
+                    # suspicion does not load its slow runs as baseline (issue 45 B2: with
+                    # daily restarts 3 of 6 noisy 20% drops became the baseline unseen).
+                    again = max(first_baseline, cut - SUSPECT_RUNS - history.settings.recent_runs)
+                    if key in last_event:
+                        again = max(again, bisect.bisect_right(series_runs, (last_event[key], math.inf)))
+                    cut = min(cut, again)
             else:
                 cut = len(series_runs)
             history.load(key, series_runs[:cut])
@@ -325,6 +365,14 @@ class RoundRunner:
                 if remote not in self.config.remotes:
                     continue
                 runs = self.move_runs.runs(remote, moves.history)
+                # A protocol with an open regression: from its runs since (plan-move's rule).
+                regressed: dict[str, float] = {}
+                for key, track in self.history.tracks.items():
+                    if track.episode is not None and key.remote == remote and key.direction == moves.direction:
+                        regressed[key.protocol] = min(
+                            regressed.get(key.protocol, track.episode.since), track.episode.since
+                        )
+                runs = [r for r in since_regressions(runs, regressed) if not r.left_out]
                 bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
                 predictions = {}
                 fits, refused = fit_all(runs, zone)  # once for every size
@@ -340,15 +388,35 @@ class RoundRunner:
     def _test_regression(self, r: Result) -> None:
         if r.source != "exporter" or not counts_in_baseline(r) or not self.config.regression.enabled:
             return
+        if r.start_timestamp > time.time() + FUTURE_SLACK:
+            log.warning(
+                "%s: run started %s UTC, in the future by the host's clock: left out of the regression test",
+                r.key,
+                time.strftime("%F %T", time.gmtime(r.start_timestamp)),
+            )
+            with self._history_lock:
+                self.history.future_dated[r.key] = self.history.future_dated.get(r.key, 0) + 1
+            return
         with self._history_lock:
             taken = self._take_accepts()
             changed = self.history.add(r.key, r.start_timestamp, r.throughput_bytes_per_second)
+            future = self.history.dropped_future[:]
+            self.history.dropped_future.clear()
+            for key, start in future:
+                log.warning(
+                    "%s: run started %s UTC was dated in the future (a later run started %s UTC): left out of the "
+                    "regression test",
+                    key,
+                    time.strftime("%F %T", time.gmtime(start)),
+                    time.strftime("%F %T", time.gmtime(r.start_timestamp)),
+                )
             for event in self.history.events:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
             self.regression_journal.append(self.history.events)  # before it is published
             if self.judging:
-                self.regression_journal.mark_judged(r.start_timestamp)
+                # A mark a future-dated run set is taken back: a restart replays what came after.
+                self.regression_journal.mark_judged(r.start_timestamp, back=bool(future))
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
