@@ -59,6 +59,8 @@ def damage(part: Path, how: str) -> None:
         data = data[: len(data) // 2]
     elif how == "not_gzip":
         data = bytearray(b"this is no gzip file\n" * 10)
+    elif how == "zeros":  # what a crash leaves on unwritten extents: gzip reads zeros as a clean end
+        data = bytearray(len(data))
     part.write_bytes(bytes(data))
 
 
@@ -83,7 +85,7 @@ def readable_lines(part: Path) -> set[int]:
 
 
 @pytest.mark.parametrize("with_checkpoint", [True, False])
-@pytest.mark.parametrize("how", ["crc", "truncated", "not_gzip"])
+@pytest.mark.parametrize("how", ["crc", "truncated", "not_gzip", "zeros"])
 def test_a_damaged_part_is_moved_aside_and_its_readable_results_kept_once(
     tmp_path: Path, how: str, with_checkpoint: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -300,3 +302,57 @@ def test_report_reads_past_a_damaged_part_and_moves_it_aside(tmp_path: Path) -> 
     said = [line for line in done.stderr.splitlines() if f"journal {victim}: damaged (EOFError" in line]
     assert len(said) == 1 and "results kept in it" in said[0] and "cannot be known" in said[0]
     assert len(damaged(path)) == 1 and (tmp_path / "out" / "index.html").is_file()
+
+
+@pytest.mark.parametrize("with_checkpoint", [True, False])
+@pytest.mark.parametrize("how", ["directory", "loop"])
+def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
+    tmp_path: Path, how: str, with_checkpoint: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory or a symlink loop where a sealed part stood (a bad restore, a stray
+    mkdir -p) is an unreadable part like a bad CRC: one line naming it, renamed aside,
+    counted, and every other part read; not an IsADirectoryError or ELOOP out of a start."""
+    path = journal_of(tmp_path)
+    if with_checkpoint:
+        checkpoint.of(Journal(path))
+    else:
+        checkpoint.checkpoint_path(path).unlink(missing_ok=True)
+    victim = [s for s in segments(path) if s.sealed][1].path
+    held = {index(r) for r in read(path)} - readable_lines(victim)
+    victim.unlink()
+    if how == "directory":
+        victim.mkdir()
+    else:
+        victim.symlink_to(victim.name)
+    with caplog.at_level(logging.ERROR, logger="bigbinf.journal.store"):
+        fold = checkpoint.of(Journal(path))  # rebuilt when lost: it reads the part
+        first = Counter(index(r) for r in read(path))
+    assert set(first) == held and max(first.values()) == 1
+    aside = damaged(path)
+    assert len(aside) == 1 and aside[0].name.startswith(victim.name + DAMAGED) and not os.path.lexists(victim)
+    assert aside[0].is_dir() if how == "directory" else aside[0].is_symlink()
+    lines = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(lines) == 1 and str(victim) in lines[0] and "cannot be opened" in lines[0], lines
+    assert "0 results kept" in lines[0] and "all its results lost" in lines[0]
+    assert fold.seq == (4 * PER_DAY if with_checkpoint else len(held))
+    done = subprocess.run(
+        [sys.executable, "-m", "bigbinf", "report", "--journal", str(path), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("how", ["directory", "loop", "zeros"])
+def test_journal_compact_moves_aside_a_part_it_cannot_read(tmp_path: Path, how: str) -> None:
+    path = journal_of(tmp_path, days=3)
+    victim = [s for s in segments(path) if s.sealed][1].path
+    if how == "zeros":
+        damage(victim, how)
+    else:
+        victim.unlink()
+        victim.mkdir() if how == "directory" else victim.symlink_to(victim.name)
+    moved = store.check(path)
+    assert [p.name.split(DAMAGED)[0] for p in moved] == [victim.name] and damaged(path) == moved
+    assert len({index(r) for r in read(path)}) == 2 * PER_DAY

@@ -152,7 +152,7 @@ class _Fold:
         for segment in todo:
             self.torn = 0
             with Lines(segment.path) as f:
-                was_live = not segment.sealed and os.fstat(f.fileno()).st_ino == held
+                was_live = not segment.sealed and f.inode == held
                 if was_live:
                     f.seek(self.live_offset)
                 self._fold_lines(f, segment.path)

@@ -212,6 +212,8 @@ def _open(segment: Path) -> BinaryIO:
 # (gzip.BadGzipFile, an OSError), a truncated one (EOFError), a damaged deflate stream
 # (zlib.error); an unreadable sector (EIO) is an OSError too.
 DAMAGE = (OSError, EOFError, zlib.error, ValueError)
+# What opening a part can raise that says nothing of the part: this process's own want.
+TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN})
 
 
 class Lines:
@@ -227,19 +229,34 @@ class Lines:
         self.path = path
         self.damage: str | None = None
         self.unread = 0
-        self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._gz = path.name.endswith(".gz")
         self._offset = 0  # plain files: where the next line starts (tell)
+        self._raw: BinaryIO | None = None
+        try:
+            self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if exc.errno in TRANSIENT:
+                raise  # this process's own want (of descriptors, memory), not the part's damage
+            # A directory or a symlink loop where a part stood (a bad restore, a stray
+            # mkdir -p), a part we may not read: nothing of it is readable.
+            self.damage = f"cannot be opened: {_reason(exc)}"
 
-    def fileno(self) -> int:
-        return self._raw.fileno()
+    @property
+    def inode(self) -> int | None:
+        """The inode of the file read (None: it could not be opened)."""
+        return os.fstat(self._raw.fileno()).st_ino if self._raw is not None else None
 
     def _damaged(self, exc: BaseException) -> None:
         self.damage = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        assert self._raw is not None
         with contextlib.suppress(OSError, ValueError):
             self.unread = max(0, os.fstat(self._raw.fileno()).st_size - self._raw.tell())
 
     def __iter__(self) -> Iterator[bytes]:
+        if self._raw is None:
+            return
         if not self._gz:
             try:
                 for raw in self._raw:
@@ -264,20 +281,28 @@ class Lines:
 
     def seek(self, offset: int) -> None:
         assert not self._gz, "a gzip part is read from its start"
-        self._raw.seek(offset)
+        if self._raw is not None:
+            self._raw.seek(offset)
         self._offset = offset
 
     def tell(self) -> int:
         return self._offset if not self._gz else 0
 
     def close(self) -> None:
-        self._raw.close()
+        if self._raw is not None:
+            self._raw.close()
 
     def __enter__(self) -> Lines:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reason(exc: OSError) -> str:
+    code = errno.errorcode.get(exc.errno or 0, "")
+    text = os.strerror(exc.errno) if exc.errno else str(exc)
+    return f"{text} ({code})" if code else text
 
 
 class BadGzip(ValueError):
@@ -290,10 +315,13 @@ def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[byte
     fails: all of it).  `at[0]`: how far into the file it has read what it used."""
     buffer = raw.read(size)
     first = True
+    members = 0
     while buffer or first:
         at[0] = raw.tell() - len(buffer)
         if not buffer:
-            return  # an empty file: no member, no results
+            if not members:  # a sealed part always holds a member (its header, if no lines)
+                raise BadGzip("empty: not gzip (0 bytes)")
+            return
         first = False
         while len(buffer) < 10:
             more = raw.read(size)
@@ -301,9 +329,12 @@ def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[byte
                 raise EOFError("truncated in a member's header")
             buffer += more
         if buffer[:3] != b"\x1f\x8b\x08":
-            if not buffer.strip(b"\0"):
+            if members and not buffer.strip(b"\0"):
                 return  # zero padding after the last member (as gzip tolerates)
+            if not members:  # zeros where the part was (unwritten extents after a crash), or other bytes
+                raise BadGzip(f"not gzip: it starts {buffer[:2].hex(' ')}, not 1f 8b")
             raise BadGzip("not a gzip member at this point")
+        members += 1
         buffer = _skip_header_fields(raw, buffer, buffer[3], 10, size)
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         crc, length = 0, 0
@@ -393,6 +424,10 @@ def quarantine(part: Path) -> Path | None:
         f = open(part, "rb")  # noqa: SIM115
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in TRANSIENT:
+            return None
+        return _quarantine_unopenable(part, exc)
     with f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # two readers finding it at once: one quarantines
         if not _same_file(f, part):
@@ -441,7 +476,9 @@ def quarantine(part: Path) -> Path | None:
         size = sum(map(len, kept)) / len(kept) if kept else 0
         about = f", about {max(1, round(dropped_bytes / size))} results at the kept ones' size" if size else ""
         lost = f"{dropped} unreadable lines of {dropped_bytes} bytes lost{about}"
-    if unread:  # how many results those bytes held is not knowable
+    if not kept and not dropped:  # nothing of it read: all it held is lost
+        lost = _all_lost(part) + (f" ({unread} bytes unreadable)" if unread else "")
+    elif unread:  # how many results those bytes held is not knowable
         lost += (" and " if lost else "") + f"at least {unread} compressed bytes unreadable (their results lost)"
     elif damage.startswith("EOFError"):  # cut short: what stood after its end is not knowable
         lost += (" and " if lost else "") + "the results after where it ends (how many cannot be known)"
@@ -454,6 +491,45 @@ def quarantine(part: Path) -> Path | None:
         lost or "nothing more readable",
     )
     return aside
+
+
+def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
+    """A part that cannot be opened (a directory, a symlink loop, one we may not read):
+    nothing of it is readable, so the whole of it is renamed aside (a directory or a
+    symlink renames as a file does); one rename, so a kill leaves it either place."""
+    damage = f"cannot be opened: {_reason(exc)}"
+    aside = part.with_name(part.name + DAMAGED + _stamp(time.time()))
+    if os.path.lexists(aside):
+        aside = part.with_name(f"{aside.name}-{os.getpid()}")
+    try:
+        os.rename(part, aside)
+        sync_directory(part.parent)
+    except FileNotFoundError:
+        return None  # moved aside by another reader meanwhile
+    except OSError as err:
+        log.error(
+            "journal %s: damaged (%s); not moved aside (%s): skipped, each time",
+            part,
+            damage,
+            describe_os_error(err),
+        )
+        return None
+    log.error(
+        "journal %s: damaged (%s): moved aside to %s; 0 results kept in it, %s; the rest of the journal is intact",
+        part,
+        damage,
+        aside.name,
+        _all_lost(part),
+    )
+    return aside
+
+
+def _all_lost(part: Path) -> str:
+    """What is lost with the whole of a part: its results, from the range its name gives."""
+    m = _SEGMENT.search(part.name)
+    if m is None:
+        return "all its results lost"
+    return f"all its results lost (those started {m['first']} to {m['last']})"
 
 
 def check(journal: str | os.PathLike[str]) -> list[Path]:
@@ -527,7 +603,7 @@ def read(
                     listed += [s for s in segments(path) if s.sealed and s.source == segment.source]
                 continue  # a part: removed past retention since listed
             with f:
-                if not segment.sealed and os.fstat(f.fileno()).st_ino == live_inode:
+                if not segment.sealed and f.inode == live_inode:
                     continue  # the live file, renamed since we opened it: read below
                 problems: list[SkippedLine] = []
                 yield from _records(f, segment.path, record, since, until, problems)

@@ -664,10 +664,11 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "0m",
             "critical",
             "bigbinf {{ $labels.instance }} cannot write its journal",
-            '{{ $value | printf "%.0f" }} results are published but not journaled: the journal\'s disk is full, '
-            "read-only or failing (the exporter logs the path, the error and the fix).  They are kept in memory and "
-            "written once the disk takes writes again; a stop meanwhile writes them beside the journal or in "
-            "/dev/shm, and a crash or a reboot loses them.",
+            '{{ $value | printf "%.0f" }} records (transfer results and path baselines together: a round journals '
+            "one path baseline per remote besides its results) are published but not journaled: the journal's disk "
+            "is full, read-only or failing (the exporter logs the path, the error and the fix).  They are kept in "
+            "memory and written once the disk takes writes again; a stop meanwhile writes them beside the journal or "
+            "in /dev/shm, and a crash or a reboot loses them.",
         ),
         alert(
             s,

@@ -5,7 +5,9 @@ runner's `resume`): the transfers not yet journaled under its id, each once.
 
 Written whole or not at all (journal.store.replace_durably); only a note for finishing a round,
 so one that cannot be written is a warning, and one that does not read is removed (and
-said so), never trusted.
+said so), never trusted.  The rounds this process struck off are remembered too: a note
+it could not remove (a read-only disk) is its own, stale, never a previous run's round
+to finish again (a transfer run twice, a round journaled twice).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from bigbinf.fserrors import describe_os_error
 from bigbinf.journal.store import replace_durably
 from bigbinf.result import SeriesKey
 
@@ -35,9 +38,14 @@ class Note:
     series: tuple[SeriesKey, ...]
 
 
+REMEMBERED = 64  # struck rounds kept in memory: a note older than the schedule's gap is dropped anyway
+
+
 class RoundNote:
     def __init__(self, journal: Path) -> None:
         self.path = note_path(journal)
+        self.struck: dict[str, None] = {}  # the rounds this process finished, oldest first
+        self._said = False  # "cannot remove": said once, not every round
 
     def write(self, note: Note) -> None:
         record = {
@@ -58,16 +66,42 @@ class RoundNote:
     def strike(self, round_id: str) -> None:
         """The round `round_id` is over: its note goes (a later round's stays)."""
         note = self.read()
+        self.struck[round_id] = None
+        while len(self.struck) > REMEMBERED:
+            del self.struck[next(iter(self.struck))]
         if note is not None and note.round_id == round_id:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+            self._remove()
+
+    def _remove(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if not self._said:
+                log.warning(
+                    "cannot remove the round note %s (%s): this exporter remembers the rounds it finished",
+                    self.path,
+                    describe_os_error(exc),
+                )
+                self._said = True
+        else:
+            self._said = False
 
     def drop(self) -> None:
         with contextlib.suppress(OSError):
             self.path.unlink()
 
     def read(self) -> Note | None:
-        """The note, or None: none written, or one that does not read (removed)."""
+        """The note of a round not finished, or None: none written, one of a round this
+        process finished (a note it could not remove), or one that does not read (removed)."""
+        note = self._read()
+        if note is not None and note.round_id in self.struck:
+            self._remove()  # the disk may take it now
+            return None
+        return note
+
+    def _read(self) -> Note | None:
         try:
             record = json.loads(self.path.read_text(encoding="utf-8"))
             round_id, started, series = record["round_id"], record["started"], record["series"]
