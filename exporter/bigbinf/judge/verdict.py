@@ -4,6 +4,8 @@ calls `judge_limit`), and whether a run belongs in its series' baselines."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import replace
 
 from bigbinf.judge import vetoes
@@ -72,3 +74,22 @@ def host_busy_recorded(r: Result) -> str:
         if r.host_busy.get(k, 0.0) >= vetoes.BUSY_SHARE
     ]
     return ", ".join(waited)
+
+
+def with_limit(result: Result, baseline: PathBaseline | None, label: str) -> Result:
+    """`result` with what limited it (judge_limit: verdict, evidence, side, next step)
+    where that can be judged: a scheduled transfer's and a passive flow's alike."""
+    try:
+        limit = judge_limit(result, baseline)
+    except Exception:  # a bug in judging never costs the measurement
+        logging.getLogger(__name__).exception("%s: judging what limited it failed", label)
+        return result
+    if limit is None:
+        return result
+    return dataclasses.replace(
+        result,
+        limited_by=limit.reason,
+        limited_evidence=limit.evidence,
+        limited_side=limit.side if limit.reason else "",
+        limited_next_step=limit.next_step,
+    )

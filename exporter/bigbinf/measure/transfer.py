@@ -25,7 +25,7 @@ from bigbinf import credentials, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error, is_host_error
 from bigbinf.journal.pending import PendingAnalysis, PendingStore
-from bigbinf.judge.verdict import judge_limit
+from bigbinf.judge.verdict import with_limit
 from bigbinf.judge.words import human_bytes
 from bigbinf.measure import datasets
 from bigbinf.measure.leftovers import new_workdir
@@ -340,25 +340,7 @@ def _measure_prepared(
     except Exception as exc:  # the addresses are known now: the result keeps them
         return _with_restore_errors(_internal_error(spec, prepared.subject, exc, config), tuned)
     result = _with_restore_errors(_result(prepared, ran, wire, verdict, pcap_path), tuned)
-    return _with_limit(result, baseline, spec.label)
-
-
-def _with_limit(result: Result, baseline: PathBaseline | None, label: str) -> Result:
-    """`result` with what limited it (judge_limit) where that can be judged."""
-    try:
-        limit = judge_limit(result, baseline)
-    except Exception:  # a bug in judging never costs the measurement
-        log.exception("%s: judging what limited it failed", label)
-        return result
-    if limit is None:
-        return result
-    return dataclasses.replace(
-        result,
-        limited_by=limit.reason,
-        limited_evidence=limit.evidence,
-        limited_side=limit.side if limit.reason else "",
-        limited_next_step=limit.next_step,
-    )
+    return with_limit(result, baseline, spec.label)
 
 
 def tuning(spec: TransferSpec, subject: Subject, journal: UndoJournal | None = None) -> Tuned:
@@ -776,7 +758,7 @@ def complete(entry: PendingAnalysis, wire: Wire | None, analysis_error: str) -> 
         pcap_path=pcap_path,
     )
     label = f"{measured.protocol} {measured.direction} {measured.dataset} with {measured.remote}"
-    return _with_limit(_with_wire(result, wire), entry.baseline, label)
+    return with_limit(_with_wire(result, wire), entry.baseline, label)
 
 
 def _cut_short(tool: str, capture_packets: int | None, pcap: Path, records: int) -> str:

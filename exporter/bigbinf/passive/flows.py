@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.judge.verdict import judge_limit
+from bigbinf.judge.verdict import with_limit
 from bigbinf.measure.tcp.state import Listing, SocketInfo, summarise
 from bigbinf.passive.select import UNKNOWN, Selection
 from bigbinf.protocols.base import DATA_FLOW_BYTES
@@ -308,25 +308,7 @@ def result_of(
         program=owner[0] if owner is not None else "",
         passive_note="; ".join(notes),
     )
-    return judged(result, baseline)
-
-
-def judged(result: Result, baseline: PathBaseline | None) -> Result:
-    """`result` with the judge's verdict, side and next step (where it judges)."""
-    try:
-        limit = judge_limit(result, baseline)
-    except Exception:  # a bug in judging never costs the measurement
-        log.exception("passive %s %s: judging what limited it failed", result.protocol, result.remote)
-        return result
-    if limit is None:
-        return result
-    return dataclasses.replace(
-        result,
-        limited_by=limit.reason,
-        limited_evidence=limit.evidence,
-        limited_side=limit.side if limit.reason else "",
-        limited_next_step=limit.next_step,
-    )
+    return with_limit(result, baseline, f"passive {result.protocol} {result.remote}")
 
 
 def _host(endpoint: str) -> str:
