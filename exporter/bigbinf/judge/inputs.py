@@ -83,6 +83,11 @@ class Inputs:
     spurious: int = 0
     protocol: str = ""
     direction: str = ""
+    # The capture's largest flow (Result.one_way): each way's queue from the TCP
+    # timestamps, and the ACKs the return way carried.
+    one_way: Mapping[str, float] = field(default_factory=dict)
+    # The capture's span (first to last packet), over which its wire bytes moved.
+    wire_seconds: float | None = None
 
     @property
     def mss(self) -> float:
@@ -192,6 +197,10 @@ class Inputs:
             spurious=min(retransmits, int(r.sender_tcp.get("dsack_dups", 0))) if counted == KERNEL_COUNT else 0,
             protocol=r.protocol,
             direction=r.direction,
+            one_way=r.one_way,
+            wire_seconds=r.last_packet_timestamp - r.first_packet_timestamp
+            if r.first_packet_timestamp is not None and r.last_packet_timestamp is not None
+            else None,
         )._checked_estimate(source)
 
     def _checked_estimate(self, source: str) -> Inputs:

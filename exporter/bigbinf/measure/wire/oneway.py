@@ -1,0 +1,258 @@
+"""Which way a transfer's queue stood: each direction's one-way delay over the transfer,
+from the TCP timestamps (RFC 7323) in its capture, and what its ACKs cost the return way.
+
+The capture is at this host (the client).  Every segment the remote sends carries its
+clock (TSval) and echoes the last of ours it saw (TSecr).  With the remote's clock in
+seconds (TSval / its rate), for each segment from the remote:
+
+- remote -> here: its arrival here minus the remote's clock when it left;
+- here -> remote: the remote's clock when it answered minus when this host first sent
+  the TSval it echoes (the first segment of that tick: the capture saw it leave).
+
+Each is the one-way delay plus an unknown offset between the clocks; the offset cancels
+in the growth above the direction's least, which is the queue that direction held.  The
+remote's rate is fitted over the flow (TSval against arrival) and taken as the nearest
+rate hosts use (Linux, the BSDs and macOS tick in 1 ms) where the fit is within
+CLOCK_SNAP of it: a queue that grows while the flow runs tilts the fit by its growth
+over the flow's length (a 0.5 s queue built within a 10 s transfer: 5%).  One sample per
+tick of the remote's clock (its first segment: the least time in the tick) bounds the
+memory to the remote's rate times the transfer's length.
+
+Of the flow that carried the most payload (a multi-stream transfer's largest): which
+way carried the data, and the pure ACKs and wire bytes on the other way, from which the
+judge computes what the ACKs needed (judge/bounds.py ack_clock).  Pure Python, one pass
+over the file beside the analysis: it reads only what the analysis does not (options).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+
+from bigbinf.measure.wire.pcap import (
+    _ETH_IPV4,
+    _ETH_IPV6,
+    _RAW_IP_LINKTYPES,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+    PathLike,
+    ScanTotals,
+    _host_pair,
+    _records,
+    mapped,
+)
+
+# Clock rates hosts' TCP timestamps tick at: Linux, FreeBSD, macOS 1000 Hz; older stacks
+# 100, 250 or 300 Hz (a kernel's HZ); some 1 MHz (usec timestamps).
+CLOCK_RATES = (1000.0, 100.0, 250.0, 300.0, 1_000_000.0)
+CLOCK_SNAP = 0.1  # a fitted rate this close to one of CLOCK_RATES is that rate
+MIN_SAMPLES = 20  # ticks of the remote's clock below which no delay is said
+_TCP = 6
+_HALF32 = 1 << 31
+_M32 = (1 << 32) - 1
+_u16 = struct.Struct("!H").unpack_from
+_tcp = struct.Struct("!HHIIBB").unpack_from  # ports, seq, ack, data offset, flags
+_ts = struct.Struct("!II").unpack_from
+
+
+@dataclass
+class _Flow:
+    payload_up: int = 0
+    payload_down: int = 0
+    wire_up: int = 0
+    wire_down: int = 0
+    pure_acks_up: int = 0
+    pure_acks_down: int = 0
+    sent: dict[int, float] = field(default_factory=dict)  # our TSval -> first local time we sent it
+    # One per tick of the remote's clock: (arrival here, remote TSval, TSecr it echoed)
+    remote: list[tuple[float, int, int]] = field(default_factory=list)
+    last_tsval: int = -1
+
+
+def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[str, float]:
+    """Result.one_way of a capture ({} where its largest TCP flow carried no timestamps, or
+    too few: fewer than MIN_SAMPLES ticks of the remote's clock).  Keys: data_up (1: the
+    data went to the remote), data_bytes, ack_packets (pure ACKs the other way),
+    ack_wire_bytes (the other way's frames, all of them), and where the timestamps allow:
+    peer_clock_hz, samples, data_queue_seconds and ack_queue_seconds (each way's median
+    one-way delay over the second half of the flow above its least), and their maxima."""
+    name = os.fspath(path)
+    flows: dict[tuple[int, int], _Flow] = {}
+    with mapped(name) as buf:
+        client_b, remote_b = _host_pair(name, client_address, remote_address)
+        v4 = len(client_b) == 4
+        down_pair, up_pair = remote_b + client_b, client_b + remote_b
+        for ts_ns, start, end, orig_len, linktype in _records(name, buf, ScanTotals()):
+            l3 = _network_start(buf, start, end, linktype, v4)
+            if l3 < 0:
+                continue
+            if v4:
+                if l3 + 20 > end or buf[l3 + 9] != _TCP or _u16(buf, l3 + 6)[0] & 0x3FFF:
+                    continue  # not TCP, or a fragment
+                addresses = bytes(buf[l3 + 12 : l3 + 20])
+                l4 = l3 + (buf[l3] & 0x0F) * 4
+                ip_payload = _u16(buf, l3 + 2)[0] - (l4 - l3)
+            else:
+                if l3 + 40 > end or buf[l3 + 6] != _TCP:
+                    continue  # not TCP right after the fixed header (extension headers: skipped)
+                addresses = bytes(buf[l3 + 8 : l3 + 40])
+                l4 = l3 + 40
+                ip_payload = _u16(buf, l3 + 4)[0]
+            if addresses == down_pair:
+                down = True
+            elif addresses == up_pair:
+                down = False
+            else:
+                continue
+            if l4 + 20 > end:
+                continue
+            sport, dport, _, _, offset, flags = _tcp(buf, l4)
+            header = (offset >> 4) * 4
+            payload = max(0, ip_payload - header) if ip_payload > 0 else 0
+            key = (sport, dport) if not down else (dport, sport)
+            flow = flows.get(key)
+            if flow is None:
+                flow = flows[key] = _Flow()
+            if down:
+                flow.payload_down += payload
+                flow.wire_down += orig_len
+                flow.pure_acks_down += payload == 0 and not flags & 0x07
+            else:
+                flow.payload_up += payload
+                flow.wire_up += orig_len
+                flow.pure_acks_up += payload == 0 and not flags & 0x07
+            stamps = _timestamps(buf, l4 + 20, min(l4 + header, end))
+            if stamps is None:
+                continue
+            tsval, tsecr = stamps
+            t = ts_ns / 1e9
+            if down:
+                if tsval != flow.last_tsval:
+                    flow.last_tsval = tsval
+                    flow.remote.append((t, tsval, tsecr))
+            elif tsval not in flow.sent:
+                flow.sent[tsval] = t
+    if not flows:
+        return {}
+    main = max(flows.values(), key=lambda f: f.payload_up + f.payload_down)
+    data_up = main.payload_up >= main.payload_down
+    figures: dict[str, float] = {
+        "data_up": 1.0 if data_up else 0.0,
+        "data_bytes": float(main.payload_up if data_up else main.payload_down),
+        "ack_packets": float(main.pure_acks_down if data_up else main.pure_acks_up),
+        "ack_wire_bytes": float(main.wire_down if data_up else main.wire_up),
+    }
+    return {**figures, **_delays(main, data_up)}
+
+
+def _network_start(buf: bytes | mmap.mmap, start: int, end: int, linktype: int, v4: bool) -> int:
+    """Where the IP header begins in a frame of this link type (-1: not the hosts' IP version)."""
+    if linktype == LINKTYPE_ETHERNET and start + 14 <= end:
+        ethertype, l3 = _u16(buf, start + 12)[0], start + 14
+        if ethertype == 0x8100 and start + 18 <= end:  # one VLAN tag
+            ethertype, l3 = _u16(buf, start + 16)[0], start + 18
+    elif linktype == LINKTYPE_LINUX_SLL and start + 16 <= end:
+        ethertype, l3 = _u16(buf, start + 14)[0], start + 16
+    elif linktype == LINKTYPE_LINUX_SLL2 and start + 20 <= end:
+        ethertype, l3 = _u16(buf, start)[0], start + 20
+    elif linktype in _RAW_IP_LINKTYPES and start < end:
+        version = buf[start] >> 4
+        ethertype, l3 = (_ETH_IPV4 if version == 4 else _ETH_IPV6 if version == 6 else -1), start
+    else:
+        return -1
+    return l3 if ethertype == (_ETH_IPV4 if v4 else _ETH_IPV6) else -1
+
+
+def _timestamps(buf: bytes | mmap.mmap, at: int, end: int) -> tuple[int, int] | None:
+    """(TSval, TSecr) of the TCP options between `at` and `end` (None: no timestamp option)."""
+    while at < end:
+        kind = buf[at]
+        if kind == 0:
+            return None
+        if kind == 1:
+            at += 1
+            continue
+        if at + 1 >= end:
+            return None
+        length = buf[at + 1]
+        if kind == 8 and length == 10 and at + 10 <= end:
+            tsval, tsecr = _ts(buf, at + 2)
+            return int(tsval), int(tsecr)
+        if length < 2:
+            return None
+        at += length
+    return None
+
+
+def _unwrapped(values: list[int]) -> list[int]:
+    """32-bit clock values made monotonic across a wrap (relative to the first)."""
+    if not values:
+        return []
+    first, out = values[0], []
+    for v in values:
+        d = (v - first) & _M32
+        out.append(d - (1 << 32) if d >= _HALF32 else d)
+    return out
+
+
+def clock_rate(times: list[float], ticks: list[int]) -> float | None:
+    """The remote's timestamp clock rate (ticks per second): the least-squares slope of its
+    ticks against arrival times here, snapped to the nearest of CLOCK_RATES within
+    CLOCK_SNAP (None: too few samples, or a clock that did not advance)."""
+    n = len(times)
+    if n < MIN_SAMPLES:
+        return None
+    mt, mv = sum(times) / n, sum(ticks) / n
+    var = sum((t - mt) ** 2 for t in times)
+    if var <= 0:
+        return None
+    slope = sum((t - mt) * (v - mv) for t, v in zip(times, ticks, strict=True)) / var
+    if slope <= 0:
+        return None
+    nearest = min(CLOCK_RATES, key=lambda r: abs(slope / r - 1))
+    return nearest if abs(slope / nearest - 1) <= CLOCK_SNAP else slope
+
+
+def _delays(flow: _Flow, data_up: bool) -> dict[str, float]:
+    """Each way's queue (its one-way delay above its least): data_queue_seconds and
+    ack_queue_seconds, the median over the flow's second half and the most."""
+    samples = flow.remote
+    if len(samples) < MIN_SAMPLES:
+        return {}
+    t0 = samples[0][0]
+    times = [t - t0 for t, _, _ in samples]
+    ticks = _unwrapped([v for _, v, _ in samples])
+    hz = clock_rate(times, ticks)
+    if hz is None:
+        return {}
+    # remote -> here, for every sample; here -> remote where the echoed TSval was seen leaving.
+    inbound = [t - v / hz for t, v in zip(times, ticks, strict=True)]
+    outbound = []
+    for (_, _, echoed), v in zip(samples, ticks, strict=True):
+        sent = flow.sent.get(echoed)
+        if sent is not None:
+            outbound.append(v / hz - (sent - t0))
+    way_in, way_out = _queue(inbound), _queue(outbound)
+    if way_in is None or way_out is None:
+        return {}
+    data, ack = (way_out, way_in) if data_up else (way_in, way_out)
+    return {
+        "peer_clock_hz": hz,
+        "samples": float(len(samples)),
+        "data_queue_seconds": data[0],
+        "data_queue_max_seconds": data[1],
+        "ack_queue_seconds": ack[0],
+        "ack_queue_max_seconds": ack[1],
+    }
+
+
+def _queue(delays: list[float]) -> tuple[float, float] | None:
+    """(median over the second half, most) of a direction's delays above their least."""
+    if len(delays) < MIN_SAMPLES:
+        return None
+    least = min(delays)
+    late = sorted(d - least for d in delays[len(delays) // 2 :])
+    return late[len(late) // 2], max(delays) - least
