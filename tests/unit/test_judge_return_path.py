@@ -141,7 +141,7 @@ def _capture(path: Path, ack_queue: float) -> None:
         if k % 2:
             at_remote = t + 0.010
             theirs = int((at_remote + 5_000_000.0) * 1000) & 0xFFFFFFFF  # the remote's offset clock
-            queue = ack_queue * min(1.0, k / 2000)
+            queue = ack_queue * min(1.0, k / 1000)  # built in the first quarter: the fit tilts 30%
             back = at_remote + 0.010 + queue
             frame = _frame(remote, client, 80, 40000, 1, (k + 1) * 1448, theirs, ours - 0, 0)
             records.append((back, frame))
@@ -169,8 +169,25 @@ def test_each_ways_queue_from_the_timestamps_the_ack_way_queued_the_data_way_fla
     assert flat["ack_queue_seconds"] < 0.003 and flat["data_queue_seconds"] < 0.003
 
 
-def test_the_remote_clock_rate_is_fitted_and_snapped_to_a_hosts_tick() -> None:
+def test_the_remote_clock_rate_lies_between_its_two_fits_snapped_to_a_hosts_tick() -> None:
     times = [k * 0.01 for k in range(100)]
-    assert clock_rate(times, [round(t * 1000 * 1.03) for t in times]) == 1000.0  # a queue's tilt: 3%
-    assert clock_rate(times, [round(t * 1.3e6) for t in times]) == pytest.approx(1.3e6)  # no host's: the fit
+    ticks = [round(t * 1000) for t in times]
+    # A 1 s queue growing over the way back within 5 s: arrivals stretched, the fit 20% low;
+    # what the remote answers still keeps time with what this host sent.
+    stretched = [t * 1.25 for t in times]
+    assert clock_rate(stretched, ticks, list(zip(times, ticks, strict=True))) == 1000.0
+    assert clock_rate([t * 1.03 for t in times], ticks) == 1000.0  # one fit, 3% tilted: a host's rate
+    assert clock_rate(times, [round(t * 1.3e6) for t in times]) == pytest.approx(1.3e6, rel=1e-3)  # no host's
     assert clock_rate(times[:5], [1, 2, 3, 4, 5]) is None
+
+
+def test_listings_late_behind_the_return_ways_queue_say_nothing_of_the_remotes_cpu() -> None:
+    # The remote's listings come back the ACKs' way: behind its 1 s queue they came 4.8 s
+    # late (an scp upload through 256 kbit/s).  Not a starved remote: the return path.
+    late = {**upload().remote_view, "listing_late_max_seconds": 4.8}
+    r = dataclasses.replace(_uploaded(ACK_RATE, _acks(1.0, 0.0005)), remote_view=late)
+    limit = judge_limit(r, WAN)
+    assert limit is not None and (limit.reason, limit.detail) == ("link_capacity", "ack_clock"), limit.evidence
+    # Without the queue measured (no timestamps), the lateness still says starved.
+    unmeasured = judge_limit(dataclasses.replace(r, one_way={}), WAN)
+    assert unmeasured is not None and (unmeasured.reason, unmeasured.side) == ("cpu", "remote")

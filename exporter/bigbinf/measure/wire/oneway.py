@@ -11,10 +11,12 @@ seconds (TSval / its rate), for each segment from the remote:
 
 Each is the one-way delay plus an unknown offset between the clocks; the offset cancels
 in the growth above the direction's least, which is the queue that direction held.  The
-remote's rate is fitted over the flow (TSval against arrival) and taken as the nearest
-rate hosts use (Linux, the BSDs and macOS tick in 1 ms) where the fit is within
-CLOCK_SNAP of it: a queue that grows while the flow runs tilts the fit by its growth
-over the flow's length (a 0.5 s queue built within a 10 s transfer: 5%).  One sample per
+remote's rate is fitted over the flow twice (its TSval against arrival here, and against
+when this host sent what it echoes) and taken as the rate hosts use (Linux, the BSDs and
+macOS tick in 1 ms) between the two: a queue that grows while the flow runs tilts the
+first fit low where it grows on the way back, the second high where it grows on the way
+there, by its growth over the flow's length (a 1 s queue built within a 5 s transfer:
+20%), and never both.  One sample per
 tick of the remote's clock (its first segment: the least time in the tick) bounds the
 memory to the remote's rate times the transfer's length.
 
@@ -198,22 +200,40 @@ def _unwrapped(values: list[int]) -> list[int]:
     return out
 
 
-def clock_rate(times: list[float], ticks: list[int]) -> float | None:
-    """The remote's timestamp clock rate (ticks per second): the least-squares slope of its
-    ticks against arrival times here, snapped to the nearest of CLOCK_RATES within
-    CLOCK_SNAP (None: too few samples, or a clock that did not advance)."""
-    n = len(times)
+def _slope(xs: list[float], ys: list[float]) -> float | None:
+    """The least-squares slope of ys against xs (None: too few points, or xs all equal)."""
+    n = len(xs)
     if n < MIN_SAMPLES:
         return None
-    mt, mv = sum(times) / n, sum(ticks) / n
-    var = sum((t - mt) ** 2 for t in times)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
     if var <= 0:
         return None
-    slope = sum((t - mt) * (v - mv) for t, v in zip(times, ticks, strict=True)) / var
-    if slope <= 0:
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
+
+
+def clock_rate(arrivals: list[float], ticks: list[int], echoed: list[tuple[float, int]] | None = None) -> float | None:
+    """The remote's timestamp clock rate (ticks per second), from two fits of its ticks:
+    against their arrival here, and (`echoed`: (when this host sent the TSval a segment
+    echoes, its tick)) against when this host sent what they answer.  A queue that grows on
+    the way back tilts the first fit low, one on the way there the second high: the rate
+    lies between them.  The rate hosts use (CLOCK_RATES) within CLOCK_SNAP of that span,
+    the nearest to the fits; else, where the fits agree within CLOCK_SNAP, their mean;
+    None where neither (too few samples, a clock that did not advance)."""
+    fits = [f for f in (_slope(arrivals, [float(v) for v in ticks]), _slope(*_columns(echoed or []))) if f]
+    fits = [f for f in fits if f > 0]
+    if not fits:
         return None
-    nearest = min(CLOCK_RATES, key=lambda r: abs(slope / r - 1))
-    return nearest if abs(slope / nearest - 1) <= CLOCK_SNAP else slope
+    low, high = min(fits) * (1 - CLOCK_SNAP), max(fits) * (1 + CLOCK_SNAP)
+    middle = (min(fits) * max(fits)) ** 0.5
+    known = [r for r in CLOCK_RATES if low <= r <= high]
+    if known:
+        return min(known, key=lambda r: abs(r / middle - 1))
+    return middle if max(fits) <= min(fits) * (1 + CLOCK_SNAP) else None
+
+
+def _columns(pairs: list[tuple[float, int]]) -> tuple[list[float], list[float]]:
+    return [x for x, _ in pairs], [float(y) for _, y in pairs]
 
 
 def _delays(flow: _Flow, data_up: bool) -> dict[str, float]:
@@ -225,16 +245,17 @@ def _delays(flow: _Flow, data_up: bool) -> dict[str, float]:
     t0 = samples[0][0]
     times = [t - t0 for t, _, _ in samples]
     ticks = _unwrapped([v for _, v, _ in samples])
-    hz = clock_rate(times, ticks)
+    echoes = []
+    for (_, _, echoed), v in zip(samples, ticks, strict=True):
+        sent = flow.sent.get(echoed)
+        if sent is not None:
+            echoes.append((sent - t0, v))
+    hz = clock_rate(times, ticks, echoes)
     if hz is None:
         return {}
     # remote -> here, for every sample; here -> remote where the echoed TSval was seen leaving.
     inbound = [t - v / hz for t, v in zip(times, ticks, strict=True)]
-    outbound = []
-    for (_, _, echoed), v in zip(samples, ticks, strict=True):
-        sent = flow.sent.get(echoed)
-        if sent is not None:
-            outbound.append(v / hz - (sent - t0))
+    outbound = [v / hz - sent for sent, v in echoes]
     way_in, way_out = _queue(inbound), _queue(outbound)
     if way_in is None or way_out is None:
         return {}
