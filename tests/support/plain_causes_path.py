@@ -401,9 +401,14 @@ def slow_return_path(site: PlainSite) -> Iterator[Changes | None]:
         subprocess.run([*tc, "del", "dev", layout.wan_client_if, "root"], check=False, capture_output=True)
 
 
+_RETURN_BOUND = f"the ACK clock: {RETURN_RATE} of return capacity x 2896 B of data per 66 B ACK = 1.40 MB/s"
 CAUSES += [
-    *(PlainCause("a slow deep-queued return path (the ACKs' way)", "wan", p, "f8m", "upload", "link_capacity",
-                 "path", slow_return_path, evidence=r"return path \(the ACKs' way\)",
-                 bound=f"the ACK clock: {RETURN_RATE} of return capacity x 2896 B of data per 66 B ACK = 1.40 MB/s")
+    # The breaker's: the data way's 200 Mbit/s configured (shared_path 6 of 6 before).
+    *(PlainCause("a slow deep-queued return path (the ACKs' way)", "wan-known", p, "f8m", "upload", "link_capacity",
+                 "path", slow_return_path, evidence=r"return path \(the ACKs' way\)", bound=_RETURN_BOUND)
       for p in ("http", "scp")),
+    # ... and with the path's capacity unknown: the return way's queue shows its own.
+    PlainCause("a slow deep-queued return path (capacity unknown)", "wan", "http", "f8m", "upload",
+               "link_capacity", "path", slow_return_path, evidence=r"return path \(the ACKs' way\)",
+               bound=_RETURN_BOUND),
 ]  # fmt: skip

@@ -100,6 +100,9 @@ def test_a_queue_the_transfers_own_acks_built_is_the_return_path_never_another_f
     # The same round trip with the queue on the data way: another flow's (no ACK explains it).
     shared = judge_limit(dataclasses.replace(r, one_way=_acks(0.0005, 1.0)), WAN)
     assert shared is not None and shared.reason == "shared_path", shared.evidence
+    # The return path's capacity is what its queue shows it carried: no estimate needed.
+    unknown_path = judge_limit(r, dataclasses.replace(WAN, bandwidth_bytes_per_second=None, bandwidth_source=""))
+    assert unknown_path is not None and unknown_path.detail == "ack_clock", unknown_path.evidence
     # Without the timestamps (none negotiated), the round trip alone decides as before.
     unknown = judge_limit(dataclasses.replace(r, one_way={}), WAN)
     assert unknown is not None and unknown.reason == "shared_path"

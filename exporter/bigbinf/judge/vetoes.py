@@ -477,7 +477,10 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
     check before a verdict is given (a test holds that the rules never reach it)."""
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
-    if reason == "link_capacity":
+    returning = bounds.ack_clock(i)
+    if reason == "link_capacity" and not (returning and returning.meets(i.steady_rate)):
+        # (The return path's capacity is what its standing queue shows it carried: no
+        # estimate of the data way's is needed, nor is the rate near it.)
         share = i.path_share(i.steady_rate)
         if share is None:
             return "link_capacity without a path estimate"
