@@ -194,3 +194,20 @@ def test_listings_late_behind_the_return_ways_queue_say_nothing_of_the_remotes_c
     # Without the queue measured (no timestamps), the lateness still says starved.
     unmeasured = judge_limit(dataclasses.replace(r, one_way={}), WAN)
     assert unmeasured is not None and (unmeasured.reason, unmeasured.side) == ("cpu", "remote")
+
+
+def test_a_slow_set_up_behind_the_return_queue_is_not_startup_where_the_steady_phase_cost_more() -> None:
+    # scp through the same return path: its login's replies queue behind the ACKs, 1.3 s of
+    # set-up before the first data of a 7.9 s transfer; the steady phase at the ACK clock
+    # cost 8 MiB / 1.40 MB/s less 8 MiB / 25 MB/s = 5.6 s, more than the start's 2.3 s
+    # (startup before, as 2 of 3 scp runs through the real path).
+    r = _uploaded(ACK_RATE, _acks(1.0, 0.0005, data=8 * MiB))
+    r = dataclasses.replace(
+        r,
+        dataset="f8m",
+        file_bytes=8 * MiB,
+        duration_seconds=8 * MiB / ACK_RATE + 2.3,
+        tcp_local={**r.tcp_local, "data_start_seconds": 1.3, "data_end_seconds": 8 * MiB / ACK_RATE + 2.3},
+    )
+    limit = judge_limit(r, WAN)
+    assert limit is not None and (limit.reason, limit.detail) == ("link_capacity", "ack_clock"), limit.evidence

@@ -743,8 +743,10 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
         # (Over in a few round trips, what kept a program busy was its set-up: ssh's
         # key exchange.)
         return None, ""
-    if steady_limit.reason and steady_limit.reason != "link_capacity":
-        # The steady phase's own limit cost file/steady - file/bandwidth; unknown
+    if steady_limit.reason and (steady_limit.reason != "link_capacity" or steady_limit.detail == "ack_clock"):
+        # The steady phase's own limit cost file/steady - file/bandwidth (the return
+        # path's too: the data way was not full, and a set-up slow behind its queue is its
+        # doing as much as the start's); unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
         steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
         if steady_cost >= cost:
