@@ -63,7 +63,8 @@ def _nft(site: PlainSite, which: str) -> list[str]:
 def policer(site: PlainSite, which: str, bits: int, table: str = "bbt_policer") -> Iterator[None]:
     """A policer at `bits`/s in front of `which` side (its namespace's prerouting: after
     the wire, before its stack) on what the peer sends: a token bucket of 128 kB, the
-    excess dropped, never queued (as verdicts.policed, at any rate)."""
+    excess dropped, never queued (as verdicts.policed, at any rate), and counted (the
+    truth's nft_dropped: without a counter the truth read its drops as 0)."""
     lab = site.lab.lab
     assert lab is not None
     peer = lab.remote_address if which == "local" else lab.client_address
@@ -75,7 +76,7 @@ def policer(site: PlainSite, which: str, bits: int, table: str = "bbt_policer") 
         )
         subprocess.run(
             [*nft, "add", "rule", "inet", table, "in", "ip", "saddr", peer, "limit", "rate", "over",
-             str(bits // 8000), "kbytes/second", "burst", "128", "kbytes", "drop"],
+             str(bits // 8000), "kbytes/second", "burst", "128", "kbytes", "counter", "drop"],
             check=True,
         )  # fmt: skip
         yield
