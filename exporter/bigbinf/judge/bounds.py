@@ -338,19 +338,20 @@ def ack_clock(i: Inputs) -> Bound | None:
     """The ACK clock's bound, where the return way held a standing queue (return_queue):
     a sender sends as its ACKs come back, so the rate is at most the return way's capacity
     times the data bytes acknowledged per ACK wire byte.  A way whose queue stood was
-    sending all it could: its capacity is what it carried over the data phase (the ACK
-    way's frames, all of them, over the data phase); the bound is that over the ACK wire
-    bytes per data byte (the capture's largest flow)."""
+    sending all it could: its capacity is what it carried (the capture's frames that way,
+    all of them, over the data phase); the bound is that over the ACK wire bytes per data
+    byte (the capture's, both ways whole)."""
     queue = return_queue(i)
-    data, wire = i.one_way.get("data_bytes", 0.0), i.one_way.get("ack_wire_bytes", 0.0)
-    acks = i.one_way.get("ack_packets", 0.0)
+    data, wire = i.data_payload_bytes, i.return_wire_bytes
+    # One pure ACK per this much data, from the flow the timestamps were read on.
+    per_ack = i.one_way.get("data_bytes", 0.0) / max(1.0, i.one_way.get("ack_packets", 0.0))
     seconds = i.span if i.phase_measured else i.wire_seconds
     if queue is None or data <= 0 or wire <= 0 or not seconds or seconds <= 0:
         return None
     carried = wire / seconds  # bytes/s on the return wire
     per_data = wire / data
     rate = carried / per_data
-    each = f", {acks:.0f} pure ACKs, one per {human_bytes(data / acks)} of data" if acks else ""
+    each = f", a pure ACK per {human_bytes(per_ack)} of data" if i.one_way.get("ack_packets") else ""
     return Bound(
         "ack_clock",
         rate,

@@ -51,6 +51,11 @@ from bigbinf.measure.wire.pcap import (
 # 100, 250 or 300 Hz (a kernel's HZ); some 1 MHz (usec timestamps).
 CLOCK_RATES = (1000.0, 100.0, 250.0, 300.0, 1_000_000.0)
 CLOCK_SNAP = 0.1  # a fitted rate this close to one of CLOCK_RATES is that rate
+# Records read at most: the pass is pure Python (63,000 records/s at load 24, 2 cores:
+# docs/benchmarks.md), beside the compiled analysis; a longer capture's one-way delays are
+# its first MAX_RECORDS' (a queue stands within seconds: 500,000 records are ~0.7 GB of
+# full-sized segments, 29 s at 200 Mbit/s), and `records` and `whole` say so.
+MAX_RECORDS = 500_000
 MIN_SAMPLES = 20  # ticks of the remote's clock below which no delay is said
 _TCP = 6
 _HALF32 = 1 << 31
@@ -75,10 +80,11 @@ class _Flow:
 
 
 def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[str, float]:
-    """Result.one_way of a capture ({} where its largest TCP flow carried no timestamps, or
-    too few: fewer than MIN_SAMPLES ticks of the remote's clock).  Keys: data_up (1: the
+    """Result.one_way of a capture ({} where it holds no TCP flow between the hosts).
+    Keys: records (read), whole (0: cut at MAX_RECORDS), data_up (1: the
     data went to the remote), data_bytes, ack_packets (pure ACKs the other way),
-    ack_wire_bytes (the other way's frames, all of them), and where the timestamps allow:
+    ack_wire_bytes (the other way's frames, all of them), and where the timestamps allow
+    (MIN_SAMPLES ticks of the remote's clock or more):
     peer_clock_hz, samples, data_queue_seconds and ack_queue_seconds (each way's median
     one-way delay over the second half of the flow above its least), and their maxima."""
     name = os.fspath(path)
@@ -87,7 +93,11 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
         client_b, remote_b = _host_pair(name, client_address, remote_address)
         v4 = len(client_b) == 4
         down_pair, up_pair = remote_b + client_b, client_b + remote_b
+        read = 0
         for ts_ns, start, end, orig_len, linktype in _records(name, buf, ScanTotals()):
+            read += 1
+            if read > MAX_RECORDS:
+                break
             l3 = _network_start(buf, start, end, linktype, v4)
             if l3 < 0:
                 continue
@@ -142,6 +152,8 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
     main = max(flows.values(), key=lambda f: f.payload_up + f.payload_down)
     data_up = main.payload_up >= main.payload_down
     figures: dict[str, float] = {
+        "records": float(min(read, MAX_RECORDS)),
+        "whole": 0.0 if read > MAX_RECORDS else 1.0,
         "data_up": 1.0 if data_up else 0.0,
         "data_bytes": float(main.payload_up if data_up else main.payload_down),
         "ack_packets": float(main.pure_acks_down if data_up else main.pure_acks_up),
