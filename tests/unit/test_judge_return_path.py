@@ -85,7 +85,7 @@ def test_the_ack_clock_bound_is_the_return_capacity_over_the_ack_bytes_per_data_
     assert b is not None and b.name == "ack_clock" and b.side == "path"
     assert b.rate == pytest.approx(ACK_RATE, rel=1e-4)
     assert b.inputs["return_bytes_per_second"] == pytest.approx(RETURN_BYTES, rel=1e-4)
-    assert "256 kbit/s on the wire" in b.words and "1000.0 ms" in b.words
+    assert "256 kbit/s of this transfer's ACKs on the wire" in b.words and "1000.0 ms" in b.words
     # No queue on the return way, or one on the data way too: no ACK-clock bound.
     assert bounds.ack_clock(Inputs.of(dataclasses.replace(r, one_way=_acks(0.001, 0.0005)), WAN)) is None
     assert bounds.ack_clock(Inputs.of(dataclasses.replace(r, one_way=_acks(1.0, 0.5)), WAN)) is None
@@ -225,3 +225,13 @@ def test_a_long_capture_is_read_up_to_its_first_max_records(tmp_path: Path, monk
     seen = one_way(pcap, "198.18.0.1", "198.18.0.2")
     assert (seen["records"], seen["whole"]) == (3000, 0.0)
     assert seen["data_bytes"] < 4000 * 1448 and "ack_queue_seconds" in seen
+
+
+def test_a_cut_one_way_pass_leaves_the_bound_to_the_captures_totals() -> None:
+    # Read only in part (whole 0): its byte counts are the first records'; the capture's
+    # totals (Result.wire_bytes_down, payload_bytes_up) stand in.
+    cut = {**_acks(1.0, 0.0005), "whole": 0.0, "data_bytes": 1e6, "ack_wire_bytes": 1e6 / PER_ACK * ACK_FRAME}
+    r = _uploaded(ACK_RATE, cut)
+    r = dataclasses.replace(r, payload_bytes_up=16 * MiB, wire_bytes_down=int(16 * MiB / PER_ACK * ACK_FRAME))
+    b = bounds.ack_clock(Inputs.of(r, WAN))
+    assert b is not None and b.inputs["return_bytes_per_second"] == pytest.approx(RETURN_BYTES, rel=1e-4)

@@ -338,12 +338,16 @@ def ack_clock(i: Inputs) -> Bound | None:
     """The ACK clock's bound, where the return way held a standing queue (return_queue):
     a sender sends as its ACKs come back, so the rate is at most the return way's capacity
     times the data bytes acknowledged per ACK wire byte.  A way whose queue stood was
-    sending all it could: its capacity is what it carried (the capture's frames that way,
-    all of them, over the data phase); the bound is that over the ACK wire bytes per data
-    byte (the capture's, both ways whole)."""
+    sending all it could: what the transfer's ACKs carried over the data phase is the
+    capacity it had for them (the data flows' frames that way: measure/wire/oneway.py; the
+    monitor's own sessions took the rest); the bound is that over the ACK wire bytes per
+    data byte.  Where the one-way pass read only the capture's first records (`whole` 0),
+    the capture's totals both ways stand in (the monitor's sessions counted too)."""
     queue = return_queue(i)
-    data, wire = i.data_payload_bytes, i.return_wire_bytes
-    # One pure ACK per this much data, from the flow the timestamps were read on.
+    whole = i.one_way.get("whole", 1.0) == 1.0
+    data = i.one_way.get("data_bytes", 0.0) if whole else i.data_payload_bytes
+    wire = i.one_way.get("ack_wire_bytes", 0.0) if whole else i.return_wire_bytes
+    # One pure ACK per this much data, from the data flows read.
     per_ack = i.one_way.get("data_bytes", 0.0) / max(1.0, i.one_way.get("ack_packets", 0.0))
     seconds = i.span if i.phase_measured else i.wire_seconds
     if queue is None or data <= 0 or wire <= 0 or not seconds or seconds <= 0:
@@ -357,7 +361,8 @@ def ack_clock(i: Inputs) -> Bound | None:
         rate,
         f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
         f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))}): "
-        f"it carried all it could, {human_bits(carried)} on the wire ({human_bytes(wire)}{each}); the ACKs cost "
+        f"it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire ({human_bytes(wire)}"
+        f"{each}); the ACKs cost "
         f"{per_data:.2%} of the data's bytes on the return wire, so the ACK clock allows {human_rate(rate)}",
         "path",
         {"return_bytes_per_second": carried, "ack_wire_per_data_byte": per_data, "ack_queue_seconds": queue},

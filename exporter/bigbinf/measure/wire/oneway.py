@@ -20,9 +20,11 @@ there, by its growth over the flow's length (a 1 s queue built within a 5 s tran
 tick of the remote's clock (its first segment: the least time in the tick) bounds the
 memory to the remote's rate times the transfer's length.
 
-Of the flow that carried the most payload (a multi-stream transfer's largest): which
+Of the transfer's data flows (the largest and any with a tenth of its data: a
+multi-stream transfer's streams, never the monitor's own sessions to the same host): which
 way carried the data, and the pure ACKs and wire bytes on the other way, from which the
-judge computes what the ACKs needed (judge/bounds.py ack_clock).  Pure Python, one pass
+judge computes what the ACKs needed (judge/bounds.py ack_clock); the delays are the
+largest flow's.  Pure Python, one pass
 over the file beside the analysis: it reads only what the analysis does not (options).
 """
 
@@ -56,6 +58,7 @@ CLOCK_SNAP = 0.1  # a fitted rate this close to one of CLOCK_RATES is that rate
 # its first MAX_RECORDS' (a queue stands within seconds: 500,000 records are ~0.7 GB of
 # full-sized segments, 29 s at 200 Mbit/s), and `records` and `whole` say so.
 MAX_RECORDS = 500_000
+DATA_SHARE = 0.1  # a flow with this share of the largest flow's data is one of the transfer's streams
 MIN_SAMPLES = 20  # ticks of the remote's clock below which no delay is said
 _TCP = 6
 _HALF32 = 1 << 31
@@ -82,8 +85,9 @@ class _Flow:
 def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[str, float]:
     """Result.one_way of a capture ({} where it holds no TCP flow between the hosts).
     Keys: records (read), whole (0: cut at MAX_RECORDS), data_up (1: the
-    data went to the remote), data_bytes, ack_packets (pure ACKs the other way),
-    ack_wire_bytes (the other way's frames, all of them), and where the timestamps allow
+    data went to the remote), of the data flows (data_flows) their data_bytes, ack_packets
+    (pure ACKs the other way) and ack_wire_bytes (their frames the other way, all of them),
+    and where the timestamps allow
     (MIN_SAMPLES ticks of the remote's clock or more):
     peer_clock_hz, samples, data_queue_seconds and ack_queue_seconds (each way's median
     one-way delay over the second half of the flow above its least), and their maxima."""
@@ -151,13 +155,18 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
         return {}
     main = max(flows.values(), key=lambda f: f.payload_up + f.payload_down)
     data_up = main.payload_up >= main.payload_down
+    # The transfer's data flows (its streams: DATA_SHARE of the largest's data or more),
+    # not the monitor's own sessions between the same hosts (its stats over ssh).
+    least = DATA_SHARE * (main.payload_up if data_up else main.payload_down)
+    data = [f for f in flows.values() if (f.payload_up if data_up else f.payload_down) >= least]
     figures: dict[str, float] = {
         "records": float(min(read, MAX_RECORDS)),
         "whole": 0.0 if read > MAX_RECORDS else 1.0,
         "data_up": 1.0 if data_up else 0.0,
-        "data_bytes": float(main.payload_up if data_up else main.payload_down),
-        "ack_packets": float(main.pure_acks_down if data_up else main.pure_acks_up),
-        "ack_wire_bytes": float(main.wire_down if data_up else main.wire_up),
+        "data_flows": float(len(data)),
+        "data_bytes": float(sum(f.payload_up if data_up else f.payload_down for f in data)),
+        "ack_packets": float(sum(f.pure_acks_down if data_up else f.pure_acks_up for f in data)),
+        "ack_wire_bytes": float(sum(f.wire_down if data_up else f.wire_up for f in data)),
     }
     return {**figures, **_delays(main, data_up)}
 
