@@ -39,11 +39,15 @@ sender, and what only shows once nothing else does last:
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
 8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
-9. shared_path: network-limited below the path's estimate, nothing of the transfer
-   holding it (_shared_path): before busy_host, whose waits a sender with a backlog in
-   flight shows did not hold it (unless the lab's delay line, the path on this host,
-   waited for a CPU);
-10. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
+9. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
+   while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
+   ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
+   flow's;
+10. shared_path: network-limited below the path's estimate, nothing of the transfer
+    holding it (_shared_path), a standing queue on the data way: before busy_host,
+    whose waits a sender with a backlog in flight shows did not hold it (unless the
+    lab's delay line, the path on this host, waited for a CPU);
+11. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
     where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
@@ -462,8 +466,9 @@ def _return_path(i: Inputs, steady: float, in_flight: float | None) -> Limit | N
     """link_capacity on the return path (detail ack_clock): the ACKs' way held a standing
     queue while the data way's one-way delay stayed flat (bounds.return_queue), the sender
     not idle, and the ACK clock's bound (bounds.ack_clock) meets the steady rate.  Where it
-    does not, an empty Limit whose evidence says why not (the bounds listed); None where
-    the return way held no queue (or the timestamps did not say)."""
+    does not, an empty Limit whose evidence says why not (the withheld verdict lists the
+    bounds computed after it); None where the return way held no queue (or the
+    timestamps did not say)."""
     ack = bounds.ack_clock(i)
     if ack is None or (in_flight is not None and in_flight < IDLE_SHARE):
         return None
