@@ -188,7 +188,7 @@ def plain(args: argparse.Namespace) -> int:
                             "outcome": r.outcome, "error": r.error, "limited_by": r.limited_by,
                             "limited_side": r.limited_side, "evidence": r.limited_evidence,
                             "next_step": r.limited_next_step, "right": outcome.right(r),
-                            "contradicted": against, "truth": t,
+                            "contradicted": against, "truth": t, "one_way": r.one_way,
                         })  # fmt: skip
                     outcomes.append(outcome)
             lab.teardown(layouts.pop())

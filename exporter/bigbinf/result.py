@@ -182,6 +182,12 @@ class Result(_Journaled):
     # delay_line (the lab's userspace delay line, where there is one), and load1 (the
     # load average at the end).  {} = not measured.
     host_busy: dict[str, float] = field(default_factory=dict)
+    # Of the capture's largest TCP flow (measure/wire/oneway.py): which way the data went
+    # (data_up), data_bytes, the pure ACKs the other way (ack_packets) and that way's frame
+    # bytes (ack_wire_bytes); from the TCP timestamps, each way's queue (data_queue_seconds,
+    # ack_queue_seconds: the median one-way delay over the flow's second half above its
+    # least; _max_seconds the most), the remote's clock rate and the samples.  {} = not read.
+    one_way: dict[str, float] = field(default_factory=dict)
     # Why this ok run proves no bytes moved ("" if it does, or not judged: records from
     # before the field, imports): measure/transfer.py's unproven().  Its throughput is no
     # measurement then: it counts in no baseline (runs.counts_in_baseline).

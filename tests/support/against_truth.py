@@ -11,7 +11,9 @@ from its words, as a reader of the journal sees it, and held to what really happ
   bandwidth-delay product (autotuning on, no route window, window scaling on at both
   ends), or a receive window on the side that does not receive (a send buffer on the side
   that does not send);
-- a route's `window` metric claimed where that end's route has none.
+- a route's `window` metric claimed where that end's route has none;
+- a standing queue on the return path (the ACKs' way) claimed where the router's shaper
+  on that way never held a packet back (0 overlimits).
 
 Pure: (evidence, truth) in, what contradicts out; unit-tested in tests/unit/test_against_truth.py.
 """
@@ -80,6 +82,9 @@ def contradicted(evidence: str, truth: Mapping[str, Any], side: str = "") -> lis
             f"another flow claimed, {truth.get('other_bytes', 0)} B besides the transfer: {c!r}"
             for c in _claims(_FLOW, _NOT_FLOW_BEFORE, evidence)
         ]
+    claimed = "the return path (the ACKs' way) held a standing queue" in evidence
+    if claimed and "not the return path" not in evidence and truth.get("return_way_qdisc_overlimits") == 0:
+        found.append("a standing queue on the return path claimed, its shaper never held a packet back")
     for match in _ROUTE_WINDOW.finditer(evidence):
         where = side if side in ("local", "remote") else truth.get("receiver", "")
         if f"{where}_route_window" in truth and not truth[f"{where}_route_window"]:

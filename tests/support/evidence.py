@@ -18,7 +18,8 @@ from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
 # "A allows X MB/s (...); the transfer's steady rate was Y MB/s": a bound beside the rate
 # (bounds.Bound.said), unless followed by "(not within N% of it)".
 _BOUND_PAIR = re.compile(
-    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|of segments \(real)"
+    r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|of segments \(real|"
+    r"the ACK clock)"
     r"[^;]*?allows "
     r"([\d.]+) MB/s[^;]*; the transfer's steady rate was ([\d.]+) MB/s(?: \(\d+ Mbit/s\))?( \(not within)?"
 )
@@ -29,6 +30,7 @@ _BOUND_OF = {
     "the path's capacity": ("link_capacity", 1 - bounds.TOLERANCE),
     "packets/s": ("link_capacity", 1 - bounds.TOLERANCE),
     "of segments (real": ("congestion", bounds.LOSS_LOW),
+    "the ACK clock": ("link_capacity", 1 - bounds.TOLERANCE),
 }
 # The most share of a bound a rate may be to meet it: the loss's any (docs/metrics.md: p per
 # segment lost overstates p per congestion event, so the loss allows at least its bound).
@@ -140,7 +142,12 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         packets = evidence.startswith("the path's packet rate at this MSS")
         if packets and not _BOUND_PAIR.search(evidence):
             found.append("link_capacity by the packet rate without its bound beside the rate")
-        for share in [] if packets else _path_shares(evidence)[:1]:
+        # The return path's (the ACKs' way): its own bound, the ACK clock; the data way's
+        # share is below the path's by what the ACKs cost.
+        returning = evidence.startswith("the return path (the ACKs' way)")
+        if returning and "the ACK clock allows" not in evidence:
+            found.append("link_capacity on the return path without the ACK clock's bound beside the rate")
+        for share in [] if packets or returning else _path_shares(evidence)[:1]:
             if share < _pct(rules.LINK_SHARE):
                 found.append(f"link_capacity at {share}% of the path")
             if share > _pct(STALE_SHARE):

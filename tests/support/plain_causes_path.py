@@ -63,7 +63,8 @@ def _nft(site: PlainSite, which: str) -> list[str]:
 def policer(site: PlainSite, which: str, bits: int, table: str = "bbt_policer") -> Iterator[None]:
     """A policer at `bits`/s in front of `which` side (its namespace's prerouting: after
     the wire, before its stack) on what the peer sends: a token bucket of 128 kB, the
-    excess dropped, never queued (as verdicts.policed, at any rate)."""
+    excess dropped, never queued (as verdicts.policed, at any rate), and counted (the
+    truth's nft_dropped: without a counter the truth read its drops as 0)."""
     lab = site.lab.lab
     assert lab is not None
     peer = lab.remote_address if which == "local" else lab.client_address
@@ -75,7 +76,7 @@ def policer(site: PlainSite, which: str, bits: int, table: str = "bbt_policer") 
         )
         subprocess.run(
             [*nft, "add", "rule", "inet", table, "in", "ip", "saddr", peer, "limit", "rate", "over",
-             str(bits // 8000), "kbytes/second", "burst", "128", "kbytes", "drop"],
+             str(bits // 8000), "kbytes/second", "burst", "128", "kbytes", "counter", "drop"],
             check=True,
         )  # fmt: skip
         yield
@@ -369,4 +370,46 @@ CAUSES += [
     PlainCause("a path-MTU black hole", "router", "http", "f1m", "download", "", "", pmtu_black_hole,
                error=r"(?i)(mtu.*black hole|black hole.*mtu)",
                bound="none: the transfer stalls; the path's MTU 1280 below the hosts' 1500"),
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: the return path
+# A slow, deep-queued return way: the upload's ACKs (remote -> this host) through the
+# router's RETURN_RATE shaper with a RETURN_QUEUE_BYTES queue, the data way at the site's
+# 200 Mbit/s.  The ACK clock bounds the rate at RETURN_RATE x the data per ACK wire byte
+# (a delayed ACK of 66 B per 2 x 1448 B: 256 kbit/s allows 1.40 MB/s); nothing else
+# crosses the path.
+RETURN_RATE = "256kbit"
+RETURN_QUEUE_BYTES = 32_000  # 1 s at 256 kbit/s
+
+
+@contextlib.contextmanager
+def slow_return_path(site: PlainSite) -> Iterator[Changes | None]:
+    """tbf at RETURN_RATE with a RETURN_QUEUE_BYTES queue on the router's way out toward
+    this host (the upload's return direction), for the block; its own counters (tc -s on
+    that device: tests/support/truth.py return_way_qdisc_*) are the truth of which way
+    queued."""
+    layout = site.layout
+    tc = ["ip", "netns", "exec", layout.wan_ns, "tc", "qdisc"]
+    try:
+        subprocess.run(
+            [*tc, "replace", "dev", layout.wan_client_if, "root", "tbf", "rate", RETURN_RATE, "burst", "4kb",
+             "limit", str(RETURN_QUEUE_BYTES)],
+            check=True,
+        )  # fmt: skip
+        yield None
+    finally:
+        subprocess.run([*tc, "del", "dev", layout.wan_client_if, "root"], check=False, capture_output=True)
+
+
+_RETURN_BOUND = f"the ACK clock: {RETURN_RATE} of return capacity x 2896 B of data per 66 B ACK = 1.40 MB/s"
+CAUSES += [
+    # The breaker's: the data way's 200 Mbit/s configured (shared_path 6 of 6 before).
+    *(PlainCause("a slow deep-queued return path (the ACKs' way)", "wan-known", p, "f8m", "upload", "link_capacity",
+                 "path", slow_return_path, evidence=r"return path \(the ACKs' way\)", bound=_RETURN_BOUND)
+      for p in ("http", "scp")),
+    # ... and with the path's capacity unknown: the return way's queue shows its own.
+    PlainCause("a slow deep-queued return path (capacity unknown)", "wan", "http", "f8m", "upload",
+               "link_capacity", "path", slow_return_path, evidence=r"return path \(the ACKs' way\)",
+               bound=_RETURN_BOUND),
 ]  # fmt: skip

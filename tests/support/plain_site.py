@@ -121,6 +121,8 @@ BUFFERED_LISTEN = (
 SITES: dict[str, dict[str, Any]] = {
     # 200 Mbit/s, 40 ms RTT: BDP 1 MB.
     "wan": {"link": {"rate": "200mbit", "delay": "20ms"}},
+    # ... its rate configured, as a site knows its link (the return path's cause).
+    "wan-known": {"link": {"rate": "200mbit", "delay": "20ms"}, "remote": {"bandwidth": "200mbit"}},
     # 80 ms RTT through the delay line, no shaper on the hosts: the causes put the short
     # queue in the middle, as a router's (plain_causes_path.router_queue: 100 Mbit/s, tbf's
     # `latency 50ms` 625 kB); on a sender's own interface TCP small queues keep it from

@@ -93,6 +93,21 @@ def qdiscs(ns: str) -> dict[str, int]:
     }
 
 
+def qdiscs_by_device(ns: str) -> dict[str, dict[str, int]]:
+    """Per interface of `ns`: its qdiscs' drops, overlimits and bytes sent, summed (a
+    router's shaper per way: which way queued)."""
+    try:
+        rows = json.loads(_in(ns, ["tc", "-s", "-j", "qdisc", "show"]) or "[]")
+    except ValueError:
+        rows = []
+    found: dict[str, dict[str, int]] = {}
+    for r in rows:
+        dev = found.setdefault(str(r.get("dev", "")), {"drops": 0, "overlimits": 0, "bytes": 0})
+        for key in dev:
+            dev[key] += int(r.get(key, 0))
+    return found
+
+
 def links(ns: str) -> dict[str, dict[str, int]]:
     """Per interface of `ns`: bytes and drops each way (the kernel's counters)."""
     try:
@@ -189,6 +204,8 @@ def snapshot(layout: LabLayout) -> dict[str, Any]:
         snap[f"{side}_qdisc"] = qdiscs(ns)
         snap[f"{side}_links"] = links(ns)
         snap[f"{side}_nft"] = nft_counters(ns)
+    if netns_exists(layout.wan_ns):
+        snap["path_ways"] = qdiscs_by_device(layout.wan_ns)
     snap["delay_line"] = delay_line(layout)
     return snap
 
@@ -236,6 +253,14 @@ def truth(
         t[f"{side}_nft_dropped"], t[f"{side}_nft_counted"] = n["nft_dropped"], n["nft_counted"]
         t[f"{side}_link_drops"] = link_drops
         dropped += q["qdisc_drops"] + n["nft_dropped"] + link_drops
+    # The router's shapers per way: the data's way out (toward the receiver) and the return
+    # way (the ACKs', toward the sender): which way queued (overlimits) and what it sent.
+    toward = {"local": layout.wan_client_if, "remote": layout.wan_remote_if}
+    for way, end in (("data_way", t["receiver"]), ("return_way", t["sender"])):
+        dev = toward[end]
+        got = _delta(after.get("path_ways", {}).get(dev, {}), before.get("path_ways", {}).get(dev, {}))
+        for key in ("drops", "overlimits", "bytes"):
+            t[f"{way}_qdisc_{key}"] = got.get(key, 0)
     line = _delta(after.get("delay_line", {}), before.get("delay_line", {}))
     t.update(line)
     dropped += line.get("delay_line_lost", 0) + line.get("delay_line_overflow", 0)
@@ -285,6 +310,11 @@ def summary(t: Truth) -> str:
         f"path MTU {t['path_mtu']}",
         f"overlimits {sum(t.get(f'{x}_qdisc_overlimits', 0) for x in ('local', 'remote', 'path'))}",
     ]
+    if t.get("return_way_qdisc_overlimits") or t.get("data_way_qdisc_overlimits"):
+        parts.append(
+            f"router's shaper: return way (ACKs) overlimits {t.get('return_way_qdisc_overlimits')} sent "
+            f"{t.get('return_way_qdisc_bytes')} B, data way overlimits {t.get('data_way_qdisc_overlimits')}"
+        )
     for k in ("delay_line_lost", "delay_line_reordered", "delay_line_paced", "path_nft_dropped", "path_nft_counted"):
         if t.get(k):
             parts.append(f"{k.replace('_', ' ')} {t[k]}")

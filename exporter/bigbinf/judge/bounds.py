@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bigbinf.judge.inputs import Inputs
-from bigbinf.judge.words import host_name, human_bytes, human_rate
+from bigbinf.judge.words import host_name, human_bits, human_bytes, human_rate
 
 # A rate meets a bound within this share of it either way: the bound is computed from
 # sampled windows and a round trip that varies, the rate fitted from sampled progress.
@@ -72,6 +72,11 @@ LOCKED_SHARE = 0.5
 # advertised at most this share of its receive buffer: a window from the buffer alone is
 # 50-90% of it (tcp_adv_win_scale, scaling_ratio).
 CLAMPED_SHARE = 0.3
+# A standing queue (rules.py's, one definition): a delay this share of the path's minimum
+# round trip above its least, and at least QUEUE_SECONDS (a quiet path's sits within a few
+# ms of its minimum).
+QUEUE_SHARE = 0.2
+QUEUE_SECONDS = 0.002
 # Without window scaling (RFC 7323) no window exceeds the 16-bit field: 65535 B per stream.
 UNSCALED_WINDOW = 65535
 
@@ -316,6 +321,54 @@ def path_capacity(i: Inputs) -> Bound | None:
     )
 
 
+def return_queue(i: Inputs) -> float | None:
+    """The queue the return way (the ACKs' direction) held, in seconds, where it stood
+    and the data way's did not (None otherwise, or where the timestamps did not say): each
+    way's one-way delay over the flow's second half above its least (measure/wire/oneway.py),
+    the return way's at least QUEUE_SHARE of the path's minimum round trip (and
+    QUEUE_SECONDS), the data way's below that."""
+    ack, data = i.one_way.get("ack_queue_seconds"), i.one_way.get("data_queue_seconds")
+    if ack is None or data is None or not i.rtt:
+        return None
+    least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
+    return ack if ack >= least and data < least else None
+
+
+def ack_clock(i: Inputs) -> Bound | None:
+    """The ACK clock's bound, where the return way held a standing queue (return_queue):
+    a sender sends as its ACKs come back, so the rate is at most the return way's capacity
+    times the data bytes acknowledged per ACK wire byte.  A way whose queue stood was
+    sending all it could: what the transfer's ACKs carried over the data phase is the
+    capacity it had for them (the data flows' frames that way: measure/wire/oneway.py; the
+    monitor's own sessions took the rest); the bound is that over the ACK wire bytes per
+    data byte.  Where the one-way pass read only the capture's first records (`whole` 0),
+    the capture's totals both ways stand in (the monitor's sessions counted too)."""
+    queue = return_queue(i)
+    whole = i.one_way.get("whole", 1.0) == 1.0
+    data = i.one_way.get("data_bytes", 0.0) if whole else i.data_payload_bytes
+    wire = i.one_way.get("ack_wire_bytes", 0.0) if whole else i.return_wire_bytes
+    # One pure ACK per this much data, from the data flows read.
+    per_ack = i.one_way.get("data_bytes", 0.0) / max(1.0, i.one_way.get("ack_packets", 0.0))
+    seconds = i.span if i.phase_measured else i.wire_seconds
+    if queue is None or data <= 0 or wire <= 0 or not seconds or seconds <= 0:
+        return None
+    carried = wire / seconds  # bytes/s on the return wire
+    per_data = wire / data
+    rate = carried / per_data
+    each = f", a pure ACK per {human_bytes(per_ack)} of data" if i.one_way.get("ack_packets") else ""
+    return Bound(
+        "ack_clock",
+        rate,
+        f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
+        f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))}): "
+        f"it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire ({human_bytes(wire)}"
+        f"{each}); the ACKs cost "
+        f"{per_data:.2%} of the data's bytes on the return wire, so the ACK clock allows {human_rate(rate)}",
+        "path",
+        {"return_bytes_per_second": carried, "ack_wire_per_data_byte": per_data, "ack_queue_seconds": queue},
+    )
+
+
 def loss(i: Inputs) -> Bound | None:
     """Mathis: MSS / RTT x sqrt(3/2) / sqrt(p), p the real losses per segment sent."""
     rtt = round_trip(i)
@@ -428,7 +481,8 @@ def application(i: Inputs, side: str, why: str) -> Bound:
 
 def computed(i: Inputs) -> list[Bound]:
     """Every network bound that could be computed from this transfer's inputs."""
-    return [b for b in (receive_window(i), send_buffer(i), path_capacity(i), loss(i), packet_rate(i)) if b]
+    candidates = (receive_window(i), send_buffer(i), path_capacity(i), loss(i), packet_rate(i), ack_clock(i))
+    return [b for b in candidates if b]
 
 
 def met(bounds: Iterable[Bound], rate: float) -> list[Bound]:

@@ -83,6 +83,15 @@ class Inputs:
     spurious: int = 0
     protocol: str = ""
     direction: str = ""
+    # The capture's largest flow (Result.one_way): each way's queue from the TCP
+    # timestamps, and the ACKs the return way carried.
+    one_way: Mapping[str, float] = field(default_factory=dict)
+    # The capture's span (first to last packet), over which its wire bytes moved.
+    wire_seconds: float | None = None
+    # The capture's frame bytes the other way from the data (the ACKs' way), and the
+    # data's payload: what the ACK clock's bound stands on (bounds.ack_clock).
+    return_wire_bytes: float = 0.0
+    data_payload_bytes: float = 0.0
 
     @property
     def mss(self) -> float:
@@ -192,6 +201,12 @@ class Inputs:
             spurious=min(retransmits, int(r.sender_tcp.get("dsack_dups", 0))) if counted == KERNEL_COUNT else 0,
             protocol=r.protocol,
             direction=r.direction,
+            one_way=r.one_way,
+            return_wire_bytes=float(r.wire_bytes_up if r.direction == "download" else r.wire_bytes_down),
+            data_payload_bytes=float(payload),
+            wire_seconds=r.last_packet_timestamp - r.first_packet_timestamp
+            if r.first_packet_timestamp is not None and r.last_packet_timestamp is not None
+            else None,
         )._checked_estimate(source)
 
     def _checked_estimate(self, source: str) -> Inputs:

@@ -39,11 +39,15 @@ sender, and what only shows once nothing else does last:
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
 8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
-9. shared_path: network-limited below the path's estimate, nothing of the transfer
-   holding it (_shared_path): before busy_host, whose waits a sender with a backlog in
-   flight shows did not hold it (unless the lab's delay line, the path on this host,
-   waited for a CPU);
-10. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
+9. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
+   while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
+   ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
+   flow's;
+10. shared_path: network-limited below the path's estimate, nothing of the transfer
+    holding it (_shared_path), a standing queue on the data way: before busy_host,
+    whose waits a sender with a backlog in flight shows did not hold it (unless the
+    lab's delay line, the path on this host, waited for a CPU);
+11. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
     where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
@@ -64,7 +68,7 @@ from dataclasses import dataclass, replace
 from bigbinf.judge import bounds, vetoes
 from bigbinf.judge.bounds import Bound
 from bigbinf.judge.inputs import CORROBORATED_SHARE, Inputs
-from bigbinf.judge.words import host_name, human_bytes, human_rate
+from bigbinf.judge.words import host_name, human_bits, human_bytes, human_rate
 
 LINK_SHARE = 0.9  # "within 10% of the shaped rate"
 LIMITED_SHARE = 0.3  # of the sender's busy time
@@ -84,8 +88,8 @@ STEADY_WITHIN = 0.9  # a file averages "near" its steady rate within 10% of it
 # A standing queue: the round trip the transfer saw stood this share of the path's
 # minimum above it, and at least QUEUE_SECONDS (a quiet path's smoothed RTT sits within a
 # few ms of its minimum; a bottleneck another flow keeps full holds its queue's delay).
-QUEUE_SHARE = 0.2
-QUEUE_SECONDS = 0.002
+QUEUE_SHARE = bounds.QUEUE_SHARE
+QUEUE_SECONDS = bounds.QUEUE_SECONDS
 # A receiver that advertised a zero window in this share of the sender's samples had
 # stopped reading (its buffer full): a buffer too small for the path never closes.
 ZERO_WINDOW_SHARE = 0.1
@@ -131,6 +135,8 @@ def bound_of(limit: Limit, i: Inputs) -> Bound | None:
     """The bound a verdict stands on (None where it has no numeric one: application's is
     the rate itself; busy_host and startup are held by their vetoes; shared_path by a
     standing queue; cpu and disk by their program's share on a core or on storage)."""
+    if limit.reason == "link_capacity" and limit.detail == "ack_clock":
+        return bounds.ack_clock(i)
     if limit.reason == "link_capacity":
         # A full path with its MSS clamped is named so where the packet rate met the rate
         # too; the path's capacity is its bound either way.
@@ -301,6 +307,11 @@ def _signalled(i: Inputs) -> Limit:
     own = _own_bound(i, steady, in_flight) if sender and not withheld else None
     if own:
         return own
+    returning = _return_path(i, steady, in_flight) if not withheld else None
+    if returning and returning.reason:
+        return returning
+    if returning:
+        withheld.append(returning.evidence)
     # A sender positively network-limited (in flight, a backlog, no loss, no window) was
     # held by neither end's programs, however busy this host: a receiver short of CPU
     # fills its queue and closes the window, a sender short of it runs out of backlog.  So
@@ -311,7 +322,11 @@ def _signalled(i: Inputs) -> Limit:
     path_on_host = i.host_busy.get("delay_line", 0.0) >= vetoes.BUSY_SHARE
     shared = _shared_path(i, steady, in_flight, rwnd, sndbuf, streams) if sender and not withheld else None
     queue = _standing_queue(i)
-    if shared and not queue:
+    elsewhere = _queue_not_on_data_way(i) if queue else ""
+    if shared and elsewhere:
+        withheld.append(f"not shared_path ({shared.evidence}): {elsewhere}")
+        shared = None
+    elif shared and not queue:
         withheld.append(
             f"not shared_path ({shared.evidence}): no other flow was seen (no standing queue: the round trip "
             f"{_rtt_words(i)}, and no loss)"
@@ -445,6 +460,52 @@ def _own_bound(i: Inputs, steady: float, in_flight: float | None) -> Limit | Non
     if bound.name == "packet_rate":
         return Limit("link_capacity", f"the path's packet rate at this MSS: {said}", "path", detail="packet_rate")
     return Limit(bound.name, said, bound.side)
+
+
+def _return_path(i: Inputs, steady: float, in_flight: float | None) -> Limit | None:
+    """link_capacity on the return path (detail ack_clock): the ACKs' way held a standing
+    queue while the data way's one-way delay stayed flat (bounds.return_queue), the sender
+    not idle, and the ACK clock's bound (bounds.ack_clock) meets the steady rate.  Where it
+    does not, an empty Limit whose evidence says why not (the withheld verdict lists the
+    bounds computed after it); None where the return way held no queue (or the
+    timestamps did not say)."""
+    ack = bounds.ack_clock(i)
+    if ack is None or (in_flight is not None and in_flight < IDLE_SHARE):
+        return None
+    needed = steady * ack.inputs["ack_wire_per_data_byte"]
+    carried = ack.inputs["return_bytes_per_second"]
+    if not ack.meets(steady):
+        return Limit(
+            "",
+            f"not the return path ({ack.words}): the steady rate {human_rate(steady)} is {steady / ack.rate:.0%} of "
+            f"it, outside {ack.low:.0%}-{ack.high:.0%}",
+        )
+    return Limit(
+        "link_capacity",
+        f"{ack.said(steady)}{i.share_of_path(steady)}: the ACKs needed {human_bits(needed)} at the steady rate and "
+        f"the return path carried {human_bits(carried)}, its queue standing; this transfer's own ACKs built it, "
+        f"no other flow is needed to explain it",
+        "path",
+        detail="ack_clock",
+    )
+
+
+def _queue_not_on_data_way(i: Inputs) -> str:
+    """Words, where the round trip's standing queue was not on the data way (the timestamps
+    say its one-way delay stayed flat: measure/wire/oneway.py): then no other flow shared
+    the data's bottleneck ("" where the data way held a queue, or it was not measured)."""
+    ack, data = i.one_way.get("ack_queue_seconds"), i.one_way.get("data_queue_seconds")
+    if data is None or ack is None or not i.rtt or data >= max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS):
+        return ""
+    where = (
+        "on the return path (the ACKs' way): this transfer's own ACKs can build it"
+        if bounds.return_queue(i) is not None
+        else "on neither way for long"
+    )
+    return (
+        f"the standing queue ({_rtt_words(i)}) was {where}; by the remote's TCP timestamps the data way's one-way "
+        f"delay stood {data * 1000:.1f} ms above its least, the return way's {ack * 1000:.1f} ms"
+    )
 
 
 def _standing_queue(i: Inputs) -> str:
@@ -687,8 +748,10 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
         # (Over in a few round trips, what kept a program busy was its set-up: ssh's
         # key exchange.)
         return None, ""
-    if steady_limit.reason and steady_limit.reason != "link_capacity":
-        # The steady phase's own limit cost file/steady - file/bandwidth; unknown
+    if steady_limit.reason and (steady_limit.reason != "link_capacity" or steady_limit.detail == "ack_clock"):
+        # The steady phase's own limit cost file/steady - file/bandwidth (the return
+        # path's too: the data way was not full, and a set-up slow behind its queue is its
+        # doing as much as the start's); unknown
         # without a bandwidth: then the larger share of the time decides as well as it can.
         steady_cost = i.file_bytes / steady - (i.file_bytes * i.wire_factor / i.bandwidth if i.bandwidth else 0.0)
         if steady_cost >= cost:

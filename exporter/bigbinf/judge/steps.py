@@ -129,6 +129,15 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
             "the MSS is clamped below what the path's MTU allows: find the clamp on the path (a router's TCPMSS "
             "--set-mss rule, a route's advmss, a tunnel's MTU) and lift it; each packet carries too little"
         )
+    if limit.reason == "link_capacity" and limit.detail == "ack_clock":
+        receiver = named_host(i.receiver_side, i)
+        return (
+            "the return path (the ACKs' way, toward the sender) is full: its capacity, not the data path's, holds "
+            "the rate; ask the path's operator for more capacity that way (an asymmetric link, a shaper on the "
+            f"return direction), or send fewer ACKs: on {receiver}, net.ipv4.tcp_comp_sack_nr and "
+            "tcp_comp_sack_delay_ns (Linux 4.19+) compress SACKs, GRO on its interface (`ethtool -K IF gro on`) "
+            "acknowledges more data per ACK"
+        )
     if limit.reason == "link_capacity":
         if i.loss >= LOSS_SHARE:
             bbr = _bbr(i)

@@ -219,8 +219,10 @@ def starved_remote(i: Inputs) -> str:
     expected, received = view.get("listings_expected"), view.get("listings_received")
     late = view.get("listing_late_max_seconds")
     excess, beyond = late, ""
-    if i.segments and i.loss >= LATE_LOSS_SHARE:
-        # Late listings are the path's delay as much as the remote's.
+    if (i.segments and i.loss >= LATE_LOSS_SHARE) or queued_toward_here(i):
+        # Late listings are the path's delay as much as the remote's: behind retransmission
+        # timeouts, or behind a standing queue on the way from the remote (they cross it:
+        # a 256 kbit/s return way with a 1 s queue held an scp upload's listings 4.8 s).
         expected = late = excess = None
     elif busy_host(i):
         # On a busy host, unanswered listings are this host's as much as the remote's; a
@@ -246,6 +248,17 @@ def starved_remote(i: Inputs) -> str:
     if not said:
         return ""
     return "the remote was starved of CPU: " + ", ".join(said)
+
+
+def queued_toward_here(i: Inputs) -> float | None:
+    """The standing queue on the way from the remote to this host, in seconds, where the
+    capture's TCP timestamps measured one (Result.one_way: the ACKs' way of an upload, the
+    data's of a download; a queue as bounds.return_queue counts one), else None."""
+    key = "ack_queue_seconds" if i.one_way.get("data_up") == 1.0 else "data_queue_seconds"
+    queue = i.one_way.get(key)
+    if queue is None or not i.rtt or queue < max(bounds.QUEUE_SHARE * i.rtt, bounds.QUEUE_SECONDS):
+        return None
+    return queue
 
 
 UNHURRIED_WAIT = 0.1  # a remote program that queued for a core less than this share of its life had one
@@ -464,7 +477,10 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
     check before a verdict is given (a test holds that the rules never reach it)."""
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
-    if reason == "link_capacity":
+    returning = bounds.ack_clock(i)
+    if reason == "link_capacity" and not (returning and returning.meets(i.steady_rate)):
+        # (The return path's capacity is what its standing queue shows it carried: no
+        # estimate of the data way's is needed, nor is the rate near it.)
         share = i.path_share(i.steady_rate)
         if share is None:
             return "link_capacity without a path estimate"

@@ -20,3 +20,9 @@ def human_rate(value: float | None) -> str:
     if value is None:
         return "unknown"
     return f"{value / 1e6:.2f} MB/s ({value * 8 / 1e6:.0f} Mbit/s)"
+
+
+def human_bits(value: float) -> str:
+    """A rate in bytes/s as bits on the wire, kbit/s below 1 Mbit/s (an ACK way's)."""
+    bits = value * 8
+    return f"{bits / 1e3:.0f} kbit/s" if bits < 1e6 else f"{bits / 1e6:.1f} Mbit/s"

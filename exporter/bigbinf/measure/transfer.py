@@ -40,6 +40,7 @@ from bigbinf.measure.undo import Undo, UndoError, UndoJournal
 from bigbinf.measure.wire.analyse import Analysis, EmptyCapture, PcapError
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout, analyse_in_worker
 from bigbinf.measure.wire.capture import Capture, CaptureError, wait_closed, wait_linger
+from bigbinf.measure.wire.oneway import one_way
 from bigbinf.process import in_netns, netns_exists, observe_sessions, run_with_timeout
 from bigbinf.protocols.base import DATA_FLOW_BYTES, Expectation, RunContext, RunOutcome, render
 from bigbinf.protocols.hosts import is_ipv6, url_host
@@ -173,6 +174,7 @@ class Wire:
     data_flows: int  # flows that carried >= DATA_FLOW_BYTES of payload
     transport: str  # what carried the most payload: "tcp", "udp" or "" (nothing)
     undecoded: dict[str, int]  # packets between the hosts inside encapsulations not opened, per kind
+    one_way: dict[str, float] = dataclasses.field(default_factory=dict)  # Result.one_way (wire/oneway.py)
 
     @classmethod
     def of(cls, a: Analysis) -> Wire:
@@ -677,7 +679,17 @@ def wire_of(
             "wire numbers are absent: the capture file was corrupted after it was written (the disk, or "
             "another writer)"
         )
-    return Wire.of(analysis), ""
+    return dataclasses.replace(Wire.of(analysis), one_way=_one_way(pcap, client_address, remote_address)), ""
+
+
+def _one_way(pcap: Path, client_address: str, remote_address: str) -> dict[str, float]:
+    """Result.one_way of the capture ({} where it cannot be read: the analysis above read it,
+    so only a file changed since; the rest of the wire numbers stand)."""
+    try:
+        return one_way(pcap, client_address, remote_address)
+    except (PcapError, OSError, ValueError) as exc:
+        log.warning("one-way delays of %s: %s", pcap, exc)
+        return {}
 
 
 def _deferred(
@@ -907,6 +919,7 @@ def _with_wire(result: Result, wire: Wire | None) -> Result:
         payload_histogram=wire.payload_histogram,
         data_flows=wire.data_flows,
         transport=wire.transport,
+        one_way=wire.one_way,
     )
 
 
