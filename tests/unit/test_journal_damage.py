@@ -102,6 +102,7 @@ def test_a_damaged_part_is_moved_aside_and_its_readable_results_kept_once(
     before = victim.read_bytes()
     held = {i for _, _, results in members(before) for i in results}
     assert len(members(before)) > 1  # a member per store.MEMBER_BYTES: a CRC proves a batch of lines
+    assert store.sealed_bytes(path)[victim.name] == len(gzip.decompress(before))  # what a start would read
     damage(victim, how)
     kept = intact(before, victim)  # what is provably intact of it now
     assert len(kept) < len(held)

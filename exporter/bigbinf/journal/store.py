@@ -451,10 +451,20 @@ def counts_path(journal: Path) -> Path:
 
 def sealed_counts(journal: Path) -> dict[str, int]:
     """Part name -> how many lines it was sealed with ({}: none recorded, or unreadable)."""
+    return {name: lines for name, (lines, _) in _sealed(journal).items()}
+
+
+def sealed_bytes(journal: Path) -> dict[str, int]:
+    """Part name -> how many bytes of lines it was sealed with (what reading it inflates:
+    its last member's trailer says only that member's)."""
+    return {name: size for name, (_, size) in _sealed(journal).items()}
+
+
+def _sealed(journal: Path) -> dict[str, tuple[int, int]]:
     try:
         data = json.loads(counts_path(journal).read_bytes())
         parts = data["parts"]
-        return {str(name): int(n) for name, n in parts.items()} if isinstance(parts, dict) else {}
+        return {str(name): (int(n), int(size)) for name, (n, size) in parts.items()} if isinstance(parts, dict) else {}
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -488,8 +498,8 @@ def drop_count_temporaries(journal: Path) -> None:
             leftover.unlink()
 
 
-def record_counts(journal: Path, changed: dict[str, int | None]) -> None:
-    """Set (None: drop) parts' counts in counts_path, whole or not at all, under an flock on
+def record_counts(journal: Path, changed: dict[str, tuple[int, int] | None]) -> None:
+    """Set (None: drop) parts' counts (lines, bytes of lines) in counts_path, whole or not at all, under an flock on
     the directory (two processes sealing different segments at once); the entries of
     parts no longer there (past retention) are dropped.  A count that cannot be written
     costs only its exactness: a damaged part's loss is then said as "at least"."""
@@ -500,8 +510,8 @@ def record_counts(journal: Path, changed: dict[str, int | None]) -> None:
         log.warning("%s: not written (%s)", counts_path(journal), describe_os_error(exc))
 
 
-def _record_counts_locked(journal: Path, changed: dict[str, int | None]) -> None:
-    counts = sealed_counts(journal)
+def _record_counts_locked(journal: Path, changed: dict[str, tuple[int, int] | None]) -> None:
+    counts = _sealed(journal)
     for name, n in changed.items():
         if n is None:
             counts.pop(name, None)
@@ -595,7 +605,7 @@ def quarantine(part: Path) -> Path | None:
     # The salvage is what the part holds now (a kill before this: the old count, a loss
     # said too high at a later damage of the salvage, never too low).
     if sealed is not None:
-        record_counts(journal, {part.name: len(kept) if kept else None})
+        record_counts(journal, {part.name: (len(kept), sum(map(len, kept))) if kept else None})
     log.error(
         "journal %s: damaged (%s): moved aside to %s; %d results kept in it, %s; the rest of the journal is intact",
         part,
@@ -913,12 +923,13 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
     gets another gzip member)."""
     journal = records.path
     ranges: dict[tuple[int, bool], list[float]] = {}
-    counts: dict[tuple[int, bool], int] = {}
-    for key, _, start in _seal_keys(plain, f):
+    counts: dict[tuple[int, bool], tuple[int, int]] = {}
+    for key, raw, start in _seal_keys(plain, f):
         span = ranges.setdefault(key, [plain.first, plain.first] if start is None else [start, start])
         if start is not None:
             span[0], span[1] = min(span[0], start), max(span[1], start)
-        counts[key] = counts.get(key, 0) + 1
+        lines, size = counts.get(key, (0, 0))
+        counts[key] = (lines + 1, size + len(raw))
     # A crashed sealing of this segment may have left parts: written again (whole) below.
     for old in journal.parent.glob(f"{glob.escape(journal.stem)}.*.{plain.source}.*jsonl.gz"):
         old.unlink()
