@@ -380,9 +380,14 @@ JOURNAL_FAILURES_TOTAL = Spec(
 JOURNAL_UNWRITTEN = Spec(
     PREFIX + "journal_unwritten_results",
     "gauge",
-    "Results (and path baselines) measured and published but not yet written to the journal (its disk full, "
-    "read-only or failing): kept in memory and retried every few seconds; a stop writes them elsewhere "
-    "(docs/deployment.md).",
+    "Transfer results measured and published but not yet written to the journal (its disk full, read-only or "
+    "failing): kept in memory and retried every few seconds; a stop writes them elsewhere (docs/deployment.md).",
+)
+JOURNAL_UNWRITTEN_BASELINES = Spec(
+    PREFIX + "journal_unwritten_path_baselines",
+    "gauge",
+    "Path baselines (one per remote per round) measured but not yet written to their journal (journal.paths.jsonl), "
+    "kept and retried as the transfer results are (bigbinf_journal_unwritten_results).",
 )
 JOURNAL_DAMAGED = Spec(
     PREFIX + "journal_damaged_segments",
@@ -738,6 +743,7 @@ ALL = (
     WEB_CLIENT_CERT_REQUIRED,
     JOURNAL_FAILURES_TOTAL,
     JOURNAL_UNWRITTEN,
+    JOURNAL_UNWRITTEN_BASELINES,
     JOURNAL_DAMAGED,
     JOURNAL_LOADING,
     UNDO_PENDING,

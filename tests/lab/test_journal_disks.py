@@ -11,6 +11,7 @@ every mount is unmounted after the test, whatever happened.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -247,3 +248,42 @@ def test_a_read_only_workdir_is_one_line_per_transfer_without_a_traceback(
     [r] = list(read(tmp_path / "j" / "journal.jsonl"))
     assert r.outcome == "failed" and r.error.startswith(line)
     assert json.dumps(r.to_json())  # journaled whole
+
+
+def test_a_start_restores_no_result_whose_member_fails_its_crc_and_says_the_true_loss(tmp_path: Path) -> None:
+    """Issue 44 breaks 3, 4 through `serve`: the newest day part's second gzip member has a
+    result altered (a stored block: one digit of its duration) so that it still parses;
+    only its CRC says so.  The start (no checkpoint: it rebuilds from the parts) restores
+    none of that member's results: the series' last result is the first member's last,
+    and the one line gives the loss from the count recorded at sealing."""
+    journal = tmp_path / "j" / "journal.jsonl"
+    written = Journal(journal)
+    for r in series_results(3 * 48, time.time() - 4 * 86400):
+        written.append(r)
+    written.rotate_now()
+    journal.write_bytes(b"")  # today's results dropped: the newest ones are the newest part's
+    checkpoint.checkpoint_path(journal).unlink(missing_ok=True)
+    in_parts = len(journaled(journal))
+    victim = [s for s in segments(journal) if s.sealed][-1].path
+    lines = gzip.decompress(victim.read_bytes()).splitlines(keepends=True)
+    first, second = lines[: len(lines) // 2], lines[len(lines) // 2 :]
+    data = bytearray(b"".join(gzip.compress(b"".join(batch), compresslevel=0, mtime=0) for batch in (first, second)))
+    at = data.rindex(b'"duration_seconds":0.05') + len(b'"duration_seconds":0.0')
+    data[at] = ord("9")  # the newest result's 0.05 s -> 0.09 s: a measurement that never was
+    victim.write_bytes(bytes(data))
+    log = tmp_path / "exporter.log"
+    with ExporterProcess(site(tmp_path, journal, interval="1h"), log) as exporter:
+        wait("the damaged part counted", lambda: metric(exporter, "bigbinf_journal_damaged_segments") == 1, 60)
+        newest_intact = json.loads(first[-1])["start_timestamp"]
+        shown = re.search(r'bigbinf_last_transfer_start_timestamp_seconds\{[^}]*protocol="copy"[^}]*\} (\S+)',
+                          exporter.metrics())  # fmt: skip
+        assert shown is not None and float(shown[1]) == newest_intact
+    assert all(r.duration_seconds == 0.05 for r in read(journal))
+    assert len(journaled(journal)) == in_parts - len(second)
+    text = log.read_text()
+    said = re.findall(rf"journal {re.escape(str(victim))}: damaged \(BadGzip: CRC check failed .*", text)
+    assert len(said) == 1, text[-3000:]
+    assert (
+        f"{len(first)} results kept in it, {len(second)} of the {len(lines)} results it was sealed with lost" in said[0]
+    )
+    assert f"{len(second)} lines that inflate to results but fail their CRC, not restored" in said[0]

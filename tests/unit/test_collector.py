@@ -267,3 +267,12 @@ def test_every_metric_has_help_and_base_unit_names() -> None:
         if spec.name.startswith(M.PREFIX + "transfer"):  # transfers_total, transfer_*
             assert "Updated when a scheduled transfer ends, never at scrape time." in spec.help, spec.name
     assert "bigbinf_transfers_total{" in text
+
+
+def test_results_and_path_baselines_not_yet_journaled_are_published_apart() -> None:
+    """Break 6 (issue 44): neither number stands for the other (the alert on each says what it counts)."""
+    state = _state()
+    state.record_journal_health(7, 2, 0)
+    get = _registry(state).get_sample_value
+    assert get("bigbinf_journal_unwritten_results") == 7
+    assert get("bigbinf_journal_unwritten_path_baselines") == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import logging
 import os
@@ -64,24 +65,24 @@ def damage(part: Path, how: str) -> None:
     part.write_bytes(bytes(data))
 
 
-def readable_lines(part: Path) -> set[int]:
-    """The results of `part` that can be read: independent of store.Lines (zlib's raw
-    inflate of what follows the 10-byte header our parts have, as far as it goes)."""
-    data = part.read_bytes()
-    found: set[int] = set()
-    if data[:3] != b"\x1f\x8b\x08":
-        return found
-    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-    out = b""
-    for at in range(10, len(data), 256):
-        try:
-            out += inflater.decompress(data[at : at + 256])
-        except zlib.error:
-            break
-    for raw in out.split(b"\n")[:-1]:
-        with contextlib.suppress(ValueError, TypeError):
-            found.add(index(Result.from_json(json.loads(raw))))
+def members(data: bytes) -> list[tuple[int, int, set[int]]]:
+    """The gzip members of an undamaged part: (start, end, its results), independent of
+    store.Lines (zlib's own gzip reader, which checks each member's CRC)."""
+    found, at = [], 0
+    while at < len(data):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = inflater.decompress(data[at:])
+        end = len(data) - len(inflater.unused_data)
+        found.append((at, end, {index(Result.from_json(json.loads(raw))) for raw in out.splitlines()}))
+        at = end
     return found
+
+
+def intact(before: bytes, part: Path) -> set[int]:
+    """The results of the members of `before` whose bytes stand unchanged in `part` now:
+    the only ones a reader may give back as measured."""
+    after = part.read_bytes()
+    return {i for start, end, held in members(before) if after[start:end] == before[start:end] for i in held}
 
 
 @pytest.mark.parametrize("with_checkpoint", [True, False])
@@ -98,9 +99,12 @@ def test_a_damaged_part_is_moved_aside_and_its_readable_results_kept_once(
     victim = parts[1].path
     whole = {index(r) for r in read(path)}
     assert len(whole) == 4 * PER_DAY
-    held = readable_lines(victim)
+    before = victim.read_bytes()
+    held = {i for _, _, results in members(before) for i in results}
+    assert len(members(before)) > 1  # a member per store.MEMBER_BYTES: a CRC proves a batch of lines
+    assert store.sealed_bytes(path)[victim.name] == len(gzip.decompress(before))  # what a start would read
     damage(victim, how)
-    kept = readable_lines(victim)  # what is readable of it now
+    kept = intact(before, victim)  # what is provably intact of it now
     assert len(kept) < len(held)
     expected = (whole - held) | kept
 
@@ -133,6 +137,43 @@ def test_a_damaged_part_is_moved_aside_and_its_readable_results_kept_once(
         assert fold.seq == rebuilt.seq == len(expected) and fold.latest == rebuilt.latest
         runs = [fold.series(k).tolist() for k in fold.packed.keys() | fold.history.keys()]
         assert sorted(map(len, runs)) == [len(expected)]
+
+
+@pytest.mark.parametrize("old_part", [True, False])
+def test_a_crc_failure_restores_no_altered_result_and_says_the_true_loss(
+    tmp_path: Path, old_part: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes flipped inside a gzip member can inflate to altered results that still parse
+    (here a stored block: one digit of a duration changed); only the member's CRC says so.
+    None of that member's results is restored as measured.  A part sealed now (a member
+    per batch of lines, its count recorded at sealing) loses that member only, said
+    exactly; one sealed before (one member, no count) loses all of it, said as "at least"."""
+    path = journal_of(tmp_path, days=3)
+    victim = [s for s in segments(path) if s.sealed][1].path
+    lines = gzip.decompress(victim.read_bytes()).splitlines(keepends=True)
+    batches = [lines] if old_part else [lines[: len(lines) // 2], lines[len(lines) // 2 :]]
+    data = bytearray(b"".join(gzip.compress(b"".join(batch), compresslevel=0, mtime=0) for batch in batches))
+    at = data.index(b'"duration_seconds":2.0') + len(b'"duration_seconds":')
+    data[at] = ord("9")  # 2.0 s -> 9.0 s: still a result, its throughput changed
+    victim.write_bytes(bytes(data))
+    if old_part:
+        store.record_counts(path, {victim.name: None})  # sealed before counts were recorded
+    lost = {index(Result.from_json(json.loads(raw))) for raw in batches[0]}
+    whole = {index(result(i)) for i in range(3 * PER_DAY)}
+    with caplog.at_level(logging.ERROR, logger="bigbinf.journal.store"):
+        got = list(read(path))
+    assert all(r.duration_seconds == 2.0 for r in got)  # the altered one is not a measurement
+    assert Counter(index(r) for r in got) == Counter(whole - lost)
+    (said,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert str(victim) in said and "CRC check failed" in said
+    assert f"{len(lost)} lines that inflate to results but fail their CRC, not restored" in said
+    if old_part:
+        assert f"0 results kept in it, at least {len(lost)} results lost" in said and "cannot be known" in said
+    else:
+        assert f"{len(lines) - len(lost)} results kept in it, {len(lost)} of the {len(lines)} results" in said
+    # The altered bytes stay for a human, in the file moved aside.
+    (aside,) = damaged(path)
+    assert aside.read_bytes() == bytes(data)
 
 
 # A quarantine SIGKILLed at its Nth file-system step (the temporary file's write and fsync,
@@ -290,7 +331,10 @@ def test_the_damaged_parts_of_each_journal_are_its_own(tmp_path: Path) -> None:
 def test_report_reads_past_a_damaged_part_and_moves_it_aside(tmp_path: Path) -> None:
     path = journal_of(tmp_path, days=3)
     victim = [s for s in segments(path) if s.sealed][1].path
+    before = victim.read_bytes()
+    held = {i for _, _, results in members(before) for i in results}
     damage(victim, "truncated")
+    lost = len(held - intact(before, victim))
     done = subprocess.run(
         [sys.executable, "-m", "bigbinf", "report", "--journal", str(path), "--out", str(tmp_path / "out")],
         capture_output=True,
@@ -300,7 +344,8 @@ def test_report_reads_past_a_damaged_part_and_moves_it_aside(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     said = [line for line in done.stderr.splitlines() if f"journal {victim}: damaged (EOFError" in line]
-    assert len(said) == 1 and "results kept in it" in said[0] and "cannot be known" in said[0]
+    # The true loss, not what the reader saw: the count its sealing recorded, less what reads whole.
+    assert len(said) == 1 and f"{len(held) - lost} results kept in it, {lost} of the {len(held)} results" in said[0]
     assert len(damaged(path)) == 1 and (tmp_path / "out" / "index.html").is_file()
 
 
@@ -318,7 +363,8 @@ def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
     else:
         checkpoint.checkpoint_path(path).unlink(missing_ok=True)
     victim = [s for s in segments(path) if s.sealed][1].path
-    held = {index(r) for r in read(path)} - readable_lines(victim)
+    in_victim = {i for _, _, results in members(victim.read_bytes()) for i in results}
+    held = {index(r) for r in read(path)} - in_victim
     victim.unlink()
     if how == "directory":
         victim.mkdir()
@@ -333,7 +379,8 @@ def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
     assert aside[0].is_dir() if how == "directory" else aside[0].is_symlink()
     lines = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert len(lines) == 1 and str(victim) in lines[0] and "cannot be opened" in lines[0], lines
-    assert "0 results kept" in lines[0] and "all its results lost" in lines[0]
+    # How many: the count its sealing recorded beside the parts (the part itself is gone).
+    assert "0 results kept" in lines[0] and f"all its {len(in_victim)} results lost" in lines[0]
     assert fold.seq == (4 * PER_DAY if with_checkpoint else len(held))
     done = subprocess.run(
         [sys.executable, "-m", "bigbinf", "report", "--journal", str(path), "--out", str(tmp_path / "out")],

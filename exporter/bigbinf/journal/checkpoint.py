@@ -236,13 +236,14 @@ class _Fold:
         before /metrics is up or after (service/restore.py)."""
         total = 0
         held = self.live_inode if self.live_offset else None
+        sealed = store.sealed_bytes(self.journal.path)
         for segment in segments(self.journal.path):
             if segment.source in self.covered:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(segment.path)
                 if segment.sealed:
-                    total += _inflated_size(segment.path, st.st_size)
+                    total += sealed.get(segment.path.name) or _inflated_size(segment.path, st.st_size)
                 else:
                     total += st.st_size - (self.live_offset if st.st_ino == held else 0)
         with contextlib.suppress(FileNotFoundError):
@@ -509,8 +510,9 @@ def _run_fields(run: Run) -> Iterator[Any]:
 
 
 def _inflated_size(part: Path, size: int) -> int:
-    """A gzip part's lines' bytes, from its last member's trailer (ISIZE; a part written in
-    several members is counted by its last: a lower bound)."""
+    """A gzip part's lines' bytes, from its last member's trailer (ISIZE), for a part whose
+    sealing recorded none (store.sealed_bytes): a part sealed before, mostly one member (one
+    written in several is counted by its last: a lower bound)."""
     try:
         with open(part, "rb") as f:
             f.seek(max(0, size - 4))

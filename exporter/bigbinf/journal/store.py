@@ -216,19 +216,28 @@ DAMAGE = (OSError, EOFError, zlib.error, ValueError)
 TRANSIENT = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN})
 
 
-class Lines:
-    """The lines of a segment as far as they can be read: iterating stops, instead of
-    raising, where the file is damaged (`damage` then says how; `unread` is a lower bound on
-    the compressed bytes after the damage: the file's size less what the reader took).
+MEMBER_BYTES = 1 << 16  # a sealed part's lines per gzip member: the grain at which a CRC proves them
 
-    A gzip part is inflated here (raw deflate, its CRC checked by us) rather than by the
-    gzip module, which drops what it had inflated of a member whose CRC fails: here every
-    line before the damage is read, and a bad CRC still reads the whole member."""
+
+class Lines:
+    """The lines of a segment that can be proved intact, as far as they can be read:
+    iterating stops, instead of raising, where the file is damaged (`damage` then says how).
+
+    A gzip part is inflated here (raw deflate, each member's CRC checked by us), and a
+    member's lines are given only once its CRC and length match: flipped bytes can
+    inflate to altered lines that still parse as results, and only the CRC at the
+    member's end says so.  The lines of a member that fails are never given (`unverified`:
+    how many of them parsed, a lower bound on the results they held); reading goes on at
+    the next gzip member found after it, itself proved by its own CRC.  A sealing writes a
+    member per MEMBER_BYTES of lines, so damage costs about that much; a part sealed
+    before (one member) loses all of it.  `unread`: the compressed bytes that are not in
+    a member that checked."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.damage: str | None = None
         self.unread = 0
+        self.unverified = 0
         self._gz = path.name.endswith(".gz")
         self._offset = 0  # plain files: where the next line starts (tell)
         self._raw: BinaryIO | None = None
@@ -249,10 +258,8 @@ class Lines:
         return os.fstat(self._raw.fileno()).st_ino if self._raw is not None else None
 
     def _damaged(self, exc: BaseException) -> None:
-        self.damage = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        assert self._raw is not None
-        with contextlib.suppress(OSError, ValueError):
-            self.unread = max(0, os.fstat(self._raw.fileno()).st_size - self._raw.tell())
+        if self.damage is None:  # the first: what a resynchronised read meets after it is its echo
+            self.damage = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
     def __iter__(self) -> Iterator[bytes]:
         if self._raw is None:
@@ -264,20 +271,44 @@ class Lines:
                     yield raw
             except OSError as exc:  # an unreadable sector
                 self._damaged(exc)
+                with contextlib.suppress(OSError, ValueError):
+                    self.unread = max(0, os.fstat(self._raw.fileno()).st_size - self._offset)
             return
+        yield from self._proved()
+
+    def _proved(self) -> Iterator[bytes]:
+        assert self._raw is not None
+        size = os.fstat(self._raw.fileno()).st_size
+        proved = 0  # compressed bytes in members that checked
+        pending: list[bytes] = []  # the lines of the member being inflated: given once it checks
         rest = b""
-        used = [0]
-        try:
-            for chunk in _inflate(self._raw, used):
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    yield line + b"\n"
-        except DAMAGE as exc:
-            self._damaged(exc)
-            self.unread = max(0, os.fstat(self._raw.fileno()).st_size - used[0])
+        position, resynced = 0, False
+        while True:
+            member = [0, 0]  # where the member being read starts, where the last one that checked ends
+            try:
+                for chunk in _inflate(self._raw, position, member):
+                    if chunk is None:  # its CRC and length match: its lines are proved
+                        proved += member[1] - member[0]
+                        resynced = False
+                        yield from pending
+                        pending = []
+                        continue
+                    lines = (rest + chunk).split(b"\n")
+                    rest = lines.pop()
+                    pending.extend(line + b"\n" for line in lines)
+                break
+            except DAMAGE as exc:
+                self._damaged(exc)
+                if not resynced:  # a member found by searching may be no member: its lines are not counted
+                    self.unverified += sum(1 for line in pending if _readable(line))
+                pending, rest = [], b""
+                found = _next_member(self._raw, member[0] + 1)
+                if found is None:
+                    break
+                position, resynced = found, True
         if rest:
-            yield rest  # a torn last line (or the garbage before the damage): no newline
+            yield rest  # a torn last line (no newline), in a member that checked
+        self.unread = max(0, size - proved)
 
     def seek(self, offset: int) -> None:
         assert not self._gz, "a gzip part is read from its start"
@@ -309,29 +340,47 @@ class BadGzip(ValueError):
     """A gzip part that is not gzip, or whose CRC or length does not match its data."""
 
 
-def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[bytes]:
-    """The inflated bytes of a gzip file's members, in order; raises (DAMAGE) where it is
-    damaged, after yielding all it could inflate before that (a member whose CRC or length
-    fails: all of it).  `at[0]`: how far into the file it has read what it used."""
+GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+def _next_member(raw: BinaryIO, offset: int, size: int = 1 << 16) -> int | None:
+    """Where the next gzip member header (1f 8b 08) at or after `offset` starts (None: none)."""
+    raw.seek(offset)
+    carry = b""
+    while True:
+        chunk = raw.read(size)
+        if not chunk:
+            return None
+        data = carry + chunk
+        found = data.find(GZIP_MAGIC)
+        if found >= 0:
+            return offset - len(carry) + found
+        offset += len(chunk)
+        carry = data[-2:]
+
+
+def _inflate(raw: BinaryIO, position: int, member: list[int], size: int = 1 << 16) -> Iterator[bytes | None]:
+    """The inflated bytes of a gzip file's members from `position`, in order, and None after
+    each member whose CRC and length match; raises (DAMAGE) where it is damaged.
+    `member`: [where the member being read starts, where the last one that checked ends]."""
+    raw.seek(position)
     buffer = raw.read(size)
-    first = True
     members = 0
-    while buffer or first:
-        at[0] = raw.tell() - len(buffer)
+    while True:
         if not buffer:
-            if not members:  # a sealed part always holds a member (its header, if no lines)
+            if not members and not position:  # a sealed part always holds a member (its header, if no lines)
                 raise BadGzip("empty: not gzip (0 bytes)")
             return
-        first = False
+        member[0] = raw.tell() - len(buffer)
         while len(buffer) < 10:
             more = raw.read(size)
             if not more:
                 raise EOFError("truncated in a member's header")
             buffer += more
-        if buffer[:3] != b"\x1f\x8b\x08":
+        if buffer[:3] != GZIP_MAGIC:
             if members and not buffer.strip(b"\0"):
                 return  # zero padding after the last member (as gzip tolerates)
-            if not members:  # zeros where the part was (unwritten extents after a crash), or other bytes
+            if not members and not position:  # zeros (unwritten extents after a crash), or other bytes
                 raise BadGzip(f"not gzip: it starts {buffer[:2].hex(' ')}, not 1f 8b")
             raise BadGzip("not a gzip member at this point")
         members += 1
@@ -345,7 +394,6 @@ def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[byte
                     raise EOFError("compressed file ended before the end-of-stream marker was reached")
             out = inflater.decompress(buffer)
             buffer = inflater.unused_data
-            at[0] = raw.tell() - len(buffer)
             if out:
                 crc, length = zlib.crc32(out, crc), length + len(out)
                 yield out
@@ -356,12 +404,10 @@ def _inflate(raw: BinaryIO, at: list[int], size: int = 1 << 16) -> Iterator[byte
             buffer += more
         stored_crc, stored_length = int.from_bytes(buffer[:4], "little"), int.from_bytes(buffer[4:8], "little")
         buffer = buffer[8:] or raw.read(size)
-        at[0] = raw.tell() - len(buffer)
         if stored_crc != crc or stored_length != length & 0xFFFFFFFF:
             raise BadGzip(f"CRC check failed {stored_crc:#x} != {crc:#x}")
-        first = True
-        if not buffer:
-            return
+        member[1] = raw.tell() - len(buffer)
+        yield None
 
 
 def _skip_header_fields(raw: BinaryIO, buffer: bytes, flags: int, at: int, size: int) -> bytes:
@@ -391,6 +437,89 @@ def _skip_header_fields(raw: BinaryIO, buffer: bytes, flags: int, at: int, size:
         at += 2
     need(0)
     return buffer[at:]
+
+
+# ---------------------------------------------------------------------------------------
+# How many results each sealed part holds
+
+
+def counts_path(journal: Path) -> Path:
+    """Where the sealed parts' counts are kept: journal.jsonl -> journal.counts.json
+    (journal.paths.jsonl -> journal.paths.counts.json), beside the parts, not in them."""
+    return journal.with_name(f"{journal.stem}.counts.json")
+
+
+def sealed_counts(journal: Path) -> dict[str, int]:
+    """Part name -> how many lines it was sealed with ({}: none recorded, or unreadable)."""
+    return {name: lines for name, (lines, _) in _sealed(journal).items()}
+
+
+def sealed_bytes(journal: Path) -> dict[str, int]:
+    """Part name -> how many bytes of lines it was sealed with (what reading it inflates:
+    its last member's trailer says only that member's)."""
+    return {name: size for name, (_, size) in _sealed(journal).items()}
+
+
+def _sealed(journal: Path) -> dict[str, tuple[int, int]]:
+    try:
+        data = json.loads(counts_path(journal).read_bytes())
+        parts = data["parts"]
+        return {str(name): (int(n), int(size)) for name, (n, size) in parts.items()} if isinstance(parts, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("%s: unreadable (%s): losses in damaged parts are given as lower bounds", counts_path(journal), exc)
+        return {}
+
+
+def _journal_of(part: Path) -> Path:
+    """The live file of the journal a sealed part belongs to (journal.FIRST-LAST.ID.jsonl.gz -> journal.jsonl)."""
+    m = _SEGMENT.search(part.name)
+    stem = part.name[: m.start() - 1] if m is not None else part.stem
+    return part.with_name(f"{stem}.jsonl")
+
+
+@contextlib.contextmanager
+def _counts_locked(journal: Path) -> Iterator[None]:
+    """Held while counts_path is read, changed and written: an flock on the directory (two
+    processes sealing different segments at once; the file itself is replaced, not locked)."""
+    fd = os.open(journal.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def drop_count_temporaries(journal: Path) -> None:
+    """The temporary files a kill during record_counts left (under its lock: none is being written)."""
+    with contextlib.suppress(OSError), _counts_locked(journal):
+        for leftover in temporaries(counts_path(journal)):
+            leftover.unlink()
+
+
+def record_counts(journal: Path, changed: dict[str, tuple[int, int] | None]) -> None:
+    """Set (None: drop) parts' counts (lines, bytes of lines) in counts_path, whole or not at all, under an flock on
+    the directory (two processes sealing different segments at once); the entries of
+    parts no longer there (past retention) are dropped.  A count that cannot be written
+    costs only its exactness: a damaged part's loss is then said as "at least"."""
+    try:
+        with _counts_locked(journal):
+            _record_counts_locked(journal, changed)
+    except OSError as exc:
+        log.warning("%s: not written (%s)", counts_path(journal), describe_os_error(exc))
+
+
+def _record_counts_locked(journal: Path, changed: dict[str, tuple[int, int] | None]) -> None:
+    counts = _sealed(journal)
+    for name, n in changed.items():
+        if n is None:
+            counts.pop(name, None)
+        else:
+            counts[name] = n
+    present = set(os.listdir(journal.parent))
+    counts = {name: n for name, n in counts.items() if name in present or name in changed}
+    replace_durably(counts_path(journal), json.dumps({"version": 1, "parts": counts}, sort_keys=True))
 
 
 DAMAGED = ".damaged-"  # <part>.damaged-<UTC stamp>: not a segment name, never read
@@ -440,13 +569,15 @@ def quarantine(part: Path) -> Path | None:
                     kept.append(raw)
                 elif raw.strip():
                     dropped, dropped_bytes = dropped + 1, dropped_bytes + len(raw)
-            damage, unread = lines.damage, lines.unread
+            damage, unread, unverified = lines.damage, lines.unread, lines.unverified
         if damage is None:
             if not dropped:
                 return None
             # Torn lines inside a sealed part (a line cut short in the plain segment it was
             # sealed from, by a crash mid-append): damage too, or each read skips them again.
             damage = f"{dropped} torn line{'s' if dropped > 1 else ''}"
+        journal = _journal_of(part)
+        sealed = sealed_counts(journal).get(part.name)
         inode = os.fstat(f.fileno()).st_ino
         prefix = part.name + DAMAGED
         aside = next((p for p in sorted(part.parent.glob(glob.escape(prefix) + "*")) if _inode(p) == inode), None)
@@ -471,26 +602,59 @@ def quarantine(part: Path) -> Path | None:
                 describe_os_error(exc),
             )
             return None
-    lost = ""
-    if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
-        size = sum(map(len, kept)) / len(kept) if kept else 0
-        about = f", about {max(1, round(dropped_bytes / size))} results at the kept ones' size" if size else ""
-        lost = f"{dropped} unreadable lines of {dropped_bytes} bytes lost{about}"
-    if not kept and not dropped:  # nothing of it read: all it held is lost
-        lost = _all_lost(part) + (f" ({unread} bytes unreadable)" if unread else "")
-    elif unread:  # how many results those bytes held is not knowable
-        lost += (" and " if lost else "") + f"at least {unread} compressed bytes unreadable (their results lost)"
-    elif damage.startswith("EOFError"):  # cut short: what stood after its end is not knowable
-        lost += (" and " if lost else "") + "the results after where it ends (how many cannot be known)"
+    # The salvage is what the part holds now (a kill before this: the old count, a loss
+    # said too high at a later damage of the salvage, never too low).
+    if sealed is not None:
+        record_counts(journal, {part.name: (len(kept), sum(map(len, kept))) if kept else None})
     log.error(
         "journal %s: damaged (%s): moved aside to %s; %d results kept in it, %s; the rest of the journal is intact",
         part,
         damage,
         aside.name,
         len(kept),
-        lost or "nothing more readable",
+        _loss(part, sealed, kept, dropped, dropped_bytes, unverified, unread, damage),
     )
     return aside
+
+
+def _loss(
+    part: Path,
+    sealed: int | None,
+    kept: list[bytes],
+    dropped: int,
+    dropped_bytes: int,
+    unverified: int,
+    unread: int,
+    damage: str,
+) -> str:
+    """What a damaged part lost, for the one line its quarantine logs: exact where its
+    sealing recorded its count, else a lower bound said as one."""
+    said = []
+    kept_size = sum(map(len, kept)) / len(kept) if kept else 0
+    if sealed is not None:
+        said.append(f"{max(0, sealed - len(kept))} of the {sealed} results it was sealed with lost")
+    elif not kept and not dropped and not unverified:  # nothing of it read: all it held is lost
+        said.append(_all_lost(part, sealed) + (f" ({unread} bytes unreadable)" if unread else ""))
+    else:
+        least = dropped + unverified
+        more = ""
+        if unread:
+            more = f" and those in {unread} compressed bytes that do not check"
+        elif damage.startswith("EOFError"):
+            more = " and those after where it ends"
+        said.append(
+            f"at least {least} results lost{more} (how many in all cannot be known: its sealing recorded no count)"
+        )
+    if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
+        about = f", about {max(1, round(dropped_bytes / kept_size))} results at the kept ones' size"
+        about = about if kept_size else ""
+        said.append(f"{dropped} unreadable lines of {dropped_bytes} bytes{about}")
+    if unverified:
+        said.append(
+            f"{unverified} lines that inflate to results but fail their CRC, not restored: not provably what was "
+            "measured (left in the file moved aside)"
+        )
+    return "; ".join(said)
 
 
 def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
@@ -498,6 +662,8 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
     nothing of it is readable, so the whole of it is renamed aside (a directory or a
     symlink renames as a file does); one rename, so a kill leaves it either place."""
     damage = f"cannot be opened: {_reason(exc)}"
+    journal = _journal_of(part)
+    sealed = sealed_counts(journal).get(part.name)
     aside = part.with_name(part.name + DAMAGED + _stamp(time.time()))
     if os.path.lexists(aside):
         aside = part.with_name(f"{aside.name}-{os.getpid()}")
@@ -519,17 +685,21 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
         part,
         damage,
         aside.name,
-        _all_lost(part),
+        _all_lost(part, sealed),
     )
+    if sealed is not None:
+        record_counts(journal, {part.name: None})
     return aside
 
 
-def _all_lost(part: Path) -> str:
-    """What is lost with the whole of a part: its results, from the range its name gives."""
+def _all_lost(part: Path, sealed: int | None = None) -> str:
+    """What is lost with the whole of a part: its results (as many as its sealing recorded),
+    from the range its name gives."""
+    what = f"all its {sealed} results lost" if sealed is not None else "all its results lost"
     m = _SEGMENT.search(part.name)
     if m is None:
-        return "all its results lost"
-    return f"all its results lost (those started {m['first']} to {m['last']})"
+        return what
+    return f"{what} (those started {m['first']} to {m['last']})"
 
 
 def check(journal: str | os.PathLike[str]) -> list[Path]:
@@ -662,16 +832,43 @@ def _records(
         yield item
 
 
+class _Members:
+    """A gzip part being written: a new member every MEMBER_BYTES of lines (each line
+    whole in one member), so that a CRC proves each batch of lines on its own (Lines)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.lines = 0
+        self._z: gzip.GzipFile | None = None
+        self._bytes = 0
+
+    def write(self, line: bytes) -> None:
+        if self._z is not None and self._bytes >= MEMBER_BYTES:
+            self.end_member()
+        if self._z is None:
+            self._z = gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=self.out, mtime=0)
+        self._z.write(line)
+        self._bytes += len(line)
+        self.lines += 1
+
+    def end_member(self) -> None:
+        if self._z is None:
+            self._z = gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=self.out, mtime=0)
+        self._z.close()  # its trailer: the CRC and length of its lines
+        self._z, self._bytes = None, 0
+
+
 def _gzip_temporary(target: Path, lines: Iterable[bytes], mode: int) -> Path:
-    """`lines` gzipped into a temporary file beside `target` (`.NAME.XXXX`: never read),
-    fsynced; removed again if that fails."""
+    """`lines` gzipped (a member per MEMBER_BYTES) into a temporary file beside `target`
+    (`.NAME.XXXX`: never read), fsynced; removed again if that fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw, mtime=0) as z:
-                for line in lines:
-                    z.write(line)
+            members = _Members(raw)
+            for line in lines:
+                members.write(line)
+            members.end_member()
             raw.flush()
             os.fsync(raw.fileno())
     except BaseException:
@@ -726,10 +923,13 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
     gets another gzip member)."""
     journal = records.path
     ranges: dict[tuple[int, bool], list[float]] = {}
-    for key, _, start in _seal_keys(plain, f):
+    counts: dict[tuple[int, bool], tuple[int, int]] = {}
+    for key, raw, start in _seal_keys(plain, f):
         span = ranges.setdefault(key, [plain.first, plain.first] if start is None else [start, start])
         if start is not None:
             span[0], span[1] = min(span[0], start), max(span[1], start)
+        lines, size = counts.get(key, (0, 0))
+        counts[key] = (lines + 1, size + len(raw))
     # A crashed sealing of this segment may have left parts: written again (whole) below.
     for old in journal.parent.glob(f"{glob.escape(journal.stem)}.*.{plain.source}.*jsonl.gz"):
         old.unlink()
@@ -739,12 +939,16 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
         token = f"{_stamp(math.floor(first))}-{_stamp(math.ceil(last))}"
         tag = ".import" if key[1] else ""
         names[key] = journal.with_name(f"{journal.stem}.{token}.{plain.source}{tag}.jsonl.gz")
+    # Each part's count, recorded before the parts exist (a kill between: the next sealing
+    # writes the same parts with the same counts), where a part's damage cannot reach it.
+    record_counts(journal, {names[key].name: counts[key] for key in names})
     temporary: dict[tuple[int, bool], Path] = {}
-    open_parts: dict[tuple[int, bool], tuple[BinaryIO, gzip.GzipFile]] = {}  # oldest used first
+    open_parts: dict[tuple[int, bool], _Members] = {}  # oldest used first
 
     def close(key: tuple[int, bool], sync: bool = False) -> None:
-        raw, z = open_parts.pop(key)
-        z.close()
+        part = open_parts.pop(key)
+        part.end_member()
+        raw = part.out
         raw.flush()
         if sync:
             os.fsync(raw.fileno())
@@ -762,10 +966,10 @@ def _seal_locked(plain: Segment, records: _Records[Any], f: BinaryIO) -> list[Pa
                     out: BinaryIO = os.fdopen(fd, "wb")
                 else:
                     out = open(temporary[key], "ab")  # noqa: SIM115 - closed by close()
-                open_parts[key] = (out, gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=out, mtime=0))
+                open_parts[key] = _Members(out)
             else:
                 open_parts[key] = open_parts.pop(key)  # the most recently used last
-            open_parts[key][1].write(raw_line)
+            open_parts[key].write(raw_line)
         for key in list(open_parts):
             close(key)
         for tmp in temporary.values():
@@ -1107,6 +1311,7 @@ class _Records(Generic[RecordT]):
         for leftover in leftovers(self.path):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+        drop_count_temporaries(self.path)
         for segment in segments(self.path):
             if not segment.sealed:
                 seal(segment, self)

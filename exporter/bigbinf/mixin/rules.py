@@ -664,11 +664,22 @@ def alerts(s: Settings) -> list[dict[str, Any]]:
             "0m",
             "critical",
             "bigbinf {{ $labels.instance }} cannot write its journal",
-            '{{ $value | printf "%.0f" }} records (transfer results and path baselines together: a round journals '
-            "one path baseline per remote besides its results) are published but not journaled: the journal's disk "
-            "is full, read-only or failing (the exporter logs the path, the error and the fix).  They are kept in "
+            '{{ $value | printf "%.0f" }} transfer results are published but not journaled: the journal\'s disk is '
+            "full, read-only or failing (the exporter logs the path, the error and the fix).  They are kept in "
             "memory and written once the disk takes writes again; a stop meanwhile writes them beside the journal or "
             "in /dev/shm, and a crash or a reboot loses them.",
+        ),
+        alert(
+            s,
+            "BigbinfJournalBaselinesNotDurable",
+            f"{metrics.JOURNAL_UNWRITTEN_BASELINES.name} > 0",
+            "0m",
+            "warning",
+            "bigbinf {{ $labels.instance }} cannot write its path baselines' journal",
+            '{{ $value | printf "%.0f" }} path baselines (one per remote per round: the route, the window, the RTT a '
+            "round measured before its transfers) are not journaled: the disk of journal.paths.jsonl is full, "
+            "read-only or failing.  Kept in memory and written once it takes writes again, as the results are "
+            "(BigbinfJournalNotDurable); a crash or a reboot meanwhile loses them.",
         ),
         alert(
             s,

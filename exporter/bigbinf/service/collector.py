@@ -168,6 +168,7 @@ class ExporterState:
         self.front_door: tuple[bool, bool, bool] | None = None
         self.journal_failures = 0
         self.journal_unwritten = 0
+        self.journal_unwritten_baselines = 0
         self.journal_damaged = 0
         self.journal_loading = False  # the journal still being read after /metrics came up (server.py)
         # Pending entries of the undo journal per kind (measure/undo.py): what a host keeps
@@ -411,12 +412,13 @@ class ExporterState:
         with self._changing():
             self.journal_failures += 1
 
-    def record_journal_health(self, unwritten: int, damaged: int) -> None:
-        """The results not yet journaled and the damaged segments moved aside, now."""
-        if (unwritten, damaged) == (self.journal_unwritten, self.journal_damaged):
+    def record_journal_health(self, unwritten: int, unwritten_baselines: int, damaged: int) -> None:
+        """The results and the path baselines not yet journaled, and the damaged segments moved aside, now."""
+        now = (unwritten, unwritten_baselines, damaged)
+        if now == (self.journal_unwritten, self.journal_unwritten_baselines, self.journal_damaged):
             return
         with self._changing():
-            self.journal_unwritten, self.journal_damaged = unwritten, damaged
+            self.journal_unwritten, self.journal_unwritten_baselines, self.journal_damaged = now
 
     def record_journal_loading(self, loading: bool) -> None:
         with self._changing():
@@ -453,6 +455,7 @@ class ExporterState:
             clone.front_door = self.front_door
             clone.journal_failures = self.journal_failures
             clone.journal_unwritten = self.journal_unwritten
+            clone.journal_unwritten_baselines = self.journal_unwritten_baselines
             clone.journal_damaged = self.journal_damaged
             clone.journal_loading = self.journal_loading
             clone.undo_pending = dict(self.undo_pending)
@@ -720,6 +723,7 @@ class BigbinfCollector(Collector):
             yield gauge(spec, None if door is None else float(door[i]))
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
+        yield gauge(M.JOURNAL_UNWRITTEN_BASELINES, s.journal_unwritten_baselines)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)
         yield gauge(M.JOURNAL_LOADING, 1.0 if s.journal_loading else 0.0)
         pending = GaugeMetricFamily(M.UNDO_PENDING.name, M.UNDO_PENDING.help, labels=M.UNDO_PENDING.labels)

@@ -302,6 +302,7 @@ def render(s: ExporterState) -> tuple[Family, ...]:
         single(spec, "gauge", None if door is None else float(door[i]))
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
     single(M.JOURNAL_UNWRITTEN, "gauge", s.journal_unwritten)
+    single(M.JOURNAL_UNWRITTEN_BASELINES, "gauge", s.journal_unwritten_baselines)
     single(M.JOURNAL_DAMAGED, "gauge", s.journal_damaged)
     single(M.JOURNAL_LOADING, "gauge", 1.0 if s.journal_loading else 0.0)
     pending = _Lines()

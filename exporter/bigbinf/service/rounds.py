@@ -786,9 +786,8 @@ class RoundRunner:
 
     def journal_health(self) -> None:
         """The records not yet journaled and the damaged segments moved aside, to the metrics."""
-        unwritten = self.journal.unwritten_count + self.baselines.unwritten_count
         found = len(damaged(self.journal.path)) + len(damaged(self.baselines.path))
-        self.state.record_journal_health(unwritten, found)
+        self.state.record_journal_health(self.journal.unwritten_count, self.baselines.unwritten_count, found)
 
     def retry_journal(self) -> None:
         """Every JOURNAL_RETRY_EVERY: write what the journals could not take (their disk may
