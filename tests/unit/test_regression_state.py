@@ -811,3 +811,50 @@ def test_restarts_during_a_suspicion_open_it_on_the_same_run_as_none(tmp_path: P
     none = _opening_run(tmp_path, 0, seed)
     assert none is not None
     assert _opening_run(tmp_path, 2, seed) == none
+
+
+def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart whose re-judge would replay more than restore.REPLAY_INLINE runs (33 of
+    each of 1,000 series: 24 CPU-s) serves /metrics first: the rest restored, the open
+    regression journaled published (its page stays up), bigbinf_journal_loading 1; the
+    re-judge after, in the start's background read, before the rounds: the recovery
+    journaled while no exporter judged closes it then, once."""
+    from bigbinf.service import restore as restore_module
+
+    journal = tmp_path / "j.jsonl"
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG.replace("JOURNAL", str(journal)))
+    config = parse_config(path.read_text(), str(path))
+    rng = np.random.default_rng(45)
+    runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])
+    for t, x in runs(30, 0, 25e6, 0.03, rng) + runs(5, 30, 15e6, 0.03, rng):
+        runner.publish(_result(t, x))
+    for t, x in runs(3, 35, 25e6, 0.03, rng):  # back, journaled by no exporter that judges
+        runner.journal.append(_result(t, x))
+    assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED]
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)
+    exporter = cli.Exporter(path, "127.0.0.1:0")
+    try:
+        assert exporter.loading is not None and "judge again" in exporter.loading
+        assert exporter.state.journal_loading and not exporter.loaded.is_set()
+        assert exporter.state.latest  # the last results restored before /metrics
+        assert _sample(exporter.state, M.REGRESSED.name) == 1.0  # as journaled: not yet final
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) is None  # no test until the re-judge
+        assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED]
+        exporter.runner.stopping.set()  # the background read alone, no rounds after it
+        exporter._load_journal()
+        assert not exporter.state.journal_loading and exporter.loaded.is_set()
+        assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED, RECOVERED]
+        assert not _sample(exporter.state, M.REGRESSED.name)
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) == pytest.approx(1.0, abs=0.05)
+    finally:
+        exporter.stop()
+    # Few runs to judge again: inline, as before.
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 1000)
+    again = cli.Exporter(path, "127.0.0.1:0")
+    try:
+        assert again.loading is None and again.loaded.is_set() and not again.state.journal_loading
+        assert len(RegressionJournal(journal).read_events()) == 2  # nothing judged twice
+    finally:
+        again.stop()
