@@ -858,3 +858,58 @@ def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, mon
         assert len(RegressionJournal(journal).read_events()) == 2  # nothing judged twice
     finally:
         again.stop()
+
+
+def _day_level_runs(
+    days: int, level: float, day_sd: float, run_sd: float, rng: np.random.Generator
+) -> list[tuple[float, float]]:
+    """Runs at HOURS each day, each day at a level of its own (SD `day_sd`), each run
+    beside it (SD `run_sd`): runs correlated within a day, no change (issue 45 B5)."""
+    out = []
+    for day in range(days):
+        day_level = rng.normal(0, day_sd)
+        for hour in HOURS:
+            out.append((START + day * DAY + hour * 3600, level * math.exp(day_level + rng.normal(0, run_sd))))
+    return out
+
+
+def _spread(series: list[tuple[float, float]]) -> float:
+    from bigbinf.history.regression import baseline_mask, day_spread, times_of_day
+
+    settings = RegressionSettings(rounds_per_day=len(HOURS))
+    ts = np.array([t for t, _ in series])
+    logs = np.log([x for _, x in series])
+    return day_spread(ts, times_of_day(ts, History(settings).zone), logs, settings, baseline_mask(ts, settings))
+
+
+def test_the_day_to_day_spread_is_the_day_levels_not_the_runs_noise() -> None:
+    """day_spread: about 0 with noise independent from run to run (a 30% drop of a quiet
+    series, or a 20% one of a noisy series, is far beyond DAY_SDS of it), the day levels'
+    SD when a level persists for a day."""
+    from bigbinf.history.regression import DAY_SDS
+
+    rng = np.random.default_rng(45)
+    quiet = [_spread(runs(30, 0, 25e6, 0.03, rng)) for _ in range(20)]
+    noisy = [_spread(runs(30, 0, 25e6, 0.12, rng)) for _ in range(20)]
+    assert max(quiet) * DAY_SDS < -math.log(0.7) / 4
+    assert max(noisy) * DAY_SDS < -math.log(0.8)
+    days = [_spread(_day_level_runs(30, 25e6, 0.08, 0.05, rng)) for _ in range(20)]
+    assert float(np.median(days)) == pytest.approx(0.08, abs=0.02)
+
+
+def test_a_low_day_of_a_series_whose_days_differ_is_no_regression() -> None:
+    """A series whose level persists for a day (8% SD from day to day, 5% a run, no
+    change): a day 20% down (2.5 of its day SDs) is within its own day-to-day spread and
+    opens nothing, where the run-level test alone opened it on its 4th run; a 50% drop
+    of the same series still opens on its 3rd."""
+    rng = np.random.default_rng(46)
+    history = History(RegressionSettings(rounds_per_day=len(HOURS)))
+    base = _day_level_runs(30, 25e6, 0.08, 0.05, rng)
+    assert not any(feed(history, "s", base))
+    low = [(START + 30 * DAY + h * 3600, 25e6 * 0.8 * math.exp(rng.normal(0, 0.05))) for h in HOURS]
+    assert not any(feed(history, "s", low))
+    assert [e.kind for e in history.events] == []
+    normal = _day_level_runs(3, 25e6, 0.0, 0.05, rng)
+    history.add("s", normal[0][0] + 31 * DAY, normal[0][1])  # a day at its level again
+    halved = [(START + 32 * DAY + h * 3600, 12.5e6 * math.exp(rng.normal(0, 0.05))) for h in HOURS]
+    assert feed(history, "s", halved)[:3] == [False, False, True]
