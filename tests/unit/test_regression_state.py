@@ -873,7 +873,7 @@ def _day_level_runs(
     return out
 
 
-def _spread(series: list[tuple[float, float]]) -> float:
+def _spread(series: list[tuple[float, float]]) -> tuple[float, float]:
     from bigbinf.history.regression import baseline_mask, day_spread, times_of_day
 
     settings = RegressionSettings(rounds_per_day=len(HOURS))
@@ -891,10 +891,12 @@ def test_the_day_to_day_spread_is_the_day_levels_not_the_runs_noise() -> None:
     rng = np.random.default_rng(45)
     quiet = [_spread(runs(30, 0, 25e6, 0.03, rng)) for _ in range(20)]
     noisy = [_spread(runs(30, 0, 25e6, 0.12, rng)) for _ in range(20)]
-    assert max(quiet) * DAY_SDS < -math.log(0.7) / 4
-    assert max(noisy) * DAY_SDS < -math.log(0.8)
+    assert max(b for b, _ in quiet) * DAY_SDS < -math.log(0.7) / 4
+    assert max(b for b, _ in noisy) * DAY_SDS < -math.log(0.8)
+    assert float(np.median([w for _, w in noisy])) == pytest.approx(0.12, abs=0.01)  # the runs' noise
     days = [_spread(_day_level_runs(30, 25e6, 0.08, 0.05, rng)) for _ in range(20)]
-    assert float(np.median(days)) == pytest.approx(0.08, abs=0.02)
+    assert float(np.median([b for b, _ in days])) == pytest.approx(0.08, abs=0.02)
+    assert float(np.median([w for _, w in days])) == pytest.approx(0.05, abs=0.01)
 
 
 def test_a_low_day_of_a_series_whose_days_differ_is_no_regression() -> None:

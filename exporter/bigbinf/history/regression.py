@@ -540,27 +540,30 @@ def tod_residuals(tod: np.ndarray, logs: np.ndarray, window: float) -> np.ndarra
     return out
 
 
-# A drop opens only when it is beyond DAY_SDS of the series' day-to-day SD (`day_spread`):
-# under no change a day's level is the day's, and at 3.5 SDs a day that low comes about
-# once in 4,000 days (Gaussian).  Estimated once the baseline has MIN_SPREAD_DAYS days of
-# 2 runs or more (fewer: no day-to-day spread is known, the run-level test alone decides).
+# A drop opens only when it is beyond DAY_SDS of what its runs' level varies by under no
+# change (`beyond_days`: the day-to-day SD of `day_spread` and the runs' own noise over
+# their number): a level that low comes about once in 30,000 looks (Gaussian).  Known
+# once the baseline has MIN_SPREAD_DAYS days of 2 runs or more (fewer: the run-level test
+# alone decides, as before).
 DAY_SDS = 4.0
 MIN_SPREAD_DAYS = 7
 
 
 def day_spread(
     ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings, keep: np.ndarray
-) -> float:
-    """The SD (log) of a series' day levels beyond what its runs' own noise gives them,
+) -> tuple[float, float]:
+    """(between, within): the SD (log) of a series' day levels beyond what its runs' own
+    noise gives them, and that noise's (the runs' SD around their day's mean),
     from its baseline runs (`keep`): each run's time-of-day residual (winsorized at 3
     robust SDs, as `robust_sd`), each local day's mean of them, and the one-way analysis
     of variance's between-day component, var(day means) - pooled within-day variance x
     mean(1 / runs a day), at least 0.  With noise independent from run to run it is
     about 0 (a day's mean varies only by its runs' noise); with a level that persists
     for a day (a busy day, a peering that comes and goes: issue 45 B5) it is that
-    level's SD, which three runs of one day, all low, cannot tell from a change."""
+    level's SD, which three runs of one day, all low, cannot tell from a change.  (0, 0)
+    when the baseline has fewer than MIN_SPREAD_DAYS days of 2 runs or more."""
     if not keep.any():
-        return 0.0
+        return 0.0, 0.0
     res = tod_residuals(tod[keep], logs[keep], settings.time_of_day_window_seconds)
     centre = float(np.median(res))
     mad = 1.4826 * float(np.median(np.abs(res - centre)))
@@ -569,18 +572,23 @@ def day_spread(
     _, inverse, counts = np.unique(day, return_inverse=True, return_counts=True)
     several = counts[inverse] >= 2
     if int(np.sum(counts >= 2)) < MIN_SPREAD_DAYS:
-        return 0.0
+        return 0.0, 0.0
     res, inverse = res[several], inverse[several]
     _, inverse, counts = np.unique(inverse, return_inverse=True, return_counts=True)
     means = np.bincount(inverse, res) / counts
     within = float(np.sum((res - means[inverse]) ** 2)) / (len(res) - len(counts))
     between = float(np.var(means, ddof=1)) - within * float(np.mean(1.0 / counts))
-    return math.sqrt(max(0.0, between))
+    return math.sqrt(max(0.0, between)), math.sqrt(within)
 
 
-def beyond_days(ratio: float, spread: float) -> bool:
-    """Whether a drop (its ratio) is beyond DAY_SDS of the series' day-to-day SD."""
-    return -math.log(ratio) > DAY_SDS * spread
+def beyond_days(ratio: float, spread: tuple[float, float], runs: int) -> bool:
+    """Whether a drop (its ratio), seen on `runs` runs, is beyond DAY_SDS of the SD their
+    level has under no change: a day's level (spread's between) and their own noise
+    (within) over their number.  The day's term alone let a low day open whose runs were
+    low by chance too (a day of 4 SDs is rare; one of 3.5 with three runs a little lower
+    is not): 1.25 per 1,000 series-days with an 8% day-to-day SD."""
+    between, within = spread
+    return -math.log(ratio) > DAY_SDS * math.sqrt(between**2 + within**2 / max(runs, 1))
 
 
 def examine_arrays(
@@ -1255,12 +1263,12 @@ class History:
             # 4th slow run, and a one-series exporter's family (q = p <= fdr, looked at
             # every round) let a heavy-tailed series' dips open 2 per 1,000 series-days.
             if at_once and (test.p_value <= s.at_once_alpha or self._at_floor(key, test)):
-                since, drop = max(track.suspect, test.first), test.ratio  # the test's runs (from the drop's first)
+                since, drop, seen = max(track.suspect, test.first), test.ratio, test.recent_runs  # the test's runs
             elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
-                since, drop = track.suspect, ratio
+                since, drop, seen = track.suspect, ratio, runs
             else:
-                since, drop = None, ratio
-            if since is not None and not beyond_days(drop, self._day_spread(key, track)):
+                since, drop, seen = None, ratio, runs
+            if since is not None and not beyond_days(drop, self._day_spread(key), seen):
                 # Within the series' own day-to-day spread: a low day, not (yet) a change.
                 since = None
             if since is not None:
@@ -1280,11 +1288,11 @@ class History:
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 
-    def _day_spread(self, key: Any, track: Track) -> float:
+    def _day_spread(self, key: Any) -> tuple[float, float]:
         """The series' day-to-day SD (`day_spread`) over its test's baseline runs: worked
         out only where a drop would open (a few times a series, not every round)."""
         if key not in self.runs or len(self.runs[key][0]) <= self.settings.recent_runs:
-            return 0.0
+            return 0.0, 0.0
         ts, tod, logs = self.runs[key]
         excluded, shifts = self._excluded(key)
         keep = baseline_mask(ts, self.settings, excluded)
