@@ -44,8 +44,8 @@ def rejudge_deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | 
     """Why this restart's re-judge (RoundRunner.load_history: the runs a suspicion may
     span, SUSPECT_RUNS and the recent ones of each series without an open regression, and
     those journaled since the last judged) is better done after /metrics is up: more than
-    REPLAY_INLINE runs (33 of each of 1,000 series took 24 CPU-s, 120 series 3 CPU-s, 0.72
-    CPU-ms a run).  None: a first start (`deferred` weighs its replay), the test disabled,
+    REPLAY_INLINE runs (33 of each of 1,000 series: 36 CPU-s before /metrics on main,
+    docs/benchmarks.md).  None: a first start (`deferred` weighs its replay), the test disabled,
     or few runs.  Counted from the checkpoint's series, an upper bound: no run is read."""
     if not config.regression.enabled or not RegressionJournal(config.journal.path).path.exists():
         return None
