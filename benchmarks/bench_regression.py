@@ -589,8 +589,10 @@ def conditions(argv: list[str]) -> int:
     offset (--round-offset SD) beside --rep-noise each; a round every 6 hours, one
     exporter of --family series (the BH family); false openings per 1,000 series-days
     after the warm-up, and the slow round a quiet (3%) 30% drop opens on (the first slow
-    round is 1).  Runs on any tree whose bigbinf.history.regression is importable
-    (PYTHONPATH=/work/main/exporter for the code before): without
+    round is 1); --day-offset gives each day a level of its own (runs correlated within
+    a day, issue 45 B5), --day-persistence its correlation with the day before.  Runs on
+    any tree whose bigbinf.history.regression is importable (PYTHONPATH=/work/main/exporter
+    for the code before): without
     RegressionSettings.repetitions a round's runs are tested one by one (as before)."""
     ap = argparse.ArgumentParser(description=conditions.__doc__)
     ap.add_argument("--conditions", action="store_true")
@@ -606,6 +608,12 @@ def conditions(argv: list[str]) -> int:
     ap.add_argument("--round-offset", type=float, default=0.0, help="SD (log) of each round's shared offset")
     ap.add_argument("--rep-noise", type=float, default=0.03, help="SD (log) of each repetition, with repetitions")
     ap.add_argument("--one-by-one", action="store_true", help="a round's repetitions as runs (the code before)")
+    ap.add_argument(
+        "--day-offset", type=float, default=0.0, help="SD (log) of each day's level, shared by its rounds (B5)"
+    )
+    ap.add_argument(
+        "--day-persistence", type=float, default=0.0, help="a day's level's correlation with the day before"
+    )
     ap.add_argument("--drops", type=int, default=6, help="quiet series dropping 30%% (detection)")
     ap.add_argument("--seed", type=int, default=45)
     args = ap.parse_args(argv)
@@ -627,6 +635,17 @@ def conditions(argv: list[str]) -> int:
             return out
         return rng.normal(0, sd, n)
 
+    def day_levels(days: int) -> np.ndarray:
+        """Each day's level: AR(1) from day to day (--day-persistence), SD --day-offset."""
+        phi = args.day_persistence
+        shocks = rng.normal(0, args.day_offset * math.sqrt(1 - phi**2), days)
+        out = np.empty(days)
+        level = rng.normal(0, args.day_offset)
+        for d in range(days):
+            level = phi * level + shocks[d] if d else level
+            out[d] = level
+        return out
+
     def walk(days: int, family: int, drop: bool) -> tuple[int, list[int | None]]:
         """One exporter: its false openings after the warm-up, and each dropped series' round."""
         n = days * rounds_per_day
@@ -642,7 +661,10 @@ def conditions(argv: list[str]) -> int:
                 i += 1
         rounds = []
         for _ in range(family):
-            offset = noise(n, args.round_offset if reps > 1 else args.noise) + dips
+            # A day's level (--day-offset), the same for each of its rounds: runs correlated
+            # within a day, with no change (issue 45 B5).
+            days_level = np.repeat(day_levels(days), rounds_per_day) if args.day_offset else 0.0
+            offset = noise(n, args.round_offset if reps > 1 else args.noise) + dips + days_level
             rounds.append((offset, args.rep_noise if reps > 1 else 0.0, None))
         if drop:
             offset = rng.normal(0, 0.03, n)
@@ -684,7 +706,8 @@ def conditions(argv: list[str]) -> int:
     print(
         f"family {args.family}, df {args.df or 'Gaussian'}, noise {args.noise}, dips {args.dip_rate}/round "
         f"({args.dip_depth}, up to {args.dip_rounds} rounds), repetitions {reps} ({how}, round offset "
-        f"{args.round_offset}, each {args.rep_noise}); settings {settings}"
+        f"{args.round_offset}, each {args.rep_noise}), day offset {args.day_offset} (persistence "
+        f"{args.day_persistence}); settings {settings}"
     )
     print(
         f"false openings: {false_total} in {series_days:,.0f} series-days = "

@@ -811,3 +811,107 @@ def test_restarts_during_a_suspicion_open_it_on_the_same_run_as_none(tmp_path: P
     none = _opening_run(tmp_path, 0, seed)
     assert none is not None
     assert _opening_run(tmp_path, 2, seed) == none
+
+
+def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart whose re-judge would replay more than restore.REPLAY_INLINE runs (33 of
+    each of 1,000 series: 24 CPU-s) serves /metrics first: the rest restored, the open
+    regression journaled published (its page stays up), bigbinf_journal_loading 1; the
+    re-judge after, in the start's background read, before the rounds: the recovery
+    journaled while no exporter judged closes it then, once."""
+    from bigbinf.service import restore as restore_module
+
+    journal = tmp_path / "j.jsonl"
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG.replace("JOURNAL", str(journal)))
+    config = parse_config(path.read_text(), str(path))
+    rng = np.random.default_rng(45)
+    runner = RoundRunner(config, ExporterState())
+    runner.restore_history([], [KEY])
+    for t, x in runs(30, 0, 25e6, 0.03, rng) + runs(5, 30, 15e6, 0.03, rng):
+        runner.publish(_result(t, x))
+    for t, x in runs(3, 35, 25e6, 0.03, rng):  # back, journaled by no exporter that judges
+        runner.journal.append(_result(t, x))
+    assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED]
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)
+    exporter = cli.Exporter(path, "127.0.0.1:0")
+    try:
+        assert exporter.loading is not None and "judge again" in exporter.loading
+        assert exporter.state.journal_loading and not exporter.loaded.is_set()
+        assert exporter.state.latest  # the last results restored before /metrics
+        assert _sample(exporter.state, M.REGRESSED.name) == 1.0  # as journaled: not yet final
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) is None  # no test until the re-judge
+        assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED]
+        exporter.runner.stopping.set()  # the background read alone, no rounds after it
+        exporter._load_journal()
+        assert not exporter.state.journal_loading and exporter.loaded.is_set()
+        assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED, RECOVERED]
+        assert not _sample(exporter.state, M.REGRESSED.name)
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) == pytest.approx(1.0, abs=0.05)
+    finally:
+        exporter.stop()
+    # Few runs to judge again: inline, as before.
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 1000)
+    again = cli.Exporter(path, "127.0.0.1:0")
+    try:
+        assert again.loading is None and again.loaded.is_set() and not again.state.journal_loading
+        assert len(RegressionJournal(journal).read_events()) == 2  # nothing judged twice
+    finally:
+        again.stop()
+
+
+def _day_level_runs(
+    days: int, level: float, day_sd: float, run_sd: float, rng: np.random.Generator
+) -> list[tuple[float, float]]:
+    """Runs at HOURS each day, each day at a level of its own (SD `day_sd`), each run
+    beside it (SD `run_sd`): runs correlated within a day, no change (issue 45 B5)."""
+    out = []
+    for day in range(days):
+        day_level = rng.normal(0, day_sd)
+        for hour in HOURS:
+            out.append((START + day * DAY + hour * 3600, level * math.exp(day_level + rng.normal(0, run_sd))))
+    return out
+
+
+def _spread(series: list[tuple[float, float]]) -> tuple[float, float]:
+    from bigbinf.history.regression import baseline_mask, day_spread, times_of_day
+
+    settings = RegressionSettings(rounds_per_day=len(HOURS))
+    ts = np.array([t for t, _ in series])
+    logs = np.log([x for _, x in series])
+    return day_spread(ts, times_of_day(ts, History(settings).zone), logs, settings, baseline_mask(ts, settings))
+
+
+def test_the_day_to_day_spread_is_the_day_levels_not_the_runs_noise() -> None:
+    """day_spread: about 0 with noise independent from run to run (a 30% drop of a quiet
+    series, or a 20% one of a noisy series, is far beyond DAY_SDS of it), the day levels'
+    SD when a level persists for a day."""
+    from bigbinf.history.regression import DAY_SDS
+
+    rng = np.random.default_rng(45)
+    quiet = [_spread(runs(30, 0, 25e6, 0.03, rng)) for _ in range(20)]
+    noisy = [_spread(runs(30, 0, 25e6, 0.12, rng)) for _ in range(20)]
+    assert max(b for b, _ in quiet) * DAY_SDS < -math.log(0.7) / 4
+    assert max(b for b, _ in noisy) * DAY_SDS < -math.log(0.8)
+    assert float(np.median([w for _, w in noisy])) == pytest.approx(0.12, abs=0.01)  # the runs' noise
+    days = [_spread(_day_level_runs(30, 25e6, 0.08, 0.05, rng)) for _ in range(20)]
+    assert float(np.median([b for b, _ in days])) == pytest.approx(0.08, abs=0.02)
+    assert float(np.median([w for _, w in days])) == pytest.approx(0.05, abs=0.01)
+
+
+def test_a_low_day_of_a_series_whose_days_differ_is_no_regression() -> None:
+    """A series whose level persists for a day (8% SD from day to day, 5% a run, no
+    change): a day 20% down (2.5 of its day SDs) is within its own day-to-day spread and
+    opens nothing, where the run-level test alone opened it on its 4th run; a 50% drop
+    of the same series still opens on its 3rd."""
+    rng = np.random.default_rng(46)
+    history = History(RegressionSettings(rounds_per_day=len(HOURS)))
+    base = _day_level_runs(30, 25e6, 0.08, 0.05, rng)
+    assert not any(feed(history, "s", base))
+    low = [(START + 30 * DAY + h * 3600, 25e6 * 0.8 * math.exp(rng.normal(0, 0.05))) for h in HOURS]
+    assert not any(feed(history, "s", low))
+    assert [e.kind for e in history.events] == []
+    normal = _day_level_runs(3, 25e6, 0.0, 0.05, rng)
+    history.add("s", normal[0][0] + 31 * DAY, normal[0][1])  # a day at its level again
+    halved = [(START + 32 * DAY + h * 3600, 12.5e6 * math.exp(rng.normal(0, 0.05))) for h in HOURS]
+    assert feed(history, "s", halved)[:3] == [False, False, True]

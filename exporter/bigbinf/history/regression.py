@@ -498,6 +498,99 @@ def baseline_start(
     return max(since, end - BASELINE_HORIZON * span) if ts is not None else since
 
 
+def shifted(ts: np.ndarray, logs: np.ndarray, shifts: Sequence[tuple[float, float]]) -> np.ndarray:
+    """The log throughputs with each accepted level's change (before, change) added to
+    every run before it (a copy; `logs` itself without shifts)."""
+    if not shifts:
+        return logs
+    out = logs.copy()
+    for before, change in shifts:
+        out[ts < before] += change
+    return out
+
+
+def baseline_mask(
+    ts: np.ndarray, settings: RegressionSettings, excluded: Sequence[tuple[float, float]] = ()
+) -> np.ndarray:
+    """Which of a series' runs (time order, more than recent_runs) are the baseline of
+    its test (`examine_arrays`): the baseline weeks before the recent runs, or before the
+    first excluded span that reaches them, less every excluded span."""
+    k = settings.recent_runs
+    first = float(ts[-k])
+    end = min([first, *(lo for lo, hi in excluded if hi >= first)])
+    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK, ts)
+    keep = (ts >= since) & (ts < end)
+    keep[-k:] = False
+    for lo, hi in excluded:
+        keep &= ~((ts >= lo) & (ts < hi))
+    return keep
+
+
+def tod_residuals(tod: np.ndarray, logs: np.ndarray, window: float) -> np.ndarray:
+    """Each run's log throughput less the median of the runs within `window` of its own
+    time of day (15-minute bins), among these runs."""
+    order = np.argsort(tod, kind="stable")
+    sorted_tod, sorted_log = tod[order], logs[order]
+    bins = (tod // BIN_SECONDS).astype(int) % BINS
+    medians = np.full(BINS, np.nan)
+    for b in np.unique(bins).tolist():
+        parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
+        medians[b] = np.median(np.concatenate(parts))  # never empty: the bin's own runs are in it
+    out: np.ndarray = logs - medians[bins]
+    return out
+
+
+# A drop opens only when it is beyond DAY_SDS of what its runs' level varies by under no
+# change (`beyond_days`: the day-to-day SD of `day_spread` and the runs' own noise over
+# their number): a level that low comes about once in 30,000 looks (Gaussian).  Known
+# once the baseline has MIN_SPREAD_DAYS days of 2 runs or more (fewer: the run-level test
+# alone decides, as before).
+DAY_SDS = 4.0
+MIN_SPREAD_DAYS = 7
+
+
+def day_spread(
+    ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings, keep: np.ndarray
+) -> tuple[float, float]:
+    """(between, within): the SD (log) of a series' day levels beyond what its runs' own
+    noise gives them, and that noise's (the runs' SD around their day's mean),
+    from its baseline runs (`keep`): each run's time-of-day residual (winsorized at 3
+    robust SDs, as `robust_sd`), each local day's mean of them, and the one-way analysis
+    of variance's between-day component, var(day means) - pooled within-day variance x
+    mean(1 / runs a day), at least 0.  With noise independent from run to run it is
+    about 0 (a day's mean varies only by its runs' noise); with a level that persists
+    for a day (a busy day, a peering that comes and goes: issue 45 B5) it is that
+    level's SD, which three runs of one day, all low, cannot tell from a change.  (0, 0)
+    when the baseline has fewer than MIN_SPREAD_DAYS days of 2 runs or more."""
+    if not keep.any():
+        return 0.0, 0.0
+    res = tod_residuals(tod[keep], logs[keep], settings.time_of_day_window_seconds)
+    centre = float(np.median(res))
+    mad = 1.4826 * float(np.median(np.abs(res - centre)))
+    res = np.clip(res, centre - 3 * mad, centre + 3 * mad)
+    day = np.round((ts[keep] - tod[keep]) / 3600.0)  # the local midnight's hour: a day's runs share it
+    _, inverse, counts = np.unique(day, return_inverse=True, return_counts=True)
+    several = counts[inverse] >= 2
+    if int(np.sum(counts >= 2)) < MIN_SPREAD_DAYS:
+        return 0.0, 0.0
+    res, inverse = res[several], inverse[several]
+    _, inverse, counts = np.unique(inverse, return_inverse=True, return_counts=True)
+    means = np.bincount(inverse, res) / counts
+    within = float(np.sum((res - means[inverse]) ** 2)) / (len(res) - len(counts))
+    between = float(np.var(means, ddof=1)) - within * float(np.mean(1.0 / counts))
+    return math.sqrt(max(0.0, between)), math.sqrt(within)
+
+
+def beyond_days(ratio: float, spread: tuple[float, float], runs: int) -> bool:
+    """Whether a drop (its ratio), seen on `runs` runs, is beyond DAY_SDS of the SD their
+    level has under no change: a day's level (spread's between) and their own noise
+    (within) over their number.  The day's term alone let a low day open whose runs were
+    low by chance too (a day of 4 SDs is rare; one of 3.5 with three runs a little lower
+    is not): 1.25 per 1,000 series-days with an 8% day-to-day SD."""
+    between, within = spread
+    return -math.log(ratio) > DAY_SDS * math.sqrt(between**2 + within**2 / max(runs, 1))
+
+
 def examine_arrays(
     ts: np.ndarray,
     tod: np.ndarray,
@@ -514,19 +607,11 @@ def examine_arrays(
     the log change added to every run before `before` (an accepted level: the weeks
     before it, moved to the level accepted, are its baseline)."""
     k = settings.recent_runs
-    if shifts:
-        logs = logs.copy()
-        for before, change in shifts:
-            logs[ts < before] += change
+    logs = shifted(ts, logs, shifts)
     if len(ts) < k + 1:
         return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
     first = float(ts[-k])
-    end = min([first, *(lo for lo, hi in excluded if hi >= first)])
-    since = baseline_start(end, excluded, settings.baseline_weeks * WEEK, ts)
-    keep = (ts >= since) & (ts < end)
-    keep[-k:] = False
-    for lo, hi in excluded:
-        keep &= ~((ts >= lo) & (ts < hi))
+    keep = baseline_mask(ts, settings, excluded)
     base_tod, base_log = tod[keep], logs[keep]
     if not len(base_tod):
         return Untested(f"no baseline run in the {settings.baseline_weeks:g} weeks before the recent {k}")
@@ -1093,13 +1178,19 @@ class History:
             track.excluded = [(lo, hi) for lo, hi in track.excluded if hi > since]
         return ts[start:], tod[start:], logs[start:]
 
-    def retest(self, key: Any) -> None:
+    def _excluded(self, key: Any) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+        """The series' spans whose runs are not baseline, and its accepted levels' shifts
+        (`examine_arrays`'s `excluded` and `shifts`)."""
         track = self.tracks.get(key)
-        excluded = track.spans() if track else ()
+        excluded = list(track.spans()) if track else []
         shifts = self._shifts(key, track) if track else []
         if shifts:  # the weeks before an accepted level, moved to it, are its baseline again
             starts = {before for before, _ in shifts}
             excluded = [(lo, hi) for lo, hi in excluded if not (lo == -math.inf and hi in starts)]
+        return excluded, shifts
+
+    def retest(self, key: Any) -> None:
+        excluded, shifts = self._excluded(key)
         outcome = (
             examine_arrays(*self.runs[key], self.settings, excluded, shifts)
             if key in self.runs
@@ -1172,10 +1263,13 @@ class History:
             # 4th slow run, and a one-series exporter's family (q = p <= fdr, looked at
             # every round) let a heavy-tailed series' dips open 2 per 1,000 series-days.
             if at_once and (test.p_value <= s.at_once_alpha or self._at_floor(key, test)):
-                since = max(track.suspect, test.first)  # the test's runs (from the drop's first)
+                since, drop, seen = max(track.suspect, test.first), test.ratio, test.recent_runs  # the test's runs
             elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
-                since = track.suspect
+                since, drop, seen = track.suspect, ratio, runs
             else:
+                since, drop, seen = None, ratio, runs
+            if since is not None and not beyond_days(drop, self._day_spread(key), seen):
+                # Within the series' own day-to-day spread: a low day, not (yet) a change.
                 since = None
             if since is not None:
                 track.suspect = None
@@ -1193,6 +1287,16 @@ class History:
         elif recovered(test.episode_residuals, test.noise, s.material_drop, test.baseline_runs):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
+
+    def _day_spread(self, key: Any) -> tuple[float, float]:
+        """The series' day-to-day SD (`day_spread`) over its test's baseline runs: worked
+        out only where a drop would open (a few times a series, not every round)."""
+        if key not in self.runs or len(self.runs[key][0]) <= self.settings.recent_runs:
+            return 0.0, 0.0
+        ts, tod, logs = self.runs[key]
+        excluded, shifts = self._excluded(key)
+        keep = baseline_mask(ts, self.settings, excluded)
+        return day_spread(ts, tod, shifted(ts, logs, shifts), self.settings, keep)
 
     def _at_floor(self, key: Any, test: Tested) -> bool:
         """Whether a drop beyond the noise whose baseline cannot reach at_once_alpha (a

@@ -18,7 +18,7 @@ import time
 
 from bigbinf.config import Config
 from bigbinf.fserrors import describe_os_error
-from bigbinf.history.regression import WEEK
+from bigbinf.history.regression import SUSPECT_RUNS, WEEK, History, settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
 from bigbinf.result import Result, SeriesKey
@@ -38,6 +38,23 @@ LOAD_INLINE_BYTES = 8 << 20
 # state before /metrics is up (RoundRunner.load_history: 0.72 CPU-ms each, measured at
 # 1 M results of 120 hourly series; issue 44 saw 4.3 on 40 series x 240 runs): a second or so.
 REPLAY_INLINE = 1000
+
+
+def rejudge_deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
+    """Why this restart's re-judge (RoundRunner.load_history: the runs a suspicion may
+    span, SUSPECT_RUNS and the recent ones of each series without an open regression, and
+    those journaled since the last judged) is better done after /metrics is up: more than
+    REPLAY_INLINE runs (33 of each of 1,000 series: 36 CPU-s before /metrics on main,
+    docs/benchmarks.md).  None: a first start (`deferred` weighs its replay), the test disabled,
+    or few runs.  Counted from the checkpoint's series, an upper bound: no run is read."""
+    if not config.regression.enabled or not RegressionJournal(config.journal.path).path.exists():
+        return None
+    configured = set(series_of(config, lab))
+    kept = checkpoint.of(runner.journal).runs_kept(configured)  # loaded for the restore anyway
+    runs = min(kept, (SUSPECT_RUNS + config.regression.recent_runs) * len(configured))
+    if runs > REPLAY_INLINE:
+        return f"up to {runs} runs of {len(configured)} series to judge again through the regression state"
+    return None
 
 
 def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
@@ -62,10 +79,13 @@ def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
     return None
 
 
-def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabFor) -> int:
+def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabFor, rejudge: bool = True) -> int:
     """Restore `state` from `runner`'s journals; returns how many results it restored.
     Only series this configuration measures: imported 2015 dumps and series removed from
-    the config would otherwise come back as unbounded, stale label values."""
+    the config would otherwise come back as unbounded, stale label values.  `rejudge`
+    False: the regression test's history is left for `restore_history` after /metrics is
+    up (`rejudge_deferred`); meanwhile only its journaled states are published
+    (`restore_journaled_states`)."""
     configured = set(series_of(config, lab))
     for journal in (runner.journal, runner.baselines):
         try:
@@ -95,7 +115,10 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     # Each configured sweep's last verdict (its runs are source "sweep": not restored above).
     sweeps.restore(state, results.sweep_results(), config)
     # The regression test's history and verdicts (bigbinf/history/regression.py).
-    restore_history(runner, configured)
+    if rejudge:
+        restore_history(runner, configured)
+    else:
+        restore_journaled_states(runner, configured)
     # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
     restore_moves(runner)
     runner.journal_health()  # the damaged segments moved aside, counted from their files
@@ -119,6 +142,19 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
         weeks = max(weeks, checkpoint.HISTORY_SPAN / WEEK)
     runs = checkpoint.of(runner.journal).history_runs(settings.recent_runs, weeks)
     runner.load_history({key: series for key, series in runs.items() if key in configured}, configured)
+
+
+def restore_journaled_states(runner: RoundRunner, configured: set[SeriesKey]) -> None:
+    """The regression states the regressions' journal holds (open, accepted), published
+    without a test while the re-judge waits for the background (bigbinf_journal_loading
+    1 meanwhile: an open regression's page stays up, a series' test and q-value come with
+    the re-judge).  The runner's history is left as it is: restore_history replaces it,
+    and nothing adds to it before (the rounds start after)."""
+    if not runner.config.regression.enabled:
+        return
+    history = History(settings_of(runner.config))
+    history.restore(e for e in RegressionJournal(runner.config.journal.path).read_events() if e.key in configured)
+    runner.state.record_regressions(history.verdicts())
 
 
 def restore_moves(runner: RoundRunner) -> None:

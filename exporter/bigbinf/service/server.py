@@ -53,7 +53,7 @@ from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
 from bigbinf.service.mesh_runner import MeshLoader, MeshRunner, SiteView
 from bigbinf.service.recent import RecentTransfers
-from bigbinf.service.restore import deferred, restore, restore_history, restore_moves
+from bigbinf.service.restore import deferred, rejudge_deferred, restore, restore_history, restore_moves
 from bigbinf.service.rounds import JOURNAL_RETRY_EVERY, LabFor, RoundRunner, no_lab, series_of
 from bigbinf.service.routes import routes, utc
 from bigbinf.service.schedule import longest_gap_seconds, make_trigger
@@ -122,11 +122,17 @@ class Exporter:
         # rebuild, a long first replay) is read after /metrics is up (start), with
         # bigbinf_journal_loading 1 meanwhile; the rounds start once it is read.
         self.loading = deferred(self.runner, config, lab)
+        # A restart's re-judge of many series (restore.rejudge_deferred) alone is done after
+        # /metrics is up too: the rest is restored now, the journaled regression states
+        # published, the re-judge in the background before the rounds start.
+        self.rejudging = rejudge_deferred(self.runner, config, lab) if self.loading is None else None
         self.loaded = threading.Event()
         if self.loading is None:
-            restore(self.state, self.runner, config, lab)
+            restore(self.state, self.runner, config, lab, rejudge=self.rejudging is None)
+        if self.loading is None and self.rejudging is None:
             self.loaded.set()
         else:
+            self.loading = self.loading or self.rejudging
             self.state.record_journal_loading(True)
             log.info("the journal is read after /metrics is up: %s", self.loading)
         self.runner.record_undo_pending()  # published from the first scrape; settled at start
@@ -324,7 +330,10 @@ class Exporter:
         started = time.monotonic()
         with self._reload_lock:
             try:
-                restore(self.state, self.runner, self.config, self.runner.lab)
+                if self.rejudging is not None:  # the rest was restored before /metrics came up
+                    restore_history(self.runner, set(series_of(self.config, self.runner.lab)))
+                else:
+                    restore(self.state, self.runner, self.config, self.runner.lab)
             except Exception:  # a bug: the rounds still run (their results are journaled and folded)
                 log.exception("reading the journal after /metrics came up failed")
             finally:
