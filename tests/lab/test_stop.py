@@ -7,9 +7,10 @@ The truth: nginx's access log in the lab (a GET logged with its whole body sent 
 download whose data moved; a PUT logged 201/204 an upload that arrived), held against
 the journal, with the client's curl processes at each stop (a request whose curl a stop
 cut was not measured); the processes per network namespace and the ones carrying the
-exporter's marker (tests/support/chaos.py).  How long each stop took is recorded, and asserted only
-against a hang: 5 s is the product's target, measured in benchmarks/bench_chaos.py and
-docs/benchmarks.md, not a test's bound on a shared machine.
+exporter's marker (tests/support/chaos.py).  How long each stop took is recorded, and
+asserted only against a hang: 5 s is the product's target (longer where a transfer's data
+had moved: its result is finished first, cli.MEASURED_STOP_SECONDS), measured in
+benchmarks/bench_chaos.py and docs/benchmarks.md, not a test's bound on a shared machine.
 
 BIGBINF_STOP_ROUNDS scales the number of stops (default 10, as issue 36 asks: about three minutes);
 BIGBINF_STOP_SEED replays a failure's stop moments."""
