@@ -37,7 +37,7 @@ from bigbinf.history.advice import AdviceError, advise
 from bigbinf.journal.store import Journal
 from bigbinf.measure.plan import PlanError, host_key_warnings
 from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
-from bigbinf.process import own_children
+from bigbinf.process import measured, own_children
 from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.collector import ExporterState
@@ -747,6 +747,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 # How long a stop (SIGTERM) may take, the round it cut included (issue 36: within 5 s).
 STOP_SECONDS = 4.0
+# And one that came after a transfer's command had ended by itself (its data moved): what
+# finishes its result (the capture's drain and stop, the watchers' last listings, an
+# upload's removal, the journal) is bounded step by step, and a busy host takes longer
+# over it than STOP_SECONDS.  Past this, it is left as a kill leaves it.
+MEASURED_STOP_SECONDS = 30.0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -794,17 +799,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     exporter.stop(exiting=True)
     # The round the stop cut journals what it measured, or keeps it for the next start
     # (service/rounds.py); its last steps (a remote's last listing, an upload's removal)
-    # get what is left of STOP_SECONDS.  Past that, what remains is left as a kill leaves
-    # it, for the next start to finish (the round's note, the undo journal), and the
-    # exporter exits: a stop ends within seconds (issue 36).
-    idle = exporter.runner.wait_idle(STOP_SECONDS - (time.monotonic() - stopped_at))
+    # get what is left of STOP_SECONDS, or of MEASURED_STOP_SECONDS where a transfer's
+    # data had moved (process.measured).  Past that, what remains is left as a kill
+    # leaves it, for the next start to finish (the round's note, the undo journal), and
+    # the exporter exits: a stop ends within seconds (issue 36).
+    bound = STOP_SECONDS
+    idle = exporter.runner.wait_idle(bound - (time.monotonic() - stopped_at))
+    if not idle and measured.is_set():
+        log.info("a transfer had ended before the stop: waiting for its result to be journaled or kept")
+        bound = MEASURED_STOP_SECONDS
+        idle = exporter.runner.wait_idle(bound - (time.monotonic() - stopped_at))
     # What the journal could not take (its disk full or read-only) goes to a second place,
     # for the next start to journal (journal/store.py spill): said how many and where.
     exporter.runner.spill_unwritten()
     if not idle:
-        log.warning(
-            "the round in progress did not end within %.0f s of the stop: the next start finishes it", STOP_SECONDS
-        )
+        log.warning("the round in progress did not end within %.0f s of the stop: the next start finishes it", bound)
         logging.shutdown()
         os._exit(0)
     return 0

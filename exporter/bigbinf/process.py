@@ -289,14 +289,21 @@ def untrack(proc: subprocess.Popen[bytes]) -> None:
 # of the round in progress skips its waits (a closing connection's last packets: the
 # transfer was killed, its capture is not a measurement).
 stopping = threading.Event()
+# Set once a transfer's command has ended by itself, exit 0 (its data moved: a measurement),
+# until its result is journaled or kept for the next start (service/rounds.py `_round`):
+# a stop meanwhile ends none of what finishes it (the capture, the watchers, the upload's
+# removal: each bounded on its own) and waits for the result (cli's serve), so that no
+# transfer measured is lost to a stop, however long a busy host takes to finish it.
+measured = threading.Event()
 
 
 def kill_all_active() -> int:
-    """Kill every tracked process group (used on shutdown); returns how many."""
+    """Kill every tracked process group (used on shutdown); returns how many.  None while
+    a measured transfer is being finished (`measured`): what runs then finishes it."""
     if os.environ.get(guardian.MARKER) == owner():
         stopping.set()
     with _active_lock:
-        procs = list(_active)
+        procs = [] if measured.is_set() else list(_active)
     for proc in procs:
         if proc.poll() is None:
             kill_group(proc, grace=1.0)

@@ -5,10 +5,12 @@ its guardian (`kill -9` of both) leaves nothing running.
 
 The truth: nginx's access log in the lab (a GET logged with its whole body sent is a
 download whose data moved; a PUT logged 201/204 an upload that arrived), held against
-the journal; the processes per network namespace and the ones carrying the exporter's
-marker (tests/support/chaos.py).  How long each stop took is recorded, and asserted only
-against a hang: 5 s is the product's target, measured in benchmarks/bench_chaos.py and
-docs/benchmarks.md, not a test's bound on a shared machine.
+the journal, with the client's curl processes at each stop (a request whose curl a stop
+cut was not measured); the processes per network namespace and the ones carrying the
+exporter's marker (tests/support/chaos.py).  How long each stop took is recorded, and
+asserted only against a hang: 5 s is the product's target (longer where a transfer's data
+had moved: its result is finished first, cli.MEASURED_STOP_SECONDS), measured in
+benchmarks/bench_chaos.py and docs/benchmarks.md, not a test's bound on a shared machine.
 
 BIGBINF_STOP_ROUNDS scales the number of stops (default 10, as issue 36 asks: about three minutes);
 BIGBINF_STOP_SEED replays a failure's stop moments."""
@@ -33,7 +35,7 @@ from bigbinf.lab import LabLayout
 from bigbinf.result import Result
 
 from ..support import chaos
-from ..support.chaos import Chaos, marked_by
+from ..support.chaos import Chaos, marked_by, processes_in
 
 pytestmark = pytest.mark.lab
 STOPS = int(os.environ.get("BIGBINF_STOP_ROUNDS") or 10)
@@ -58,6 +60,7 @@ class Stop:
     doing: str  # the exporter's last log line before it
     serving: bool  # it had started serving (its signal handlers set): else SIGTERM's default ends it
     said: str  # its log from the SIGTERM on
+    running: frozenset[str]  # the methods (GET, PUT) whose curl still ran at the SIGTERM: the stop cut it
 
 
 def _stop(run: Chaos, proc: subprocess.Popen[bytes], after: float, since: int) -> Stop:
@@ -65,6 +68,7 @@ def _stop(run: Chaos, proc: subprocess.Popen[bytes], after: float, since: int) -
     doing = chaos._last_line(run.log)
     text = run.log.read_bytes()
     serving, at = b"listening on" in text[since:], len(text)
+    running = _curls(run)
     sent = time.time()
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -73,7 +77,8 @@ def _stop(run: Chaos, proc: subprocess.Popen[bytes], after: float, since: int) -
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        return Stop(after, sent, float("inf"), None, doing, serving, run.log.read_bytes()[at:].decode(errors="replace"))
+        said = run.log.read_bytes()[at:].decode(errors="replace")
+        return Stop(after, sent, float("inf"), None, doing, serving, said, running)
     seconds = time.monotonic() - started
     # Its guardian scans for a while after any end: not part of the stop, but a next
     # start meanwhile would see its processes.
@@ -81,7 +86,21 @@ def _stop(run: Chaos, proc: subprocess.Popen[bytes], after: float, since: int) -
     while marked_by({proc.pid}) and time.monotonic() < deadline:
         time.sleep(0.05)
     said = run.log.read_bytes()[at:].decode(errors="replace")
-    return Stop(after, sent, seconds, proc.returncode, doing, serving, said)
+    return Stop(after, sent, seconds, proc.returncode, doing, serving, said, running)
+
+
+def _curls(run: Chaos) -> frozenset[str]:
+    """The methods of the transfer commands running in the client's namespace, read from
+    the kernel's process table (curl -o: a GET, curl -T: a PUT; the upload's removal is
+    a DELETE and no transfer)."""
+    commands = [c.split() for _, c in processes_in(run.client_ns)]
+    return frozenset(
+        method
+        for words in commands
+        if words and os.path.basename(words[0]) == "curl"
+        for flag, method in (("-o", "GET"), ("-T", "PUT"))
+        if flag in words
+    )
 
 
 def _moved(site: Config, since: float) -> list[tuple[float, str]]:
@@ -97,6 +116,16 @@ def _moved(site: Config, since: float) -> list[tuple[float, str]]:
         if whole and when >= since and "f4m" in m[3]:
             moved.append((when, method))
     return moved
+
+
+def _cut(stops: list[Stop], when: float, method: str) -> bool:
+    """Whether the stop that followed a request nginx served whole at `when` (its log's
+    second, so up to 1 s before the request ended) found the request's curl still running:
+    the stop killed the command after its data had moved, but before it had exited, and
+    the product runs such a transfer again (not measured).  One whose command had ended
+    is measured, and must be journaled however long after the data the stop came."""
+    following = [s for s in stops if s.sent >= when - 1]
+    return bool(following) and method in min(following, key=lambda s: s.sent).running
 
 
 def _journaled(results: list[Result], when: float, method: str) -> bool:
@@ -135,10 +164,10 @@ def test_stops_at_random_points_of_rounds_exit_cleanly_and_lose_no_measured_tran
         results = run.results()
         moved = _moved(site, began)
         lost = [(when, method) for when, method in moved if not _journaled(results, when, method)]
-        # A request nginx finished just before a stop may belong to a transfer the stop cut
-        # while its client was still finishing (curl still reading its last bytes, or the
-        # PUT's reply in flight): not measured, run again.  Said, not failed.
-        cut = [(when, method) for when, method in lost if any(-1.0 <= s.sent - when <= 3.0 for s in stops)]
+        # A request nginx finished before a stop whose curl was still running then (reading
+        # its last bytes, or the PUT's reply in flight: on a busy host for seconds) belongs
+        # to a transfer the stop cut: not measured, run again.  Said, not failed.
+        cut = [(when, method) for when, method in lost if _cut(stops, when, method)]
         print(
             chaos.dumps(
                 {
@@ -148,14 +177,15 @@ def test_stops_at_random_points_of_rounds_exit_cleanly_and_lose_no_measured_tran
                     "stops over 5 s": [(round(s.seconds, 2), s.doing) for s in stops if s.seconds > 5],
                     "requests served whole": len(moved),
                     "journaled results": len(results),
-                    "served whole just before a stop, not journaled": cut,
+                    "served whole, its curl still running at a stop: not journaled": cut,
                     "analysed late": log.count("analysed late"),
                     "interrupted by shutdown": log.count("interrupted by shutdown"),
                 }
             )
         )
         for s in stops:
-            print(f"stop at {s.after:5.1f} s: exited {s.returncode} in {s.seconds:.2f} s ({s.doing[:90]})")
+            cutting = f", cut {'+'.join(sorted(s.running))}" if s.running else ""
+            print(f"stop at {s.after:5.1f} s{cutting}: exited {s.returncode} in {s.seconds:.2f} s ({s.doing[:90]})")
             if s.seconds > 5:
                 print(s.said[:4000])
         # Clean exits, none past HANG_SECONDS.  One stopped while it was still starting (no

@@ -5,6 +5,7 @@ ssh's own reading of the options (`ssh -G`)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from bigbinf import guardian, process
+from bigbinf.measure.path.route import route_window
+from bigbinf.measure.tcp.tuning import Side
 
 SOURCE = Path(__file__).resolve().parents[2] / "exporter"
 
@@ -105,3 +108,32 @@ def test_an_ssh_master_persists_at_most_two_seconds_whatever_the_command_said(mo
     # A command without a master is left alone.
     plain = ["ssh", "-o", "ControlPath=none", "root@198.18.0.2", "ss"]
     assert process._persist_bounded(plain) == plain
+
+
+def test_tuning_and_the_route_window_through_ssh_bound_the_master_they_may_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A remote's tcp_command (tuning) and its stats command (the route window) through ssh
+    # may be a round's first session, and so start the master the others share: through
+    # owned too, or it keeps the site's ControlPersist (issue 47: 30 s, past an exporter
+    # killed with its guardian).  The truth is the argv the "ssh" was given, and ssh's own
+    # reading of the options (-G, the real ssh).
+    monkeypatch.setenv(guardian.MARKER, process.owner())
+    real, said, fake = shutil.which("ssh"), tmp_path / "argv", tmp_path / "ssh"
+    assert real is not None
+    fake.write_text(
+        f'#!/bin/sh\nfor a; do [ "$a" = -G ] && exec {real} "$@"; done\nprintf "%s\\n" "$@" > {said}\necho 0\n'
+    )
+    fake.chmod(0o755)
+    ssh = [str(fake), "-o", "ControlMaster=auto", "-o", f"ControlPath={tmp_path}/%C", "-o", "ControlPersist=30"]
+    ssh.append("root@198.18.0.2")
+    for name, call in (
+        ("route_window", lambda: route_window(ssh, "198.18.0.1")),
+        ("tuning", lambda: Side("remote site", tuple(ssh), "198.18.0.1").run(["sysctl", "-n", "net.ipv4.tcp_rmem"])),
+    ):
+        said.unlink(missing_ok=True)
+        call()
+        words = said.read_text().splitlines()
+        assert words[:2] == ["-o", "ControlPersist=2"], name
+        settings = subprocess.run([real, "-G", *words[:-1]], capture_output=True, text=True, check=True).stdout
+        assert "controlpersist 2" in settings.splitlines(), name

@@ -243,6 +243,7 @@ def run_transfer(
     returned, to be finished later (journal/pending.py); without, such a transfer is
     failed now, saying what timed out."""
     subject = Subject.of(spec, round_id)
+    process.measured.clear()  # the last transfer's result is the caller's now
     binary = render(spec.template[:1], {"binary": spec.binary})[0] if spec.template else spec.binary
     missing = [program for program in (binary, *spec.requires) if shutil.which(program) is None]
     if missing:  # checked every round: installing the program brings the series back
@@ -532,6 +533,8 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                     watch.origin = started  # progress times count from the command's start
             with observe_sessions(local_programs.add_session):
                 outcome: RunOutcome = spec.profile.runner(prepared.context)
+            if outcome.returncode == 0 and not outcome.timed_out:
+                process.measured.set()  # a stop from now on lets it finish (process.measured)
             if process.stopping.is_set() and outcome.returncode != 0:
                 pass  # the exporter's stop killed the command: its closing packets are not worth the wait
             elif tcp:

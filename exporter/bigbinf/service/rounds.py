@@ -39,6 +39,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from bigbinf import process
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
@@ -66,7 +67,6 @@ from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_
 from bigbinf.measure.transfer import analyse_pending, complete, run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
-from bigbinf.process import ensure_guardian, note_ssh
 from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.runs import RecentRuns, counts_in_baseline, move_runs
 from bigbinf.service.collector import ExporterState
@@ -484,7 +484,7 @@ class RoundRunner:
         """Undo what ended runs left changed (the undo journal's pending entries) and
         remove the files their transfers left (measure/leftovers.py); publish what stays
         pending.  Call with the round lock held."""
-        ensure_guardian()  # one killed on its own is started again
+        process.ensure_guardian()  # one killed on its own is started again
         self._note_ssh_commands()
         try:
             replay = self.undo.replay()
@@ -549,9 +549,9 @@ class RoundRunner:
             return
         for remote in remotes.values():
             if remote.stats_command:
-                note_ssh(remote.stats_argv([]))
+                process.note_ssh(remote.stats_argv([]))
             if remote.tcp_command:
-                note_ssh(remote.tcp_argv([]))
+                process.note_ssh(remote.tcp_argv([]))
 
     def settle_now(self) -> Replay | None:
         """settle() under the round lock, taken and released here; None if it is held
@@ -638,29 +638,39 @@ class RoundRunner:
             self.recent.running(f"round {round_id}: {spec.label}")
             try:
                 result = run_transfer(spec, self.config, round_id, paths.get(spec.remote.name), self.pending)
+                kept = self._keep(spec, result)
             finally:
                 self.recent.running(None)
-            if isinstance(result, PendingAnalysis):  # journaled once analysed (settle)
-                if not self.stopping.is_set():
-                    continue
-                if result.result.outcome != "ok":  # the stop killed it: run again by the note
-                    self.pending.remove(Path(result.pcap).with_suffix(".json"))
-                    log.info("%s interrupted by shutdown: not recorded", spec.label)
+                process.measured.clear()  # journaled, kept or dropped: a stop need not wait for it
+            if kept is None:
                 return None
-            if self.stopping.is_set() and result.outcome != "ok":
-                # Killed by our own shutdown: not a measurement of the remote (the round's
-                # note runs it again).  One that ended ok had ended before: journaled.
-                log.info("%s interrupted by shutdown: not recorded", spec.label)
-                return None
-            if self.site:
-                result = dataclasses.replace(result, site=self.site)
-            self.publish(result)
-            results.append(result)
+            if isinstance(kept, Result):
+                results.append(kept)
             if self.stopping.is_set():
                 return None
         self.note.strike(round_id)
         self.state.record_round(time.monotonic() - start, time.time())
         return results
+
+    def _keep(self, spec: TransferSpec, result: Result | PendingAnalysis) -> Result | PendingAnalysis | None:
+        """A transfer's result, journaled; or pending its analysis, kept; or None: stopped
+        (a transfer the stop cut is dropped: the round's note runs it again)."""
+        if isinstance(result, PendingAnalysis):  # journaled once analysed (settle)
+            if not self.stopping.is_set():
+                return result
+            if result.result.outcome != "ok":  # the stop killed it: run again by the note
+                self.pending.remove(Path(result.pcap).with_suffix(".json"))
+                log.info("%s interrupted by shutdown: not recorded", spec.label)
+            return None
+        if self.stopping.is_set() and result.outcome != "ok":
+            # Killed by our own shutdown: not a measurement of the remote (the round's
+            # note runs it again).  One that ended ok had ended before: journaled.
+            log.info("%s interrupted by shutdown: not recorded", spec.label)
+            return None
+        if self.site:
+            result = dataclasses.replace(result, site=self.site)
+        self.publish(result)
+        return result
 
     def unfinished(self) -> tuple[Note, list[TransferSpec]] | None:
         """The round an ended run left unfinished and the transfers of it not yet journaled

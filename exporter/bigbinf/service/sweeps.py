@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from bigbinf import process
 from bigbinf.config import Config, SweepConfig, TransferSelector, parse_size
 from bigbinf.cron import crontab_trigger
 from bigbinf.measure.plan import TransferSpec, plan_round
@@ -308,6 +309,7 @@ class SweepRunner:
                 result = run_transfer(spec, config, sweep_id, paths.get(spec.remote.name))
             finally:
                 self.runner.recent.running(None)
+                process.measured.clear()  # a sweep's run is journaled below or not at all: no stop waits for it
             if self.runner.stopping.is_set():
                 break  # killed by our own shutdown: not a measurement
             result = dataclasses.replace(

@@ -10,7 +10,7 @@ import socket
 import subprocess
 
 from bigbinf.measure.wire.capture import CaptureError
-from bigbinf.process import in_netns
+from bigbinf.process import in_netns, owned
 
 
 def resolve(address: str, netns: str | None = None) -> str:
@@ -81,8 +81,8 @@ def route_window(prefix: list[str], address: str, timeout: float = 15.0) -> tupl
     route uses ("" if not printed): `ip -o route get`.  (None, "") where it cannot be read:
     the judge then names no route window (judge/bounds.py: `clamped_window`)."""
     try:
-        proc = subprocess.run(
-            [*prefix, "ip", "-o", "route", "get", address], capture_output=True, text=True, timeout=timeout
+        proc = subprocess.run(  # owned: through ssh it may start the master (process.owned)
+            owned([*prefix, "ip", "-o", "route", "get", address]), capture_output=True, text=True, timeout=timeout
         )
     except (OSError, subprocess.TimeoutExpired):
         return None, ""

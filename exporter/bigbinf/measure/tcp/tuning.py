@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 from bigbinf.measure.tcp.state import TcpSummary
 from bigbinf.measure.undo import Undo, UndoError, UndoJournal
+from bigbinf.process import owned
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ class Side:
         words = [shlex.quote(a) for a in argv] if self.through_shell else list(argv)
         full = [*self.prefix, *words]
         try:
-            proc = subprocess.run(full, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS)
+            # owned: a remote's tcp_command through ssh may start the ControlMaster the
+            # round's other sessions share, and only through owned is its persistence bounded.
+            proc = subprocess.run(owned(full), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
             raise TuningError(
                 f"{self.what}: `{shlex.join(argv)}` did not finish in {COMMAND_TIMEOUT_SECONDS:g}s"
