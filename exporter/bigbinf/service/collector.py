@@ -167,6 +167,7 @@ class ExporterState:
         # until the exporter has loaded its web configuration.
         self.front_door: tuple[bool, bool, bool] | None = None
         self.journal_failures = 0
+        self.journal_dropped = 0  # results not kept for the journal at its unwritten bound
         self.journal_unwritten = 0
         self.journal_damaged = 0
         self.journal_loading = False  # the journal still being read after /metrics came up (server.py)
@@ -411,6 +412,12 @@ class ExporterState:
         with self._changing():
             self.journal_failures += 1
 
+    def record_journal_dropped(self, dropped: int) -> None:
+        """The results not kept for the journal at its unwritten bound (a running total)."""
+        if dropped != self.journal_dropped:
+            with self._changing():
+                self.journal_dropped = dropped
+
     def record_journal_health(self, unwritten: int, damaged: int) -> None:
         """The results not yet journaled and the damaged segments moved aside, now."""
         if (unwritten, damaged) == (self.journal_unwritten, self.journal_damaged):
@@ -452,6 +459,7 @@ class ExporterState:
             clone.web_config_refused = self.web_config_refused
             clone.front_door = self.front_door
             clone.journal_failures = self.journal_failures
+            clone.journal_dropped = self.journal_dropped
             clone.journal_unwritten = self.journal_unwritten
             clone.journal_damaged = self.journal_damaged
             clone.journal_loading = self.journal_loading
@@ -719,6 +727,7 @@ class BigbinfCollector(Collector):
         for spec, i in ((M.WEB_TLS_ENABLED, 0), (M.WEB_BASIC_AUTH_ENABLED, 1), (M.WEB_CLIENT_CERT_REQUIRED, 2)):
             yield gauge(spec, None if door is None else float(door[i]))
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
+        yield counter(M.JOURNAL_DROPPED_TOTAL, s.journal_dropped)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)
         yield gauge(M.JOURNAL_LOADING, 1.0 if s.journal_loading else 0.0)

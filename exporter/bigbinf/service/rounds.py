@@ -772,7 +772,10 @@ class RoundRunner:
         """One line: why the journal took no write, and where the record is now."""
         self.state.record_journal_failure()
         text = describe_os_error(exc, journal.path, "journal") if not isinstance(exc, NotJournaled) else str(exc)
-        if isinstance(exc, NotJournaled) and exc.unwritten:
+        if isinstance(exc, NotJournaled) and exc.dropped:
+            self.state.record_journal_dropped(self.journal.unwritten_dropped + self.baselines.unwritten_dropped)
+            log.error("%s; the %s is published but not journaled: lost at a restart", text, what)
+        elif isinstance(exc, NotJournaled) and exc.unwritten:
             log.error(
                 "%s; the %s is published and kept in memory (%d unwritten), written once the journal takes writes "
                 "again (retried every %.0f s)",
