@@ -404,7 +404,11 @@ def damaged(journal: str | os.PathLike[str]) -> list[Path]:
         names = os.listdir(journal.parent)
     except OSError:
         return []
-    return sorted(journal.parent / n for n in names if DAMAGED in n and pattern.fullmatch(n.split(DAMAGED)[0]))
+    return sorted(
+        journal.parent / n
+        for n in names
+        if DAMAGED in n and (pattern.fullmatch(n.split(DAMAGED)[0]) or n.split(DAMAGED)[0] == journal.name)
+    )
 
 
 def quarantine(part: Path) -> Path | None:
@@ -586,6 +590,13 @@ def read(
         try:
             live: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - first: a rotation now renames what we hold
         except FileNotFoundError:
+            live = None
+        except OSError as exc:
+            if exc.errno in TRANSIENT:
+                raise
+            # A failing disk (EIO, EBADMSG): the closed segments are read all the same
+            # (set_aside_unreadable, at a start, says what is lost and starts a new one).
+            log.debug("%s: unreadable (%s): read without it", path, _reason(exc))
             live = None
         listed = segments(path)
         if live is None or _same_file(live, path):
@@ -1173,6 +1184,45 @@ class _Records(Generic[RecordT]):
                         self.path,
                         claim.place,
                     )
+
+    def set_aside_unreadable(self) -> Path | None:
+        """At a start (and `journal-compact`): a live file the disk cannot read (EIO, EBADMSG)
+        is renamed aside as `<journal>.damaged-<stamp>` (counted with the damaged segments)
+        and a new one started, said in one line; one that cannot be renamed is left, and
+        the results measured meanwhile are kept unwritten.  Returns where it went."""
+        try:
+            with open(self.path, "rb") as f:
+                f.read(1)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in TRANSIENT:
+                return None
+            damage = _reason(exc)
+        aside = self.path.with_name(self.path.name + DAMAGED + _stamp(time.time()))
+        try:
+            os.rename(self.path, aside)
+            sync_directory(self.path.parent)
+        except OSError as err:
+            log.error(
+                "journal %s: unreadable (%s); not moved aside (%s): the segments before it are read, and results "
+                "are kept in memory until it is moved or removed (mv %s %s)",
+                self.path,
+                damage,
+                describe_os_error(err),
+                self.path,
+                aside,
+            )
+            return None
+        log.error(
+            "journal %s: unreadable (%s): moved aside to %s and a new one started; the results in it since its last "
+            "rotation (how many cannot be known: it cannot be read) are lost unless the disk gives them back",
+            self.path,
+            damage,
+            aside.name,
+        )
+        return aside
 
     def read(
         self, skipped: list[SkippedLine] | None = None, since: float | None = None, until: float | None = None

@@ -186,7 +186,7 @@ class RoundRunner:
         (default: those with runs)."""
         history = History(settings_of(self.config))
         journal = RegressionJournal(self.config.journal.path)
-        first_start = not journal.path.exists()
+        first_start = not journal.present()
         wanted = set(runs) if keys is None else set(keys)
         events = [e for e in journal.read_events() if e.key in wanted]
         history.restore(events)
@@ -268,12 +268,18 @@ class RoundRunner:
             # no exporter marked what it had judged, the runs were loaded, not replayed).
             for key in list(history.tests):
                 history.step(key)
-        journal.append(history.events)
+        try:
+            journal.append(history.events)
+            if first_start and enabled:
+                journal.path.parent.mkdir(parents=True, exist_ok=True)
+                journal.path.touch()  # replayed once: the next start restores from it
+        except OSError as exc:  # a read-only or failing disk: the states are in memory, rebuilt at the next start
+            log.warning(
+                "%s: the regression states are held in memory and rebuilt from the results' journal at the next start",
+                describe_os_error(exc, journal.path, "regressions' journal"),
+            )
         if enabled and math.isfinite(latest):
             journal.mark_judged(latest)
-        if first_start and enabled:
-            journal.path.parent.mkdir(parents=True, exist_ok=True)
-            journal.path.touch()  # replayed once: the next start restores from it
         history.events.clear()
         opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
         self.changes = self._what_changed(opened) if enabled else {}
@@ -413,7 +419,13 @@ class RoundRunner:
             for event in self.history.events:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
-            self.regression_journal.append(self.history.events)  # before it is published
+            try:
+                self.regression_journal.append(self.history.events)  # before it is published
+            except OSError as exc:
+                log.warning(
+                    "%s: these changes are held in memory; a restart judges their runs again from the results' journal",
+                    describe_os_error(exc, self.regression_journal.path, "regressions' journal"),
+                )
             if self.judging:
                 # A mark a future-dated run set is taken back: a restart replays what came after.
                 self.regression_journal.mark_judged(r.start_timestamp, back=bool(future))
