@@ -226,9 +226,8 @@ class _Fold:
             return False
         except OSError as exc:  # a failing disk (EIO, EBADMSG): rebuilt, as when damaged
             log.warning(
-                "%s: unreadable (%s): rebuilt from the journal (deleting it is always safe)",
-                self.path,
-                describe_os_error(exc),
+                "%s: unreadable: rebuilt from the journal (deleting it is always safe)",
+                describe_os_error(exc, self.path, "checkpoint"),
             )
             return False
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
