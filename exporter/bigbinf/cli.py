@@ -718,7 +718,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_journal_compact(args: argparse.Namespace) -> int:
     from bigbinf.fserrors import describe_os_error
     from bigbinf.journal import checkpoint
-    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, check, segments
+    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, check, segments, unmoved
 
     config = load_config(args.config_file)
     results = Journal(config.journal.path, config.journal.retention)
@@ -740,6 +740,11 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
             problems.append(f"checkpoint {fold.path}: not written; the next start folds the journal again")
     for aside in moved:
         print(f"{aside}: damaged, moved aside (its readable results kept in the journal; see the log line)")
+    for journal in (results, baselines):
+        for part in unmoved(journal.path):
+            problems.append(
+                f"{part}: damaged, not moved aside (see the log line): free space or remount it rw, run again"
+            )
     for problem in problems:
         print(f"journal-compact: {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -138,3 +138,32 @@ def test_journal_compact_on_a_journal_it_cannot_write_says_so_in_one_line(
     assert any(str(path) in line and "EROFS" in line and "remount" in line for line in err)
     assert any("checkpoint" in line and "not written" in line for line in err)
     assert os.path.getsize(path) > 0  # nothing lost: the live file is as it was
+
+
+def test_a_damaged_part_that_cannot_be_moved_aside_is_counted_and_compact_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bigbinf import cli
+    from bigbinf.journal import store
+
+    config_file, runner, state = started(tmp_path)
+    path = runner.journal.path
+    part = next(s for s in store.segments(path) if s.sealed).path
+    data = bytearray(part.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 16] = bytes(b ^ 0xFF for b in data[mid : mid + 16])
+    part.write_bytes(bytes(data))
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.os, "link", full)  # the quarantine's hard link: a full disk
+    assert cli.main(["journal-compact", "--config.file", str(config_file)]) == 1
+    err = capsys.readouterr().err
+    assert f"{part}: damaged, not moved aside" in err
+    assert part.exists() and damaged(path) == []
+    runner.journal_health()
+    assert state.journal_damaged == 1  # the gauge (and its alert) see it
+    part.unlink()  # removed by hand: it falls off
+    runner.journal_health()
+    assert state.journal_damaged == 0

@@ -411,6 +411,27 @@ def damaged(journal: str | os.PathLike[str]) -> list[Path]:
     )
 
 
+# Damaged parts (and a live file) found but not moved aside (a read-only or full disk, a
+# part that cannot be renamed): counted with the moved ones while they are still there,
+# so the damaged-segments gauge and its alert see them (unmoved).
+_UNMOVED: set[Path] = set()
+
+
+def unmoved(journal: str | os.PathLike[str]) -> list[Path]:
+    """The damaged parts of the journal at `journal` this process could not move aside, still there."""
+    journal = Path(journal)
+    pattern = re.compile(re.escape(journal.stem) + r"\." + _SEGMENT.pattern)
+    found = []
+    for part in sorted(_UNMOVED):
+        if part.parent != journal.parent or not (pattern.fullmatch(part.name) or part.name == journal.name):
+            continue
+        if os.path.lexists(part):
+            found.append(part)
+        else:
+            _UNMOVED.discard(part)  # removed or moved by hand (or by a later quarantine)
+    return found
+
+
 def quarantine(part: Path) -> Path | None:
     """Move a damaged sealed part aside as `<part>.damaged-<stamp>` and keep what can be read
     of it: its readable, whole results are written to a fresh part under the same name (the
@@ -468,6 +489,7 @@ def quarantine(part: Path) -> Path | None:
                 part.unlink()
             sync_directory(part.parent)
         except OSError as exc:
+            _UNMOVED.add(part)
             log.error(
                 "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time",
                 part,
@@ -511,6 +533,7 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
     except FileNotFoundError:
         return None  # moved aside by another reader meanwhile
     except OSError as err:
+        _UNMOVED.add(part)
         log.error(
             "journal %s: damaged (%s); not moved aside (%s): skipped, each time",
             part,
@@ -1205,6 +1228,7 @@ class _Records(Generic[RecordT]):
             os.rename(self.path, aside)
             sync_directory(self.path.parent)
         except OSError as err:
+            _UNMOVED.add(self.path)
             log.error(
                 "journal %s: unreadable (%s); not moved aside (%s): the segments before it are read, and results "
                 "are kept in memory until it is moved or removed (mv %s %s)",

@@ -59,7 +59,16 @@ from bigbinf.history.regression import (
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
-from bigbinf.journal.store import DAY, BaselineJournal, Journal, NotJournaled, baseline_path, damaged, temporaries
+from bigbinf.journal.store import (
+    DAY,
+    BaselineJournal,
+    Journal,
+    NotJournaled,
+    baseline_path,
+    damaged,
+    temporaries,
+    unmoved,
+)
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
@@ -802,7 +811,7 @@ class RoundRunner:
     def journal_health(self) -> None:
         """The records not yet journaled and the damaged segments moved aside, to the metrics."""
         unwritten = self.journal.unwritten_count + self.baselines.unwritten_count
-        found = len(damaged(self.journal.path)) + len(damaged(self.baselines.path))
+        found = sum(len(damaged(j.path)) + len(unmoved(j.path)) for j in (self.journal, self.baselines))
         self.state.record_journal_health(unwritten, found)
 
     def retry_journal(self) -> None:
