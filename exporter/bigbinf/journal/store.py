@@ -425,11 +425,20 @@ def unmoved(journal: str | os.PathLike[str]) -> list[Path]:
     for part in sorted(_UNMOVED):
         if part.parent != journal.parent or not (pattern.fullmatch(part.name) or part.name == journal.name):
             continue
-        if os.path.lexists(part):
+        if os.path.lexists(part) and (part.name != journal.name or not _reads(part)):
             found.append(part)
         else:
-            _UNMOVED.discard(part)  # removed or moved by hand (or by a later quarantine)
+            _UNMOVED.discard(part)  # removed or moved by hand (a live file: one that reads again)
     return found
+
+
+def _reads(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError:
+        return False
+    return True
 
 
 def quarantine(part: Path) -> Path | None:
@@ -497,6 +506,7 @@ def quarantine(part: Path) -> Path | None:
                 describe_os_error(exc),
             )
             return None
+    _UNMOVED.discard(part)  # moved aside after all (the disk took writes again)
     lost = ""
     if dropped:  # damage inflates to garbage that runs lines together: a count from the bytes
         size = sum(map(len, kept)) / len(kept) if kept else 0
@@ -541,6 +551,7 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
             describe_os_error(err),
         )
         return None
+    _UNMOVED.discard(part)
     log.error(
         "journal %s: damaged (%s): moved aside to %s; 0 results kept in it, %s; the rest of the journal is intact",
         part,
@@ -1239,6 +1250,7 @@ class _Records(Generic[RecordT]):
                 aside,
             )
             return None
+        _UNMOVED.discard(self.path)
         log.error(
             "journal %s: unreadable (%s): moved aside to %s and a new one started; the results in it since its last "
             "rotation (how many cannot be known: it cannot be read) are lost unless the disk gives them back",
