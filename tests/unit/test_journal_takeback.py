@@ -179,3 +179,22 @@ def test_a_result_past_the_unwritten_bound_is_said_lost_once_and_counted(
     (line,) = [r.getMessage() for r in caplog.records]
     assert "lost" in line and "kept in memory" not in line and str(path) in line
     assert state.journal_dropped == 1
+
+
+def test_a_reload_takes_over_the_kept_results_and_the_spill_they_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    place = spilled(path, range(1, 4))
+    disk = ReadOnly(path)
+    monkeypatch.setattr(store.os, "fsync", disk)
+    disk.on = True
+    before = Journal(path)
+    before.take_back()
+    after = Journal(path)  # what a reload builds (service/server.py)
+    after.take_over(before)
+    assert after.unwritten_count == 3 and before.unwritten_count == 0
+    assert Journal(path).take_back() == 0  # still held: no other start takes it
+    disk.on = False
+    assert after.retry() == 3 and not place.exists()
+    assert starts(path) == [result(i).start_timestamp for i in range(1, 4)]

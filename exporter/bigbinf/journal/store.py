@@ -969,6 +969,14 @@ class _Records(Generic[RecordT]):
         if rotated:
             self.settle()  # outside the lock: appends go on while a day is sealed
 
+    def take_over(self, old: _Records[RecordT]) -> None:
+        """What `old` (this journal before a reload) could not write yet: its kept results,
+        the spill files it holds for them, and its count of dropped ones (a counter)."""
+        with old._lock:
+            self.unwritten, self.unwritten_dropped = old.unwritten, old.unwritten_dropped
+            self._claims, old._claims = old._claims, []
+            old.unwritten = deque()
+
     @property
     def unwritten_count(self) -> int:
         return len(self.unwritten)
