@@ -381,7 +381,7 @@ JOURNAL_DROPPED_TOTAL = Spec(
     PREFIX + "journal_results_dropped_total",
     "counter",
     "Results (and path baselines) published but not kept for the journal: measured while it took no writes, "
-    "with its in-memory bound of unwritten results reached; lost at the next stop.",
+    "with its in-memory bound of unwritten results reached: never journaled, gone at the next restart.",
 )
 JOURNAL_UNWRITTEN = Spec(
     PREFIX + "journal_unwritten_results",
