@@ -716,23 +716,38 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_journal_compact(args: argparse.Namespace) -> int:
+    from bigbinf.fserrors import describe_os_error
     from bigbinf.journal import checkpoint
-    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, check, segments
+    from bigbinf.journal.store import BaselineJournal, Journal, baseline_path, check, segments, unmoved
 
     config = load_config(args.config_file)
     results = Journal(config.journal.path, config.journal.retention)
     baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
-    moved = []
+    moved, problems = [], []
     for journal in (results, baselines):
-        journal.rotate_now()
+        aside = journal.set_aside_unreadable()  # an unreadable live file: a new one (logged)
+        moved += [aside] if aside is not None else []
+        try:
+            journal.rotate_now()
+        except OSError as exc:  # a read-only, full or failing disk: said in one line, the rest still done
+            problems.append(describe_os_error(exc, journal.path, "journal"))
         moved += check(journal.path)  # every part read through: a damaged one moved aside (logged)
-    checkpoint.of(results)
-    checkpoint.baselines_of(baselines)
-    for journal in (results, baselines):
-        print(f"{journal.path}: {len(segments(journal.path))} closed segments, checkpoint current")
+    folds = {results.path: checkpoint.of(results), baselines.path: checkpoint.baselines_of(baselines)}
+    for path, fold in folds.items():
+        written = "checkpoint current" if fold.unsaved == 0 else f"checkpoint {fold.path} not written (see the log)"
+        print(f"{path}: {len(segments(path))} closed segments, {written}")
+        if fold.unsaved:
+            problems.append(f"checkpoint {fold.path}: not written; the next start folds the journal again")
     for aside in moved:
         print(f"{aside}: damaged, moved aside (its readable results kept in the journal; see the log line)")
-    return 0
+    for journal in (results, baselines):
+        for part in unmoved(journal.path):
+            problems.append(
+                f"{part}: damaged, not moved aside (see the log line): free space or remount it rw, run again"
+            )
+    for problem in problems:
+        print(f"journal-compact: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def cmd_advise(args: argparse.Namespace) -> int:

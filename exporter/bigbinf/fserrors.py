@@ -19,6 +19,8 @@ FIXES = {
     errno.EPERM: "operation not permitted: let the exporter's user write there (ls -ld; chattr -i, chown) or "
     "configure a directory it owns",
     errno.EIO: "an I/O error from the device: check the disk (dmesg, smartctl) and its file system (fsck)",
+    errno.EBADMSG: "the file system finds this file's metadata damaged (a checksum): check the disk (dmesg, "
+    "smartctl) and its file system (fsck), or move the file aside",
     errno.ENOENT: "it does not exist: create it or configure a directory that exists",
     errno.ENOTDIR: "a part of the path is not a directory: configure a directory",
     errno.EMFILE: "too many open files in this process: raise its limit (LimitNOFILE=)",

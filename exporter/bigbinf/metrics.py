@@ -377,6 +377,12 @@ JOURNAL_FAILURES_TOTAL = Spec(
     "counter",
     "Results that could not be written to the journal (they are still published).",
 )
+JOURNAL_DROPPED_TOTAL = Spec(
+    PREFIX + "journal_results_dropped_total",
+    "counter",
+    "Results (and path baselines) published but not kept for the journal: measured while it took no writes, "
+    "with its in-memory bound of unwritten results reached: never journaled, gone at the next restart.",
+)
 JOURNAL_UNWRITTEN = Spec(
     PREFIX + "journal_unwritten_results",
     "gauge",
@@ -742,6 +748,7 @@ ALL = (
     WEB_BASIC_AUTH_ENABLED,
     WEB_CLIENT_CERT_REQUIRED,
     JOURNAL_FAILURES_TOTAL,
+    JOURNAL_DROPPED_TOTAL,
     JOURNAL_UNWRITTEN,
     JOURNAL_UNWRITTEN_BASELINES,
     JOURNAL_DAMAGED,

@@ -17,16 +17,19 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bigbinf.fserrors import describe_os_error
 from bigbinf.history.regression import ACCEPTED, DISMISSED, OPENED, RECOVERED, Event
 from bigbinf.result import SeriesKey
 
 log = logging.getLogger(__name__)
 
 KINDS = (OPENED, RECOVERED, DISMISSED, ACCEPTED)
+_said_unreadable: set[str] = set()  # regressions' journals found unreadable: said once a process
 
 
 def regressions_path(journal: Path) -> Path:
@@ -85,6 +88,39 @@ class RegressionJournal:
         self._read_to = 0  # bytes of the file new_events has seen
         self.judged = judged_path(Path(journal))
         self._judged = -math.inf  # the last mark written by this process
+
+    def present(self) -> bool:
+        """The file is there and reads.  One that does not (EIO, EBADMSG: a failing disk)
+        is like a missing one: the first start's replay rebuilds the states from the
+        results' journal.  It is moved aside if it can be (a new one is written), and said."""
+        try:
+            with open(self.path, "rb") as f:
+                f.read(1)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self._unreadable(exc)
+            return False
+        return True
+
+    def _unreadable(self, exc: OSError) -> None:
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        try:
+            os.rename(self.path, aside)
+            where = f"moved aside to {aside.name}"
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            where = f"left in place ({describe_os_error(err)}); remove it (rm) for a new one to be written"
+        if str(self.path) in _said_unreadable:
+            return
+        _said_unreadable.add(str(self.path))
+        log.error(
+            "%s: unreadable (%s): read as missing, %s; the regression states are rebuilt from the results' journal",
+            self.path,
+            describe_os_error(exc),
+            where,
+        )
 
     def append(self, events: Iterable[Event]) -> None:
         """Durably (flush + fsync), each event one line; a torn last line is ended first."""
@@ -151,13 +187,15 @@ class RegressionJournal:
 
     def _read_from(self, offset: int) -> tuple[list[Event], int]:
         try:
-            f = open(self.path, "rb")  # noqa: SIM115 - closed below; the file may not exist
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
         except FileNotFoundError:
             return [], 0
+        except OSError as exc:  # a failing disk: as if missing (present() says so)
+            self._unreadable(exc)
+            return [], 0
         events: list[Event] = []
-        with f:
-            f.seek(offset)
-            data = f.read()
         complete = data.rfind(b"\n") + 1  # a line still being written waits for the next read
         line_no = data[:0].count(b"\n")
         for number, raw in enumerate(data[:complete].splitlines(), start=line_no + 1):

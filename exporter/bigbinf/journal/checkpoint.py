@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bigbinf.fserrors import describe_os_error
 from bigbinf.journal import store
 from bigbinf.journal.store import (
     BaselineJournal,
@@ -143,7 +144,7 @@ class _Fold:
         live = self.journal.path
         try:
             live_inode: int | None = os.stat(live).st_ino
-        except FileNotFoundError:
+        except OSError:  # gone, or unreadable (store.set_aside_unreadable said so): nothing to fold
             live_inode = None
         held = self.live_inode if self.live_offset else None
         todo = [s for s in segments(live) if s.source not in self.covered]
@@ -223,6 +224,12 @@ class _Fold:
             self.seq = int(data["seq"])
         except FileNotFoundError:
             return False
+        except OSError as exc:  # a failing disk (EIO, EBADMSG): rebuilt, as when damaged
+            log.warning(
+                "%s: unreadable: rebuilt from the journal (deleting it is always safe)",
+                describe_os_error(exc, self.path, "checkpoint"),
+            )
+            return False
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("%s: unreadable (%s): rebuilt from the journal", self.path, exc)
             return False
@@ -258,7 +265,7 @@ class _Fold:
         """Brought up to date: loaded again if another process saved it since (a rotation
         by `once`, say), rebuilt if it cannot be caught up, then caught up; saved if that
         folded anything (so the next start need not fold it again)."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone, or unreadable: load() says which
             if os.stat(self.path).st_ino != self.saved_inode:
                 self.reset()
                 self.load()

@@ -533,7 +533,41 @@ def damaged(journal: str | os.PathLike[str]) -> list[Path]:
         names = os.listdir(journal.parent)
     except OSError:
         return []
-    return sorted(journal.parent / n for n in names if DAMAGED in n and pattern.fullmatch(n.split(DAMAGED)[0]))
+    return sorted(
+        journal.parent / n
+        for n in names
+        if DAMAGED in n and (pattern.fullmatch(n.split(DAMAGED)[0]) or n.split(DAMAGED)[0] == journal.name)
+    )
+
+
+# Damaged parts (and a live file) found but not moved aside (a read-only or full disk, a
+# part that cannot be renamed): counted with the moved ones while they are still there,
+# so the damaged-segments gauge and its alert see them (unmoved).
+_UNMOVED: set[Path] = set()
+
+
+def unmoved(journal: str | os.PathLike[str]) -> list[Path]:
+    """The damaged parts of the journal at `journal` this process could not move aside, still there."""
+    journal = Path(journal)
+    pattern = re.compile(re.escape(journal.stem) + r"\." + _SEGMENT.pattern)
+    found = []
+    for part in sorted(_UNMOVED):
+        if part.parent != journal.parent or not (pattern.fullmatch(part.name) or part.name == journal.name):
+            continue
+        if os.path.lexists(part) and (part.name != journal.name or not _reads(part)):
+            found.append(part)
+        else:
+            _UNMOVED.discard(part)  # removed or moved by hand (a live file: one that reads again)
+    return found
+
+
+def _reads(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError:
+        return False
+    return True
 
 
 def quarantine(part: Path) -> Path | None:
@@ -595,6 +629,7 @@ def quarantine(part: Path) -> Path | None:
                 part.unlink()
             sync_directory(part.parent)
         except OSError as exc:
+            _UNMOVED.add(part)
             log.error(
                 "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time",
                 part,
@@ -602,6 +637,7 @@ def quarantine(part: Path) -> Path | None:
                 describe_os_error(exc),
             )
             return None
+    _UNMOVED.discard(part)  # moved aside after all (the disk took writes again)
     # The salvage is what the part holds now (a kill before this: the old count, a loss
     # said too high at a later damage of the salvage, never too low).
     if sealed is not None:
@@ -673,6 +709,7 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
     except FileNotFoundError:
         return None  # moved aside by another reader meanwhile
     except OSError as err:
+        _UNMOVED.add(part)
         log.error(
             "journal %s: damaged (%s); not moved aside (%s): skipped, each time",
             part,
@@ -680,6 +717,7 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
             describe_os_error(err),
         )
         return None
+    _UNMOVED.discard(part)
     log.error(
         "journal %s: damaged (%s): moved aside to %s; 0 results kept in it, %s; the rest of the journal is intact",
         part,
@@ -756,6 +794,13 @@ def read(
         try:
             live: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - first: a rotation now renames what we hold
         except FileNotFoundError:
+            live = None
+        except OSError as exc:
+            if exc.errno in TRANSIENT:
+                raise
+            # A failing disk (EIO, EBADMSG): the closed segments are read all the same
+            # (set_aside_unreadable, at a start, says what is lost and starts a new one).
+            log.debug("%s: unreadable (%s): read without it", path, _reason(exc))
             live = None
         listed = segments(path)
         if live is None or _same_file(live, path):
@@ -1016,13 +1061,28 @@ class NotJournaled(OSError):
     """A result could not be written: it is kept in memory (unless at UNWRITTEN_MAX) and
     written with the next append or retry.  `unwritten`: how many are kept now."""
 
-    def __init__(self, code: int, text: str, unwritten: int) -> None:
+    def __init__(self, code: int, text: str, unwritten: int, dropped: bool = False) -> None:
         super().__init__(code, text)
         self.text = text
         self.unwritten = unwritten
+        self.dropped = dropped  # at UNWRITTEN_MAX: this one is not kept
 
     def __str__(self) -> str:
         return self.text
+
+
+@dataclass
+class _Claim:
+    """A spill file taken back whose results are not all journaled yet, held under its flock."""
+
+    place: Path
+    f: BinaryIO
+    dropped: int  # the journal's unwritten_dropped when taken: one dropped since may be in it
+
+
+def _line(record: Any) -> bytes:
+    """A record's journal line (as append writes it): the same result, the same bytes."""
+    return (json.dumps(record.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def spill_places(journal: Path) -> list[Path]:
@@ -1083,6 +1143,10 @@ class _Records(Generic[RecordT]):
         self.unwritten: deque[tuple[float, bytes]] = deque()
         self.unwritten_dropped = 0
         self._rotated = False  # an append under the lock rotated: settled after it
+        # Spill files this process took back but could not journal yet, each held open
+        # under its flock (no other start takes them back meanwhile): removed once every
+        # result kept unwritten is journaled, left for the next start otherwise.
+        self._claims: list[_Claim] = []
 
     def append(self, result: RecordT) -> None:
         """Write one result durably (flush + fsync) before anyone publishes it.
@@ -1090,11 +1154,17 @@ class _Records(Generic[RecordT]):
         If it cannot be written (a full, read-only or failing disk), it is kept in memory
         (`unwritten`, at most UNWRITTEN_MAX) and NotJournaled is raised; each later append
         (and `retry`) writes the kept ones first, in order."""
-        line = (json.dumps(result.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode("utf-8")
+        line = _line(result)
         with self._lock:
             if len(self.unwritten) >= UNWRITTEN_MAX:
                 self.unwritten_dropped += 1  # bounded: memory is what keeps the exporter up
-                raise NotJournaled(0, "unwritten results at their bound: this one is lost", len(self.unwritten))
+                raise NotJournaled(
+                    0,
+                    f"journal {self.path}: {len(self.unwritten)} results kept unwritten, at their bound "
+                    f"({UNWRITTEN_MAX}): this one is not kept ({self.unwritten_dropped} so far)",
+                    len(self.unwritten),
+                    dropped=True,
+                )
             self.unwritten.append((result.start_timestamp, line))
             try:
                 self._write_unwritten()
@@ -1102,6 +1172,14 @@ class _Records(Generic[RecordT]):
                 rotated, self._rotated = self._rotated, False
         if rotated:
             self.settle()  # outside the lock: appends go on while a day is sealed
+
+    def take_over(self, old: _Records[RecordT]) -> None:
+        """What `old` (this journal before a reload) could not write yet: its kept results,
+        the spill files it holds for them, and its count of dropped ones (a counter)."""
+        with old._lock:
+            self.unwritten, self.unwritten_dropped = old.unwritten, old.unwritten_dropped
+            self._claims, old._claims = old._claims, []
+            old.unwritten = deque()
 
     @property
     def unwritten_count(self) -> int:
@@ -1143,6 +1221,8 @@ class _Records(Generic[RecordT]):
             if written and self.fold is not None:
                 with contextlib.suppress(OSError):  # a checkpoint is only ever behind
                     self.fold.after_append()
+            if written and not self.unwritten:
+                self._release_claims(journaled=True)
             if written and backlog > 0:
                 log.info(
                     "journal %s: %d results kept while it could not be written are journaled now%s",
@@ -1206,6 +1286,11 @@ class _Records(Generic[RecordT]):
                     if place.parent != self.path.parent:
                         _private_directory(place.parent)
                     previous = place.read_text(encoding="utf-8") if place.exists() else ""
+                    # A spill this process took back holds lines kept here: written once.
+                    kept = {line for _, line in self.unwritten}
+                    previous = "".join(p for p in previous.splitlines(keepends=True) if self._normal(p) not in kept)
+                    if previous and not previous.endswith("\n"):
+                        previous += "\n"
                     replace_durably(place, previous + text)
                 except OSError as exc:
                     problems.append(describe_os_error(exc, place))
@@ -1218,6 +1303,7 @@ class _Records(Generic[RecordT]):
                     place,
                 )
                 self.unwritten.clear()
+                self._release_claims(journaled=False)  # their lines are in `place` now (or journaled)
                 return place
             log.error(
                 "journal %s: %d results could not be journaled before this stop and are lost: %s",
@@ -1227,33 +1313,164 @@ class _Records(Generic[RecordT]):
             )
             return None
 
+    def _normal(self, text: str) -> bytes:
+        """A spilled line as append writes it (a line that does not parse: as it is)."""
+        try:
+            return _line(self.record.from_json(json.loads(text)))
+        except (ValueError, TypeError, KeyError):
+            return text.encode("utf-8")
+
     def take_back(self) -> int:
-        """At a start: journal the results a stop spilled (spill), in order, each once (one
-        already journaled, by a start killed midway, is not journaled again); the spill file
-        is removed once they are.  Returns how many it journaled."""
+        """At a start: journal the results a stop spilled (spill), in order, each once.
+
+        Each spill file is taken back under its own flock (LOCK_NB: a `once` starting beside
+        a `serve` leaves it to the one that holds it), and a result already journaled (by a
+        start killed midway) or already kept here is not taken again.  The file is removed
+        only once all its results are journaled (fsynced); while the journal still takes no
+        writes they are kept in memory, retried, and the file stays, held, so a kill loses
+        none of them.  Returns how many it journaled."""
         taken = 0
         for place in spill_places(self.path):
-            if not _trusted(place):
+            if any(c.place == place for c in self._claims) or not _trusted(place):
                 continue
-            lines = [raw for raw in place.read_bytes().splitlines(keepends=True) if raw.strip()]
-            records = []
-            for raw in lines:
-                try:
-                    records.append(self.record.from_json(json.loads(raw)))
-                except (ValueError, TypeError) as exc:
-                    log.warning("%s: skipped a line (%s)", place, exc)
-            if records:
-                since = min(r.start_timestamp for r in records)
-                there = {json.dumps(r.to_json(), sort_keys=True) for r in self.read(since=since)}
-                todo = [r for r in records if json.dumps(r.to_json(), sort_keys=True) not in there]
-                for r in todo:
-                    with contextlib.suppress(NotJournaled):  # kept in memory, in order: retried, spilled again
-                        self.append(r)
-                    taken += 1
-            with contextlib.suppress(OSError):
-                place.unlink()
-            log.info("journal %s: took back %d results a stop left in %s", self.path, len(records), place)
+            try:
+                f = open(place, "rb")  # noqa: SIM115 - held as a claim, or closed below
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                log.info("journal %s: %s is being taken back by another process on this journal", self.path, place)
+                continue
+            if not _same_file(f, place):  # taken back (removed) or spilled again meanwhile
+                f.close()
+                continue
+            try:
+                written, kept, dropped = self._take_back_locked(place, f)
+            except BaseException:
+                f.close()
+                raise
+            taken += written
+            if dropped and not kept:
+                f.close()  # the file keeps what the bound dropped: the next start takes it back
+                log.error(
+                    "journal %s: took back %d results a stop left in %s; %d more are not kept (unwritten results at "
+                    "their bound): %s is kept for the next start",
+                    self.path,
+                    written,
+                    place,
+                    dropped,
+                    place,
+                )
+                continue
+            if kept:
+                self._claims.append(_Claim(place, f, self.unwritten_dropped - dropped))
+                log.warning(
+                    "journal %s: took back %d results a stop left in %s; %d of them cannot be journaled yet: kept in "
+                    "memory and retried, and %s is kept until they are",
+                    self.path,
+                    written + kept,
+                    place,
+                    kept,
+                    place,
+                )
+                continue
+            with f:
+                if _same_file(f, place):
+                    with contextlib.suppress(OSError):
+                        place.unlink()
+                        sync_directory(place.parent)
+            log.info("journal %s: took back %d results a stop left in %s", self.path, written, place)
         return taken
+
+    def _take_back_locked(self, place: Path, f: BinaryIO) -> tuple[int, int, int]:
+        """The results of one spill file (held, flocked, as `f`) appended; how many were
+        (journaled, kept unwritten, dropped at the bound)."""
+        records = []
+        for raw in f.read().splitlines():
+            if not raw.strip():
+                continue
+            try:
+                records.append(self.record.from_json(json.loads(raw)))
+            except (ValueError, TypeError) as exc:
+                log.warning("%s: skipped a line (%s)", place, exc)
+        if not records:
+            return 0, 0, 0
+        since = min(r.start_timestamp for r in records)
+        there = {_line(r) for r in self.read(since=since)}
+        there |= {line for _, line in self.unwritten}
+        written, kept, dropped = 0, 0, 0
+        for r in records:
+            if _line(r) in there:
+                continue
+            there.add(_line(r))
+            try:
+                self.append(r)
+                written += 1
+            except NotJournaled as exc:
+                if exc.dropped:
+                    dropped += 1
+                else:
+                    kept += 1
+        return written, kept, dropped
+
+    def _release_claims(self, journaled: bool) -> None:
+        """The spill files taken back and held: removed if `journaled` (all their results
+        are, none dropped at the bound since), and released."""
+        claims, self._claims = self._claims, []
+        for claim in claims:
+            with claim.f:
+                if journaled and claim.dropped == self.unwritten_dropped and _same_file(claim.f, claim.place):
+                    with contextlib.suppress(OSError):
+                        claim.place.unlink()
+                        sync_directory(claim.place.parent)
+                    log.info(
+                        "journal %s: the results taken back from %s are journaled: it is removed",
+                        self.path,
+                        claim.place,
+                    )
+
+    def set_aside_unreadable(self) -> Path | None:
+        """At a start (and `journal-compact`): a live file the disk cannot read (EIO, EBADMSG)
+        is renamed aside as `<journal>.damaged-<stamp>` (counted with the damaged segments)
+        and a new one started, said in one line; one that cannot be renamed is left, and
+        the results measured meanwhile are kept unwritten.  Returns where it went."""
+        try:
+            with open(self.path, "rb") as f:
+                f.read(1)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in TRANSIENT:
+                return None
+            damage = _reason(exc)
+        aside = self.path.with_name(self.path.name + DAMAGED + _stamp(time.time()))
+        try:
+            os.rename(self.path, aside)
+            sync_directory(self.path.parent)
+        except OSError as err:
+            _UNMOVED.add(self.path)
+            log.error(
+                "journal %s: unreadable (%s); not moved aside (%s): the segments before it are read, and results "
+                "are kept in memory until it is moved or removed (mv %s %s)",
+                self.path,
+                damage,
+                describe_os_error(err),
+                self.path,
+                aside,
+            )
+            return None
+        _UNMOVED.discard(self.path)
+        log.error(
+            "journal %s: unreadable (%s): moved aside to %s and a new one started; the results in it since its last "
+            "rotation (how many cannot be known: it cannot be read) are lost unless the disk gives them back",
+            self.path,
+            damage,
+            aside.name,
+        )
+        return aside
 
     def read(
         self, skipped: list[SkippedLine] | None = None, since: float | None = None, until: float | None = None

@@ -167,6 +167,7 @@ class ExporterState:
         # until the exporter has loaded its web configuration.
         self.front_door: tuple[bool, bool, bool] | None = None
         self.journal_failures = 0
+        self.journal_dropped = 0  # results not kept for the journal at its unwritten bound
         self.journal_unwritten = 0
         self.journal_unwritten_baselines = 0
         self.journal_damaged = 0
@@ -412,6 +413,12 @@ class ExporterState:
         with self._changing():
             self.journal_failures += 1
 
+    def record_journal_dropped(self, dropped: int) -> None:
+        """The results not kept for the journal at its unwritten bound (a running total)."""
+        if dropped != self.journal_dropped:
+            with self._changing():
+                self.journal_dropped = dropped
+
     def record_journal_health(self, unwritten: int, unwritten_baselines: int, damaged: int) -> None:
         """The results and the path baselines not yet journaled, and the damaged segments moved aside, now."""
         now = (unwritten, unwritten_baselines, damaged)
@@ -454,6 +461,7 @@ class ExporterState:
             clone.web_config_refused = self.web_config_refused
             clone.front_door = self.front_door
             clone.journal_failures = self.journal_failures
+            clone.journal_dropped = self.journal_dropped
             clone.journal_unwritten = self.journal_unwritten
             clone.journal_unwritten_baselines = self.journal_unwritten_baselines
             clone.journal_damaged = self.journal_damaged
@@ -722,6 +730,7 @@ class BigbinfCollector(Collector):
         for spec, i in ((M.WEB_TLS_ENABLED, 0), (M.WEB_BASIC_AUTH_ENABLED, 1), (M.WEB_CLIENT_CERT_REQUIRED, 2)):
             yield gauge(spec, None if door is None else float(door[i]))
         yield counter(M.JOURNAL_FAILURES_TOTAL, s.journal_failures)
+        yield counter(M.JOURNAL_DROPPED_TOTAL, s.journal_dropped)
         yield gauge(M.JOURNAL_UNWRITTEN, s.journal_unwritten)
         yield gauge(M.JOURNAL_UNWRITTEN_BASELINES, s.journal_unwritten_baselines)
         yield gauge(M.JOURNAL_DAMAGED, s.journal_damaged)

@@ -301,6 +301,7 @@ def render(s: ExporterState) -> tuple[Family, ...]:
     for spec, i in ((M.WEB_TLS_ENABLED, 0), (M.WEB_BASIC_AUTH_ENABLED, 1), (M.WEB_CLIENT_CERT_REQUIRED, 2)):
         single(spec, "gauge", None if door is None else float(door[i]))
     single(M.JOURNAL_FAILURES_TOTAL, "counter", s.journal_failures)
+    single(M.JOURNAL_DROPPED_TOTAL, "counter", s.journal_dropped)
     single(M.JOURNAL_UNWRITTEN, "gauge", s.journal_unwritten)
     single(M.JOURNAL_UNWRITTEN_BASELINES, "gauge", s.journal_unwritten_baselines)
     single(M.JOURNAL_DAMAGED, "gauge", s.journal_damaged)

@@ -72,7 +72,7 @@ def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
         return None
     if behind > LOAD_INLINE_BYTES:
         return f"{checkpoint.checkpoint_path(journal.path)}: about {behind / 2**20:.0f} MB of journal to fold into it"
-    if config.regression.enabled and not RegressionJournal(config.journal.path).path.exists():
+    if config.regression.enabled and not RegressionJournal(config.journal.path).present():
         runs = journal.fold.runs_kept(set(series_of(config, lab))) if journal.fold is not None else 0
         if runs > REPLAY_INLINE:
             return f"{runs} runs to replay through the regression state (no regressions' journal yet)"
@@ -88,6 +88,7 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     (`restore_journaled_states`)."""
     configured = set(series_of(config, lab))
     for journal in (runner.journal, runner.baselines):
+        journal.set_aside_unreadable()
         try:
             journal.rotate_now()
         except OSError as exc:  # e.g. a read-only journal directory: read as it is
@@ -135,7 +136,7 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
     opened = regressions.open_regressions()
     since = min((e.since for k, e in opened.items() if k in configured), default=time.time())
     weeks = settings.baseline_weeks + max(0.0, time.time() - since) / WEEK
-    if not regressions.path.exists():
+    if not regressions.present():
         # The first start: each series' whole kept history (checkpoint.HISTORY_SPAN), so
         # the replay (RoundRunner.load_history) reaches back to the start of any
         # regression it holds, not only the last baseline_weeks.

@@ -60,7 +60,16 @@ from bigbinf.history.regression import (
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint  # noqa: F401  (registers its fold on the journal's rotations)
 from bigbinf.journal.pending import MAX_ATTEMPTS, PendingAnalysis, PendingStore
-from bigbinf.journal.store import DAY, BaselineJournal, Journal, NotJournaled, baseline_path, damaged, temporaries
+from bigbinf.journal.store import (
+    DAY,
+    BaselineJournal,
+    Journal,
+    NotJournaled,
+    baseline_path,
+    damaged,
+    temporaries,
+    unmoved,
+)
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
@@ -186,7 +195,7 @@ class RoundRunner:
         (default: those with runs)."""
         history = History(settings_of(self.config))
         journal = RegressionJournal(self.config.journal.path)
-        first_start = not journal.path.exists()
+        first_start = not journal.present()
         wanted = set(runs) if keys is None else set(keys)
         events = [e for e in journal.read_events() if e.key in wanted]
         history.restore(events)
@@ -268,12 +277,18 @@ class RoundRunner:
             # no exporter marked what it had judged, the runs were loaded, not replayed).
             for key in list(history.tests):
                 history.step(key)
-        journal.append(history.events)
+        try:
+            journal.append(history.events)
+            if first_start and enabled:
+                journal.path.parent.mkdir(parents=True, exist_ok=True)
+                journal.path.touch()  # replayed once: the next start restores from it
+        except OSError as exc:  # a read-only or failing disk: the states are in memory, rebuilt at the next start
+            log.warning(
+                "%s: the regression states are held in memory and rebuilt from the results' journal at the next start",
+                describe_os_error(exc, journal.path, "regressions' journal"),
+            )
         if enabled and math.isfinite(latest):
             journal.mark_judged(latest)
-        if first_start and enabled:
-            journal.path.parent.mkdir(parents=True, exist_ok=True)
-            journal.path.touch()  # replayed once: the next start restores from it
         history.events.clear()
         opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
         self.changes = self._what_changed(opened) if enabled else {}
@@ -413,7 +428,13 @@ class RoundRunner:
             for event in self.history.events:
                 since = time.strftime("%F %T", time.gmtime(event.since))
                 log.warning("regression of %s %s (since %s UTC)", event.key, event.kind, since)
-            self.regression_journal.append(self.history.events)  # before it is published
+            try:
+                self.regression_journal.append(self.history.events)  # before it is published
+            except OSError as exc:
+                log.warning(
+                    "%s: these changes are held in memory; a restart judges their runs again from the results' journal",
+                    describe_os_error(exc, self.regression_journal.path, "regressions' journal"),
+                )
             if self.judging:
                 # A mark a future-dated run set is taken back: a restart replays what came after.
                 self.regression_journal.mark_judged(r.start_timestamp, back=bool(future))
@@ -782,7 +803,10 @@ class RoundRunner:
         """One line: why the journal took no write, and where the record is now."""
         self.state.record_journal_failure()
         text = describe_os_error(exc, journal.path, "journal") if not isinstance(exc, NotJournaled) else str(exc)
-        if isinstance(exc, NotJournaled) and exc.unwritten:
+        if isinstance(exc, NotJournaled) and exc.dropped:
+            self.state.record_journal_dropped(self.journal.unwritten_dropped + self.baselines.unwritten_dropped)
+            log.error("%s; the %s is published but not journaled: lost at a restart", text, what)
+        elif isinstance(exc, NotJournaled) and exc.unwritten:
             log.error(
                 "%s; the %s is published and kept in memory (%d unwritten), written once the journal takes writes "
                 "again (retried every %.0f s)",
@@ -796,7 +820,7 @@ class RoundRunner:
 
     def journal_health(self) -> None:
         """The records not yet journaled and the damaged segments moved aside, to the metrics."""
-        found = len(damaged(self.journal.path)) + len(damaged(self.baselines.path))
+        found = sum(len(damaged(j.path)) + len(unmoved(j.path)) for j in (self.journal, self.baselines))
         self.state.record_journal_health(self.journal.unwritten_count, self.baselines.unwritten_count, found)
 
     def retry_journal(self) -> None:

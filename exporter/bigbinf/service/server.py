@@ -459,11 +459,12 @@ class Exporter:
         self.web = web
         self.state.record_web_config(True)
         self._record_front_door()
-        unwritten = (self.runner.journal.unwritten, self.runner.baselines.unwritten)
+        journals = (self.runner.journal, self.runner.baselines)
         self.runner.journal = Journal(config.journal.path, config.journal.retention)
         self.runner.baselines = BaselineJournal(baseline_path(config.journal.path), config.journal.retention)
         # What the journal could not take yet goes to the journal now configured.
-        self.runner.journal.unwritten, self.runner.baselines.unwritten = unwritten
+        self.runner.journal.take_over(journals[0])
+        self.runner.baselines.take_over(journals[1])
         self.runner.undo = UndoJournal.beside(config.journal.path)
         if RegressionJournal(config.journal.path).path != self.runner.regression_journal.path:
             self.runner.regression_journal = RegressionJournal(config.journal.path)
