@@ -811,3 +811,23 @@ def test_restarts_during_a_suspicion_open_it_on_the_same_run_as_none(tmp_path: P
     none = _opening_run(tmp_path, 0, seed)
     assert none is not None
     assert _opening_run(tmp_path, 2, seed) == none
+
+
+def test_regression_list_says_which_open_regressions_are_of_series_no_longer_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 b5: rsync renamed out of the configuration with its regression open: the
+    exporter forgot the series (no alert, no gauge); the list says so on its line."""
+    from bigbinf import cli
+    from bigbinf.history.regression import OPENED, Event
+    from bigbinf.history.regression_state import RegressionJournal
+
+    (tmp_path / "c.yaml").write_text(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")))
+    gone = SeriesKey("rsync", "lab", "f32m", "download")
+    RegressionJournal(tmp_path / "j.jsonl").append(
+        [Event(OPENED, k, 2000.0, 1000.0, level_before=30e6) for k in (KEY, gone)]
+    )
+    assert cli.main(["--config.file", str(tmp_path / "c.yaml"), "regression", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["rsync/lab/f32m/download", "scp/lab/f32m/download"]
+    assert "not configured now" in lines[0] and "not configured now" not in lines[1]
