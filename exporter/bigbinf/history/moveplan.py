@@ -540,6 +540,12 @@ def since_regressions(runs: Sequence[Run], regressed: Mapping[str, float], accep
     ]
 
 
+def runnable_protocols(protocols: Mapping[str, Any], direction: str) -> set[str]:
+    """The protocols a configuration (its `protocols:`) can run in `direction`: the only
+    ones a plan ranks or the exporter predicts with."""
+    return {name for name, p in protocols.items() if direction in p.directions}
+
+
 def configured_only(runs: Iterable[Run], protocols: Collection[str]) -> tuple[list[Run], dict[str, tuple[float, int]]]:
     """The runs of the configured `protocols`, and each option of another (removed from
     the configuration, or renamed) with its latest run and how many it has: it cannot be

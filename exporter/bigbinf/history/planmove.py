@@ -32,6 +32,7 @@ from bigbinf.history.moveplan import (
     levels,
     local_hour,
     plan,
+    runnable_protocols,
     since_regressions,
     size_label,
 )
@@ -96,7 +97,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     journal = Journal(args.journal or config.journal.path)
     now = time.time()
     runs, older = journal_runs(journal, args.remote, args.direction, config.moves.history, now)
-    runnable = runnable_protocols(config, args.direction)
+    runnable = runnable_protocols(config.protocols, args.direction)
     runs, unconfigured = configured_only(runs, runnable)
     for option, latest in older.items():
         if option.split(" (")[0] not in runnable:
@@ -185,11 +186,6 @@ def regression_levels(journal: Any, remote: str, direction: str) -> tuple[dict[s
     for event in RegressionJournal(Path(journal)).read_events():
         apply_event(tracks.setdefault(event.key, Track()), event)
     return levels(tracks.items(), remote, direction)
-
-
-def runnable_protocols(config: Config, direction: str) -> set[str]:
-    """The protocols this configuration can run in `direction`: a plan ranks only these."""
-    return {name for name, p in config.protocols.items() if direction in p.directions}
 
 
 def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:
@@ -331,7 +327,8 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     for option, (latest, n) in sorted(result.unconfigured.items()):
         counted = f", {n} runs in the plan's window" if n else ", older than moves.history"
         lines.append(
-            f"not configured now: {option}: last run {_day(latest, zone)}{counted}; not ranked (not in protocols:)"
+            f"not configured now: {option}: last run {_day(latest, zone)}{counted}; "
+            "not ranked (the configuration cannot run it)"
         )
     if not result.ranked:
         lines.append(f"plan-move: refused: no option to {result.remote} can be predicted (reasons above)")

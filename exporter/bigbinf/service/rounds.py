@@ -49,6 +49,7 @@ from bigbinf.history.moveplan import (
     levels,
     local_hour,
     rank,
+    runnable_protocols,
     since_regressions,
     size_label,
 )
@@ -375,7 +376,8 @@ class RoundRunner:
                     continue
                 # Only the protocols configured now; one with an open or accepted
                 # regression from its runs since: plan-move's rules (history/moveplan.py).
-                runs, _ = configured_only(self.move_runs.runs(remote, moves.history), self.config.protocols)
+                runnable = runnable_protocols(self.config.protocols, moves.direction)
+                runs, _ = configured_only(self.move_runs.runs(remote, moves.history), runnable)
                 regressed, accepted = levels(self.history.tracks.items(), remote, moves.direction)
                 runs = [r for r in since_regressions(runs, regressed, accepted) if not r.left_out]
                 bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
