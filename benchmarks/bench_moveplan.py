@@ -21,7 +21,8 @@ rounds and the sweep only), the actual wall clock, inside or not, and the error.
 3. **a year of history** (`--phase year`, no root, no lab): 1 M results journaled
    (benchmarks/bench_journal.py's journal: 120 series, one an hour each, 347 days), the
    checkpoint beside it as a running exporter keeps it; then `bigbinf-exporter plan-move`
-   and `advise` as an operator runs them, each in a fresh process, wall clock and CPU
+   and `advise` as an operator runs them (and `advise` with one protocol more configured
+   that never ran, which must not make it read the whole journal), each in a fresh process, wall clock and CPU
    seconds (user + system), side by side with another interpreter's code (`--before`,
    e.g. main's venv with PYTHONPATH=/work/main/exporter) on the same files.  The goal:
    both within 2 s.
@@ -256,15 +257,21 @@ def year(results: int, before_path: str | None, repeat: int) -> int:
         journal = Journal(journal_path)
         journal.rotate_now()  # day segments, as an exporter keeps them
         checkpoint.of(journal)  # ... and its checkpoint, as it saves it
+        # The same journal configured with one protocol more, never run (newly configured,
+        # or its tool never installed): advise must not read the whole journal for it.
+        (directory / "more").mkdir()
+        more = write_mesh_config(directory / "more", REMOTES, PROTOCOLS + 1, DATASETS)
+        more.write_text(more.read_text().replace(str(directory / "more" / "journal.jsonl"), str(journal_path)))
         commands = {
-            "plan-move": ["plan-move", "--remote", "site00", "--size", "40TiB"],
-            "advise": ["advise", "--remote", "site00"],
+            "plan-move": (config, ["plan-move", "--remote", "site00", "--size", "40TiB"]),
+            "advise": (config, ["advise", "--remote", "site00"]),
+            "advise, a protocol never run": (more, ["advise", "--remote", "site00"]),
         }
         print("| command | code | wall (s) | CPU (s) | exit |")
         print("| --- | --- | ---: | ---: | ---: |")
-        for name, tail in commands.items():
+        for name, (config_file, tail) in commands.items():
             for way, path in ways:
-                argv = [sys.executable, "-m", "bigbinf", "--config.file", str(config), *tail]
+                argv = [sys.executable, "-m", "bigbinf", "--config.file", str(config_file), *tail]
                 times = [_timed(argv, path or own) for _ in range(repeat)]
                 wall = statistics.median(t[0] for t in times)
                 cpu = statistics.median(t[1] for t in times)

@@ -108,7 +108,7 @@ def test_the_path_caps_the_rate() -> None:
 CONFIG = """
 remotes: {lab: {address: 127.0.0.1, data_dir: /d, key: /k/id}}
 datasets: {f32m: {file: a.bin, size: 32MiB}, f256m: {file: b.bin, size: 256MiB}}
-protocols: {http: {}}
+protocols: {http: {}, gridftp: {}, scp: {}}
 journal: {path: JOURNAL}
 moves: {sizes: [40TiB, 1GiB]}
 """
@@ -557,6 +557,86 @@ def test_the_exporter_predicts_a_protocol_with_an_open_regression_from_its_runs_
     runner.history.tracks[key] = Track(episode=Episode(since, since + DAY, 25e6))
     for run in synthetic(sizes=(32 * MIB, 256 * MIB)):
         if run.timestamp >= since:
+            run = dataclasses.replace(run, seconds=2.0 + (run.seconds - 2.0) / 0.5)
+        runner.publish(_result(run))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BigbinfCollector(state))
+    seconds = registry.get_sample_value(M.MOVE_PREDICTED.name, {"remote": "lab", "size": "40TiB"})
+    assert seconds == pytest.approx(2.0 + 2**40 * 40 / 12.5e6, rel=0.05)
+
+
+def test_an_accepted_regressions_level_is_the_one_predicted(tmp_path: Path) -> None:
+    """Issue 45 b1: after `regression accept` the accepted level is the series' level from
+    its start on: predicted from the runs since, as while it was open (pooled, the old
+    level's runs would promise 1/0.45 of the speed)."""
+    from bigbinf.history.regression import ACCEPTED, OPENED, Event
+    from bigbinf.history.regression_state import RegressionJournal
+    from bigbinf.journal.store import Journal
+    from bigbinf.result import SeriesKey
+
+    journal = Journal(tmp_path / "j.jsonl")
+    since = T0 + 7 * DAY
+    scp = [
+        dataclasses.replace(r, seconds=2.0 + (r.seconds - 2.0) / 0.45) if r.timestamp >= since else r
+        for r in synthetic("scp", rate=30e6, sizes=(32 * MIB, 256 * MIB))
+    ]
+    for run in scp + synthetic("gridftp", rate=20e6, sizes=(32 * MIB, 256 * MIB)):
+        journal.append(_result(run))
+    keys = [SeriesKey("scp", "lab", d, "download") for d in ("f32m", "f256m")]
+    regressions = RegressionJournal(tmp_path / "j.jsonl")
+    regressions.append([Event(OPENED, k, since + DAY, since, level_before=30e6) for k in keys])
+    regressions.append([Event(ACCEPTED, k, since + 2 * DAY, since) for k in keys])
+    out = io.StringIO()
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB", "--json"), out) == 0
+    data = json.loads(out.getvalue())
+    assert [o["option"] for o in data["ranked"]] == ["gridftp", "scp"]
+    assert data["ranked"][1]["rate_bytes_per_second"] == pytest.approx(0.45 * 30e6, rel=0.05)
+    assert data["basis"]["options"]["scp"]["left_out"] == {"before its accepted regression": 28}
+    assert data["accepted_regressions"] == {"scp": {"since": since}} and data["open_regressions"] == {}
+    out = io.StringIO()
+    planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB"), out)
+    text = out.getvalue()
+    assert "accepted regression: scp's level since" in text and "predicted from its 12 runs since (28 before" in text
+    assert "recommendation: gridftp" in text
+
+
+def test_a_protocol_no_longer_configured_is_set_apart_never_ranked(tmp_path: Path) -> None:
+    """Issue 45 b2: bbftp (fastest) removed from `protocols:`: not ranked nor recommended,
+    listed with its last run; every configured protocol still has its line."""
+    from bigbinf.journal.store import Journal
+
+    journal = Journal(tmp_path / "j.jsonl")
+    sizes = (32 * MIB, 256 * MIB)
+    bbftp = synthetic("bbftp", rate=60e6, sizes=sizes, days=5)
+    for run in synthetic(sizes=sizes) + bbftp:
+        journal.append(_result(run))
+    out = io.StringIO()
+    assert planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB", "--json"), out) == 0
+    data = json.loads(out.getvalue())
+    assert [o["option"] for o in data["ranked"]] == ["http"]
+    assert data["unconfigured"] == {"bbftp": {"latest_run_timestamp": bbftp[-1].timestamp, "runs": len(bbftp)}}
+    assert set(data["refused"]) == {"gridftp", "scp"}  # configured, never measured
+    out = io.StringIO()
+    planmove.run(_args(tmp_path, "--remote", "lab", "--size", "40TiB"), out)
+    text = out.getvalue()
+    assert "not configured now: bbftp: last run" in text and "recommendation: http" in text
+    assert "  bbftp " not in text.split("not configured now")[0]
+
+
+def test_the_exporter_predicts_from_an_accepted_level_and_configured_protocols_only(tmp_path: Path) -> None:
+    """Issue 45 b1, b2 on /metrics: the published prediction stands on an accepted
+    regression's level, and never on a protocol the configuration no longer has."""
+    from bigbinf.history.regression import Track
+    from bigbinf.result import SeriesKey
+
+    config = parse_config(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")), "test")
+    state = ExporterState()
+    runner = RoundRunner(config, state)
+    since = T0 + 7 * DAY
+    key = SeriesKey("http", "lab", "f256m", "download")
+    runner.history.tracks[key] = Track(accepts=[(since, since + 2 * DAY, None)])
+    for run in synthetic(sizes=(32 * MIB, 256 * MIB)) + synthetic("bbftp", rate=60e6, sizes=(32 * MIB, 256 * MIB)):
+        if run.protocol == "http" and run.timestamp >= since:
             run = dataclasses.replace(run, seconds=2.0 + (run.seconds - 2.0) / 0.5)
         runner.publish(_result(run))
     registry = CollectorRegistry(auto_describe=False)

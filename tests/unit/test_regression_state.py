@@ -918,3 +918,23 @@ def test_a_low_day_of_a_series_whose_days_differ_is_no_regression() -> None:
     history.add("s", normal[0][0] + 31 * DAY, normal[0][1])  # a day at its level again
     halved = [(START + 32 * DAY + h * 3600, 12.5e6 * math.exp(rng.normal(0, 0.05))) for h in HOURS]
     assert feed(history, "s", halved)[:3] == [False, False, True]
+
+
+def test_regression_list_says_which_open_regressions_are_of_series_no_longer_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 b5: rsync renamed out of the configuration with its regression open: the
+    exporter forgot the series (no alert, no gauge); the list says so on its line."""
+    from bigbinf import cli
+    from bigbinf.history.regression import OPENED, Event
+    from bigbinf.history.regression_state import RegressionJournal
+
+    (tmp_path / "c.yaml").write_text(CONFIG.replace("JOURNAL", str(tmp_path / "j.jsonl")))
+    gone = SeriesKey("rsync", "lab", "f32m", "download")
+    RegressionJournal(tmp_path / "j.jsonl").append(
+        [Event(OPENED, k, 2000.0, 1000.0, level_before=30e6) for k in (KEY, gone)]
+    )
+    assert cli.main(["--config.file", str(tmp_path / "c.yaml"), "regression", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["rsync/lab/f32m/download", "scp/lab/f32m/download"]
+    assert "not configured now" in lines[0] and "not configured now" not in lines[1]

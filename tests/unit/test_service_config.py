@@ -90,3 +90,24 @@ def test_the_commands_say_which_configuration_they_read(
     _process(proc, 201, [EXPORTER, "--config.file", "/etc/bigbinf/other.yaml"], site)
     assert main(["advise"]) == 2
     assert "several exporters run on this host" in capsys.readouterr().err
+
+
+def test_an_exporter_in_another_mount_namespace_is_said_so_never_read_on_this_hosts_files(tmp_path: Path) -> None:
+    """Issue 45 b4: a containerised exporter's --config.file is its own view: this host's
+    file at that path (another journal) must not pass for the exporter's."""
+    proc, site = tmp_path / "proc", tmp_path / "site"
+    site.mkdir()
+    _process(proc, 100, [EXPORTER, "--config.file", "/etc/bigbinf/site.yaml"], site)
+    (proc / "self" / "ns").mkdir(parents=True)
+    os.symlink("mnt:[4026531841]", proc / "self" / "ns" / "mnt")
+    (proc / "100" / "ns").mkdir()
+    os.symlink("mnt:[4026532999]", proc / "100" / "ns" / "mnt")
+    with pytest.raises(service_config.ServiceConfigError) as err:
+        service_config.find(DEFAULT_CONFIG, serving_config, proc, tmp_path / "none.yaml")
+    text = str(err.value)
+    assert "runs in another mount namespace" in text and "/etc/bigbinf/site.yaml" in text
+    assert "nsenter -t 100 -m" in text and "--config.file FILE" in text
+    # In this process's own namespace: read as before.
+    os.unlink(proc / "100" / "ns" / "mnt")
+    os.symlink("mnt:[4026531841]", proc / "100" / "ns" / "mnt")
+    assert service_config.find(DEFAULT_CONFIG, serving_config, proc).path == "/etc/bigbinf/site.yaml"

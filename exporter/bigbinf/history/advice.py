@@ -23,6 +23,7 @@ from bigbinf.config import Config
 from bigbinf.history.change import describe, what_changed
 from bigbinf.history.regression import WEEK
 from bigbinf.history.regression_state import RegressionJournal
+from bigbinf.journal import checkpoint
 from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
 from bigbinf.judge.words import human_bytes, human_rate
 from bigbinf.measure.path.baseline import buffer_values
@@ -144,28 +145,48 @@ def open_regressions_text(config: Config, remotes: set[str]) -> str:
 def history(
     config: Config, remotes: set[str], series: set[SeriesKey] | None = None, per_series: int = 1
 ) -> tuple[dict[str, PathBaseline], list[Result]]:
-    """Each of `remotes`' last path baseline, and the exporter's results: of the journal's
-    last hours only, widened (RECENT_DAYS) until every remote has its last baseline, and
-    each of `series` (default: each remote) `per_series` transfers, in them (a year of
-    history is not read for the newest runs)."""
+    """Each of `remotes`' last path baseline, and the exporter's results: each series'
+    newest `per_series` transfers.  Both from the journals' checkpoints (journal/
+    checkpoint.py: each series' last result and last ok one, the last transfers, each
+    remote's last baseline), so a year of history is not read; only where they lack a
+    series' newest runs (per_series beyond them), the journal, widening (RECENT_DAYS).  A
+    series or remote the checkpoint has no result of has none in the journal either: it
+    never widens the read (a newly configured protocol, a tool never installed, a remote
+    never probed would have it read the whole journal)."""
+    fold = checkpoint.of(Journal(config.journal.path))
+    held = _unique([*fold.latest_results(), *fold.recent_results(wanted=lambda r: r.source == "exporter")])
+    held = [r for r in held if r.source == "exporter"]
+    known = {r.key for r in held}
 
     def enough(found: list[Result]) -> bool:
         if series is None:
-            return remotes <= {r.remote for r in found}
+            return remotes & {k.remote for k in known} <= {r.remote for r in found}
         counts = Counter(r.key for r in found)
-        return all(counts[key] >= per_series for key in series)
+        return all(counts[key] >= per_series for key in series if key in known)
 
-    results = _widening(
-        lambda since: [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"], enough
+    results = (
+        held
+        if enough(held)
+        else _widening(
+            lambda since: [r for r in Journal(config.journal.path).read(since=since) if r.source == "exporter"],
+            enough,
+        )
     )
     baselines: dict[str, PathBaseline] = {}
-    for b in _widening(
-        lambda since: list(BaselineJournal(baseline_path(config.journal.path)).read(since=since)),
-        lambda found: remotes <= {b.remote for b in found},
-    ):
-        if b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp:
+    for b in checkpoint.baselines_of(BaselineJournal(baseline_path(config.journal.path))).baselines():
+        if b.remote in remotes and (
+            b.remote not in baselines or b.start_timestamp >= baselines[b.remote].start_timestamp
+        ):
             baselines[b.remote] = b
     return baselines, results
+
+
+def _unique(results: Iterable[Result]) -> list[Result]:
+    """Each result once (a series' last result is among the last transfers too)."""
+    seen: dict[tuple[SeriesKey, float, str], Result] = {}
+    for r in results:
+        seen.setdefault((r.key, r.start_timestamp, r.source), r)
+    return list(seen.values())
 
 
 def _widening(read: Callable[[float | None], list[T]], enough: Callable[[list[T]], bool]) -> list[T]:

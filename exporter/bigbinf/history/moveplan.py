@@ -33,6 +33,12 @@ setting):
   history/regression_state.py) is predicted from its runs since the regression's start
   (the earliest of its series'); its runs from before are left out as BEFORE_REGRESSION,
   and the plan says so (`Plan.regressed`).  Pooled, they would predict the old level.
+  An accepted regression's level is the series' level from its start on (the regression
+  test's baseline from then): the same rule, its runs from before left out as
+  BEFORE_ACCEPTED (`Plan.accepted`; `levels` reads both from the series' states).
+* **Only what can be run**: a protocol the configuration no longer has (removed, or
+  renamed) is neither fitted nor ranked nor recommended: its runs are set apart
+  (`configured_only`) and the plan lists it with its latest run (`Plan.unconfigured`).
 * **Which option, which hour**: options are ranked only against options with comparable
   evidence (`Fit.evidence`: a known interval from at least SOLID_RUNS runs, then a known
   interval from fewer, then none), never preferred for having fewer runs; within a class
@@ -53,12 +59,14 @@ import math
 import statistics
 import zoneinfo
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
+from bigbinf.history.regression import Track
 from bigbinf.runs import NOT_INSTALLED, Run
 
 HOUR = 3600.0
@@ -80,6 +88,8 @@ THIN_LEFT_OUT = 0.5
 # Why a run of a protocol with an open regression is left out: it measured the level
 # before the regression, not the one a move would meet now.
 BEFORE_REGRESSION = "before its open regression"
+# ... and of one whose regression an operator accepted: its level since is the series' own.
+BEFORE_ACCEPTED = "before its accepted regression"
 EVIDENCE = (
     f"a known interval from {SOLID_RUNS} runs or more",
     f"a known interval from fewer than {SOLID_RUNS} runs",
@@ -444,6 +454,9 @@ class Plan:
     # protocol -> the start of its series' open regression (the earliest): its options
     # are predicted from their runs since, the others left out as BEFORE_REGRESSION
     regressed: dict[str, float] = field(default_factory=dict)
+    accepted: frozenset[str] = frozenset()  # of `regressed`: those whose level is an accepted regression's
+    # option -> (its latest run, its runs) of a protocol the configuration no longer has
+    unconfigured: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @property
     def used(self) -> int:
@@ -493,17 +506,59 @@ class Plan:
         return fit_, best_start(hours, self.now_hour)
 
 
-def since_regressions(runs: Sequence[Run], regressed: Mapping[str, float]) -> list[Run]:
+def levels(tracks: Iterable[tuple[Any, Track]], remote: str, direction: str) -> tuple[dict[str, float], set[str]]:
+    """protocol -> the start of the level its series to `remote` in `direction` have now,
+    where that is not their whole history: an open regression's start, else the last
+    accepted one's (the series' level from then on); the earliest of its series'.  And
+    which of them are accepted levels.  `tracks`: (series key, its regression state)."""
+    starts: dict[str, tuple[float, bool]] = {}
+    for key, track in tracks:
+        if key.remote != remote or key.direction != direction:
+            continue
+        if track.episode is not None:
+            level = (track.episode.since, False)
+        elif track.accepts:
+            level = (track.accepts[-1][0], True)
+        else:
+            continue
+        if key.protocol not in starts or level[0] < starts[key.protocol][0]:
+            starts[key.protocol] = level
+    return {p: since for p, (since, _) in starts.items()}, {p for p, (_, acc) in starts.items() if acc}
+
+
+def since_regressions(runs: Sequence[Run], regressed: Mapping[str, float], accepted: Collection[str] = ()) -> list[Run]:
     """The runs with those of a protocol with an open regression (`regressed`: protocol ->
-    its start) from before that start left out (BEFORE_REGRESSION): a prediction stands on
-    the level the protocol has now, not on the one it had (every option of the protocol,
-    a sweep's setting too: the same tool, the same remote end)."""
+    its start) from before that start left out (BEFORE_REGRESSION; BEFORE_ACCEPTED for
+    the `accepted` ones): a prediction stands on the level the protocol has now, not on
+    the one it had (every option of the protocol, a sweep's setting too: the same tool,
+    the same remote end)."""
     return [
-        replace(r, left_out=BEFORE_REGRESSION)
+        replace(r, left_out=BEFORE_ACCEPTED if r.protocol in accepted else BEFORE_REGRESSION)
         if not r.left_out and r.protocol in regressed and r.timestamp < regressed[r.protocol]
         else r
         for r in runs
     ]
+
+
+def runnable_protocols(protocols: Mapping[str, Any], direction: str) -> set[str]:
+    """The protocols a configuration (its `protocols:`) can run in `direction`: the only
+    ones a plan ranks or the exporter predicts with."""
+    return {name for name, p in protocols.items() if direction in p.directions}
+
+
+def configured_only(runs: Iterable[Run], protocols: Collection[str]) -> tuple[list[Run], dict[str, tuple[float, int]]]:
+    """The runs of the configured `protocols`, and each option of another (removed from
+    the configuration, or renamed) with its latest run and how many it has: it cannot be
+    run from this configuration, so it is never ranked nor recommended."""
+    kept: list[Run] = []
+    gone: dict[str, tuple[float, int]] = {}
+    for r in runs:
+        if r.protocol in protocols:
+            kept.append(r)
+        else:
+            latest, n = gone.get(r.option, (r.timestamp, 0))
+            gone[r.option] = (max(latest, r.timestamp), n + 1)
+    return kept, gone
 
 
 def fit_all(runs: Sequence[Run], zone: zoneinfo.ZoneInfo) -> tuple[list[Fit], dict[str, str]]:
@@ -583,15 +638,18 @@ def plan(
     direction: str = "download",
     older: Mapping[str, float] | None = None,
     regressed: Mapping[str, float] | None = None,
+    accepted: Collection[str] = (),
+    unconfigured: Mapping[str, tuple[float, int]] | None = None,
 ) -> Plan:
     """Every option to `remote` fitted and ranked by its best start hour's prediction.
     `runs` may hold those the model leaves out (Run.left_out, runs.move_runs): they are
     counted in each option's basis, never fitted; every `configured` protocol without a
     fit is refused with the reason (`older`: option -> its latest run before
     moves.history, where it has none since; `regressed`: protocol -> the start of its
-    open regression, whose options are predicted from their runs since)."""
+    open regression or, of the `accepted`, its accepted one, whose options are predicted
+    from their runs since; `unconfigured`: configured_only's, said in the plan)."""
     regressed = dict(regressed or {})
-    runs = since_regressions(runs, regressed)
+    runs = since_regressions(runs, regressed, accepted)
     basis = bases(runs, configured, older)
     fits, refused = fit_all([r for r in runs if not r.left_out], zone or zoneinfo.ZoneInfo("UTC"))
     refused = {option: why_refused(why, basis.get(option)) for option, why in refused.items()}
@@ -600,7 +658,13 @@ def plan(
         if option not in fitted and option not in refused:
             refused[option] = refusal(b, remote, direction, zone)
     ranked = rank(fits, refused, remote, size, files, bandwidth, level, now_hour)
-    return replace(ranked, basis=basis, regressed=regressed)
+    return replace(
+        ranked,
+        basis=basis,
+        regressed=regressed,
+        accepted=frozenset(p for p in accepted if p in regressed),
+        unconfigured=dict(unconfigured or {}),
+    )
 
 
 _UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

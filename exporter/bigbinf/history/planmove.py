@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from bigbinf.config import Config, ConfigError, load_config, parse_size
 from bigbinf.history.moveplan import (
+    BEFORE_ACCEPTED,
     BEFORE_REGRESSION,
     EVIDENCE,
     MIN_INTERVAL_DOF,
@@ -26,12 +27,16 @@ from bigbinf.history.moveplan import (
     Plan,
     Prediction,
     best_start,
+    configured_only,
     duration_text,
+    levels,
     local_hour,
     plan,
+    runnable_protocols,
     since_regressions,
     size_label,
 )
+from bigbinf.history.regression import Track, apply_event
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
 from bigbinf.journal.store import BaselineJournal, Journal, baseline_path
@@ -92,6 +97,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     journal = Journal(args.journal or config.journal.path)
     now = time.time()
     runs, older = journal_runs(journal, args.remote, args.direction, config.moves.history, now)
+    runnable = runnable_protocols(config.protocols, args.direction)
+    runs, unconfigured = configured_only(runs, runnable)
+    for option, latest in older.items():
+        if option.split(" (")[0] not in runnable:
+            unconfigured.setdefault(option, (latest, 0))
+    older = {o: t for o, t in older.items() if o not in unconfigured}
     if not any(not r.left_out for r in runs):
         why = _left_out_words(runs)
         print(
@@ -101,8 +112,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 1
     bandwidth = _bandwidth(args.journal or config.journal.path, args.remote)
-    regressed = open_regressions(journal.path, args.remote, args.direction)
-    runs = since_regressions(runs, regressed)  # the header counts them as the options do
+    regressed, accepted = regression_levels(journal.path, args.remote, args.direction)
+    regressed = {p: since for p, since in regressed.items() if p in runnable}  # the others are set apart
+    runs = since_regressions(runs, regressed, accepted)  # the header counts them as the options do
     configured = configured_protocols(config, args.remote, args.direction)
     result = plan(
         runs,
@@ -117,6 +129,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         args.direction,
         older,
         regressed,
+        accepted,
+        unconfigured,
     )
     deadline = parse_when(args.by, _offset_hours(zone), "--by") if args.by else None
     if deadline is not None and deadline <= now:
@@ -164,15 +178,14 @@ def journal_runs(
     return runs, older
 
 
-def open_regressions(journal: Any, remote: str, direction: str) -> dict[str, float]:
-    """protocol -> the start of the earliest open regression of its series to `remote` in
-    `direction` (the regressions journal beside `journal`): plan-move predicts such a
-    protocol from its runs since."""
-    out: dict[str, float] = {}
-    for key, event in RegressionJournal(Path(journal)).open_regressions().items():
-        if key.remote == remote and key.direction == direction:
-            out[key.protocol] = min(out.get(key.protocol, event.since), event.since)
-    return out
+def regression_levels(journal: Any, remote: str, direction: str) -> tuple[dict[str, float], set[str]]:
+    """moveplan.levels of the series' states as the regressions journal beside `journal`
+    has them (each event applied as the exporter applies it): protocol -> the start of
+    its open or accepted regression, and the accepted ones."""
+    tracks: dict[Any, Track] = {}
+    for event in RegressionJournal(Path(journal)).read_events():
+        apply_event(tracks.setdefault(event.key, Track()), event)
+    return levels(tracks.items(), remote, direction)
 
 
 def configured_protocols(config: Config, remote: str, direction: str) -> list[str]:
@@ -240,12 +253,17 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
     )
     for protocol, since in sorted(result.regressed.items()):
         kept = sum(b.used for b in result.basis.values() if b.protocol == protocol)
-        dropped = sum(
-            dict(b.left_out).get(BEFORE_REGRESSION, 0) for b in result.basis.values() if b.protocol == protocol
-        )
+        accepted = protocol in result.accepted
+        why = BEFORE_ACCEPTED if accepted else BEFORE_REGRESSION
+        dropped = sum(dict(b.left_out).get(why, 0) for b in result.basis.values() if b.protocol == protocol)
+        if accepted and not dropped:
+            continue  # accepted before the runs read began: every run read is its level
         lines.append(
-            f"open regression: {protocol} has an open regression since {_day(since, zone)}; predicted from its "
-            f"{kept} runs since ({dropped} before it left out: `regression list`)"
+            f"accepted regression: {protocol}'s level since {_day(since, zone)} is its own (accepted); predicted "
+            f"from its {kept} runs since ({dropped} before it left out)"
+            if accepted
+            else f"open regression: {protocol} has an open regression since {_day(since, zone)}; predicted from "
+            f"its {kept} runs since ({dropped} before it left out: `regression list`)"
         )
     for why in result.thin():
         lines.append(f"thin basis: {why}")
@@ -306,6 +324,12 @@ def render(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo, deadline:
             lines.append(f"{f.option}: {_too_few(f)}")
     for option, why in sorted(result.refused.items()):
         lines.append(f"no prediction for {option}: {why}")
+    for option, (latest, n) in sorted(result.unconfigured.items()):
+        counted = f", {n} runs in the plan's window" if n else ", older than moves.history"
+        lines.append(
+            f"not configured now: {option}: last run {_day(latest, zone)}{counted}; "
+            "not ranked (the configuration cannot run it)"
+        )
     if not result.ranked:
         lines.append(f"plan-move: refused: no option to {result.remote} can be predicted (reasons above)")
         return "\n".join(lines) + "\n"
@@ -483,5 +507,18 @@ def as_json(result: Plan, runs: Sequence[Any], zone: zoneinfo.ZoneInfo) -> dict[
             for f, preds in result.ranked
         ],
         "refused": result.refused,
-        "open_regressions": {protocol: {"since": since} for protocol, since in sorted(result.regressed.items())},
+        "open_regressions": {
+            protocol: {"since": since}
+            for protocol, since in sorted(result.regressed.items())
+            if protocol not in result.accepted
+        },
+        "accepted_regressions": {
+            protocol: {"since": since}
+            for protocol, since in sorted(result.regressed.items())
+            if protocol in result.accepted
+        },
+        "unconfigured": {
+            option: {"latest_run_timestamp": latest, "runs": n}
+            for option, (latest, n) in sorted(result.unconfigured.items())
+        },
     }

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from bigbinf.config import ConfigError, load_config
+from bigbinf.config import Config, ConfigError, load_config
 from bigbinf.history.regression import ACCEPTED, Event
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.result import SeriesKey
@@ -39,6 +39,25 @@ def series_name(key: SeriesKey) -> str:
     return f"{key.protocol}/{key.remote}/{key.dataset}/{key.direction}"
 
 
+def configured(config: Config, key: SeriesKey) -> bool:
+    """The configuration still measures the series (its protocol, remote and dataset, in
+    that direction, scheduled): else the exporter has forgotten it, and no alert or gauge
+    shows its regression."""
+    protocol = config.protocols.get(key.protocol)
+    if protocol is None or key.remote not in config.remotes or key.dataset not in config.datasets:
+        return False
+    if key.direction not in protocol.directions:
+        return False
+    transfers = config.schedule.transfers
+    return transfers is None or any(
+        (t.protocol, t.remote, t.dataset, t.direction) == (key.protocol, key.remote, key.dataset, key.direction)
+        for t in transfers
+    )
+
+
+NOT_CONFIGURED = "  (not configured now: the exporter no longer measures it, no alert or gauge shows it)"
+
+
 def _clock(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
@@ -61,7 +80,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, now: float | None =
         for key in sorted(open_, key=series_name):
             e = open_[key]
             print(
-                f"{series_name(key)}  since {_clock(e.since)}  level before {e.level_before / 1e6:.3g} MB/s",
+                f"{series_name(key)}  since {_clock(e.since)}  level before {e.level_before / 1e6:.3g} MB/s"
+                + ("" if configured(config, key) else NOT_CONFIGURED),
                 file=out,
             )
         return 0

@@ -5,7 +5,10 @@ operator expects (issue 45).  Without --config.file they take, in this order:
 1. the --config.file of the running `bigbinf-exporter` service on this host (a process
    whose command line is the exporter serving, no subcommand: found in /proc, the path
    taken relative to that process's working directory); several running with different
-   files is an error that lists them;
+   files is an error that lists them.  One in another mount namespace (a container) names
+   a file as it sees it, not this host's file at that path (nor is its journal.path this
+   host's): an error that says so and how to run the command in its namespace or name
+   a file, never the host's file read as if it were the exporter's;
 2. PACKAGED, the packaged service's configuration (packaging/bigbinf-exporter.service);
 3. the CLI's default (schedules/lab.yaml, for the repository's lab).
 
@@ -55,9 +58,18 @@ def _exporter_argv(argv: list[str]) -> list[str] | None:
 Parse = Callable[[list[str]], "str | None"]
 
 
-def running(parse: Parse, proc: Path | None = None) -> Iterator[tuple[int, str]]:
-    """(pid, absolute config path) of every exporter serving on this host."""
+def _mount_namespace(entry: Path) -> str | None:
+    try:
+        return os.readlink(entry / "ns" / "mnt")
+    except OSError:
+        return None  # not ours to read: taken as ours
+
+
+def running(parse: Parse, proc: Path | None = None) -> Iterator[tuple[int, str, bool]]:
+    """(pid, absolute config path, whether it is in another mount namespace than this
+    process) of every exporter serving on this host."""
     me = os.getpid()
+    mine = _mount_namespace((proc or PROC) / "self")
     for entry in (proc or PROC).iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -72,14 +84,30 @@ def running(parse: Parse, proc: Path | None = None) -> Iterator[tuple[int, str]]
             cwd = os.readlink(entry / "cwd") if not os.path.isabs(config) else "/"
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        yield int(entry.name), os.path.normpath(os.path.join(cwd, config))
+        theirs = _mount_namespace(entry)
+        foreign = mine is not None and theirs is not None and theirs != mine
+        yield int(entry.name), os.path.normpath(os.path.join(cwd, config)), foreign
 
 
 def find(default: str, parse: Parse, proc: Path | None = None, packaged: Path | None = None) -> Found:
     """The configuration a history command reads when none is named (the module's order)."""
     services: dict[str, list[int]] = {}
-    for pid, path in running(parse, proc):
+    foreign: set[str] = set()
+    for pid, path, elsewhere in running(parse, proc):
+        if elsewhere:
+            path = f"{path} (in another mount namespace)"
+            foreign.add(path)
         services.setdefault(path, []).append(pid)
+    if len(services) == 1 and foreign:
+        ((path, pids),) = services.items()
+        pid = min(pids)
+        named = path.removesuffix(" (in another mount namespace)")
+        raise ServiceConfigError(
+            f"the running exporter (pid {', '.join(map(str, sorted(pids)))}) runs in another mount namespace (a "
+            f"container): its --config.file {named} and the journal it names are its own view, not this host's "
+            f"files at those paths; run the command in its namespace (nsenter -t {pid} -m -- bigbinf-exporter "
+            f"...), or name the file to read with --config.file FILE"
+        )
     if len(services) == 1:
         ((path, pids),) = services.items()
         return Found(path, f"the running exporter's (pid {', '.join(map(str, sorted(pids)))})")

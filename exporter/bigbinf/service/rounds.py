@@ -43,7 +43,17 @@ from bigbinf import process
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.change import Change, describe, what_changed
-from bigbinf.history.moveplan import Prediction, fit_all, local_hour, rank, since_regressions, size_label
+from bigbinf.history.moveplan import (
+    Prediction,
+    configured_only,
+    fit_all,
+    levels,
+    local_hour,
+    rank,
+    runnable_protocols,
+    since_regressions,
+    size_label,
+)
 from bigbinf.history.regression import (
     ACCEPTED,
     FUTURE_SLACK,
@@ -379,15 +389,12 @@ class RoundRunner:
             for remote in changed:
                 if remote not in self.config.remotes:
                     continue
-                runs = self.move_runs.runs(remote, moves.history)
-                # A protocol with an open regression: from its runs since (plan-move's rule).
-                regressed: dict[str, float] = {}
-                for key, track in self.history.tracks.items():
-                    if track.episode is not None and key.remote == remote and key.direction == moves.direction:
-                        regressed[key.protocol] = min(
-                            regressed.get(key.protocol, track.episode.since), track.episode.since
-                        )
-                runs = [r for r in since_regressions(runs, regressed) if not r.left_out]
+                # Only the protocols configured now; one with an open or accepted
+                # regression from its runs since: plan-move's rules (history/moveplan.py).
+                runnable = runnable_protocols(self.config.protocols, moves.direction)
+                runs, _ = configured_only(self.move_runs.runs(remote, moves.history), runnable)
+                regressed, accepted = levels(self.history.tracks.items(), remote, moves.direction)
+                runs = [r for r in since_regressions(runs, regressed, accepted) if not r.left_out]
                 bandwidth = paths[remote].bandwidth_bytes_per_second if remote in paths else None
                 predictions = {}
                 fits, refused = fit_all(runs, zone)  # once for every size
