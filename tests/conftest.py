@@ -54,6 +54,7 @@ SLOWEST_FIRST = (
     "tests/e2e/test_front_door_breaks.py",  # 315 s
     "tests/e2e/test_rules.py",  # 312 s: promtool, one process per file
     "tests/lab/test_verdicts_paths.py",  # 237 s: the confusion matrix
+    "tests/lab/test_journal_upgrade.py",  # ~236 s at load 11-13: real serves on old journals, kills in a quarantine
     "tests/lab/test_verdicts_plain_host.py",  # 232 s
     "tests/lab/test_sweeps.py",  # 229 s
     "tests/lab/test_verdicts_plain_bounds_hosts.py",  # 218 s
@@ -65,7 +66,6 @@ SLOWEST_FIRST = (
     "tests/lab/test_verdicts_plain_bounds_router.py",  # 181 s
     "tests/lab/test_regression_lab.py",  # 178 s
     "tests/e2e/test_page_browser.py",  # 174 s
-    "tests/lab/test_journal_upgrade.py",  # 152 s at load 8-20 (its branch's run): real serves on old journals
     "tests/lab/test_busy_host.py",  # 174 s
     "tests/lab/test_verdicts_programs.py",  # 171 s
     "tests/e2e/test_mesh_prometheus.py",  # 155 s: three sites' rounds, a central Prometheus
