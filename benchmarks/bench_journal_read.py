@@ -54,7 +54,9 @@ print(n, time.perf_counter() - t, time.process_time() - c)
 
 def run(tree: Path, code: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def main() -> int:

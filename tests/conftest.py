@@ -94,7 +94,8 @@ SLOWEST_FIRST = (
     "tests/lab/test_unprivileged.py",  # 67 s
     "tests/unit/test_config.py",  # 65 s
     "tests/e2e/test_service.py",  # 62 s
-    "tests/lab/test_verdicts_plain_return_path.py",  # 62 s at load 24 (its branch's run): two uploads through a slow return path
+    # 62 s at load 24 (its branch's run): two uploads through a slow return path
+    "tests/lab/test_verdicts_plain_return_path.py",
     "tests/lab/test_full_disk.py",  # 60 s
     "tests/unit/test_report.py",  # 55 s
     "tests/unit/test_hostile_config.py",  # 55 s
