@@ -5,7 +5,7 @@ five times) and after (day segments and the checkpoint beside them).
 Usage:
     .venv/bin/python benchmarks/bench_journal.py                       # after only, 10k,100k,1M
     .venv/bin/python benchmarks/bench_journal.py --upgrade 1000000 --cache /var/tmp/bigbinf-bench-X \\
-        [--upgrade-before /work/main/exporter]
+        [--upgrade-before /work/main/exporter] [--keep]
     .venv/bin/python benchmarks/bench_journal.py --before /work/main/.venv/bin/python
     .venv/bin/python benchmarks/bench_journal.py --sizes 10000 --before-limit 120
 
@@ -34,6 +34,7 @@ history <= 1 s, advise's history <= 1 s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -240,21 +241,25 @@ def upgrade(python: str, journal: Path) -> dict[str, float]:
     return {"split_s": split, "checkpoint_s": built}
 
 
-def upgrade_start(n: int, cache: Path, limit: float, before: str | None = None) -> dict[str, Any]:
+def upgrade_start(n: int, cache: Path, limit: float, before: str | None = None, keep: bool = False) -> dict[str, Any]:
     """The first `serve` after the upgrade on an old single file of `n` results (issue 44:
     /metrics first, then the split, the checkpoint's rebuild and the first replay in the
     background), then a later start: each from exec to the first /metrics (the first also
     on to bigbinf_journal_loading 0), with the series restored and the exporter's VmHWM
     then.  `before`: another exporter tree (PYTHONPATH, e.g. main's) whose later start on
     the same files is measured beside.  The single file is generated once into `cache`
-    (a million lines: 1.6 GB) and copied."""
+    (a million lines: 1.6 GB) and copied; `keep` leaves the upgraded directory in `cache`
+    (for bench_later_start.py)."""
     cache.mkdir(parents=True, exist_ok=True)
     source = cache / f"journal-{n}.jsonl"
     if not source.exists():
         write_journal(source.with_suffix(".tmp"), n)
         source.with_suffix(".tmp").rename(source)
-    with tempfile.TemporaryDirectory(prefix="bench-upgrade-", dir=cache) as tmp:
-        directory = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if keep:
+            directory = Path(tempfile.mkdtemp(prefix="bench-upgrade-", dir=cache))
+        else:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-upgrade-", dir=cache)))
         config = write_mesh_config(directory, REMOTES, PROTOCOLS, DATASETS)
         shutil.copyfile(source, directory / "journal.jsonl")
         first = start(sys.executable, config, 19_902, limit, loaded_limit=limit)
@@ -266,7 +271,8 @@ def upgrade_start(n: int, cache: Path, limit: float, before: str | None = None) 
             env = {**os.environ, "PYTHONPATH": before}
             earlier = [start(sys.executable, config, 19_904, limit, env=env) for _ in range(3)]
             print(json.dumps({"later_before": earlier}), flush=True)
-        parts = len(list(directory.glob("journal.*.jsonl.gz")))
+        sealed = list(directory.glob("journal.*.jsonl.gz"))
+        parts, sealed_mb = len(sealed), sum(p.stat().st_size for p in sealed) / 2**20
     return {
         "n": n,
         "journal_mb": source.stat().st_size / 2**20,
@@ -274,6 +280,8 @@ def upgrade_start(n: int, cache: Path, limit: float, before: str | None = None) 
         "later": later,
         "later_before": earlier,
         "parts": parts,
+        "sealed_mb": sealed_mb,
+        "directory": str(directory) if keep else None,
     }
 
 
@@ -289,6 +297,7 @@ def main() -> None:
     parser.add_argument(
         "--upgrade-before", metavar="PYTHONPATH", help="also the later start with this exporter tree (e.g. main's)"
     )
+    parser.add_argument("--keep", action="store_true", help="--upgrade leaves the upgraded directory in --cache")
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--before", help="the interpreter of main's venv, e.g. /work/main/.venv/bin/python")
     parser.add_argument("--before-limit", type=float, default=120.0, help="seconds a before start may take")
@@ -297,7 +306,7 @@ def main() -> None:
     if args.upgrade:
         cache = args.cache or Path(tempfile.mkdtemp(prefix="bigbinf-bench-", dir="/var/tmp"))
         for n in (int(x) for x in args.upgrade.split(",")):
-            print(json.dumps(upgrade_start(n, cache, args.upgrade_limit, args.upgrade_before)), flush=True)
+            print(json.dumps(upgrade_start(n, cache, args.upgrade_limit, args.upgrade_before, args.keep)), flush=True)
         return
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):

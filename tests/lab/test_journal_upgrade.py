@@ -1,11 +1,13 @@
 """The first start on an old single-file journal, through the real exporter (issue 44):
 /metrics is up before the journal is read (its split into day segments and the
 checkpoint's rebuild run after, bigbinf_journal_loading 1 meanwhile), a kill during that
-work and a restart read every result exactly once, and a torn line inside a sealed day
-part is damage (moved aside, its readable rest kept, counted).
+work and a restart read every result exactly once, a torn line inside a sealed day
+part is damage (moved aside, its readable rest kept, counted), and kills of `serve` and
+its guardian while it quarantines a damaged part lose and double nothing.
 
 Independent truths: the results written (each carries its index in `error`), the journal
-read back by id, a checkpoint rebuilt from scratch in this process, /metrics.  The
+read back by id (with the product's reader, or with zlib and JSON alone), a checkpoint
+rebuilt from scratch in this process, /metrics.  The
 1 M-result figures are benchmarks/bench_journal.py --upgrade's.
 """
 
@@ -14,20 +16,23 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 import re
 import signal
+import subprocess
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bigbinf.journal import checkpoint
-from bigbinf.journal.store import DAMAGED, Journal, damaged, read, segments
+from bigbinf.journal.store import DAMAGED, Journal, damaged, leftovers, read, segments
 from bigbinf.result import Result
 from bigbinf.service.restore import LOAD_INLINE_BYTES
 
-from ..support.exporter import ExporterProcess
+from ..support.exporter import ROOT, ExporterProcess
 from .test_journal_disks import metric, site, wait
 
 pytestmark = pytest.mark.lab
@@ -175,3 +180,122 @@ def test_a_torn_line_inside_a_sealed_part_is_moved_aside_and_counted(tmp_path: P
         assert metric(exporter, "bigbinf_journal_damaged_segments") == 1
     assert len(damaged(journal)) == 1 and ids(journal) == want
     assert "Traceback" not in log.read_text()
+
+
+def gzip_members(data: bytes) -> list[tuple[int, int, list[bytes]]]:
+    """A gzip file's members, read with zlib alone: (offset, end, lines) of each."""
+    members, at = [], 0
+    while at < len(data):
+        inflate = zlib.decompressobj(wbits=31)  # gzip framing; a bad CRC raises
+        text = inflate.decompress(data[at:]) + inflate.flush()
+        assert inflate.eof, f"member at {at} ends short"
+        end = len(data) - len(inflate.unused_data)
+        members.append((at, end, text.splitlines(keepends=True)))
+        at = end
+    return members
+
+
+def restored_ids(journal: Path) -> Counter[str]:
+    """The ids of every result a reader may restore, read without the product's reader:
+    each sealed part's members (zlib, its CRC checked) and the plain segments' whole lines;
+    quarantined (.damaged-) and temporary (.NAME.XXXX) files are no segment and not read."""
+    seen: Counter[str] = Counter()
+    for name in os.listdir(journal.parent):
+        if not name.startswith(journal.stem + ".2") or DAMAGED in name:
+            continue
+        data = (journal.parent / name).read_bytes()
+        lines = [line for *_, got in gzip_members(data) for line in got] if name.endswith(".gz") else data.splitlines()
+        seen.update(json.loads(line)["error"][:6] for line in lines if line.strip())
+    return seen
+
+
+def guardian_of(pid: int) -> list[int]:
+    """The exporter's guardian (bigbinf/guardian.py), its child."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children if b"guardian" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_kills_during_the_quarantine_of_a_damaged_part_restore_every_intact_result_once(tmp_path: Path) -> None:
+    """Issue 44 item 6: `serve` (and its guardian) SIGKILLed at random points while it
+    quarantines a large damaged part (no checkpoint: the start's rebuild finds the damage),
+    each kill on what the one before left, then a clean start."""
+    journal = tmp_path / "j" / "journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    # Two small days, then one day of 1,500 results of 16 KB each (its salvage takes seconds to write).
+    t0 = time.time() - 4 * 86400
+    day0 = t0 - t0 % 86400
+    starts = [day0 + i * HALF_HOUR for i in range(96)] + [day0 + 2 * 86400 + i * 30.0 for i in range(1500)]
+    template = Result(
+        "copy", "here", "f1m", "download", 0.0, "ok",
+        duration_seconds=0.05, file_bytes=1 << 20, files=1, verified=True, error="",
+    ).to_json()  # fmt: skip
+    template.pop("start_utc", None)
+    with open(journal, "w") as f:
+        for i, t in enumerate(starts):
+            line = {**template, "start_timestamp": t, "error": f"{i:06d}" + os.urandom(8000).hex()}
+            f.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+    Journal(journal).rotate_now()
+    checkpoint.checkpoint_path(journal).unlink(missing_ok=True)
+    big = max((s.path for s in segments(journal)), key=lambda p: p.stat().st_size)
+    data = bytearray(big.read_bytes())
+    members = gzip_members(bytes(data))
+    assert len(members) > 100  # a member per 64 KiB of lines
+    at = len(data) // 2
+    data[at : at + 16] = bytes(b ^ 0xFF for b in data[at : at + 16])
+    big.write_bytes(bytes(data))
+    # The truth, from the intact file's members: the results of those the flip touched are lost.
+    in_part = sum(len(lines) for *_, lines in members)
+    lost = {json.loads(line)["error"][:6] for s, e, lines in members if s < at + 16 and at < e for line in lines}
+    want = Counter(f"{i:06d}" for i in range(len(starts)) if f"{i:06d}" not in lost)
+    assert 0 < len(lost) < 40 and in_part == 1500
+    original = big.stat().st_ino
+
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="1h")
+    exporter = ExporterProcess(config, log)
+    rng = random.Random()
+    kills: list[tuple[float, str]] = []
+    for _ in range(3):
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(exporter.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        try:
+            # The quarantine is under way once its salvage's temporary file is there (a new
+            # one: a killed start's stays until the start after it has sealed what it may).
+            stale = set(leftovers(journal))
+
+            def salvage(p: subprocess.Popen[bytes] = proc, stale: set[Path] = stale) -> bool:
+                return bool(set(leftovers(journal)) - stale) or p.poll() is not None
+
+            wait("the salvage written", salvage, 60)
+            assert proc.poll() is None, log.read_text()[-3000:]
+            delay = rng.uniform(0.0, 0.8)  # the salvage's write takes a second or more
+            time.sleep(delay)
+            guardians = guardian_of(proc.pid)
+            if not set(leftovers(journal)) - stale:  # committed meanwhile: this start ended the quarantine
+                proc.terminate()
+                proc.wait(30)
+                break
+            proc.kill()  # the exporter, then its guardian: an abrupt end of both
+            for pid in guardians:
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert big.stat().st_ino == original  # not committed: the damaged part is still what is read
+        kills.append((round(delay, 2), "linked" if damaged(journal) else "salvage being written"))
+    assert len(kills) >= 2, kills  # (a start that ended the quarantine first was stopped)
+    with ExporterProcess(config, log) as exporter:
+        wait("the journal read", lambda: metric(exporter, "bigbinf_journal_loading") == 0, 60)
+        assert metric(exporter, "bigbinf_journal_damaged_segments") == 1
+        assert last_start(exporter) == starts[-1]
+    assert restored_ids(journal) == want  # every intact result once, the damaged member's none
+    assert len([n for n in os.listdir(journal.parent) if DAMAGED in n]) == 1
+    assert not leftovers(journal)  # the killed salvages' temporary files removed
+    text = log.read_text()
+    said = re.findall(
+        rf"journal {re.escape(str(big))}: damaged \(.*\): moved aside to \S+; (\d+) results kept in it, "
+        r"(\d+) of the (\d+) results it was sealed with lost",
+        text,
+    )
+    assert said == [(str(in_part - len(lost)), str(len(lost)), str(in_part))], (kills, text[-3000:])
+    assert "Traceback" not in text
