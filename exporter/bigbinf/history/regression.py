@@ -550,6 +550,10 @@ def tod_residuals(tod: np.ndarray, logs: np.ndarray, window: float) -> np.ndarra
 # decides, as before).
 DAY_SDS = 4.0
 DAY_TAIL = 0.5 * math.erfc(DAY_SDS / math.sqrt(2.0))  # 3.2e-5: DAY_SDS's one-sided tail
+# MIN_SPREAD_DAYS is also the fewest effective days the bound counts: the day means'
+# persistence is itself estimated from a few dozen days, and at its high end (0.9: 28
+# days as 1.5) the t quantile on 1 df is 10,000 SDs, which would let no drop open, not
+# even one to nothing.
 MIN_SPREAD_DAYS = 7
 MAX_DAY_PERSISTENCE = 0.95  # so at least 2.5% of the days count as independent ones
 
@@ -634,7 +638,7 @@ def day_bound(spread: DaySpread, runs: int) -> float:
     day (0.6: about 7 effective days of 28) the quantile is 8-10 instead of 4."""
     if spread.within_df <= 0:
         return 0.0
-    n_eff = max(spread.effective_days, 2.0)
+    n_eff = max(spread.effective_days, float(MIN_SPREAD_DAYS))  # see MIN_SPREAD_DAYS
     days = spread.between**2 * (1.0 + 1.0 / n_eff) if spread.between > 0.0 else spread.day_means_var / n_eff
     noise = spread.within**2 / max(runs, 1)
     variance = days + noise
