@@ -614,7 +614,13 @@ def conditions(argv: list[str]) -> int:
     ap.add_argument(
         "--day-persistence", type=float, default=0.0, help="a day's level's correlation with the day before"
     )
-    ap.add_argument("--drops", type=int, default=6, help="quiet series dropping 30%% (detection)")
+    ap.add_argument("--drops", type=int, default=6, help="quiet series dropping --drop-size (detection)")
+    ap.add_argument("--drop-size", type=float, default=0.3, help="the dropped series' drop")
+    ap.add_argument(
+        "--dropped-in-conditions",
+        action="store_true",
+        help="the dropped series under the conditions too (its own noise, dips and day levels), not quiet",
+    )
     ap.add_argument("--seed", type=int, default=45)
     args = ap.parse_args(argv)
     rounds_per_day = len(PERSIST_HOURS)
@@ -667,9 +673,11 @@ def conditions(argv: list[str]) -> int:
             offset = noise(n, args.round_offset if reps > 1 else args.noise) + dips + days_level
             rounds.append((offset, args.rep_noise if reps > 1 else 0.0, None))
         if drop:
-            offset = rng.normal(0, 0.03, n)
-            offset[n - 4 * rounds_per_day :] += math.log(0.7)
-            rounds[0] = (offset, 0.03 if reps > 1 else 0.0, n - 4 * rounds_per_day)
+            # The dropped series: quiet (3%), or the first series' own conditions.
+            offset = rounds[0][0].copy() if args.dropped_in_conditions else rng.normal(0, 0.03, n)
+            offset[n - 4 * rounds_per_day :] += math.log(1 - args.drop_size)
+            rep_sd = rounds[0][1] if args.dropped_in_conditions else 0.03 if reps > 1 else 0.0
+            rounds[0] = (offset, rep_sd, n - 4 * rounds_per_day)
         history = History(settings)
         state = [False] * family
         false_openings, opened_on = 0, [None] * family  # type: list[int | None]
@@ -711,7 +719,9 @@ def conditions(argv: list[str]) -> int:
     )
     print(
         f"false openings: {false_total} in {series_days:,.0f} series-days = "
-        f"{1000 * false_total / series_days:.2f} per 1,000; quiet 30% drop opened on slow round: "
+        f"{1000 * false_total / series_days:.2f} per 1,000; "
+        f"{'in the conditions' if args.dropped_in_conditions else 'quiet'} {args.drop_size:.0%} drop "
+        "opened on slow round: "
         f"{statistics.median(found) if found else 'never'} (max {max(found) if found else '-'}), "
         f"{len(delays) - len(found)} missed"
     )

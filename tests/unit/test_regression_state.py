@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -40,6 +41,9 @@ from bigbinf.result import Result, SeriesKey
 from bigbinf.service import rounds
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.rounds import RoundRunner
+
+if TYPE_CHECKING:
+    from bigbinf.history.regression import DaySpread
 
 START = 1_760_000_000.0 - 1_760_000_000.0 % DAY  # a UTC midnight
 HOURS = (3.0, 9.0, 13.0, 19.0)
@@ -876,7 +880,7 @@ def _day_level_runs(
     return out
 
 
-def _spread(series: list[tuple[float, float]]) -> tuple[float, float]:
+def _spread(series: list[tuple[float, float]]) -> DaySpread:
     from bigbinf.history.regression import baseline_mask, day_spread, times_of_day
 
     settings = RegressionSettings(rounds_per_day=len(HOURS))
@@ -894,12 +898,81 @@ def test_the_day_to_day_spread_is_the_day_levels_not_the_runs_noise() -> None:
     rng = np.random.default_rng(45)
     quiet = [_spread(runs(30, 0, 25e6, 0.03, rng)) for _ in range(20)]
     noisy = [_spread(runs(30, 0, 25e6, 0.12, rng)) for _ in range(20)]
-    assert max(b for b, _ in quiet) * DAY_SDS < -math.log(0.7) / 4
-    assert max(b for b, _ in noisy) * DAY_SDS < -math.log(0.8)
-    assert float(np.median([w for _, w in noisy])) == pytest.approx(0.12, abs=0.01)  # the runs' noise
+    assert max(s.between for s in quiet) * DAY_SDS < -math.log(0.7) / 4
+    assert max(s.between for s in noisy) * DAY_SDS < -math.log(0.8)
+    assert float(np.median([s.within for s in noisy])) == pytest.approx(0.12, abs=0.01)  # the runs' noise
     days = [_spread(_day_level_runs(30, 25e6, 0.08, 0.05, rng)) for _ in range(20)]
-    assert float(np.median([b for b, _ in days])) == pytest.approx(0.08, abs=0.02)
-    assert float(np.median([w for _, w in days])) == pytest.approx(0.05, abs=0.01)
+    assert float(np.median([s.between for s in days])) == pytest.approx(0.08, abs=0.02)
+    assert float(np.median([s.within for s in days])) == pytest.approx(0.05, abs=0.01)
+
+
+def _persistent_day_runs(
+    days: int, level: float, day_sd: float, persistence: float, run_sd: float, rng: np.random.Generator
+) -> list[tuple[float, float]]:
+    """Runs at HOURS whose day's level (SD `day_sd`) is AR(1) from day to day with
+    `persistence`, beside each run's own noise: a bad spell lasts days (issue 45 B5)."""
+    out, day_level = [], rng.normal(0, day_sd)
+    for day in range(days):
+        if day:
+            day_level = persistence * day_level + rng.normal(0, day_sd * math.sqrt(1 - persistence**2))
+        for hour in HOURS:
+            out.append((START + day * DAY + hour * 3600, level * math.exp(day_level + rng.normal(0, run_sd))))
+    return out
+
+
+def test_a_t_quantile_is_students() -> None:
+    """regression.t_upper_quantile (no scipy on the live path) against scipy's Student t,
+    at the day gate's tail and the degrees of freedom it meets (Satterthwaite's: not
+    integers)."""
+    stats = pytest.importorskip("scipy.stats")
+    from bigbinf.history.regression import DAY_TAIL, t_upper_quantile
+
+    assert pytest.approx(stats.norm.sf(4.0)) == DAY_TAIL
+    for df in (1.0, 2.5, 4.68, 6.3, 9.0, 27.0, 120.0, 5000.0):
+        assert t_upper_quantile(DAY_TAIL, df) == pytest.approx(stats.t.isf(DAY_TAIL, df), rel=1e-6), df
+    assert t_upper_quantile(0.025, 10.0) == pytest.approx(stats.t.isf(0.025, 10.0), rel=1e-6)
+
+
+def test_the_effective_days_are_fewer_when_the_days_persist() -> None:
+    """day_spread's effective number of days, n (1 - rho) / (1 + rho) from the day means'
+    lag-1 autocorrelation: 30 baseline days whose level persists 0.6 from day to day are
+    about 7.5 independent ones, 30 independent days about 30 (the correction for the
+    estimate's bias, (1 + 3 rho) / n, keeps the persistent ones from looking more)."""
+    rng = np.random.default_rng(47)
+    persistent = [_spread(_persistent_day_runs(30, 25e6, 0.08, 0.6, 0.05, rng)) for _ in range(30)]
+    independent = [_spread(_persistent_day_runs(30, 25e6, 0.08, 0.0, 0.05, rng)) for _ in range(30)]
+    assert 5.0 <= float(np.median([s.effective_days for s in persistent])) <= 11.0
+    assert float(np.median([s.effective_days for s in independent])) >= 20.0
+
+
+def test_a_low_spell_of_a_series_whose_days_persist_is_no_regression() -> None:
+    """A series whose day level (8% SD) persists 0.6 from day to day, 5% a run, no change:
+    two days 25% down are within what its baseline's few effective days allow (the day
+    gate's t quantile on their degrees of freedom), where 4 SDs of the day SD estimated
+    as if its 28 days were independent opened it on the 3rd run; a 60% drop of the same
+    series still opens by its 3rd."""
+    from bigbinf.history.regression import beyond_days
+
+    rng = np.random.default_rng(1)
+    base = _persistent_day_runs(30, 25e6, 0.08, 0.6, 0.05, rng)
+    low = [
+        (START + (30 + d) * DAY + h * 3600, 25e6 * 0.75 * math.exp(rng.normal(0, 0.05)))
+        for d in range(2)
+        for h in HOURS
+    ]
+    history = History(RegressionSettings(rounds_per_day=len(HOURS)))
+    assert not any(feed(history, "s", base))
+    assert not any(feed(history, "s", low))
+    assert [e.kind for e in history.events] == []
+    spread = history._day_spread("s")
+    assert not beyond_days(0.75, spread, 3)
+    assert -math.log(0.75) > 4.0 * math.sqrt(spread.between**2 + spread.within**2 / 3)  # the 4 SDs let it open
+    history = History(RegressionSettings(rounds_per_day=len(HOURS)))
+    feed(history, "s", base)
+    dropped = [
+        (START + (30 + d) * DAY + h * 3600, 25e6 * 0.4 * math.exp(rng.normal(0, 0.05))) for d in range(2) for h in HOURS
+    ]
+    assert True in feed(history, "s", dropped)[:3]
 
 
 def test_a_low_day_of_a_series_whose_days_differ_is_no_regression() -> None:

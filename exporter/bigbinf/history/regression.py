@@ -75,7 +75,7 @@ import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -540,30 +540,70 @@ def tod_residuals(tod: np.ndarray, logs: np.ndarray, window: float) -> np.ndarra
     return out
 
 
-# A drop opens only when it is beyond DAY_SDS of what its runs' level varies by under no
-# change (`beyond_days`: the day-to-day SD of `day_spread` and the runs' own noise over
-# their number): a level that low comes about once in 30,000 looks (Gaussian).  Known
-# once the baseline has MIN_SPREAD_DAYS days of 2 runs or more (fewer: the run-level test
-# alone decides, as before).
+# A drop opens only when it is beyond what its runs' level varies by under no change
+# (`beyond_days`): the day-to-day SD of `day_spread`, the runs' own noise over their
+# number and the baseline level's own error, at the level DAY_SDS has for a Gaussian
+# (once in 30,000 looks) but as a Student-t quantile on the bound's degrees of freedom,
+# because the day SD is estimated from the baseline's effective number of days, which a
+# level that persists from day to day makes few (28 days at 0.6 are about 7).  Known once
+# the baseline has MIN_SPREAD_DAYS days of 2 runs or more (fewer: the run-level test alone
+# decides, as before).
 DAY_SDS = 4.0
+DAY_TAIL = 0.5 * math.erfc(DAY_SDS / math.sqrt(2.0))  # 3.2e-5: DAY_SDS's one-sided tail
+# MIN_SPREAD_DAYS is also the fewest effective days the bound counts: the day means'
+# persistence is itself estimated from a few dozen days, and at its high end (0.9: 28
+# days as 1.5) the t quantile on 1 df is 10,000 SDs, which would let no drop open, not
+# even one to nothing.
 MIN_SPREAD_DAYS = 7
+MAX_DAY_PERSISTENCE = 0.95  # so at least 2.5% of the days count as independent ones
+
+
+class DaySpread(NamedTuple):
+    """What a series' baseline days say of how its level varies under no change (log)."""
+
+    between: float  # SD of the day levels beyond what the runs' own noise gives them
+    within: float  # the runs' SD around their day's mean
+    day_means_var: float  # the day means' variance (ddof 1), between's estimate's source
+    mean_inverse_runs: float  # mean over the days of 1 / the day's runs
+    effective_days: float  # the days' number as independent ones: n (1 - rho) / (1 + rho)
+    within_df: int  # the within-day variance's degrees of freedom: runs - days
+
+
+NO_SPREAD = DaySpread(0.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+
+def lag1_persistence(keys: np.ndarray, means: np.ndarray) -> float:
+    """The day means' lag-1 autocorrelation over pairs of consecutive days (`keys`: the
+    local midnight's hour, 23-25 h apart), bias-corrected (Marriott and Pope: the
+    estimate is low by about (1 + 3 rho) / n, so rho = (n r + 1) / (n - 3)), clipped to
+    [0, MAX_DAY_PERSISTENCE]: negative values are the estimate's noise, not days that
+    alternate."""
+    n = len(means)
+    centred = means - float(np.mean(means))
+    total = float(np.sum(centred**2))
+    gaps = np.diff(keys)
+    pairs = (gaps >= 23) & (gaps <= 25)
+    if n <= 3 or total <= 0.0 or not pairs.any():
+        return 0.0
+    r = float(np.mean(centred[:-1][pairs] * centred[1:][pairs])) / (total / n)
+    return min(MAX_DAY_PERSISTENCE, max(0.0, (n * r + 1.0) / (n - 3.0)))
 
 
 def day_spread(
     ts: np.ndarray, tod: np.ndarray, logs: np.ndarray, settings: RegressionSettings, keep: np.ndarray
-) -> tuple[float, float]:
-    """(between, within): the SD (log) of a series' day levels beyond what its runs' own
-    noise gives them, and that noise's (the runs' SD around their day's mean),
-    from its baseline runs (`keep`): each run's time-of-day residual (winsorized at 3
-    robust SDs, as `robust_sd`), each local day's mean of them, and the one-way analysis
-    of variance's between-day component, var(day means) - pooled within-day variance x
-    mean(1 / runs a day), at least 0.  With noise independent from run to run it is
-    about 0 (a day's mean varies only by its runs' noise); with a level that persists
-    for a day (a busy day, a peering that comes and goes: issue 45 B5) it is that
-    level's SD, which three runs of one day, all low, cannot tell from a change.  (0, 0)
+) -> DaySpread:
+    """The spread of a series' day levels from its baseline runs (`keep`): each run's
+    time-of-day residual (winsorized at 3 robust SDs, as `robust_sd`), each local day's
+    mean of them, and the one-way analysis of variance's between-day component,
+    var(day means) - pooled within-day variance x mean(1 / runs a day), at least 0.
+    With noise independent from run to run it is about 0 (a day's mean varies only by
+    its runs' noise); with a level that persists for a day (a busy day, a peering that
+    comes and goes: issue 45 B5) it is that level's SD, which three runs of one day, all
+    low, cannot tell from a change.  The day means' lag-1 autocorrelation gives the
+    effective number of days the estimate stands on (`lag1_persistence`).  NO_SPREAD
     when the baseline has fewer than MIN_SPREAD_DAYS days of 2 runs or more."""
     if not keep.any():
-        return 0.0, 0.0
+        return NO_SPREAD
     res = tod_residuals(tod[keep], logs[keep], settings.time_of_day_window_seconds)
     centre = float(np.median(res))
     mad = 1.4826 * float(np.median(np.abs(res - centre)))
@@ -572,23 +612,102 @@ def day_spread(
     _, inverse, counts = np.unique(day, return_inverse=True, return_counts=True)
     several = counts[inverse] >= 2
     if int(np.sum(counts >= 2)) < MIN_SPREAD_DAYS:
-        return 0.0, 0.0
-    res, inverse = res[several], inverse[several]
-    _, inverse, counts = np.unique(inverse, return_inverse=True, return_counts=True)
+        return NO_SPREAD
+    res, day, inverse = res[several], day[several], inverse[several]
+    keys, inverse, counts = np.unique(day, return_inverse=True, return_counts=True)
     means = np.bincount(inverse, res) / counts
-    within = float(np.sum((res - means[inverse]) ** 2)) / (len(res) - len(counts))
-    between = float(np.var(means, ddof=1)) - within * float(np.mean(1.0 / counts))
-    return math.sqrt(max(0.0, between)), math.sqrt(within)
+    within_df = len(res) - len(counts)
+    within = float(np.sum((res - means[inverse]) ** 2)) / within_df
+    means_var = float(np.var(means, ddof=1))
+    inverse_runs = float(np.mean(1.0 / counts))
+    between = means_var - within * inverse_runs
+    rho = lag1_persistence(keys, means)
+    effective = len(means) * (1.0 - rho) / (1.0 + rho)
+    return DaySpread(math.sqrt(max(0.0, between)), math.sqrt(within), means_var, inverse_runs, effective, within_df)
 
 
-def beyond_days(ratio: float, spread: tuple[float, float], runs: int) -> bool:
-    """Whether a drop (its ratio), seen on `runs` runs, is beyond DAY_SDS of the SD their
-    level has under no change: a day's level (spread's between) and their own noise
-    (within) over their number.  The day's term alone let a low day open whose runs were
-    low by chance too (a day of 4 SDs is rare; one of 3.5 with three runs a little lower
-    is not): 1.25 per 1,000 series-days with an 8% day-to-day SD."""
-    between, within = spread
-    return -math.log(ratio) > DAY_SDS * math.sqrt(between**2 + within**2 / max(runs, 1))
+def day_bound(spread: DaySpread, runs: int) -> float:
+    """How far (log) below its baseline `runs` runs' level may lie under no change: the
+    t quantile of DAY_TAIL on the bound's degrees of freedom times its SD.  The level's
+    variance is a day's (between^2) and the baseline level's error (between^2 over the
+    effective days; with no between-day term, the day means' variance over them), each
+    estimated from the day means (effective days - 1 df), and the runs' own noise over
+    their number (within^2 / runs, within_df); the degrees of freedom of their sum are
+    Satterthwaite's.  With noise independent from run to run between is about 0 and the
+    bound is about DAY_SDS x within / sqrt(runs); with day levels persisting from day to
+    day (0.6: about 7 effective days of 28) the quantile is 8-10 instead of 4."""
+    if spread.within_df <= 0:
+        return 0.0
+    n_eff = max(spread.effective_days, float(MIN_SPREAD_DAYS))  # see MIN_SPREAD_DAYS
+    days = spread.between**2 * (1.0 + 1.0 / n_eff) if spread.between > 0.0 else spread.day_means_var / n_eff
+    noise = spread.within**2 / max(runs, 1)
+    variance = days + noise
+    if variance <= 0.0:
+        return 0.0
+    df = variance**2 / (days**2 / (n_eff - 1.0) + noise**2 / spread.within_df)
+    return t_upper_quantile(DAY_TAIL, df) * math.sqrt(variance)
+
+
+def beyond_days(ratio: float, spread: DaySpread, runs: int) -> bool:
+    """Whether a drop (its ratio), seen on `runs` runs, is beyond `day_bound`.  The day's
+    term alone let a low day open whose runs were low by chance too (1.25 per 1,000
+    series-days with an 8% day-to-day SD); 4 SDs of an SD estimated as if 28 days were
+    28 independent ones let day levels persisting from day to day (0.6) open 2 per
+    1,000."""
+    return -math.log(ratio) > day_bound(spread, runs)
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (the continued fraction by
+    Lentz's method, Numerical Recipes' betacf), for the t quantile without scipy."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * f
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(tail: float, df: float) -> float:
+    if df > 1e6:
+        return statistics.NormalDist().inv_cdf(1.0 - tail)
+    lo, hi = statistics.NormalDist().inv_cdf(1.0 - tail), 1.0
+    while 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + hi * hi)) > tail:
+        hi *= 2.0
+    for _ in range(200):  # bisection: the upper tail falls as t grows
+        mid = 0.5 * (lo + hi)
+        if 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + mid * mid)) > tail:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def t_upper_quantile(tail: float, df: float) -> float:
+    """t such that P(T > t) = tail for Student's t on `df` degrees of freedom (df >= 1, not
+    an integer with Satterthwaite's): 0.5 I_{df / (df + t^2)}(df / 2, 1 / 2) = tail."""
+    return _t_quantile(tail, round(max(df, 1.0), 2))
 
 
 def examine_arrays(
@@ -1288,11 +1407,11 @@ class History:
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 
-    def _day_spread(self, key: Any) -> tuple[float, float]:
-        """The series' day-to-day SD (`day_spread`) over its test's baseline runs: worked
+    def _day_spread(self, key: Any) -> DaySpread:
+        """The series' day-to-day spread (`day_spread`) over its test's baseline runs: worked
         out only where a drop would open (a few times a series, not every round)."""
         if key not in self.runs or len(self.runs[key][0]) <= self.settings.recent_runs:
-            return 0.0, 0.0
+            return NO_SPREAD
         ts, tod, logs = self.runs[key]
         excluded, shifts = self._excluded(key)
         keep = baseline_mask(ts, self.settings, excluded)
