@@ -528,12 +528,13 @@ def _path_delay_rose(i: Inputs) -> str:
     """Words where the round trip's rise above the path's minimum is the path's own delay,
     not a queue ("" otherwise, or where the capture's timestamps did not say): each way's
     one-way delay held a floor through the flow's second half (measure/wire/oneway.py:
-    the late delays' FLOOR_SHARE quantile above the least), their sum accounts for the
-    rise within QUEUE_SHARE of the path's minimum, and neither way varied above its floor
-    by as much.  A queue another flow builds at a bottleneck varies with both flows'
-    windows and drains toward the path's delay; a route onto a longer path raises the
-    floor and holds flat (a 20 -> 80 ms step with every queue empty: each way's floor
-    30 ms up).  Then the sender's own congestion control held its rate on the longer path
+    the late delays' FLOOR_SHARE quantile above the least), and their sum accounts for
+    the rise but what is within the standing queue's threshold (QUEUE_SHARE of the path's
+    minimum, and of the rise: a userspace delay line on a host at load 28 added 10 ms to
+    a 60 ms step, every tbf empty).  A queue another flow builds at a bottleneck varies
+    with both flows' windows and drains toward the path's delay; a route onto a longer
+    path raises the floor and holds flat (a 20 -> 80 ms step with every queue empty: each
+    way's floor 30 ms up).  Then the sender's own congestion control held its rate on the longer path
     (BBRv1 keeps the min RTT it measured for 10 s: its window, 2 x its bandwidth estimate
     x that RTT, caps it well below the path at four times the round trip)."""
     queue, w = i.standing_queue, i.one_way
@@ -545,8 +546,7 @@ def _path_delay_rose(i: Inputs) -> str:
     data, ack = (float(v or 0.0) for v in medians)
     least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
     base = data_floor + ack_floor
-    varied = max(data - data_floor, ack - ack_floor)
-    if base < least or varied >= least or queue - base >= least:
+    if base < least or queue - base >= max(least, QUEUE_SHARE * queue):
         return ""
     held = _congestion_window_words(i)
     return (
