@@ -122,6 +122,13 @@ def test_a_queue_that_varies_above_its_floor_is_still_another_flows() -> None:
     # what the floors explain): still a queue.
     above = judge_limit(_stepped(STEPPED, rtt_seen=0.12), SITE)
     assert above is not None and above.reason == "shared_path", above.evidence
+    # A competing iperf3 flow through a 100 Mbit/s tbf, measured (load 34): its queue never
+    # drained (the data way's floor 8.2 ms of its 14.0 ms median), but only on the data
+    # way (the return way's 0.3 ms): one bottleneck's queue, not a longer path.
+    lan = dataclasses.replace(SITE, rtt_min_seconds=0.001)
+    competing = judge_limit(_stepped(_way(0.014, 0.0082, 0.0009, 0.0003), rtt_seen=0.0153), lan)
+    assert competing is not None and competing.reason == "shared_path", competing.evidence
+    assert "a standing queue" in competing.evidence
     # Without the floors (a capture without timestamps, a journal from before them), the
     # round trip alone decides as before.
     old = {k: v for k, v in STEPPED.items() if "floor" not in k}

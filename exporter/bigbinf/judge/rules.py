@@ -528,7 +528,7 @@ def _path_delay_rose(i: Inputs) -> str:
     """Words where the round trip's rise above the path's minimum is the path's own delay,
     not a queue ("" otherwise, or where the capture's timestamps did not say): each way's
     one-way delay held a floor through the flow's second half (measure/wire/oneway.py:
-    the late delays' FLOOR_SHARE quantile above the least), and their sum accounts for
+    the late delays' FLOOR_SHARE quantile above the least) on both ways, and their sum accounts for
     the rise but what is within the standing queue's threshold (QUEUE_SHARE of the path's
     minimum, and of the rise: a userspace delay line on a host at load 28 added 10 ms to
     a 60 ms step, every tbf empty).  A queue another flow builds at a bottleneck varies
@@ -546,7 +546,11 @@ def _path_delay_rose(i: Inputs) -> str:
     data, ack = (float(v or 0.0) for v in medians)
     least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
     base = data_floor + ack_floor
-    if base < least or queue - base >= max(least, QUEUE_SHARE * queue):
+    # Both ways' floors rose: a queue at one bottleneck delays one way (a competing iperf3
+    # flow through a 100 Mbit/s tbf kept the data way's floor 7.4-10.6 ms up, never
+    # draining, the return way's 0.3-0.8 ms), a longer path both (each ~31 ms of a 60 ms
+    # step).  A route that lengthened one way only is left to the round trip, as before.
+    if min(data_floor, ack_floor) < least or queue - base >= max(least, QUEUE_SHARE * queue):
         return ""
     held = _congestion_window_words(i)
     return (
