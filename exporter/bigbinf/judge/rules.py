@@ -327,10 +327,7 @@ def _signalled(i: Inputs) -> Limit:
         withheld.append(f"not shared_path ({shared.evidence}): {elsewhere}")
         shared = None
     elif shared and not queue:
-        withheld.append(
-            f"not shared_path ({shared.evidence}): no other flow was seen (no standing queue: the round trip "
-            f"{_rtt_words(i)}, and no loss)"
-        )
+        withheld.append(f"not shared_path ({shared.evidence}): {_no_other_flow(i)}")
         shared = None
     elif shared:
         shared = replace(shared, evidence=f"{shared.evidence}; {queue}")
@@ -513,9 +510,71 @@ def _standing_queue(i: Inputs) -> str:
     stood QUEUE_SHARE of the path's minimum (and QUEUE_SECONDS) above it, a queue this
     transfer, below the path's rate, did not build alone ("" if not seen)."""
     queue = i.standing_queue
-    if queue is None or not i.rtt or queue < max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS):
+    if queue is None or not i.rtt or queue < max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS) or _path_delay_rose(i):
         return ""
     return f"a standing queue: the round trip {_rtt_words(i)}"
+
+
+def _no_other_flow(i: Inputs) -> str:
+    """Why shared_path is withheld where no standing queue was seen: the path's own delay
+    rose (_path_delay_rose), or the round trip stayed near its minimum."""
+    rose = _path_delay_rose(i)
+    if rose:
+        return f"no other flow was seen: {rose}"
+    return f"no other flow was seen (no standing queue: the round trip {_rtt_words(i)}, and no loss)"
+
+
+def _path_delay_rose(i: Inputs) -> str:
+    """Words where the round trip's rise above the path's minimum is the path's own delay,
+    not a queue ("" otherwise, or where the capture's timestamps did not say): each way's
+    one-way delay held a floor through the flow's second half (measure/wire/oneway.py:
+    the late delays' FLOOR_SHARE quantile above the least) on both ways, and their sum accounts for
+    the rise but what is within the standing queue's threshold (QUEUE_SHARE of the path's
+    minimum, and of the rise: a userspace delay line on a host at load 28 added 10 ms to
+    a 60 ms step, every tbf empty).  A queue another flow builds at a bottleneck varies
+    with both flows' windows and drains toward the path's delay; a route onto a longer
+    path raises the floor and holds flat (a 20 -> 80 ms step with every queue empty: each
+    way's floor 30 ms up).  Then the sender's own congestion control held its rate on the longer path
+    (BBRv1 keeps the min RTT it measured for 10 s: its window, 2 x its bandwidth estimate
+    x that RTT, caps it well below the path at four times the round trip)."""
+    queue, w = i.standing_queue, i.one_way
+    floors = (w.get("data_queue_floor_seconds"), w.get("ack_queue_floor_seconds"))
+    medians = (w.get("data_queue_seconds"), w.get("ack_queue_seconds"))
+    if queue is None or not i.rtt or None in floors or None in medians:
+        return ""
+    data_floor, ack_floor = (float(v or 0.0) for v in floors)
+    data, ack = (float(v or 0.0) for v in medians)
+    least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
+    base = data_floor + ack_floor
+    # Both ways' floors rose: a queue at one bottleneck delays one way (a competing iperf3
+    # flow through a 100 Mbit/s tbf kept the data way's floor 7.4-10.6 ms up, never
+    # draining, the return way's 0.3-0.8 ms), a longer path both (each ~31 ms of a 60 ms
+    # step).  A route that lengthened one way only is left to the round trip, as before.
+    if min(data_floor, ack_floor) < least or queue - base >= max(least, QUEUE_SHARE * queue):
+        return ""
+    held = _congestion_window_words(i)
+    return (
+        f"the round trip {_rtt_words(i)}, but as the path's own delay, not a queue: by the remote's TCP timestamps "
+        f"through the flow's second half the data way's one-way delay stood at least {data_floor * 1000:.1f} ms "
+        f"above its least (median {data * 1000:.1f} ms) and the return way's {ack_floor * 1000:.1f} ms (median "
+        f"{ack * 1000:.1f} ms): a floor that rose and held flat is a longer path (a route change), while a queue "
+        f"another flow builds varies; {held}"
+    )
+
+
+def _congestion_window_words(i: Inputs) -> str:
+    """What the sender's congestion control allowed on the path whose delay rose: its
+    largest window over the round trip it saw, where the listings read it."""
+    cwnd, rtt = i.sender.get("cwnd_max_segments"), bounds.round_trip(i)
+    control = f" ({i.congestion_control})" if i.congestion_control else ""
+    loss = i.loss_words() or "no retransmission counted"
+    if not cwnd or not rtt:
+        return f"the sender's congestion control{control} held its rate, with {loss}"
+    allows = cwnd * i.mss / rtt
+    return (
+        f"the sender's congestion control{control} held its window (at most {cwnd:.0f} segments of "
+        f"{i.mss:.0f} B over {rtt * 1000:.1f} ms allows {human_rate(allows)}), with {loss}"
+    )
 
 
 def _rtt_words(i: Inputs) -> str:

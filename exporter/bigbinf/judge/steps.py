@@ -62,8 +62,10 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
             f"on {host}: sysctl net.ipv4.tcp_moderate_rcvbuf=1 (receive autotuning is off there: its buffer "
             f"stays at tcp_rmem's default {human_bytes(settings.get('tcp_rmem_default'))})"
         )
-    target = 2 * i.bdp if i.bdp else None
-    goal = f"at least 2 x BDP = {human_bytes(target)}" if target else "at least the path's BDP"
+    bdp, rtt = bdp_seen(i)
+    target = 2 * bdp if bdp else None
+    at = f" at the {rtt * 1000:.1f} ms round trip it saw" if rtt else ""
+    goal = f"at least 2 x BDP{at} = {human_bytes(target)}" if target else "at least the path's BDP"
     if receive and bounds.clamped_window(i):
         metric = bounds.route_window(i)
         if metric > 0:
@@ -97,14 +99,28 @@ def _buffer_step(limit: Limit, i: Inputs, r: Result) -> str:
         # Not `locked` (a buffer seen held below what the sysctls give): the program's own
         # buffer is a place to look, not a finding.
         return (
-            f"{kind}'s maximum on {host} is {human_bytes(now)}, already 2 x BDP or more: it is not what holds the "
+            f"{kind}'s maximum on {host} is {human_bytes(now)}, already 2 x BDP{at} or more: it is not what holds the "
             f"window; look at what the program there asks (SO_RCVBUF/SO_SNDBUF: a -w or buffer option, capped by "
             f"{core}, {human_bytes(settings.get(core.rpartition('.')[2]))})"
         )
     low = int(settings.get(f"{kind}_min", 4096))
     default = int(settings.get(f"{kind}_default", 131072 if receive else 16384))
     size = f"{target:.0f}" if target else "N (at least the path's BDP)"
-    return f"on {host}: sysctl -w net.ipv4.{kind}='{low} {default} {size}' (its maximum to 2 x BDP)"
+    return f"on {host}: sysctl -w net.ipv4.{kind}='{low} {default} {size}' (its maximum to 2 x BDP{at})"
+
+
+def bdp_seen(i: Inputs) -> tuple[float | None, float | None]:
+    """The path's BDP at the round trip the transfer saw (bounds.round_trip: the one its
+    window's bound stands on), and that round trip (None where it is no longer than the
+    path's minimum, or unknown).  A buffer sized from the probe's minimum is too small for
+    a path whose round trip grew (a 512 KiB tcp_rmem at 84 ms where the probe saw 21 ms:
+    2 x BDP at 21 ms is 526 kB, 0.4% above it, and lifts nothing)."""
+    if not i.bdp:
+        return None, None
+    rtt = bounds.round_trip(i)
+    if rtt and i.rtt and rtt > i.rtt:
+        return i.bdp * rtt / i.rtt, rtt
+    return i.bdp, None
 
 
 def next_step(limit: Limit, i: Inputs, r: Result) -> str:

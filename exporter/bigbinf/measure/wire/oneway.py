@@ -59,6 +59,9 @@ CLOCK_SNAP = 0.1  # a fitted rate this close to one of CLOCK_RATES is that rate
 # full-sized segments, 29 s at 200 Mbit/s), and `records` and `whole` say so.
 MAX_RECORDS = 500_000
 DATA_SHARE = 0.1  # a flow with this share of the largest flow's data is one of the transfer's streams
+# The quantile of a way's late delays taken as its floor: the least, less one odd sample
+# (a late tick, a clock's jitter).
+FLOOR_SHARE = 0.1
 MIN_SAMPLES = 20  # ticks of the remote's clock below which no delay is said
 _TCP = 6
 _HALF32 = 1 << 31
@@ -90,7 +93,10 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
     and where the timestamps allow
     (MIN_SAMPLES ticks of the remote's clock or more):
     peer_clock_hz, samples, data_queue_seconds and ack_queue_seconds (each way's median
-    one-way delay over the second half of the flow above its least), and their maxima."""
+    one-way delay over the second half of the flow above its least), their maxima, and
+    their floors (data_queue_floor_seconds, ack_queue_floor_seconds: the second half's
+    FLOOR_SHARE quantile above the least; a queue varies and drains toward it, a longer
+    path raises it: the judge tells a queue from a route change by it)."""
     name = os.fspath(path)
     flows: dict[tuple[int, int], _Flow] = {}
     with mapped(name) as buf:
@@ -259,7 +265,8 @@ def _columns(pairs: list[tuple[float, int]]) -> tuple[list[float], list[float]]:
 
 def _delays(flow: _Flow, data_up: bool) -> dict[str, float]:
     """Each way's queue (its one-way delay above its least): data_queue_seconds and
-    ack_queue_seconds, the median over the flow's second half and the most."""
+    ack_queue_seconds, the median over the flow's second half and the most, and that
+    half's floor (FLOOR_SHARE)."""
     samples = flow.remote
     if len(samples) < MIN_SAMPLES:
         return {}
@@ -288,13 +295,16 @@ def _delays(flow: _Flow, data_up: bool) -> dict[str, float]:
         "data_queue_max_seconds": data[1],
         "ack_queue_seconds": ack[0],
         "ack_queue_max_seconds": ack[1],
+        "data_queue_floor_seconds": data[2],
+        "ack_queue_floor_seconds": ack[2],
     }
 
 
-def _queue(delays: list[float]) -> tuple[float, float] | None:
-    """(median over the second half, most) of a direction's delays above their least."""
+def _queue(delays: list[float]) -> tuple[float, float, float] | None:
+    """(median over the second half, most, the second half's floor) of a direction's
+    delays above their least."""
     if len(delays) < MIN_SAMPLES:
         return None
     least = min(delays)
     late = sorted(d - least for d in delays[len(delays) // 2 :])
-    return late[len(late) // 2], max(delays) - least
+    return late[len(late) // 2], max(delays) - least, late[int(FLOOR_SHARE * (len(late) - 1))]
