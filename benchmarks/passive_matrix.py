@@ -41,6 +41,7 @@ from bigbinf import lab  # noqa: E402
 from bigbinf.config import Config, PassiveConfig  # noqa: E402
 from bigbinf.lab import LabLayout  # noqa: E402
 from bigbinf.measure.path.baseline import measure_path  # noqa: E402
+from bigbinf.measure.tcp.tuning import Side, set_congestion  # noqa: E402
 from bigbinf.passive.watcher import PassiveWatcher  # noqa: E402
 from bigbinf.result import Result  # noqa: E402
 
@@ -49,9 +50,26 @@ RMEM = verdicts.RMEM
 
 
 def _cubic(which: str) -> Callable[[Config], contextlib.AbstractContextManager[None]]:
-    """The data sender's default congestion control CUBIC (the scheduled http-cubic sets it
-    per transfer; a hand-run curl takes the namespace's default)."""
-    return lambda config: verdicts.sysctl(config, which, "net.ipv4.tcp_congestion_control", "cubic")
+    """The data sender's route to its peer through CUBIC (`congctl lock`, as the scheduled
+    http-cubic sets it per transfer: measure/tcp/tuning.py; a namespace's default cannot
+    be set to an algorithm outside tcp_allowed_congestion_control), so a hand-run curl's
+    connection takes it."""
+
+    @contextlib.contextmanager
+    def routed(config: Config) -> Iterator[None]:
+        layout = LabLayout(config.lab)
+        ns, peer = (
+            (layout.client_ns, config.lab.remote_address)
+            if which == "local"
+            else (layout.remote_ns, config.lab.client_address)
+        )
+        undo = set_congestion(Side(f"namespace {ns}", ("ip", "netns", "exec", ns), peer), "cubic")
+        try:
+            yield
+        finally:
+            undo()
+
+    return routed
 
 
 @dataclass(frozen=True)
@@ -211,8 +229,12 @@ def main() -> int:
                 subprocess.run(["chmod", "0777", str(tmp)], check=True)
                 for row in here:
                     for _ in range(args.runs):
-                        scheduled = verdicts.run_cause(config, row.cause)
-                        passive, t, error = passive_run(config, row, tmp)
+                        try:
+                            scheduled = verdicts.run_cause(config, row.cause)
+                            passive, t, error = passive_run(config, row, tmp)
+                        except Exception as exc:  # one row's failure is said, never the others' loss
+                            print(f"{row.cause.name} / {row.program}: failed: {exc!r}", file=sys.stderr, flush=True)
+                            continue
                         line = {
                             "cause": row.cause.name, "program": row.program, "direction": row.cause.direction,
                             "expected": f"{row.cause.expected}/{row.cause.side}", "scheduled": _said(scheduled),
