@@ -1,7 +1,7 @@
 """The passive watcher on a plain remote (issue 46, item 3): a remote configured as a
 user's would be (its own sshd on PLAIN_PORT, nginx, its link's rate configured as a site
-knows it; tests/support/plain_site.py, not `lab: true`), and a transfer from it toward this host run by hand in the client
-namespace, outside the exporter: the remote's `cat` of a file over a fresh ssh
+knows it; tests/support/plain_site.py, not `lab: true`), and a transfer from it toward
+this host run by hand in the client namespace, outside the exporter: the remote's `cat` of a file over a fresh ssh
 connection (this host the receiver).  It must be one passive result whose bytes are the
 client veth's counters less the headers, and, under a cap on this host's receive buffer
 (tcp_rmem in the client namespace), the verdict the scheduled judge gives the scheduled
