@@ -720,6 +720,13 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
         return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    behind = i.receiver.get("rcv_queue_ratio_avg")
+    if not i.sender and i.receiver_side == "local" and behind is not None and behind >= RECEIVER_BEHIND:
+        # A download judged from this host alone whose receive queue stood full: the
+        # kernel's bytes are what arrived, not what its reader took, so the "steady rate"
+        # is the network's burst into the buffer and the rest of the time the reader's
+        # (curl --limit-rate 2M: steady 6.3 MB/s, read at 2): steady_limit names the reader.
+        return None, ""
     only = _start_only(i, steady_limit) if not i.bandwidth else None
     if only is not None:
         return only
