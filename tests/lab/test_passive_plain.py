@@ -103,7 +103,7 @@ def test_a_transfer_from_the_plain_remote_is_one_passive_result_with_the_bytes_a
     assert HEADERS_MIN * packets <= wire - r.file_bytes <= HEADERS_MAX * packets, (wire, r.file_bytes, packets)
     assert 8 * MiB <= r.file_bytes < 8 * MiB * 1.01  # the file and ssh's framing
     # The cap's verdict, judged from this host's side alone; or, where this host was too
-    # busy for the cap to be what held it (load 29-36 here: the steady rate a third of the
+    # busy for the cap to be what held it (a run at load 36: the steady rate a third of the
     # cap's bound), withheld by the bound's own test, never another cause named.
     said = (r.limited_by, r.limited_side, r.limited_evidence)
     if not r.limited_by:
