@@ -1292,3 +1292,31 @@ def test_a_short_file_whose_path_capacity_is_unknown_is_startup_when_it_never_le
     slow = dataclasses.replace(r, tcp_local=sender(busy_seconds=10.6, segs_out=760.0, **late))
     limit = judge_limit(slow, long_path)
     assert limit is None or "never left its start" not in limit.evidence
+
+
+def test_a_download_whose_sender_cannot_be_asked_is_held_by_a_local_reader_its_queue_shows() -> None:
+    # A passive download (only this host's kernel read): its receive queue stood 60% full,
+    # so its own program read slower than the network delivered, whatever the sender was.
+    r = download(remote_view={}, tcp_local={"rcvbuf_max_bytes": 6e6, "rcv_queue_ratio_avg": 0.6})
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "local"), limit
+    assert "receive queue stood 60% full" in limit.evidence and "sender's TCP state is unknown" in limit.evidence
+    # One that kept up (a queue near 0, as a capped buffer or a slow sender leaves it) is not.
+    kept_up = judge_limit(
+        download(remote_view={}, tcp_local={"rcvbuf_max_bytes": 6e6, "rcv_queue_ratio_avg": 0.01}), PATH
+    )
+    assert kept_up is not None and kept_up.reason == ""
+
+
+def test_a_reader_behind_its_queue_is_not_read_as_a_slow_start() -> None:
+    # curl --limit-rate 2M, passive: the kernel took the file at 6.3 MB/s into the receive
+    # buffer while curl read it at 2 MB/s; the time between is the reader's, not a ramp's.
+    progress = {"steady_rate_bytes_per_second": 6.3e6, "data_start_seconds": 0.53, "data_end_seconds": 3.4}
+    r = download(
+        remote_view={},
+        duration_seconds=3.45,
+        file_bytes=8 * MiB,
+        tcp_local={"rcvbuf_max_bytes": 6e6, "rcv_queue_ratio_avg": 0.65, **progress},
+    )
+    limit = judge_limit(r, PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "local"), limit

@@ -212,6 +212,20 @@ def _signalled(i: Inputs) -> Limit:
             f"not application on the remote ({why}): the remote's programs could not be seen, so its writer's "
             "disk or CPU cannot be ruled out"
         )
+    elif not sender and queued and i.receiver_side == "local":
+        # A download whose sender (the remote) could not be asked (a passive flow): this
+        # host's own receive queue standing full says its reader fell behind by itself.  A
+        # reader that keeps up keeps it near 0 whatever held the sender (a capped buffer
+        # 0.001-0.006, a throttled or policed sender the same); the window this host
+        # advertised was what its unread data left, so the sender's state adds nothing.
+        why = (
+            f"this host's receive queue stood {behind:.0%} full while data arrived: its program reads slower than "
+            "the network delivers (the window it advertised was what its unread data left; the sender's TCP "
+            "state is unknown)"
+        )
+        return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=("local",), fed=True) or Limit(
+            "application", f"{why}; {rate_words}", "local"
+        )
     lossy = bool(sender) and i.loss >= LOSS_SHARE
     # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
     # BBR's pacing hiding the window from them) and the sender's loss does not explain the
@@ -765,6 +779,13 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
     if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
         return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    behind = i.receiver.get("rcv_queue_ratio_avg")
+    if not i.sender and i.receiver_side == "local" and behind is not None and behind >= RECEIVER_BEHIND:
+        # A download judged from this host alone whose receive queue stood full: the
+        # kernel's bytes are what arrived, not what its reader took, so the "steady rate"
+        # is the network's burst into the buffer and the rest of the time the reader's
+        # (curl --limit-rate 2M: steady 6.3 MB/s, read at 2): steady_limit names the reader.
+        return None, ""
     only = _start_only(i, steady_limit) if not i.bandwidth else None
     if only is not None:
         return only
