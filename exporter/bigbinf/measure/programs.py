@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigbinf.measure.cgroups import CpuBandwidth, cpu_dirs, file_reader, read_groups
+from bigbinf.measure.cgroups import CpuBandwidth, IoLimit, file_reader, group_dirs, read_groups, read_io_limits
 
 
 @dataclass
@@ -70,6 +70,20 @@ class ProgramLife:
     throttled: dict[str, tuple[float, float]] = field(default_factory=dict)
     throttle_span: tuple[float, float] | None = None
     quota_cores: float | None = None
+    # Its storage groups' limits (bytes/s, the least over its groups and devices; None: no
+    # limit read): the most storage let it read or write (v1 blkio.throttle.*, v2 io.max).
+    io_read_limit: float | None = None
+    io_write_limit: float | None = None
+
+    def record_io(self, limits: Mapping[str, IoLimit]) -> None:
+        """One reading of its groups' storage limits (those of cgroup_dirs that have one)."""
+        mine = [limits[d] for d in self.cgroup_dirs if d in limits]
+        reads = [m.read_bytes_per_second for m in mine if m.read_bytes_per_second is not None]
+        writes = [m.write_bytes_per_second for m in mine if m.write_bytes_per_second is not None]
+        if reads:
+            self.io_read_limit = min(reads)
+        if writes:
+            self.io_write_limit = min(writes)
 
     def record_cgroups(self, readings: Mapping[str, CpuBandwidth], now: float) -> None:
         """One reading of its groups' bandwidth (those of cgroup_dirs that were read)."""
@@ -119,6 +133,8 @@ class ProgramLife:
             # the quota (cores) where there is one.
             **({"cpu_throttled_share": share} if (share := self.throttled_share()) is not None else {}),
             **({"cpu_quota_cores": self.quota_cores} if self.quota_cores is not None else {}),
+            **({"io_read_limit_bytes_per_second": self.io_read_limit} if self.io_read_limit is not None else {}),
+            **({"io_write_limit_bytes_per_second": self.io_write_limit} if self.io_write_limit is not None else {}),
         }
 
 
@@ -325,15 +341,18 @@ class ProgramWatch:
                 life = record(self._lives, pid, stat, clocks, now, self._started_ticks, cmdline)
                 known = life.cgroups_known
             if not known:
-                dirs = cpu_dirs(self._read(f"/proc/{pid}/cgroup") or "")
+                dirs = group_dirs(self._read(f"/proc/{pid}/cgroup") or "")
                 with self._lock:
                     life.cgroup_dirs, life.cgroups_known = dirs, True
             sampled.append(life)
         # Each group's bandwidth once per sample, however many of the programs are in it.
-        readings = read_groups(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs), self._read)
+        groups = list(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs))
+        readings = read_groups(groups, self._read)
+        limits = read_io_limits(groups, self._read)
         with self._lock:
             for life in sampled:
                 life.record_cgroups(readings, now)
+                life.record_io(limits)
 
     def lives(self) -> list[ProgramLife]:
         with self._lock:
