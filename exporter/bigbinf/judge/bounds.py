@@ -354,18 +354,39 @@ def ack_clock(i: Inputs) -> Bound | None:
         return None
     carried = wire / seconds  # bytes/s on the return wire
     per_data = wire / data
-    rate = carried / per_data
     each = f", a pure ACK per {human_bytes(per_ack)} of data" if i.one_way.get("ack_packets") else ""
+    held = (
+        f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
+        f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))})"
+    )
+    cost = f"the ACKs cost {per_data:.2%} of the data's bytes on the return wire"
+    capacity = i.return_bandwidth
+    if capacity:
+        # A capacity known apart from this transfer: the bound is not what the ACKs carried.
+        rate = capacity / per_data
+        words = (
+            f"{held}; its configured capacity {human_bits(capacity)} (return_bandwidth; this transfer's ACKs carried "
+            f"{human_bits(carried)}, {human_bytes(wire)}{each}); {cost}, so the ACK clock allows {human_rate(rate)}"
+        )
+    else:
+        rate = carried / per_data
+        words = (
+            f"{held}: it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire "
+            f"({human_bytes(wire)}{each}); {cost}, so the ACK clock allows {human_rate(rate)} (the return path's "
+            "capacity is not configured: this bound is the ACK way's measured carriage, set "
+            "remotes.NAME.return_bandwidth to compare it with a number not taken from the transfer)"
+        )
     return Bound(
         "ack_clock",
         rate,
-        f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
-        f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))}): "
-        f"it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire ({human_bytes(wire)}"
-        f"{each}); the ACKs cost "
-        f"{per_data:.2%} of the data's bytes on the return wire, so the ACK clock allows {human_rate(rate)}",
+        words,
         "path",
-        {"return_bytes_per_second": carried, "ack_wire_per_data_byte": per_data, "ack_queue_seconds": queue},
+        {
+            "return_bytes_per_second": carried,
+            "ack_wire_per_data_byte": per_data,
+            "ack_queue_seconds": queue,
+            **({"return_capacity_bytes_per_second": capacity} if capacity else {}),
+        },
     )
 
 
