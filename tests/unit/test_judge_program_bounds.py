@@ -126,6 +126,35 @@ def test_busy_host_is_the_rate_this_hosts_cpu_allowed_the_program() -> None:
     assert b is not None and not b.meets(RATE)
 
 
+def test_the_cpu_of_the_set_up_moved_no_data() -> None:
+    # scp under a 0.10-core quota beside burners (the plain matrix, 2026-12-02): ssh lived
+    # 13.4 s, 6.4 s of it set-up (its key exchange: 0.25 CPU-s of its 0.40), then moved
+    # 32 MiB in 7.0 s.  Over its data phase it used 0.15 CPU-s: 224 MB per CPU-second, and
+    # what its spent quota left it, 2% of a core: 4.79 MB/s, the rate over its data phase.
+    ssh = program(0.03, 0.73, seconds=13.4, cpu_seconds=0.40, cpu_seconds_before_data=0.25, seconds_before_data=6.4,
+                  cpu_quota_cores=0.1, cpu_throttled_share=0.57)  # fmt: skip
+    r = download(file_bytes=32 * MiB, duration_seconds=14.4, programs={"local ssh": ssh})
+    i = Inputs.of(r, PATH)
+    b = bounds.program_cpu(i, "local ssh", ssh)
+    assert b is not None and b.rate == pytest.approx(min(32 * MiB, i.steady_rate * 7.0) / 7.0)
+    assert b.inputs["bytes_per_cpu_second"] == pytest.approx(min(32 * MiB, i.steady_rate * 7.0) / 0.15)
+    # Over its whole life (the set-up's CPU counted) it would have allowed 40% of that.
+    whole = {k: v for k, v in ssh.items() if not k.endswith("_before_data")}
+    assert bounds.per_cpu_second(i, whole) == pytest.approx(min(32 * MiB, i.steady_rate * 13.4) / 0.40)
+
+
+def test_a_programs_values_carry_its_cpu_before_the_first_data() -> None:
+    from bigbinf.measure.programs import record, summary
+
+    lives: dict[tuple[int, int], ProgramLife] = {}
+    for now, cpu in ((0.0, 1.0), (1.0, 1.5), (2.0, 1.6), (3.0, 1.7)):
+        record(lives, 7, ("ssh", 7, "R", 100), (cpu, 0.0), now)
+    values = summary(lives.values(), "local", data_start=1.2)["local ssh"]
+    assert values["cpu_seconds"] == pytest.approx(0.7)
+    assert values["cpu_seconds_before_data"] == pytest.approx(0.5)
+    assert values["seconds_before_data"] == pytest.approx(1.2)
+
+
 def test_a_remote_programs_cpu_bound_stands_on_its_own_numbers() -> None:
     # The remote's sshd on a core 98% of its life with one core: cpu on the remote, met.
     sshd = program(0.96, 0.98)

@@ -487,11 +487,18 @@ def programs(i: Inputs, sides: Iterable[str], least_life: float) -> list[Bound]:
     return found
 
 
+def data_life(v: Mapping[str, float]) -> tuple[float, float]:
+    """(CPU-seconds, seconds) of a program's watched life from the first data on: its
+    set-up (ssh's key exchange: seconds of CPU under a tenth of a core) moved no data."""
+    cpu = v.get("cpu_seconds", 0.0) - v.get("cpu_seconds_before_data", 0.0)
+    return max(0.0, cpu), max(0.0, v.get("seconds", 0.0) - v.get("seconds_before_data", 0.0))
+
+
 def per_cpu_second(i: Inputs, v: Mapping[str, float]) -> float | None:
-    """The bytes a program moved per CPU-second it used: what it moved while it was
-    watched (the file, or the steady rate over its watched life where that was shorter
-    than the data phase) over the CPU-seconds it used then (None: none counted)."""
-    cpu, seconds = v.get("cpu_seconds", 0.0), v.get("seconds", 0.0)
+    """The bytes a program moved per CPU-second it used in the data phase: what it moved
+    while it was watched then (the file, or the steady rate over its watched data phase
+    where that was shorter) over the CPU-seconds it used then (None: none counted)."""
+    cpu, seconds = data_life(v)
     if cpu <= 0 or seconds <= 0:
         return None
     moved = min(float(i.file_bytes), i.steady_rate * seconds) if i.file_bytes > 0 else i.steady_rate * seconds
@@ -516,10 +523,12 @@ def program_cpu(i: Inputs, label: str, v: Mapping[str, float]) -> Bound | None:
     cores = min(1.0, quota) if quota else 1.0
     had = f"its cgroup's CPU quota {cores:.2f} cores" if quota and quota < 1.0 else "one core"
     throttled = v.get("cpu_throttled_share", 0.0)
-    if quota and throttled >= QUOTA_SPENT and used < cores:
+    cpu_data, seconds_data = data_life(v)
+    used_data = cpu_data / seconds_data if seconds_data > 0 else used
+    if quota and throttled >= QUOTA_SPENT and used_data < cores:
         # The group spent its quota (throttled in most periods) and shares it with its
-        # other programs: this one had what the quota left it, no more than it used.
-        cores = used
+        # other programs: this one had what the quota left it, what it used in the data phase.
+        used = cores = used_data
         had = (
             f"its cgroup's CPU quota {min(1.0, quota):.2f} cores, spent (throttled {throttled:.0%} of the time) "
             f"with its group's other programs, leaving it {used:.0%} of a core"

@@ -62,6 +62,7 @@ class ProgramLife:
     wait_base: float = 0.0
     pid: int = 0
     waits: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, wait) per sample
+    cpus: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, seconds on a core) per sample
     # Its cgroups' CPU bandwidth (measure/cgroups.py): the directories read (its own group
     # and its ancestors), each one's throttled seconds at the first and last reading and
     # when those were taken, and the smallest quota of them (cores; None: no limit).
@@ -115,6 +116,13 @@ class ProgramLife:
         as of its last sample by then (0 if none was)."""
         seen = [wait for at, wait in self.waits if at <= cut]
         return max(0.0, seen[-1] - self.wait_base) if seen else 0.0
+
+    def cpu_before(self, cut: float) -> float:
+        """Seconds it ran on a core between its first sample and `cut` (monotonic), as of
+        its last sample by then (0 if none was): set-up's CPU (ssh's key exchange), which
+        moved no data."""
+        seen = [cpu for at, cpu in self.cpus if at <= cut]
+        return max(0.0, seen[-1] - self.cpu_first) if seen else 0.0
 
     def values(self) -> dict[str, float]:
         """The journaled summary (base units): over the time the samples saw it."""
@@ -253,6 +261,7 @@ def record(
     # titles its child once it knows what the child serves.
     life.name, life.last_seen, life.cpu_last, life.wait_last = program_name(comm, cmdline), now, cpu, waited
     life.waits.append((now, waited))
+    life.cpus.append((now, cpu))
     life.samples += 1
     life.io_waits += state == "D"
     return life
@@ -373,6 +382,9 @@ def summary(lives: Iterable[ProgramLife], side: str, data_start: float | None = 
         values = life.values()
         if data_start is not None:
             values["run_queue_seconds_before_data"] = life.queued_before(data_start)
+            # Its CPU and life before the first data (set-up): what moved no data.
+            values["cpu_seconds_before_data"] = life.cpu_before(data_start)
+            values["seconds_before_data"] = min(life.seconds, max(0.0, data_start - life.first_seen))
         key = f"{side} {life.name}"
         if key not in best or values["runnable_share"] > best[key]["runnable_share"]:
             best[key] = values
