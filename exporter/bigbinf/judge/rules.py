@@ -203,7 +203,10 @@ def _signalled(i: Inputs) -> Limit:
         # A receiver whose window closed (zero advertised: its buffer full, unread) or
         # whose queue stood full while the window held the sender reads slower than the
         # network delivers: the window is its program's, not its buffer's.
-        said = [window if rwnd >= LIMITED_SHARE else ""]
+        # The window here is the reader's (its queue unread), not its buffer's: said so,
+        # never as a receive-window limit.
+        held = f"the window its receiver advertised held the sender {rwnd:.0%} of its {busy:.1f} s busy time"
+        said = [held if rwnd >= LIMITED_SHARE else ""]
         if queued:
             said.append(f"the receiver's queue stood {behind:.0%} full")
         if closed:

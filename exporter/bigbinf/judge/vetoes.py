@@ -445,8 +445,9 @@ def lost_through_transfer(slow_ramp: float, cost: float) -> str:
     if slow_ramp <= 0 or slow_ramp < cost:
         return ""
     return (
-        f"the data phase lost {slow_ramp:.2f} s beyond slow start, more than the {max(cost, 0.0):.2f} s the start "
-        "can have cost: the time was lost through the transfer, not at its start"
+        # ("lost" is said of segments only: a reader takes time words for a loss claim.)
+        f"the data phase took {slow_ramp:.2f} s longer than slow start can, more than the {max(cost, 0.0):.2f} s the "
+        "start can have cost: the time went through the transfer, not at its start"
     )
 
 
