@@ -367,6 +367,11 @@ class RemoteConfig(_Strict):
     # The path's bottleneck (a tc rate, e.g. 10gbit) for the bandwidth-delay product;
     # default: the lab's shaped rate, else the last ok iperf3 test to this remote.
     bandwidth: Annotated[str, AfterValidator(_check_rate), AfterValidator(_check_nonzero_rate)] | None = None
+    # The return path's capacity (the ACKs' way, from the remote towards this host for an
+    # upload; a tc rate), where it differs from `bandwidth` (an asymmetric access link):
+    # what the ACK clock's bound compares with (judge/bounds.py ack_clock).  Unset: that
+    # bound is what the ACK way carried while its queue stood.
+    return_bandwidth: Annotated[str, AfterValidator(_check_rate), AfterValidator(_check_nonzero_rate)] | None = None
     # argv that runs a command on the remote (e.g. [ssh, -i, KEY, user@host]): bigbinf
     # appends `ss ...` or `sysctl -n ...` to read the remote's TCP state and buffers.
     stats_command: list[TemplateElement] | None = None

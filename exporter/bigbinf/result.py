@@ -277,6 +277,8 @@ class PathBaseline(_Journaled):
     mtu_bytes: int | None = None
     bandwidth_bytes_per_second: float | None = None  # the bottleneck estimate
     bandwidth_source: str = ""  # configured | lab | iperf3
+    # The return path's capacity (the ACKs' way), configured (remotes.NAME.return_bandwidth); None: unknown.
+    return_bandwidth_bytes_per_second: float | None = None
     # Per side (local, remote): tcp_rmem, tcp_wmem (autotuning maxima), rmem_max,
     # wmem_max, and the first two's min and default (tcp_rmem_min, tcp_rmem_default...).
     buffers: dict[str, dict[str, float]] = field(default_factory=dict)

@@ -15,7 +15,10 @@ from ..support.plain_causes import CAUSES
 
 pytestmark = pytest.mark.lab
 
-IN_CI = {("a slow deep-queued return path (the ACKs' way)", "http", "upload")}
+IN_CI = {
+    ("a slow deep-queued return path (the ACKs' way)", "http", "upload"),
+    ("a slow deep-queued return path (return capacity configured)", "http", "upload"),
+}
 CAUSES_FOR_CI = [c for c in CAUSES if (c.name, c.protocol, c.direction) in IN_CI]
 assert len(CAUSES_FOR_CI) == len(IN_CI)
 

@@ -408,6 +408,11 @@ CAUSES += [
     *(PlainCause("a slow deep-queued return path (the ACKs' way)", "wan-known", p, "f8m", "upload", "link_capacity",
                  "path", slow_return_path, evidence=r"return path \(the ACKs' way\)", bound=_RETURN_BOUND)
       for p in ("http", "scp")),
+    # The return way's capacity configured (remotes.NAME.return_bandwidth = RETURN_RATE):
+    # the bound compares with a number not taken from the transfer.
+    PlainCause("a slow deep-queued return path (return capacity configured)", "wan-return-known", "http", "f8m",
+               "upload", "link_capacity", "path", slow_return_path,
+               evidence=r"its configured capacity 256 kbit/s \(return_bandwidth", bound=_RETURN_BOUND),
     # ... and with the path's capacity unknown: the return way's queue shows its own.
     PlainCause("a slow deep-queued return path (capacity unknown)", "wan", "http", "f8m", "upload",
                "link_capacity", "path", slow_return_path, evidence=r"return path \(the ACKs' way\)",

@@ -123,6 +123,12 @@ SITES: dict[str, dict[str, Any]] = {
     "wan": {"link": {"rate": "200mbit", "delay": "20ms"}},
     # ... its rate configured, as a site knows its link (the return path's cause).
     "wan-known": {"link": {"rate": "200mbit", "delay": "20ms"}, "remote": {"bandwidth": "200mbit"}},
+    # ... and its return path's capacity too (remotes.NAME.return_bandwidth: an asymmetric
+    # site's uplink, known), what the ACK clock's bound compares with (issue 42).
+    "wan-return-known": {
+        "link": {"rate": "200mbit", "delay": "20ms"},
+        "remote": {"bandwidth": "200mbit", "return_bandwidth": "256kbit"},
+    },
     # 80 ms RTT through the delay line, no shaper on the hosts: the causes put the short
     # queue in the middle, as a router's (plain_causes_path.router_queue: 100 Mbit/s, tbf's
     # `latency 50ms` 625 kB); on a sender's own interface TCP small queues keep it from

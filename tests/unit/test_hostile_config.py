@@ -108,6 +108,7 @@ FIELDS = [
     "remotes.site.address", "remotes.site.user", "remotes.site.key", "remotes.site.ssh_config",
     "remotes.site.data_dir", "remotes.site.upload_dir", "remotes.site.serve_root", "remotes.site.checksums",
     "remotes.site.netns", "remotes.site.interface", "remotes.site.password_env", "remotes.site.bandwidth",
+    "remotes.site.return_bandwidth",
     "remotes.site.stats_command[0]", "remotes.site.stats_command[3]", "remotes.site.tcp_command[3]",
     "remotes.site.probe.method", "remotes.<key>",
     "datasets.f1.file", "datasets.t1.file", "datasets.f1.size", "datasets.f1.create", "datasets.<key>",

@@ -225,11 +225,19 @@ def test_a_program_on_a_core_or_queued_for_one_is_cpu_with_its_side() -> None:
 
 
 def test_a_program_waiting_on_storage_is_disk() -> None:
-    scp = {"seconds": 19.0, "cpu_share": 0.01, "runnable_share": 0.02, "io_wait_share": 0.6, "samples": 50.0}
+    # On storage in 90% of its samples: working all its life it allows rate / 0.92.
+    scp = {"seconds": 19.0, "cpu_share": 0.01, "runnable_share": 0.02, "io_wait_share": 0.9, "samples": 50.0}
     r = upload(tcp_local=sender(busy_seconds=4.0), programs={"local scp": scp})
     limit = judge_limit(r, PATH)
-    assert limit is not None and (limit.reason, limit.side) == ("disk", "local")
-    assert "scp (this host) waited on storage in 60% of 50 samples" in limit.evidence
+    assert limit is not None and (limit.reason, limit.side) == ("disk", "local"), limit
+    assert "scp (this host) waited on storage in 90% of 50 samples" in limit.evidence
+    assert "working all its life it allows" in limit.evidence and "the transfer's steady rate was" in limit.evidence
+    # In 60% of them, asleep most of the rest, no IO limit read: its bound is not met, so
+    # neither disk nor (its program not keeping up) application is named.
+    half = upload(tcp_local=sender(busy_seconds=4.0), programs={"local scp": {**scp, "io_wait_share": 0.6}})
+    limit = judge_limit(half, PATH)
+    assert limit is not None and limit.reason == "", limit
+    assert "not disk" in limit.evidence
 
 
 def test_a_short_transfer_is_startup_with_the_size_that_would_reach_steady_state() -> None:

@@ -325,11 +325,19 @@ def test_an_ssh_upload_held_by_the_remote_reader_is_application_on_the_remote() 
     reason, side, words, _ = said(r)
     assert (reason, side) == ("application", "remote"), words
     assert "the sender is ssh" in words and "sftp-server (the remote) waited on storage in 0%" in words
-    # The reader held by its disk (a sync mount through a throttle): disk, on the remote.
-    slow = {**r.programs, "remote sftp-server": {**r.programs["remote sftp-server"], "io_wait_share": 0.6}}
+    # The reader held by its disk (a sync mount through a throttle, state D in 12 of 12
+    # samples): disk, on the remote, its bound (2.10 MB/s over 0.95 of its life) beside the rate.
+    slow = {**r.programs, "remote sftp-server": {**r.programs["remote sftp-server"], "io_wait_share": 0.9}}
     reason, side, words, _ = said(dataclasses.replace(r, programs=slow))
     assert (reason, side) == ("disk", "remote"), words
-    assert "sftp-server (the remote) waited on storage in 60%" in words
+    assert "sftp-server (the remote) waited on storage in 90%" in words
+    assert "working all its life it allows 2.21 MB/s" in words and "steady rate was 2.10 MB/s" in words
+    # On storage only 60% of its samples and asleep most of the rest: working all its life
+    # it would allow 3.23 MB/s, which 2.10 does not meet: neither disk nor application.
+    half = {**r.programs, "remote sftp-server": {**r.programs["remote sftp-server"], "io_wait_share": 0.6}}
+    reason, side, words, _ = said(dataclasses.replace(r, programs=half))
+    assert reason == "", words
+    assert "not disk" in words and "allows 3.23 MB/s" in words
 
 
 # ---------------------------------------------------------------- next steps

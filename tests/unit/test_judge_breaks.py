@@ -126,7 +126,7 @@ def test_a_burst_reader_is_its_application_never_startup() -> None:
     reason, side, words, step = judged(burst_reader(seen=True))
     assert (reason, side) == ("application", "remote"), words
     assert "zero window in 14 of the sender's 40 samples" in words
-    assert "not startup" in words and "lost through the transfer, not at its start" in words
+    assert "not startup" in words and "went through the transfer, not at its start" in words
     assert "receiving program reads slower" in step
     # Its programs unseen: withheld, and still never startup.
     reason, _, words, _ = judged(burst_reader(seen=False))

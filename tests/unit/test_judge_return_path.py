@@ -125,6 +125,47 @@ def test_a_return_queue_whose_bound_the_rate_does_not_meet_is_withheld_with_the_
     assert "another flow" not in limit.evidence
 
 
+def test_a_configured_return_capacity_is_what_the_ack_clock_bound_compares_with() -> None:
+    # Unconfigured, the bound is the ACK way's measured carriage, and it says so.
+    r = _uploaded(ACK_RATE, _acks(1.0, 0.0005))
+    carried = bounds.ack_clock(Inputs.of(r, WAN))
+    assert carried is not None and "this bound is the ACK way's measured carriage" in carried.words
+    assert "remotes.NAME.return_bandwidth" in carried.words
+    # Configured at 256 kbit/s (a number not taken from the transfer): 32,000 x 2896 / 66.
+    known = dataclasses.replace(WAN, return_bandwidth_bytes_per_second=RETURN_BYTES)
+    b = bounds.ack_clock(Inputs.of(r, known))
+    assert b is not None and b.rate == pytest.approx(RETURN_BYTES * PER_ACK / ACK_FRAME, rel=1e-4)
+    assert "its configured capacity 256 kbit/s (return_bandwidth" in b.words and "measured carriage" not in b.words
+    limit = judge_limit(r, known)
+    assert limit is not None and limit.detail == "ack_clock", limit.evidence
+    # Configured at 2 Mbit/s: the ACK clock allows 8x the rate, so the return path did not hold
+    # it (though its queue stood): withheld, never another flow.
+    wide = dataclasses.replace(WAN, return_bandwidth_bytes_per_second=8 * RETURN_BYTES)
+    limit = judge_limit(r, wide)
+    assert limit is not None and limit.reason == "", limit.evidence
+    assert "not the return path" in limit.evidence and "another flow" not in limit.evidence
+
+
+def test_the_return_capacity_is_validated_at_load_with_the_other_errors(tmp_path: Path) -> None:
+    from bigbinf.config import ConfigError, parse_config
+    from bigbinf.measure.plan import resolve_remote
+
+    text = (
+        "remotes: {site: {address: 198.18.0.2, data_dir: /data, key: /etc/hostname, return_bandwidth: %s, "
+        "bandwidth: %s}}\n"
+        "datasets: {f1m: {file: f1m.bin, size: 1MiB}}\nprotocols: {http: {}}\n"
+        f"journal: {{path: {tmp_path / 'journal.jsonl'}}}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_config(text % ("fast", "0bit"), "site.yaml")
+    said = err.value.render()
+    assert "remotes.site.return_bandwidth: 'fast' is not a tc rate" in said
+    assert "remotes.site.bandwidth: '0bit'" in said  # every error gathered
+    config = parse_config(text % ("256kbit", "200mbit"), "site.yaml")
+    remote = resolve_remote("site", config.remotes["site"], None)
+    assert remote.return_bandwidth_bytes_per_second == 32_000
+
+
 # ---------------------------------------------------------------- the capture's timestamps
 
 

@@ -33,7 +33,7 @@ was 0.76 MB/s").  Rates are payload bytes per second, as the transfer's own rate
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bigbinf.judge.inputs import Inputs
@@ -354,18 +354,39 @@ def ack_clock(i: Inputs) -> Bound | None:
         return None
     carried = wire / seconds  # bytes/s on the return wire
     per_data = wire / data
-    rate = carried / per_data
     each = f", a pure ACK per {human_bytes(per_ack)} of data" if i.one_way.get("ack_packets") else ""
+    held = (
+        f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
+        f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))})"
+    )
+    cost = f"the ACKs cost {per_data:.2%} of the data's bytes on the return wire"
+    capacity = i.return_bandwidth
+    if capacity:
+        # A capacity known apart from this transfer: the bound is not what the ACKs carried.
+        rate = capacity / per_data
+        words = (
+            f"{held}; its configured capacity {human_bits(capacity)} (return_bandwidth; this transfer's ACKs carried "
+            f"{human_bits(carried)}, {human_bytes(wire)}{each}); {cost}, so the ACK clock allows {human_rate(rate)}"
+        )
+    else:
+        rate = carried / per_data
+        words = (
+            f"{held}: it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire "
+            f"({human_bytes(wire)}{each}); {cost}, so the ACK clock allows {human_rate(rate)} (the return path's "
+            "capacity is not configured: this bound is the ACK way's measured carriage, set "
+            "remotes.NAME.return_bandwidth to compare it with a number not taken from the transfer)"
+        )
     return Bound(
         "ack_clock",
         rate,
-        f"the return path (the ACKs' way) held a standing queue of {_ms(queue)} (its one-way delay above its "
-        f"least, from the remote's TCP timestamps; the data way's {_ms(i.one_way.get('data_queue_seconds', 0.0))}): "
-        f"it carried all it could, {human_bits(carried)} of this transfer's ACKs on the wire ({human_bytes(wire)}"
-        f"{each}); the ACKs cost "
-        f"{per_data:.2%} of the data's bytes on the return wire, so the ACK clock allows {human_rate(rate)}",
+        words,
         "path",
-        {"return_bytes_per_second": carried, "ack_wire_per_data_byte": per_data, "ack_queue_seconds": queue},
+        {
+            "return_bytes_per_second": carried,
+            "ack_wire_per_data_byte": per_data,
+            "ack_queue_seconds": queue,
+            **({"return_capacity_bytes_per_second": capacity} if capacity else {}),
+        },
     )
 
 
@@ -464,6 +485,143 @@ def programs(i: Inputs, sides: Iterable[str], least_life: float) -> list[Bound]:
             )
         )
     return found
+
+
+def data_life(v: Mapping[str, float]) -> tuple[float, float]:
+    """(CPU-seconds, seconds) of a program's watched life from the first data on: its
+    set-up (ssh's key exchange: seconds of CPU under a tenth of a core) moved no data."""
+    cpu = v.get("cpu_seconds", 0.0) - v.get("cpu_seconds_before_data", 0.0)
+    return max(0.0, cpu), max(0.0, v.get("seconds", 0.0) - v.get("seconds_before_data", 0.0))
+
+
+def per_cpu_second(i: Inputs, v: Mapping[str, float]) -> float | None:
+    """The bytes a program moved per CPU-second it used in the data phase: what it moved
+    while it was watched then (the file, or the steady rate over its watched data phase
+    where that was shorter) over the CPU-seconds it used then (None: none counted)."""
+    cpu, seconds = data_life(v)
+    if cpu <= 0 or seconds <= 0:
+        return None
+    moved = min(float(i.file_bytes), i.steady_rate * seconds) if i.file_bytes > 0 else i.steady_rate * seconds
+    return moved / cpu if moved > 0 else None
+
+
+# A cgroup throttled this share of the time or more spent its CPU quota (vetoes.THROTTLED_SHARE).
+QUOTA_SPENT = 0.2
+
+
+def program_cpu(i: Inputs, label: str, v: Mapping[str, float]) -> Bound | None:
+    """A program's CPU bound: the bytes it moved per CPU-second it used, times the CPU it
+    could have had: one core (a process's data path is one thread), or its cgroup's CPU
+    quota where lower (v1 cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max; the remote's
+    read with its stats).  None where it used no CPU that was counted."""
+    side, _, name = label.partition(" ")
+    used = v.get("cpu_share", 0.0)
+    per_cpu = per_cpu_second(i, v)
+    if used <= 0 or per_cpu is None:
+        return None
+    quota = v.get("cpu_quota_cores")
+    cores = min(1.0, quota) if quota else 1.0
+    had = f"its cgroup's CPU quota {cores:.2f} cores" if quota and quota < 1.0 else "one core"
+    throttled = v.get("cpu_throttled_share", 0.0)
+    cpu_data, seconds_data = data_life(v)
+    used_data = cpu_data / seconds_data if seconds_data > 0 else used
+    if quota and throttled >= QUOTA_SPENT and used_data < cores:
+        # The group spent its quota (throttled in most periods) and shares it with its
+        # other programs: this one had what the quota left it, what it used in the data phase.
+        used = cores = used_data
+        had = (
+            f"its cgroup's CPU quota {min(1.0, quota):.2f} cores, spent (throttled {throttled:.0%} of the time) "
+            f"with its group's other programs, leaving it {used:.0%} of a core"
+        )
+    rate = per_cpu * cores
+    return Bound(
+        "cpu",
+        rate,
+        f"{name} ({host_name(side)}) moved {human_bytes(per_cpu)} per CPU-second (it used {used:.0%} of a core "
+        f"over its {v.get('seconds', 0.0):.1f} s); with {had} it allows {human_rate(rate)}",
+        side,
+        {"bytes_per_cpu_second": per_cpu, "cores": cores, "cpu_share": used},
+        program=name,
+    )
+
+
+def host_cpu(i: Inputs, label: str, v: Mapping[str, float]) -> Bound | None:
+    """The rate a host's CPU allowed a program: the bytes it moved per CPU-second times
+    the share of a core the host gave it while it wanted one (used over runnable: on a
+    core, or queued for one).  A program runnable all its life got all the host let it
+    have, and the bound is its rate; one asleep part of its life (waiting for the network,
+    its storage) would have gone faster with the same CPU, and the host did not hold it.
+    None where it was never runnable."""
+    side, _, name = label.partition(" ")
+    used, runnable = v.get("cpu_share", 0.0), v.get("runnable_share", 0.0)
+    per_cpu = per_cpu_second(i, v)
+    if used <= 0 or runnable <= 0 or per_cpu is None:
+        return None
+    given = min(1.0, used / runnable)
+    rate = per_cpu * given
+    return Bound(
+        "busy_host",
+        rate,
+        f"{name} ({host_name(side)}) moved {human_bytes(per_cpu)} per CPU-second and got {given:.0%} of a core "
+        f"while it wanted one (it used {used:.0%} and was on a core or queued for one {runnable:.0%} of its "
+        f"{v.get('seconds', 0.0):.1f} s): the host's CPU allowed it {human_rate(rate)}",
+        side,
+        {"bytes_per_cpu_second": per_cpu, "core_given": given, "runnable_share": runnable},
+        program=name,
+    )
+
+
+# A storage limit counts the device's bytes: a file system writes its metadata and
+# journal beside the data (a sync mount commits both with each write), so the payload
+# runs below the limit, down to this share of it.
+STORAGE_LOW = 0.5
+
+
+def storage(i: Inputs, label: str, v: Mapping[str, float]) -> Bound | None:
+    """A program's storage bound: its cgroup's IO limit the way it moved the data (the
+    receiver's writes, the sender's reads: v1 blkio.throttle.*_bps_device, v2 io.max,
+    the least over its groups and devices), else its measured IO wait: the rate over the
+    share of its life it waited on storage or worked on a core (working all of it, it
+    allows no more).  None where it never waited on storage and has no limit read."""
+    side, _, name = label.partition(" ")
+    writes = side == i.receiver_side
+    limit = v.get("io_write_limit_bytes_per_second" if writes else "io_read_limit_bytes_per_second")
+    way = "writes" if writes else "reads"
+    if limit:
+        return Bound(
+            "disk",
+            limit,
+            f"{name} ({host_name(side)})'s storage {way} are limited by its cgroup to {human_rate(limit)} "
+            "(blkio.throttle / io.max): it allows that",
+            side,
+            {"io_limit_bytes_per_second": limit},
+            low=STORAGE_LOW,
+            program=name,
+        )
+    disk, cpu = v.get("io_wait_share", 0.0), v.get("runnable_share", 0.0)
+    if disk <= 0:
+        return None
+    busy = min(1.0, disk + cpu)
+    rate = i.steady_rate / busy
+    return Bound(
+        "disk",
+        rate,
+        f"{name} ({host_name(side)}) waited on storage in {disk:.0%} of its samples and was on a core or queued "
+        f"for one {cpu:.0%} of its {v.get('seconds', 0.0):.1f} s (no IO limit read): working all its life it "
+        f"allows {human_rate(rate)}",
+        side,
+        {"io_wait_share": disk, "busy_share": busy},
+        program=name,
+    )
+
+
+def of_program(i: Inputs, kind: str, side: str, name: str) -> Bound | None:
+    """The bound of `kind` (cpu, disk, busy_host) of the program `name` on `side`."""
+    v = i.programs.get(f"{side} {name}")
+    if v is None:
+        return None
+    fn = {"cpu": program_cpu, "disk": storage, "busy_host": host_cpu}[kind]
+    return fn(i, f"{side} {name}", v)
 
 
 def application(i: Inputs, side: str, why: str) -> Bound:

@@ -92,6 +92,10 @@ class Inputs:
     # data's payload: what the ACK clock's bound stands on (bounds.ack_clock).
     return_wire_bytes: float = 0.0
     data_payload_bytes: float = 0.0
+    # The return path's capacity (the ACKs' way, wire bytes/s) as configured
+    # (remotes.NAME.return_bandwidth); None: unknown (the ACK clock's bound then stands on
+    # what that way carried).
+    return_bandwidth: float | None = None
 
     @property
     def mss(self) -> float:
@@ -204,6 +208,7 @@ class Inputs:
             one_way=r.one_way,
             return_wire_bytes=float(r.wire_bytes_up if r.direction == "download" else r.wire_bytes_down),
             data_payload_bytes=float(payload),
+            return_bandwidth=baseline.return_bandwidth_bytes_per_second if baseline else None,
             wire_seconds=r.last_packet_timestamp - r.first_packet_timestamp
             if r.first_packet_timestamp is not None and r.last_packet_timestamp is not None
             else None,

@@ -133,8 +133,8 @@ def steady_limit(i: Inputs) -> Limit:
 
 def bound_of(limit: Limit, i: Inputs) -> Bound | None:
     """The bound a verdict stands on (None where it has no numeric one: application's is
-    the rate itself; busy_host and startup are held by their vetoes; shared_path by a
-    standing queue; cpu and disk by their program's share on a core or on storage)."""
+    the rate itself; startup is held by its vetoes; shared_path by a standing queue; cpu,
+    disk and busy_host by their program's: bounds.program_cpu, storage, host_cpu)."""
     if limit.reason == "link_capacity" and limit.detail == "ack_clock":
         return bounds.ack_clock(i)
     if limit.reason == "link_capacity":
@@ -148,6 +148,10 @@ def bound_of(limit: Limit, i: Inputs) -> Bound | None:
         return bounds.send_buffer(i)
     if limit.reason == "congestion":
         return bounds.loss(i)
+    if limit.reason in ("cpu", "disk", "busy_host") and limit.program and limit.detail != "starved":
+        # (A remote starved of CPU stands on its unanswered listings: its programs' samples
+        # are too few to count their CPU-seconds.)
+        return bounds.of_program(i, limit.reason, limit.side, limit.program)
     return None
 
 
@@ -168,21 +172,23 @@ def _signalled(i: Inputs) -> Limit:
     # faster, whatever TCP shows.  (Waiting on storage counts only where TCP shows that it
     # mattered, below: a writer in the kernel's I/O wait now and then is not the limit of
     # a transfer the network holds back.)
-    program = _program_limit(i, CPU_SHARE, "", rate_words, sides=sides, disk=False)
+    withheld: list[str] = []
+    # Programs a share pointed at whose bound the rate did not meet (said where nothing is named).
+    unmet: list[str] = []
+    program = _program_limit(i, CPU_SHARE, "", rate_words, sides=sides, disk=False, withheld=unmet)
     starved = vetoes.starved_remote(i)
     if program and program.side == "remote" and starved:
         # A remote program short of CPU on a remote seen starved: its quota, not its cipher.
         return replace(program, evidence=f"{program.evidence}; {starved}", detail="starved")
     if program:
         return program
-    quota = _quota_held(i, rate_words)
+    quota = _quota_held(i, rate_words, unmet)
     if quota:
         return quota
     # A remote too starved of CPU to answer its own listings cannot have kept up with the
     # transfer either (its listings and its programs wait for the same CPU).
     if starved:
         return Limit("cpu", f"{starved}; {rate_words}", "remote", program=_remote_program(i), detail="starved")
-    withheld: list[str] = []
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
     rwnd = sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0
@@ -197,7 +203,10 @@ def _signalled(i: Inputs) -> Limit:
         # A receiver whose window closed (zero advertised: its buffer full, unread) or
         # whose queue stood full while the window held the sender reads slower than the
         # network delivers: the window is its program's, not its buffer's.
-        said = [window if rwnd >= LIMITED_SHARE else ""]
+        # The window here is the reader's (its queue unread), not its buffer's: said so,
+        # never as a receive-window limit.
+        held = f"the window its receiver advertised held the sender {rwnd:.0%} of its {busy:.1f} s busy time"
+        said = [held if rwnd >= LIMITED_SHARE else ""]
         if queued:
             said.append(f"the receiver's queue stood {behind:.0%} full")
         if closed:
@@ -205,7 +214,7 @@ def _signalled(i: Inputs) -> Limit:
         why = ", ".join(filter(None, said)) + ": its program reads slower than the network delivers"
         if i.receiver_side == "local" or i.remote_programs_seen:
             receiving = tuple(s for s in sides if s == i.receiver_side)
-            return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True) or Limit(
+            return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True, withheld=unmet) or Limit(
                 "application", f"{why}; {rate_words}", i.receiver_side
             )
         withheld.append(
@@ -279,7 +288,8 @@ def _signalled(i: Inputs) -> Limit:
         # the receiving end opens) the receiving one: the one seen on a core or queued for
         # one most of its life, or on storage, is why; else the program chose its pace,
         # where nothing stands against that (vetoes.application_veto).
-        program = _program_limit(i, CPU_EXPLAINS, idle, rate_words, sides=sides)
+        before = len(unmet)
+        program = _program_limit(i, CPU_EXPLAINS, idle, rate_words, sides=sides, withheld=unmet)
         if program:
             return program
         veto = vetoes.application_veto(i)
@@ -297,13 +307,23 @@ def _signalled(i: Inputs) -> Limit:
                     f"{v.get('samples', 0.0):.0f} samples over {v.get('seconds', 0.0):.1f} s and was on a core or "
                     f"queued for one {v.get('runnable_share', 0.0):.0%}"
                 )
+                reader_held = None
                 if v.get("io_wait_share", 0.0) >= DISK_SHARE:
-                    return Limit("disk", f"{reading}; {rate_words}", "remote", program=name)
-                if v.get("runnable_share", 0.0) >= CPU_EXPLAINS:
-                    return Limit("cpu", f"{reading}; {rate_words}", "remote", program=name)
+                    reader_held = _gated(i, "disk", "remote", name, reading, rate_words, unmet)
+                if not reader_held and v.get("runnable_share", 0.0) >= CPU_EXPLAINS:
+                    reader_held = _gated(i, "cpu", "remote", name, reading, rate_words, unmet)
+                if reader_held:
+                    return reader_held
                 channel = reading.removeprefix(f"{idle}: ")
+            if len(unmet) > before:
+                # A program's share said it held the transfer and its bound says it did not:
+                # what held the reader is not known, so application is not named either.
+                veto = "a program's share pointed at it, and the rate did not meet its bound (below)"
+        if not veto and channel:
             bound = bounds.application(i, i.receiver_side, f"{idle}: {channel}")
             return Limit("application", bound.said(steady) + i.share_of_path(steady), i.receiver_side)
+        if not veto and len(unmet) > before:
+            veto = "a program's share pointed at it, and the rate did not meet its bound (below)"
         if not veto:
             bound = bounds.application(
                 i, i.sender_side, f"{idle}: its program sent no faster (a throttle, or a program that does not keep up)"
@@ -367,7 +387,7 @@ def _signalled(i: Inputs) -> Limit:
     if not sender:
         # The sender (a download's remote) could not be asked: its limits cannot be ruled
         # out, so naming one would be a guess.
-        return Limit("", "; ".join([f"the sender's TCP state is unknown; {rate_words}", *withheld]))
+        return Limit("", "; ".join([f"the sender's TCP state is unknown; {rate_words}", *withheld, *unmet]))
     if shared:
         return shared
     flight = f"data in flight {in_flight:.0%} of the data phase; " if in_flight is not None else ""
@@ -381,6 +401,7 @@ def _signalled(i: Inputs) -> Limit:
             [
                 f"no limit found: no bound met the steady rate {human_rate(steady)} ({computed}); {flight}{rate_words}",
                 *withheld,
+                *unmet,
             ]
         ),
     )
@@ -634,7 +655,7 @@ def _channel_reader(i: Inputs) -> tuple[str, Mapping[str, float]] | None:
     return name, v
 
 
-def _quota_held(i: Inputs, rate_words: str) -> Limit | None:
+def _quota_held(i: Inputs, rate_words: str, unmet: list[str] | None = None) -> Limit | None:
     """cpu on this host, held by a CPU quota: a program of the transfer that wanted a core
     (on one or queued for one) CPU_EXPLAINS of its life, in a cgroup its CPU quota held
     back vetoes.THROTTLED_SHARE of the time (cgroup v1 cpu.stat throttled_time, v2
@@ -656,15 +677,13 @@ def _quota_held(i: Inputs, rate_words: str) -> Limit | None:
         return None
     _, name, v = max(held, key=lambda item: item[0])
     quota = f" of {v['cpu_quota_cores']:.2f} cores" if "cpu_quota_cores" in v else ""
-    return Limit(
-        "cpu",
+    said = (
         f"{name} (this host) was on a core or queued for one {v['runnable_share']:.0%} of its {v['seconds']:.1f} s: "
         f"it used {v['cpu_share']:.0%} of a core and its cgroup was held by its CPU quota{quota} "
-        f"{v['cpu_throttled_share']:.0%} of the time; {rate_words}",
-        "local",
-        program=name,
-        detail="quota",
+        f"{v['cpu_throttled_share']:.0%} of the time"
     )
+    limit = _gated(i, "cpu", "local", name, said, rate_words, unmet)
+    return replace(limit, detail="quota") if limit else None
 
 
 def _remote_program(i: Inputs) -> str:
@@ -707,27 +726,37 @@ def _program_limit(
     sides: tuple[str, ...] = ("local", "remote"),
     disk: bool = True,
     fed: bool = False,
+    withheld: list[str] | None = None,
 ) -> Limit | None:
     """cpu or disk naming the transfer's program (on `sides`) that was on a core or
     queued for one for `threshold` of its life, or waited on storage in DISK_SHARE of its
-    samples; `why` (what TCP showed, "" for none) leads the evidence, the rate ends it.
-    `fed`: its input stood waiting for it (a receiver whose queue stood full), so one
-    that slept more often than it waited on storage paced itself (curl --limit-rate
-    beside other writers: 36% of its samples on storage, the rest mostly asleep), and its
-    storage is not why."""
+    samples, where its bound (bounds.program_cpu, bounds.storage; busy_host's
+    bounds.host_cpu) meets the steady rate; `why` (what TCP showed, "" for none) leads the
+    evidence, the bound beside the rate ends it.  A share that points at a program whose
+    bound the rate does not meet names nothing: it is said in `withheld` with its bound,
+    and the rules go on.  `fed`: its input stood waiting for it (a receiver whose queue
+    stood full), so one that slept more often than it waited on storage paced itself
+    (curl --limit-rate beside other writers: 36% of its samples on storage, the rest mostly
+    asleep), and its storage is not why."""
+    lead = f"{why}: " if why else ""
     program = _busiest(i.programs, "runnable_share", threshold, i.duration, sides)
     if program:
         name, side, v = program
         # Short of a core because this host's other programs held it: the host, not the program.
         held = vetoes.held_by_busy_host(i, name, side, v)
         if held:
-            return Limit("busy_host", f"{why + ': ' if why else ''}{held}; {rate_words}", "local", program=name)
-        said = (
-            f"{name} ({host_name(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
-            f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "
-            f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
-        )
-        return Limit("cpu", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
+            gated = _gated(i, "busy_host", side, name, f"{lead}{held}", rate_words, withheld)
+            if gated:
+                return gated
+        else:
+            said = (
+                f"{name} ({host_name(side)}) was on a core or queued for one {v['runnable_share']:.0%} of its "
+                f"{v['seconds']:.1f} s: it used {v['cpu_share']:.0%} of a core and waited "
+                f"{v['runnable_share'] - v['cpu_share']:.0%} for one (busier programs on its cores, or a CPU quota)"
+            )
+            gated = _gated(i, "cpu", side, name, f"{lead}{said}", rate_words, withheld)
+            if gated:
+                return gated
     waiting = _busiest(i.programs, "io_wait_share", DISK_SHARE, i.duration, sides) if disk else None
     if (
         waiting
@@ -741,8 +770,28 @@ def _program_limit(
             f"{name} ({host_name(side)}) waited on storage in {v['io_wait_share']:.0%} of {v['samples']:.0f} "
             f"samples over {v['seconds']:.1f} s"
         )
-        return Limit("disk", f"{why + ': ' if why else ''}{said}; {rate_words}", side, program=name)
+        return _gated(i, "disk", side, name, f"{lead}{said}", rate_words, withheld)
     return None
+
+
+def _gated(
+    i: Inputs, reason: str, side: str, name: str, said: str, rate_words: str, withheld: list[str] | None
+) -> Limit | None:
+    """A program's verdict (cpu, disk, busy_host) where its bound meets the steady rate,
+    the bound beside the rate in its evidence; None where it does not (said in `withheld`
+    with the bound and how far the rate was from it).  A program with no bound computed
+    (its CPU-seconds not counted) stands on its share, as before bounds."""
+    bound = bounds.of_program(i, reason, side, name)
+    steady = i.steady_rate
+    if bound is not None and not bound.meets(steady):
+        if withheld is not None:
+            withheld.append(
+                f"not {reason} ({said}): {bound.words}, and the steady rate {human_rate(steady)} is "
+                f"{steady / bound.rate:.0%} of it, outside the {bound.low:.0%}-{bound.high:.0%} that meets it"
+            )
+        return None
+    both = f"; {bound.said(steady)}" if bound is not None else ""
+    return Limit(reason, f"{said}{both}; {rate_words}", "local" if reason == "busy_host" else side, program=name)
 
 
 def _link(i: Inputs, steady: float) -> Limit | None:

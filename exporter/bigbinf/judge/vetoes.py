@@ -410,6 +410,11 @@ def host_held(i: Inputs) -> str:
         runnable, used = v.get("runnable_share", 0.0), v.get("cpu_share", 0.0)
         if side != "local" or v.get("seconds", 0.0) < SEEN_SHARE * i.duration or runnable < HOST_HELD_SHARE:
             continue
+        # The rate this host's CPU allowed it (bytes per CPU-second x the share of a core
+        # it got while it wanted one) must meet the rate: then the host's CPU held it.
+        allowed = bounds.host_cpu(i, label, v)
+        if allowed is not None and not allowed.meets(rate):
+            continue
         throttled = v.get("cpu_throttled_share", 0.0)
         waited = max(0.0, runnable - used - throttled)
         unheld = rate * runnable / used if used > 0 else math.inf
@@ -425,6 +430,7 @@ def host_held(i: Inputs) -> str:
             f"{name} (this host) was on a core or queued for one {runnable:.0%} of its {v.get('seconds', 0.0):.1f} s, "
             f"used {used:.0%} of a core and waited {waited:.0%} for one: without the wait it would have gone at "
             f"{human_rate(unheld) if math.isfinite(unheld) else 'any rate'}{against}"
+            + (f"; {allowed.said(rate)}" if allowed is not None else "")
         )
     return best
 
@@ -439,8 +445,9 @@ def lost_through_transfer(slow_ramp: float, cost: float) -> str:
     if slow_ramp <= 0 or slow_ramp < cost:
         return ""
     return (
-        f"the data phase lost {slow_ramp:.2f} s beyond slow start, more than the {max(cost, 0.0):.2f} s the start "
-        "can have cost: the time was lost through the transfer, not at its start"
+        # ("lost" is said of segments only: a reader takes time words for a loss claim.)
+        f"the data phase took {slow_ramp:.2f} s longer than slow start can, more than the {max(cost, 0.0):.2f} s the "
+        "start can have cost: the time went through the transfer, not at its start"
     )
 
 

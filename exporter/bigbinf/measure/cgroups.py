@@ -34,6 +34,11 @@ from pathlib import Path
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_FILES = ("cpu.stat", "cpu.cfs_quota_us", "cpu.cfs_period_us")
 V2_FILES = ("cpu.stat", "cpu.max")
+# A group's storage limits (bytes per second per device "MAJOR:MINOR"): v1's blkio
+# controller (blkio.throttle.read_bps_device, write_bps_device: "8:0 2097152" a line), v2's
+# io.max ("8:0 rbps=2097152 wbps=max riops=max wiops=max" a line).
+IO_V1_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device")
+IO_V2_FILES = ("io.max",)
 MAX_DEPTH = 16  # groups read per process, its own and its ancestors: nesting deeper is not seen
 
 
@@ -68,6 +73,30 @@ def cpu_dirs(cgroup_text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v1 or v2))
 
 
+def io_dirs(cgroup_text: str) -> tuple[str, ...]:
+    """The directories of the storage controller's groups of a /proc/PID/cgroup text, the
+    process's own first, then its ancestors: v1's blkio hierarchy where it has one, else
+    v2's unified groups (io.max)."""
+    v1: list[str] = []
+    v2: list[str] = []
+    for line in cgroup_text.splitlines():
+        number, colon, rest = line.strip().partition(":")
+        controllers, colon2, path = rest.partition(":")
+        if not colon or not colon2 or not path.startswith("/"):
+            continue
+        if "blkio" in controllers.split(","):
+            mounts = dict.fromkeys([controllers, "blkio"])
+            v1.extend(f"{CGROUP_ROOT}/{mount}{group}" for group in _chain(path) for mount in mounts)
+        elif number == "0" and controllers == "":
+            v2.extend(f"{root}{group}" for group in _chain(path) for root in (CGROUP_ROOT, f"{CGROUP_ROOT}/unified"))
+    return tuple(dict.fromkeys(v1 or v2))
+
+
+def group_dirs(cgroup_text: str) -> tuple[str, ...]:
+    """Every group directory read for a process: its CPU groups', then its storage groups'."""
+    return tuple(dict.fromkeys([*cpu_dirs(cgroup_text), *io_dirs(cgroup_text)]))
+
+
 def _chain(path: str) -> list[str]:
     """ "/a/b" -> ["/a/b", "/a", ""]: a group and its ancestors, as suffixes of a mount."""
     parts = [p for p in path.split("/") if p and p not in (".", "..")][:MAX_DEPTH]
@@ -75,8 +104,48 @@ def _chain(path: str) -> list[str]:
 
 
 def cpu_files(dirs: Iterable[str]) -> list[str]:
-    """Every file cpu_bandwidth may read for these directories (v1's and v2's names)."""
-    return [f"{d}/{name}" for d in dirs for name in dict.fromkeys([*V1_FILES, *V2_FILES])]
+    """Every file cpu_bandwidth and io_limits may read for these directories (v1's and
+    v2's names)."""
+    names = dict.fromkeys([*V1_FILES, *V2_FILES, *IO_V1_FILES, *IO_V2_FILES])
+    return [f"{d}/{name}" for d in dirs for name in names]
+
+
+@dataclass(frozen=True)
+class IoLimit:
+    """A group's storage limits: the least bytes per second over its devices each way
+    (None: no limit that way)."""
+
+    read_bytes_per_second: float | None
+    write_bytes_per_second: float | None
+
+
+def io_limits(directory: str, read: Callable[[str], str | None]) -> IoLimit | None:
+    """A group's storage limits from its files (None where it has none, or none is read)."""
+    reads: list[float] = []
+    writes: list[float] = []
+    for name, into in zip(IO_V1_FILES, (reads, writes), strict=True):
+        for line in (read(f"{directory}/{name}") or "").splitlines():
+            fields = line.split()
+            if len(fields) == 2 and ":" in fields[0] and fields[1].isdigit() and int(fields[1]) > 0:
+                into.append(float(fields[1]))
+    for line in (read(f"{directory}/io.max") or "").splitlines():
+        for field_ in line.split()[1:]:
+            key, _, value = field_.partition("=")
+            if value.isdigit() and int(value) > 0:
+                {"rbps": reads, "wbps": writes}.get(key, []).append(float(value))
+    if not reads and not writes:
+        return None
+    return IoLimit(min(reads) if reads else None, min(writes) if writes else None)
+
+
+def read_io_limits(dirs: Iterable[str], read: Callable[[str], str | None]) -> dict[str, IoLimit]:
+    """io_limits of each directory that has one."""
+    found = {}
+    for d in dirs:
+        limit = io_limits(d, read)
+        if limit is not None:
+            found[d] = limit
+    return found
 
 
 def cpu_bandwidth(directory: str, read: Callable[[str], str | None]) -> CpuBandwidth | None:

@@ -37,6 +37,8 @@ class Remote:
     # shaped rate); None leaves it to the last iperf3 test (service/rounds.py).
     bandwidth_bytes_per_second: float | None = None
     bandwidth_source: str = ""
+    # The return path's capacity (the ACKs' way) from configuration; None: unknown.
+    return_bandwidth_bytes_per_second: float | None = None
     # argv (rendered) that runs a command on the remote, to read its TCP state: () = it cannot be asked.
     stats_command: tuple[str, ...] = ()
     stats_interval: float = 1.0
@@ -133,6 +135,10 @@ def resolve_remote(name: str, remote: RemoteConfig, lab: LabSite | None) -> Remo
     if remote.bandwidth:  # the user's word beats the lab's rate
         resolved = dataclasses.replace(
             resolved, bandwidth_bytes_per_second=rate_bytes_per_second(remote.bandwidth), bandwidth_source="configured"
+        )
+    if remote.return_bandwidth:
+        resolved = dataclasses.replace(
+            resolved, return_bandwidth_bytes_per_second=rate_bytes_per_second(remote.return_bandwidth)
         )
     return resolved
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigbinf.measure.cgroups import CpuBandwidth, cpu_dirs, file_reader, read_groups
+from bigbinf.measure.cgroups import CpuBandwidth, IoLimit, file_reader, group_dirs, read_groups, read_io_limits
 
 
 @dataclass
@@ -62,6 +62,7 @@ class ProgramLife:
     wait_base: float = 0.0
     pid: int = 0
     waits: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, wait) per sample
+    cpus: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, seconds on a core) per sample
     # Its cgroups' CPU bandwidth (measure/cgroups.py): the directories read (its own group
     # and its ancestors), each one's throttled seconds at the first and last reading and
     # when those were taken, and the smallest quota of them (cores; None: no limit).
@@ -70,6 +71,20 @@ class ProgramLife:
     throttled: dict[str, tuple[float, float]] = field(default_factory=dict)
     throttle_span: tuple[float, float] | None = None
     quota_cores: float | None = None
+    # Its storage groups' limits (bytes/s, the least over its groups and devices; None: no
+    # limit read): the most storage let it read or write (v1 blkio.throttle.*, v2 io.max).
+    io_read_limit: float | None = None
+    io_write_limit: float | None = None
+
+    def record_io(self, limits: Mapping[str, IoLimit]) -> None:
+        """One reading of its groups' storage limits (those of cgroup_dirs that have one)."""
+        mine = [limits[d] for d in self.cgroup_dirs if d in limits]
+        reads = [m.read_bytes_per_second for m in mine if m.read_bytes_per_second is not None]
+        writes = [m.write_bytes_per_second for m in mine if m.write_bytes_per_second is not None]
+        if reads:
+            self.io_read_limit = min(reads)
+        if writes:
+            self.io_write_limit = min(writes)
 
     def record_cgroups(self, readings: Mapping[str, CpuBandwidth], now: float) -> None:
         """One reading of its groups' bandwidth (those of cgroup_dirs that were read)."""
@@ -102,6 +117,13 @@ class ProgramLife:
         seen = [wait for at, wait in self.waits if at <= cut]
         return max(0.0, seen[-1] - self.wait_base) if seen else 0.0
 
+    def cpu_before(self, cut: float) -> float:
+        """Seconds it ran on a core between its first sample and `cut` (monotonic), as of
+        its last sample by then (0 if none was): set-up's CPU (ssh's key exchange), which
+        moved no data."""
+        seen = [cpu for at, cpu in self.cpus if at <= cut]
+        return max(0.0, seen[-1] - self.cpu_first) if seen else 0.0
+
     def values(self) -> dict[str, float]:
         """The journaled summary (base units): over the time the samples saw it."""
         span = self.seconds
@@ -119,6 +141,8 @@ class ProgramLife:
             # the quota (cores) where there is one.
             **({"cpu_throttled_share": share} if (share := self.throttled_share()) is not None else {}),
             **({"cpu_quota_cores": self.quota_cores} if self.quota_cores is not None else {}),
+            **({"io_read_limit_bytes_per_second": self.io_read_limit} if self.io_read_limit is not None else {}),
+            **({"io_write_limit_bytes_per_second": self.io_write_limit} if self.io_write_limit is not None else {}),
         }
 
 
@@ -237,6 +261,7 @@ def record(
     # titles its child once it knows what the child serves.
     life.name, life.last_seen, life.cpu_last, life.wait_last = program_name(comm, cmdline), now, cpu, waited
     life.waits.append((now, waited))
+    life.cpus.append((now, cpu))
     life.samples += 1
     life.io_waits += state == "D"
     return life
@@ -325,15 +350,18 @@ class ProgramWatch:
                 life = record(self._lives, pid, stat, clocks, now, self._started_ticks, cmdline)
                 known = life.cgroups_known
             if not known:
-                dirs = cpu_dirs(self._read(f"/proc/{pid}/cgroup") or "")
+                dirs = group_dirs(self._read(f"/proc/{pid}/cgroup") or "")
                 with self._lock:
                     life.cgroup_dirs, life.cgroups_known = dirs, True
             sampled.append(life)
         # Each group's bandwidth once per sample, however many of the programs are in it.
-        readings = read_groups(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs), self._read)
+        groups = list(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs))
+        readings = read_groups(groups, self._read)
+        limits = read_io_limits(groups, self._read)
         with self._lock:
             for life in sampled:
                 life.record_cgroups(readings, now)
+                life.record_io(limits)
 
     def lives(self) -> list[ProgramLife]:
         with self._lock:
@@ -354,6 +382,9 @@ def summary(lives: Iterable[ProgramLife], side: str, data_start: float | None = 
         values = life.values()
         if data_start is not None:
             values["run_queue_seconds_before_data"] = life.queued_before(data_start)
+            # Its CPU and life before the first data (set-up): what moved no data.
+            values["cpu_seconds_before_data"] = life.cpu_before(data_start)
+            values["seconds_before_data"] = min(life.seconds, max(0.0, data_start - life.first_seen))
         key = f"{side} {life.name}"
         if key not in best or values["runnable_share"] > best[key]["runnable_share"]:
             best[key] = values

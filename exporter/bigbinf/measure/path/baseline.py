@@ -50,6 +50,7 @@ def measure_path(remote: Remote, measured_bandwidth: float | None = None) -> Pat
         method=remote.probe.method,
         bandwidth_bytes_per_second=bandwidth,
         bandwidth_source=source if bandwidth else "",
+        return_bandwidth_bytes_per_second=remote.return_bandwidth_bytes_per_second,
         buffers=buffers,
         congestion_control=congestion,
         error=notes.get("local", ""),

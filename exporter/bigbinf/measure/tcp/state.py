@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bigbinf.measure.cgroups import cpu_dirs, cpu_files, printed_reader, read_groups
+from bigbinf.measure.cgroups import cpu_files, group_dirs, printed_reader, read_groups, read_io_limits
 from bigbinf.measure.programs import (
     ProgramLife,
     adaptive_interval,
@@ -1023,12 +1023,15 @@ class TcpWatch:
             with self._lock:
                 life = record(self._programs, pid, stat, clocks, now, cmdline=printed.get(f"/proc/{pid}/cmdline"))
                 if not life.cgroups_known and f"/proc/{pid}/cgroup" in printed:
-                    life.cgroup_dirs, life.cgroups_known = cpu_dirs(printed[f"/proc/{pid}/cgroup"]), True
+                    life.cgroup_dirs, life.cgroups_known = group_dirs(printed[f"/proc/{pid}/cgroup"]), True
             sampled.append(life)
-        readings = read_groups(dict.fromkeys(d for life in sampled for d in life.cgroup_dirs), read)
+        dirs = dict.fromkeys(d for life in sampled for d in life.cgroup_dirs)
+        readings = read_groups(dirs, read)
+        limits = read_io_limits(dirs, read)
         with self._lock:
             for life in sampled:
                 life.record_cgroups(readings, now)
+                life.record_io(limits)
 
     def _grow_tree(self, text: str) -> None:
         """The socket owners' descendants, from every remote process's "PID (comm) S PPID"."""
