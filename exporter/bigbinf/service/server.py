@@ -134,7 +134,14 @@ class Exporter:
         else:
             self.loading = self.loading or self.rejudging
             self.state.record_journal_loading(True)
-            log.info("the journal is read after /metrics is up: %s", self.loading)
+            # Why no round runs meanwhile: the read folds the journal's files in order, and a
+            # round's result appended to them while it does would be folded twice or not at
+            # all, as the read has or has not passed the live file's end.
+            log.info(
+                "the journal is read after /metrics is up: %s; no round runs until it is read (each result "
+                "is then folded once); /metrics answers meanwhile with bigbinf_journal_loading 1",
+                self.loading,
+            )
         self.runner.record_undo_pending()  # published from the first scrape; settled at start
         self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
