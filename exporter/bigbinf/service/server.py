@@ -134,9 +134,8 @@ class Exporter:
         else:
             self.loading = self.loading or self.rejudging
             self.state.record_journal_loading(True)
-            # Why no round runs meanwhile: the read folds the journal's files in order, and a
-            # round's result appended to them while it does would be folded twice or not at
-            # all, as the read has or has not passed the live file's end.
+            # No round runs meanwhile (_load_journal): nothing else writes the journal while
+            # it is split, folded and replayed in order, so each result is restored once.
             log.info(
                 "the journal is read after /metrics is up: %s; no round runs until it is read (each result "
                 "is then folded once); /metrics answers meanwhile with bigbinf_journal_loading 1",
