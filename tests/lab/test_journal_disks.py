@@ -319,8 +319,8 @@ def test_a_damaged_segment_that_cannot_be_moved_aside_stays_counted_across_resta
             with ExporterProcess(config, log, start_timeout=180) as exporter:
                 wait("the damaged part counted", lambda: metric(exporter, "bigbinf_journal_damaged_segments") == 1)
             logs.append(log.read_text()[sum(map(len, logs)) :])
-            saved = json.loads(checkpoint.checkpoint_path(journal).read_text())
-            assert saved["unmoved"] == [victim.name] and victim.name.split(".")[2] in saved["covered"]
+        saved = json.loads(checkpoint.checkpoint_path(journal).read_text())
+        assert saved["unmoved"] == [victim.name] and victim.name.split(".")[2] in saved["covered"]
         assert not damaged(journal)
         starts = Counter(journaled(journal))
         kept = sum(1 for t in held if t in starts)
