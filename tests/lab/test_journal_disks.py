@@ -287,3 +287,56 @@ def test_a_start_restores_no_result_whose_member_fails_its_crc_and_says_the_true
         f"{len(first)} results kept in it, {len(second)} of the {len(lines)} results it was sealed with lost" in said[0]
     )
     assert f"{len(second)} lines that inflate to results but fail their CRC, not restored" in said[0]
+
+
+def test_a_damaged_segment_that_cannot_be_moved_aside_stays_counted_across_restarts(
+    tmp_path: Path, mounts: Callable[..., Path]
+) -> None:
+    """The part itself on a read-only bind mount (the directory takes writes: the checkpoint
+    is saved, folding it): each start counts it and says its loss, until it can be moved."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    point = mounts("--bind", str(backing))
+    journal = point / "journal.jsonl"
+    written = Journal(journal)
+    for r in series_results(3 * 48, time.time() - 3 * 86400):
+        written.append(r)
+    written.rotate_now()
+    checkpoint.checkpoint_path(journal).unlink(missing_ok=True)
+    victim = [s for s in segments(journal) if s.sealed][1].path
+    with gzip.open(victim, "rb") as f:
+        held = Counter(Result.from_json(json.loads(line)).start_timestamp for line in f)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 16] = os.urandom(16)
+    victim.write_bytes(bytes(data))
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="1h")
+    subprocess.run(["mount", "--bind", str(victim), str(victim)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(victim)], check=True)
+        logs = []
+        for _ in range(2):  # the first start rebuilds the checkpoint (reading the part), the second loads it
+            with ExporterProcess(config, log, start_timeout=180) as exporter:
+                wait("the damaged part counted", lambda: metric(exporter, "bigbinf_journal_damaged_segments") == 1)
+            logs.append(log.read_text()[sum(map(len, logs)) :])
+        saved = json.loads(checkpoint.checkpoint_path(journal).read_text())
+        assert saved["unmoved"] == [victim.name] and victim.name.split(".")[2] in saved["covered"]
+        assert not damaged(journal)
+        starts = Counter(journaled(journal))
+        kept = sum(1 for t in held if t in starts)
+        assert max(starts.values()) == 1 and 0 < kept < len(held)
+        said = (
+            rf"journal {re.escape(str(victim))}: damaged \(.*\); not moved aside \(.*\): read as far as it can be, "
+            rf"each time; {kept} results read of it, {len(held) - kept} of the {len(held)} results it was sealed "
+            "with lost"
+        )
+        for text in logs:  # each start says it, with the loss
+            assert re.search(said, text), text[-3000:]
+    finally:
+        subprocess.run(["umount", str(victim)], check=False)
+    # Movable again: the next start moves it aside (counted from the file aside from then on).
+    with ExporterProcess(config, log, start_timeout=180) as exporter:
+        wait("the damaged part counted", lambda: metric(exporter, "bigbinf_journal_damaged_segments") == 1)
+    (aside,) = damaged(journal)
+    assert aside.name.startswith(victim.name + DAMAGED)
+    assert Counter(journaled(journal)) == starts and "Traceback" not in log.read_text()

@@ -27,10 +27,13 @@ class ExporterProcess:
         auth: tuple[str, str] | None = None,
         prefix: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        start_timeout: float = 30,
     ) -> None:
         """extra_args: e.g. --web.config.file; ssl_context and auth: how the test itself
         reaches /metrics then (https, Basic); prefix: argv before the interpreter (ip netns
-        exec, setpriv)."""
+        exec, setpriv); start_timeout: how long /metrics may take to answer (a start that
+        reads a journal on a loaded host)."""
+        self.start_timeout = start_timeout
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.ssl_context = ssl_context
@@ -55,7 +58,7 @@ class ExporterProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         try:
-            PrometheusServer.wait_for(self._up, timeout=30, what="the exporter to serve /metrics")
+            PrometheusServer.wait_for(self._up, timeout=self.start_timeout, what="the exporter to serve /metrics")
         except BaseException:
             self.stop()  # never leave an exporter behind a failed start
             raise

@@ -181,12 +181,20 @@ class _Fold:
     def load_content(self, data: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def unmoved(self) -> list[str]:
+        """The damaged parts it folded that could not be moved aside (a full or read-only
+        disk), still there: kept in the file so a later start, which reads them no more,
+        counts them and tries the move again (store.retry_unmoved)."""
+        live = self.journal.path
+        return sorted(p.name for p in store.unmoved(live) if p.name != live.name)
+
     def save(self) -> None:
         on_disk = {s.source for s in segments(self.journal.path)}
         data = {
             "version": VERSION,
             "kind": self.kind,
             "covered": sorted(self.covered & on_disk),
+            "unmoved": self.unmoved(),
             "live": {"inode": self.live_inode, "offset": self.live_offset},
             "seq": self.seq,
             "saved": time.time(),
@@ -202,7 +210,10 @@ class _Fold:
 
     def keep(self) -> None:
         """save(), or say why not: a checkpoint that cannot be written (a read-only journal
-        directory) costs the next start time, never this one its restore."""
+        directory) costs the next start time, never this one its restore.  The damaged
+        parts not moved aside are tried again first (a disk that takes this write may take
+        their move)."""
+        store.retry_unmoved(self.journal.path, self.unmoved())
         try:
             self.save()
         except OSError as exc:
@@ -222,6 +233,7 @@ class _Fold:
             self.covered = set(data["covered"])
             self.live_inode, self.live_offset = data["live"]["inode"], int(data["live"]["offset"])
             self.seq = int(data["seq"])
+            unmoved = [str(name) for name in data.get("unmoved", [])]
         except FileNotFoundError:
             return False
         except OSError as exc:  # a failing disk (EIO, EBADMSG): rebuilt, as when damaged
@@ -235,6 +247,8 @@ class _Fold:
             return False
         self.saved_inode = inode
         self.unsaved = 0
+        # Folded, so no read finds them again: counted (and moved, if the disk takes it now) here.
+        store.retry_unmoved(self.journal.path, unmoved)
         return True
 
     def behind(self) -> int:

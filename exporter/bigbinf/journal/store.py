@@ -542,7 +542,9 @@ def damaged(journal: str | os.PathLike[str]) -> list[Path]:
 
 # Damaged parts (and a live file) found but not moved aside (a read-only or full disk, a
 # part that cannot be renamed): counted with the moved ones while they are still there,
-# so the damaged-segments gauge and its alert see them (unmoved).
+# so the damaged-segments gauge and its alert see them (unmoved).  A checkpoint that folds
+# such a part keeps its name (checkpoint._Fold.save), so a later start, which reads it no
+# more, tries the move again and counts it again (retry_unmoved).
 _UNMOVED: set[Path] = set()
 
 
@@ -559,6 +561,20 @@ def unmoved(journal: str | os.PathLike[str]) -> list[Path]:
         else:
             _UNMOVED.discard(part)  # removed or moved by hand (a live file: one that reads again)
     return found
+
+
+def retry_unmoved(journal: str | os.PathLike[str], names: Iterable[str]) -> None:
+    """Quarantine again the damaged parts named (ones a checkpoint folded but that were not
+    moved aside then): moved now if the disk takes the writes, else counted (unmoved) and
+    said again in one line with what each held and lost; a part gone, or that reads whole
+    now, is dropped."""
+    journal = Path(journal)
+    # A name read from a file: this journal's parts only.
+    pattern = re.compile(re.escape(journal.stem) + r"\." + _SEGMENT.pattern)
+    for name in names:
+        part = journal.parent / name
+        if pattern.fullmatch(name) and os.path.lexists(part):
+            quarantine(part)
 
 
 def _reads(path: Path) -> bool:
@@ -612,7 +628,9 @@ def quarantine(part: Path) -> Path | None:
             damage = f"{dropped} torn line{'s' if dropped > 1 else ''}"
         journal = _journal_of(part)
         sealed = sealed_counts(journal).get(part.name)
+        loss = _loss(part, sealed, kept, dropped, dropped_bytes, unverified, unread, damage)
         inode = os.fstat(f.fileno()).st_ino
+        tmp = None
         prefix = part.name + DAMAGED
         aside = next((p for p in sorted(part.parent.glob(glob.escape(prefix) + "*")) if _inode(p) == inode), None)
         try:
@@ -629,12 +647,18 @@ def quarantine(part: Path) -> Path | None:
                 part.unlink()
             sync_directory(part.parent)
         except OSError as exc:
+            if tmp is not None and tmp.exists():  # the salvage not committed: never read, removed
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             _UNMOVED.add(part)
             log.error(
-                "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time",
+                "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time; "
+                "%d results read of it, %s",
                 part,
                 damage,
                 describe_os_error(exc),
+                len(kept),
+                loss,
             )
             return None
     _UNMOVED.discard(part)  # moved aside after all (the disk took writes again)
@@ -648,7 +672,7 @@ def quarantine(part: Path) -> Path | None:
         damage,
         aside.name,
         len(kept),
-        _loss(part, sealed, kept, dropped, dropped_bytes, unverified, unread, damage),
+        loss,
     )
     return aside
 
@@ -711,10 +735,11 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
     except OSError as err:
         _UNMOVED.add(part)
         log.error(
-            "journal %s: damaged (%s); not moved aside (%s): skipped, each time",
+            "journal %s: damaged (%s); not moved aside (%s): skipped, each time; %s",
             part,
             damage,
             describe_os_error(err),
+            _all_lost(part, sealed),
         )
         return None
     _UNMOVED.discard(part)

@@ -134,7 +134,13 @@ class Exporter:
         else:
             self.loading = self.loading or self.rejudging
             self.state.record_journal_loading(True)
-            log.info("the journal is read after /metrics is up: %s", self.loading)
+            # No round runs meanwhile (_load_journal): nothing else writes the journal while
+            # it is split, folded and replayed in order, so each result is restored once.
+            log.info(
+                "the journal is read after /metrics is up: %s; no round runs until it is read (each result "
+                "is then folded once); /metrics answers meanwhile with bigbinf_journal_loading 1",
+                self.loading,
+            )
         self.runner.record_undo_pending()  # published from the first scrape; settled at start
         self.sweeper = sweeps.SweepRunner(self.runner)
         self.state.prime(set(series_of(config, lab)), self._stale_after(config, mesh))
