@@ -52,9 +52,9 @@ def test_a_drop_after_a_step_up_opens() -> None:
     drops 30% at day 35: the baseline's days span two levels, and the day gate must not
     count the step as day-to-day noise; it opens by its 4th slow run, as the run-level
     test did before the gate, on every seed."""
+    drop_at = START + 35 * DAY
     for seed in range(6):
         rng = np.random.default_rng(seed)
-        drop_at = START + 35 * DAY
 
         def level(t: float) -> float:
             x = 25e6 * (1.2 if t >= START + 21 * DAY else 1.0)
@@ -88,10 +88,10 @@ def test_a_weekly_cycle_is_learnt_not_paged_on() -> None:
 def test_a_weekly_cycle_series_still_opens_on_a_drop_of_the_whole_series_or_of_its_monday() -> None:
     """The same series: a 30% drop of the whole series on a Wednesday opens by its 3rd slow
     run; its Mondays dropping from 0.8x to 0.5x open on that Monday by its 3rd run."""
+    wednesday = START + 55 * DAY  # 2025-12-03, a Wednesday
+    assert _weekday(wednesday) == 2
     for seed in range(4):
         rng = np.random.default_rng(200 + seed)
-        wednesday = START + 55 * DAY  # 2025-12-03, a Wednesday
-        assert _weekday(wednesday) == 2
 
         def whole(t: float) -> float:
             return _mondays()(t) * (0.7 if t >= wednesday else 1.0)
