@@ -14,6 +14,7 @@ without a drop measure the false alarms.
     .venv/bin/python benchmarks/bench_regression.py --cost     # what it costs a round and /metrics
     .venv/bin/python benchmarks/bench_regression.py --family-sizes 1,2,12,60,1000   # issue 45
     .venv/bin/python benchmarks/bench_regression.py --ties     # the exact p with ties, and its cost
+    .venv/bin/python benchmarks/bench_regression.py --breaks step,weekly   # the day gate's breaks
 
 Per detector: the share of drops detected within 3 rounds (the first dropped run is
 round 1), the median delay, and false alarms (alert episodes that start while nothing
@@ -729,6 +730,108 @@ def conditions(argv: list[str]) -> int:
     return 0
 
 
+def breaks(argv: list[str]) -> int:
+    """The day gate's two breaks (issue 45, its breaker): quiet series (3% a run), a round
+    every 6 hours, one series per exporter.  step: the series steps up 1.2x at day 21 (a
+    faster path) and drops 30% at day 35 (the slow run it opens on, missed within 4
+    days, and openings before the drop).  weekly: its Mondays (UTC) run at 0.8x every week
+    for --weeks weeks (openings from day 35 on, per 1,000 series-days); then the same
+    series with its whole level 30% down from a random round after day 49, and with its
+    Mondays 0.5x instead of 0.8x from the first Monday after day 49 (the slow run each
+    opens on, missed within 4 days)."""
+    import datetime as dt
+
+    ap = argparse.ArgumentParser(description=breaks.__doc__)
+    ap.add_argument("--breaks", default="step,weekly")
+    ap.add_argument("--series", type=int, default=40)
+    ap.add_argument("--weeks", type=int, default=13)
+    ap.add_argument("--seed", type=int, default=45)
+    args = ap.parse_args(argv)
+    rounds_per_day = len(PERSIST_HOURS)
+    settings = RegressionSettings(rounds_per_day=rounds_per_day)
+    rng = np.random.default_rng(args.seed)
+    start_day = 1_700_006_400.0 - 1_700_006_400.0 % DAY
+
+    def times_of(days: int) -> np.ndarray:
+        return np.array([start_day + d * DAY + h * HOUR for d in range(days) for h in PERSIST_HOURS])
+
+    def openings(times: np.ndarray, log_x: np.ndarray) -> list[int]:
+        history = History(settings)
+        out, was = [], False
+        for i, t in enumerate(times):
+            history.add(0, float(t), float(math.exp(log_x[i])))
+            track = history.tracks.get(0)
+            now = bool(track and track.episode is not None)
+            if now and not was:
+                out.append(i)
+            was = now
+        return out
+
+    def detection(name: str, cases: list[tuple[np.ndarray, np.ndarray, int]]) -> None:
+        found, missed, before = [], 0, 0
+        for times, log_x, at in cases:
+            opened = openings(times, log_x)
+            before += sum(1 for i in opened if i < at)
+            after = [i - at + 1 for i in opened if i >= at]
+            if after and after[0] <= 4 * rounds_per_day:
+                found.append(after[0])
+            else:
+                missed += 1
+        cell = f"{statistics.median(found):g} (max {max(found)})" if found else "never"
+        print(f"| {name} | {len(cases)} | {cell} | {missed} | {before} |", flush=True)
+
+    def mondays(times: np.ndarray) -> np.ndarray:
+        return np.array([dt.datetime.fromtimestamp(float(t), dt.UTC).weekday() == 0 for t in times])
+
+    began = time.perf_counter()
+    print(f"settings: {settings}; quiet series (3% a run), rounds every 6 h, seed {args.seed}")
+    print("| scenario | series | opened on slow run, median (max) | missed within 4 days | opened before the drop |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    kinds = args.breaks.split(",")
+    if "step" in kinds:
+        times = times_of(39)
+        cases = []
+        for _ in range(args.series):
+            log_x = math.log(25e6) + rng.normal(0, 0.03, len(times))
+            log_x[times >= start_day + 21 * DAY] += math.log(1.2)
+            at = int(np.searchsorted(times, start_day + 35 * DAY))
+            log_x[at:] += math.log(0.7)
+            cases.append((times, log_x, at))
+        detection("step up 1.2x at day 21, 30% drop at day 35", cases)
+    if "weekly" in kinds:
+        times = times_of(7 * args.weeks)
+        monday = mondays(times)
+        warm = int(np.searchsorted(times, start_day + 35 * DAY))
+        false_openings = 0
+        for _ in range(args.series):
+            log_x = math.log(25e6) + rng.normal(0, 0.03, len(times)) + np.where(monday, math.log(0.8), 0.0)
+            false_openings += sum(1 for i in openings(times, log_x) if i >= warm)
+        series_days = args.series * (len(times) - warm) / rounds_per_day
+        print(
+            f"| Mondays 0.8x, no change, days 35-{7 * args.weeks} | {args.series} | - | - | "
+            f"{false_openings} openings in {series_days:,.0f} series-days "
+            f"({1000 * false_openings / series_days:.2f} per 1,000) |",
+            flush=True,
+        )
+        times = times_of(63)
+        monday = mondays(times)
+        whole, only = [], []
+        first_monday = int(np.nonzero(monday & (times >= start_day + 49 * DAY))[0][0])
+        for _ in range(args.series):
+            base = math.log(25e6) + rng.normal(0, 0.03, len(times)) + np.where(monday, math.log(0.8), 0.0)
+            at = int(rng.integers(49 * rounds_per_day, 59 * rounds_per_day))
+            log_x = base.copy()
+            log_x[at:] += math.log(0.7)
+            whole.append((times, log_x, at))
+            log_x = base.copy()
+            log_x[first_monday:] += np.where(monday[first_monday:], math.log(0.5 / 0.8), 0.0)
+            only.append((times, log_x, first_monday))
+        detection("Mondays 0.8x, the whole series 30% down after day 49", whole)
+        detection("Mondays 0.8x, then Mondays 0.5x after day 49", only)
+    print(f"\n{time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:] == ["--cost"]:
         return cost()
@@ -742,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
         return ties(sys.argv[1:])
     if argv is None and "--conditions" in sys.argv[1:]:
         return conditions(sys.argv[1:])
+    if argv is None and any(a.startswith("--breaks") for a in sys.argv[1:]):
+        return breaks(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--journal", action="append", type=Path, required=True, help="real runs to fit noise from")
     ap.add_argument("--series", type=int, default=144, help="series per (drop, shape, noise) case")
