@@ -179,6 +179,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         "self": round(own_after.ru_utime + own_after.ru_stime - own.ru_utime - own.ru_stime, 3),
         "children": round(children_after.ru_utime + children_after.ru_stime - children.ru_utime - children.ru_stime, 3),
     }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # a directory not made yet is made, not an INTERNALERROR
     with open(Path(out_dir) / f"{os.getpid()}.jsonl", "a") as sink:
         sink.write(json.dumps(record) + "\n")
 

@@ -24,29 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# What `serve` needs, and nothing more, at module level: the study's, the mesh's and the
-# history's commands, the configuration check's extras are imported in the functions that
-# run them (a later start spends its first second importing; issue 44).  The lab is here
-# for lab.site (what serve hands the live path) and lab.LabError; the mesh's configuration
-# for MeshUsageError; the service's modules here are those serve loads anyway.
+# What every command line needs, and nothing more, at module level: the service's
+# rounds, server, sweeps and web configuration, the study's, the mesh's and the history's
+# commands, the configuration check's extras are imported in the functions that run them
+# (a start spent a second of CPU importing what serve needs before a check or --help
+# could answer; issues 44, 47).  The lab is here for lab.site (what serve hands the live
+# path) and lab.LabError; the mesh's configuration for MeshUsageError and DEFAULT_LISTEN.
 from bigbinf import __version__, lab
 from bigbinf.config import Config, ConfigError, ConfigIssue, ScheduleConfig, load_config
 from bigbinf.credentials import check_secret_files, secret_file_issues, take_passwords
 from bigbinf.history import service_config
-from bigbinf.history.advice import AdviceError, advise
 from bigbinf.journal.store import Journal
-from bigbinf.measure.plan import PlanError, host_key_warnings
-from bigbinf.mesh.config import MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
+from bigbinf.measure.plan import PlanError, host_key_warnings, plan_series
+from bigbinf.mesh.config import DEFAULT_LISTEN, MeshConfig, MeshError, exporter_of, load_mesh, outgoing, site_config
 from bigbinf.process import measured, own_children
 from bigbinf.protocols.hosts import is_ipv6
 from bigbinf.result import PathBaseline, Result
-from bigbinf.service.collector import ExporterState
-from bigbinf.service.restore import restore
-from bigbinf.service.rounds import RoundRunner, series_of
 from bigbinf.service.schedule import longest_gap_seconds, shortest_gap_seconds
-from bigbinf.service.server import DEFAULT_LISTEN, Exporter, ListenError
-from bigbinf.service.sweeps import SweepError, SweepRunner
-from bigbinf.service.webconfig import load_web_config
 
 if TYPE_CHECKING:
     from bigbinf.mesh.plan import Durations, RoundPlan, TestKey
@@ -471,7 +465,7 @@ def round_fit_warnings(config: Config) -> list[str]:
     from bigbinf.service import round_fit  # the check's, not serve's
 
     try:
-        keys = series_of(config, lab.site)
+        keys = plan_series(config, lab.site(config))
         results = list(Journal(config.journal.path).read()) if config.journal.path.is_file() else []
     except (PlanError, OSError):
         return []
@@ -484,6 +478,8 @@ def round_fit_warnings(config: Config) -> list[str]:
 
 
 def cmd_web_check(args: argparse.Namespace, quiet: bool = False) -> int:
+    from bigbinf.service.webconfig import load_web_config
+
     if not args.web_config_file:
         print("--web.config.check: give --web.config.file FILE", file=sys.stderr)
         return 1
@@ -536,6 +532,9 @@ def cmd_lab(args: argparse.Namespace) -> int:
 def _settle(config: Config) -> list[str]:
     """What an ended exporter left changed, undone (before `lab down` takes the namespaces
     away with the settings in them; a remote's stay otherwise): one line per undo."""
+    from bigbinf.service.collector import ExporterState
+    from bigbinf.service.rounds import RoundRunner
+
     replay = RoundRunner(config, ExporterState(), lab=lab.site).settle_now()
     if replay is None:
         return [f"an exporter or sweep holds the round lock of {config.journal.path}: its undo journal is its own"]
@@ -666,6 +665,10 @@ def format_paths(paths: Sequence[PathBaseline]) -> str:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
+    from bigbinf.service.collector import ExporterState
+    from bigbinf.service.restore import restore
+    from bigbinf.service.rounds import RoundRunner
+
     if hasattr(args, "mesh_file"):
         # A mesh site's outgoing tests once, now, one after another, outside the slot plan.
         view = load_mesh_site(args.mesh_file, getattr(args, "site", None))
@@ -697,6 +700,11 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from bigbinf.service.collector import ExporterState
+    from bigbinf.service.restore import restore
+    from bigbinf.service.rounds import RoundRunner
+    from bigbinf.service.sweeps import SweepError, SweepRunner
+
     config = load_config(args.config_file)
     check_secret_files(config, args.config_file)
     own_children()
@@ -751,6 +759,8 @@ def cmd_journal_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
+    from bigbinf.history.advice import AdviceError, advise
+
     config = load_config(args.config_file)
     try:
         print(advise(config, lab.site(config), args.remote, args.recent))
@@ -770,6 +780,8 @@ MEASURED_STOP_SECONDS = 30.0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from bigbinf.service.server import Exporter, ListenError
+
     if hasattr(args, "mesh_file"):
         # Loaded once: the listen address and the configuration come from the same load
         # (a clear error before anything starts).

@@ -276,8 +276,16 @@ def kill_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_SECONDS)
 
 
 def track(proc: subprocess.Popen[bytes]) -> None:
+    """Count `proc` among what the exporter's stop ends.  One started after the stop had
+    ended what ran (kill_all_active) is ended at once: a round past its last check of the
+    stop (the capture or a watcher starting, the next transfer's command) must not run a
+    transfer the stop no longer bounds, whose result the exiting exporter then drops.
+    What finishes a measured transfer (process.measured) runs on, as in kill_all_active."""
     with _active_lock:
         _active.add(proc)
+        late = stopping.is_set() and not measured.is_set()
+    if late:
+        kill_group(proc, grace=1.0)
 
 
 def untrack(proc: subprocess.Popen[bytes]) -> None:

@@ -14,6 +14,7 @@ from bigbinf.measure.path.probe import ProbeSettings
 from bigbinf.process import in_netns
 from bigbinf.protocols import REGISTRY, Expectation, Profile, module_for
 from bigbinf.protocols.base import DATA_FLOW_BYTES, render
+from bigbinf.result import SeriesKey
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,15 @@ def _cleanup(proto: ProtocolConfig, profile: Profile[Any], kind: DatasetKind) ->
 def plan_remotes(config: Config, lab: LabSite | None = None) -> list[Remote]:
     """Every configured remote, resolved: the paths a round probes."""
     return [resolve_remote(name, remote, lab) for name, remote in config.remotes.items()]
+
+
+def series_key(spec: TransferSpec) -> SeriesKey:
+    return SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction)
+
+
+def plan_series(config: Config, lab: LabSite | None = None) -> list[SeriesKey]:
+    """The series of one round (plan_round's transfers), in its order."""
+    return [series_key(s) for s in plan_round(config, lab)]
 
 
 def plan_round(config: Config, lab: LabSite | None = None) -> list[TransferSpec]:

@@ -82,7 +82,7 @@ from bigbinf.journal.store import (
 )
 from bigbinf.measure import leftovers
 from bigbinf.measure.path.baseline import measure_path
-from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round
+from bigbinf.measure.plan import LabSite, PlanError, Remote, TransferSpec, plan_round, plan_series, series_key
 from bigbinf.measure.transfer import analyse_pending, complete, run_transfer
 from bigbinf.measure.undo import Replay, UndoError, UndoJournal
 from bigbinf.measure.wire.analyser_worker import AnalysisStopped, AnalysisTimeout
@@ -119,11 +119,7 @@ def no_lab(config: Config) -> LabSite | None:
 
 
 def series_of(config: Config, lab: LabFor = no_lab) -> list[SeriesKey]:
-    return [_key(s) for s in plan_round(config, lab(config))]
-
-
-def _key(spec: TransferSpec) -> SeriesKey:
-    return SeriesKey(spec.protocol, spec.remote.name, spec.dataset, spec.direction)
+    return plan_series(config, lab(config))
 
 
 def _removed(path: Path) -> bool:
@@ -656,7 +652,7 @@ class RoundRunner:
         """The transfers of one round (written down first, struck off once all are
         journaled: service/round_note.py); their results, or None if stopped before the end."""
         start = time.monotonic()
-        self.note.write(Note(round_id, started, tuple(_key(s) for s in specs)))
+        self.note.write(Note(round_id, started, tuple(series_key(s) for s in specs)))
         paths = self.probe_paths(specs)
         results: list[Result] = []
         for spec in specs:
@@ -716,7 +712,7 @@ class RoundRunner:
             return None
         journaled = {r.key for r in self.journal.read(since=note.started - DAY) if r.round_id == note.round_id}
         wanted = set(note.series) - journaled - self.pending.series_of(note.round_id)
-        return note, [s for s in plan_round(self.config, self.lab(self.config)) if _key(s) in wanted]
+        return note, [s for s in plan_round(self.config, self.lab(self.config)) if series_key(s) in wanted]
 
     def resume(self) -> list[Result] | None:
         """Finish the round an ended run left unfinished (see `unfinished`), under the

@@ -294,8 +294,17 @@ class Exporter:
         if first is not None:
             # A one-off first round (demos: data within seconds, after Prometheus has
             # scraped the primed zero counters).  It shares the round lock, and waits for
-            # the start's recovery rather than be skipped by it.
-            self.scheduler.add_job(self._scheduled_round, "date", run_date=first, id="first-round", args=(True,))
+            # the start's recovery rather than be skipped by it; and runs however late a
+            # busy host starts the scheduler (apscheduler's default grace is 1 s: a start
+            # at load 30 dropped it, and the next round came an interval later).
+            self.scheduler.add_job(
+                self._scheduled_round,
+                "date",
+                run_date=first,
+                id="first-round",
+                args=(True,),
+                misfire_grace_time=None,
+            )
         sweeps.schedule_all(self.scheduler, self.sweeper, self.config)  # under the round lock too
         # `regression accept` (another process) journals an accept; taken up within seconds.
         self.scheduler.add_job(
