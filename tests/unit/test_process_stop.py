@@ -12,6 +12,7 @@ from bigbinf import process
 
 
 def test_a_stop_leaves_what_finishes_a_measured_transfer_and_ends_the_rest() -> None:
+    process.stopping.clear()  # another test's stop in this worker may have left it set
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
     process.track(proc)
     try:

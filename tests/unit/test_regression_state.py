@@ -827,6 +827,7 @@ def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, mon
     re-judge after, in the start's background read, before the rounds: the recovery
     journaled while no exporter judged closes it then, once."""
     from bigbinf.service import restore as restore_module
+    from bigbinf.service import server
 
     journal = tmp_path / "j.jsonl"
     path = tmp_path / "c.yaml"
@@ -841,7 +842,7 @@ def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, mon
         runner.journal.append(_result(t, x))
     assert [e.kind for e in RegressionJournal(journal).read_events()] == [OPENED]
     monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)
-    exporter = cli.Exporter(path, "127.0.0.1:0")
+    exporter = server.Exporter(path, "127.0.0.1:0")
     try:
         assert exporter.loading is not None and "judge again" in exporter.loading
         assert exporter.state.journal_loading and not exporter.loaded.is_set()
@@ -859,7 +860,7 @@ def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, mon
         exporter.stop()
     # Few runs to judge again: inline, as before.
     monkeypatch.setattr(restore_module, "REPLAY_INLINE", 1000)
-    again = cli.Exporter(path, "127.0.0.1:0")
+    again = server.Exporter(path, "127.0.0.1:0")
     try:
         assert again.loading is None and again.loaded.is_set() and not again.state.journal_loading
         assert len(RegressionJournal(journal).read_events()) == 2  # nothing judged twice

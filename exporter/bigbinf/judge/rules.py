@@ -120,7 +120,7 @@ def steady_limit(i: Inputs) -> Limit:
     was from each."""
     limit = _signalled(i)
     bound = bound_of(limit, i)
-    steady = i.steady_rate
+    steady = bounds.judged_rate(bound, i) if bound is not None else i.steady_rate
     if bound is None or bound.meets(steady):
         return limit
     return Limit(
@@ -782,7 +782,7 @@ def _gated(
     with the bound and how far the rate was from it).  A program with no bound computed
     (its CPU-seconds not counted) stands on its share, as before bounds."""
     bound = bounds.of_program(i, reason, side, name)
-    steady = i.steady_rate
+    steady = bounds.judged_rate(bound, i) if bound is not None else i.steady_rate
     if bound is not None and not bound.meets(steady):
         if withheld is not None:
             withheld.append(

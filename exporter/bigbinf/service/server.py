@@ -34,6 +34,7 @@ from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
+from bigbinf import process
 from bigbinf.config import Config, ConfigError, ConfigIssue, load_config
 from bigbinf.credentials import check_secret_files, take_passwords
 from bigbinf.history.moveplan import size_label
@@ -273,6 +274,9 @@ class Exporter:
             ) from None
 
     def start(self) -> None:
+        # A stop of an earlier exporter in this process (tests start several) left the
+        # stop's flag set: every command this one tracks would be ended at once.
+        process.stopping.clear()
         if self.httpd is None:
             self.bind()
         if self.config.capture.enabled:
