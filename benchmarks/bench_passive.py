@@ -22,7 +22,7 @@ Usage:
 4. Memory: the tracker's bytes per flow (tracemalloc), for idle flows (one sample) and for
    flows at MAX_SAMPLES samples, at two counts (O(flows): the same per flow).
 
-Prints one table; docs/benchmarks.md, "### Issue 46: the passive watcher", has the figures.
+Prints one table; docs/benchmarks.md, "The passive watcher", has the figures.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 passive watcher gives a transfer of the same file run by hand in the client namespace
 (curl, scp, sftp: outside the exporter), each run's truth from counters the product does
 not read (tests/support/truth.py: nstat in both namespaces, tc/nft/link counters, the
-delay line's).  The table in docs/benchmarks.md ("Issue 46: the passive watcher").
+delay line's).  The table in docs/benchmarks.md ("The passive watcher").
 
     sudo .venv/bin/python benchmarks/passive_matrix.py [--runs 1] [--burners 2] [--only NAME,...]
         [--markdown] [--record FILE.jsonl]
