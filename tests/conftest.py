@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bigbinf import lab
+from bigbinf import lab, process
 from bigbinf.config import Config, parse_config
 from bigbinf.lab import LabLayout
 from tests.support import session
@@ -164,7 +164,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With BIGBINF_TEST_CPU=DIR, each test's wall time and the CPU time of this worker and
     of the children it waited for (exporters, analysers, promtool) go to DIR/<pid>.jsonl:
-    where the suite's time goes on a CPU-bound machine (docs/benchmarks.md)."""
+    where the suite's time goes on a CPU-bound machine (docs/benchmarks.md).
+
+    Each test starts with the stop's flags clear: an exporter stopped in this worker by an
+    earlier test set process.stopping, and every command tracked after it (a stats listing,
+    a sysctl read, a transfer) would be ended at once, as in an exporter that is exiting."""
+    process.stopping.clear()
+    process.measured.clear()
     out_dir = os.environ.get("BIGBINF_TEST_CPU")
     if not out_dir:
         yield
