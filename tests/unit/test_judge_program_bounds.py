@@ -93,7 +93,7 @@ def test_the_storage_bound_is_the_cgroups_io_limit_the_way_the_data_went() -> No
     reason, side, words = judged(tcp_remote=sender(busy_seconds=4.0), programs={"local scp": scp})
     assert (reason, side) == ("disk", "local"), words
     assert "storage writes are limited by its cgroup to 3.50 MB/s" in words
-    assert "the transfer's data phase's mean rate was 3.36 MB/s" in words
+    assert "the transfer's steady rate was 3.36 MB/s" in words
     # A limit far above the rate (20 MB/s) did not hold it: not disk, its bound listed.
     fast = {**scp, "io_write_limit_bytes_per_second": 20e6}
     reason, _, words = judged(tcp_remote=sender(busy_seconds=4.0), programs={"local scp": fast})

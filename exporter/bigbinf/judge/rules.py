@@ -790,7 +790,7 @@ def _gated(
                 f"{steady / bound.rate:.0%} of it, outside the {bound.low:.0%}-{bound.high:.0%} that meets it"
             )
         return None
-    both = f"; {bound.said(steady)}" if bound is not None else ""
+    both = f"; {bound.said(steady, steady != i.steady_rate)}" if bound is not None else ""
     return Limit(reason, f"{said}{both}; {rate_words}", "local" if reason == "busy_host" else side, program=name)
 
 
