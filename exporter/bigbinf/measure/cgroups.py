@@ -55,28 +55,19 @@ def cpu_dirs(cgroup_text: str) -> tuple[str, ...]:
     process's own group first, then each ancestor up to the hierarchy's root, at each
     usual mount point (a directory that does not exist is simply not read).  () when the
     text names no cpu controller."""
-    v1: list[str] = []
-    v2: list[str] = []
-    for line in cgroup_text.splitlines():
-        number, colon, rest = line.strip().partition(":")
-        controllers, colon2, path = rest.partition(":")
-        if not colon or not colon2 or not path.startswith("/"):
-            continue
-        names = controllers.split(",")
-        if "cpu" in names:
-            # Mounted under the list's name (cpu,cpuacct) with the single name often a
-            # symlink to it, or under the single name alone (as on this project's CI).
-            mounts = dict.fromkeys([controllers, "cpu"])
-            v1.extend(f"{CGROUP_ROOT}/{mount}{group}" for group in _chain(path) for mount in mounts)
-        elif number == "0" and controllers == "":
-            v2.extend(f"{root}{group}" for group in _chain(path) for root in (CGROUP_ROOT, f"{CGROUP_ROOT}/unified"))
-    return tuple(dict.fromkeys(v1 or v2))
+    return _controller_dirs(cgroup_text, "cpu")
 
 
 def io_dirs(cgroup_text: str) -> tuple[str, ...]:
     """The directories of the storage controller's groups of a /proc/PID/cgroup text, the
     process's own first, then its ancestors: v1's blkio hierarchy where it has one, else
     v2's unified groups (io.max)."""
+    return _controller_dirs(cgroup_text, "blkio")
+
+
+def _controller_dirs(cgroup_text: str, controller: str) -> tuple[str, ...]:
+    """v1's groups of `controller` where the text names its hierarchy, else v2's unified
+    groups: each the process's own first, then its ancestors."""
     v1: list[str] = []
     v2: list[str] = []
     for line in cgroup_text.splitlines():
@@ -84,8 +75,10 @@ def io_dirs(cgroup_text: str) -> tuple[str, ...]:
         controllers, colon2, path = rest.partition(":")
         if not colon or not colon2 or not path.startswith("/"):
             continue
-        if "blkio" in controllers.split(","):
-            mounts = dict.fromkeys([controllers, "blkio"])
+        if controller in controllers.split(","):
+            # Mounted under the list's name (cpu,cpuacct) with the single name often a
+            # symlink to it, or under the single name alone (as on this project's CI).
+            mounts = dict.fromkeys([controllers, controller])
             v1.extend(f"{CGROUP_ROOT}/{mount}{group}" for group in _chain(path) for mount in mounts)
         elif number == "0" and controllers == "":
             v2.extend(f"{root}{group}" for group in _chain(path) for root in (CGROUP_ROOT, f"{CGROUP_ROOT}/unified"))
