@@ -261,7 +261,7 @@ def test_a_remote_that_ignores_icmp_names_the_tcp_fix_and_tcp_still_measures(del
     _ignore_pings(layout.remote_ns, True)
     try:
         icmp = probe_path(remote, ProbeSettings(count=5, interval=0.05, timeout=0.5), netns=layout.client_ns)
-        tcp = probe_path(remote, ProbeSettings(method="tcp", count=5, interval=0.05), netns=layout.client_ns)
+        tcp = probe_path(remote, ProbeSettings(method="tcp", count=10, interval=0.05), netns=layout.client_ns)
     finally:
         _ignore_pings(layout.remote_ns, False)
     print("ignored", icmp, tcp)
@@ -271,8 +271,11 @@ def test_a_remote_that_ignores_icmp_names_the_tcp_fix_and_tcp_still_measures(del
         "set remotes.NAME.probe.method: tcp"
     )
     # The fix the message names works.
-    assert (tcp.answered, tcp.error, tcp.mtu_bytes) == (5, "", 1500)
-    assert tcp.rtt_min_seconds is not None and abs(tcp.rtt_min_seconds - RTT_SECONDS) <= RTT_TOLERANCE
+    assert (tcp.answered, tcp.error, tcp.mtu_bytes) == (10, "", 1500)
+    # A connect's round trip includes the probe's own wake-up, as above (CI, busy: the
+    # least of five was 3.1 ms over).
+    assert tcp.rtt_min_seconds is not None
+    assert -RTT_TOLERANCE <= tcp.rtt_min_seconds - RTT_SECONDS <= 2 * RTT_TOLERANCE, tcp
 
 
 def test_measured_loss_is_the_links_and_exactly_the_captures(make_lab, tmp_path: Path) -> None:
