@@ -287,8 +287,10 @@ def test_prometheus_scrapes_and_loads_rules(stack: Stack, rules_dir: Path) -> No
 def test_alert_reaches_webhook_and_restart_keeps_journal(stack: Stack) -> None:
     before = journal(stack)
     assert before, "no results in the journal on the exporter's volume"
+    start = time.monotonic()
     stopped = podman("stop", "--time", "10", stack.container("exporter"))
     assert stopped.returncode == 0
+    stack.timings["exporter_stop"] = time.monotonic() - start
 
     def notified() -> list[dict[str, Any]] | None:
         out = podman("logs", stack.container("alert-webhook")).stdout
@@ -298,9 +300,11 @@ def test_alert_reaches_webhook_and_restart_keeps_journal(stack: Stack) -> None:
 
     # scrape 15 s + evaluation 15 s + Alertmanager's group_wait 30 s, with room for a busy host
     down = wait_for("BigbinfExporterDown at the webhook logger, through Alertmanager", notified, 240, 5)
+    stack.timings["alert_at_webhook"] = time.monotonic() - start - stack.timings["exporter_stop"]
     assert down[0]["labels"]["job"] == "bigbinf" and down[0]["path"] == "/bigbinf", down[0]
     assert down[0]["runbook_url"].endswith("#bigbinfexporterdown"), down[0]
 
+    start = time.monotonic()
     started = podman("start", stack.container("exporter"))
     assert started.returncode == 0
     after = journal(stack)
@@ -323,6 +327,7 @@ def test_alert_reaches_webhook_and_restart_keeps_journal(stack: Stack) -> None:
         return published or None
 
     published = wait_for("the restarted exporter publishing the journal's results", republished, 180)
+    stack.timings["restart_republished"] = time.monotonic() - start
     # A series may already have run again (the first round starts 20 s after the start):
     # it may be newer, never older, and the others are exactly the journal's.
     assert set(published) == set(last_before), (sorted(published), sorted(last_before))
