@@ -20,14 +20,13 @@ import pytest
 from bigbinf.config import parse_config
 from bigbinf.history import judged
 from bigbinf.history.judged import JudgedMark, judged_path
-from bigbinf.history.regression import DAY, History
+from bigbinf.history.regression import History
 from bigbinf.history.regression_state import RegressionJournal, regressions_path
 from bigbinf.result import Result, SeriesKey
 from bigbinf.service.collector import ExporterState
 from bigbinf.service.rounds import RoundRunner
+from tests.unit.test_regression_state import runs
 
-START = 1_760_000_000.0 - 1_760_000_000.0 % DAY  # a UTC midnight
-HOURS = (3.0, 9.0, 13.0, 19.0)
 CONFIG = """
 remotes: {lab: {address: 127.0.0.1, data_dir: /d, key: /k/id}}
 datasets: {f32m: {file: f.bin, size: 32MiB}, f5m: {file: g.bin, size: 5MiB}}
@@ -37,16 +36,6 @@ journal: {path: JOURNAL}
 KEY = SeriesKey("scp", "lab", "f32m", "download")
 OTHER = SeriesKey("scp", "lab", "f5m", "download")
 KEYS = [KEY, OTHER]
-
-
-def runs(
-    days: float, first_day: float, level: float, noise: float, rng: np.random.Generator
-) -> list[tuple[float, float]]:
-    out = []
-    for day in range(int(first_day), int(first_day + days)):
-        for hour in HOURS:
-            out.append((START + day * DAY + hour * 3600, level * math.exp(rng.normal(0, noise))))
-    return out
 
 
 def result(key: SeriesKey, t: float, throughput: float) -> Result:
@@ -109,6 +98,11 @@ def restarted(directory: Path) -> tuple[RoundRunner, int]:
     finally:
         History.add = real_add  # type: ignore[method-assign]
     return runner, added
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The lines that said a mark was not trusted."""
+    return [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
 
 
 def as_rejudged(live: Path, copy: Path) -> Path:
@@ -213,7 +207,7 @@ def test_a_restart_from_the_mark_is_the_full_rejudge(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         marked, marked_adds = restarted(tmp_path / "marked")
-    assert not [r for r in caplog.records if "judged again" in r.getMessage()]
+    assert not said(caplog)
     assert marked_adds == len(after)  # only the runs journaled after the mark
     assert rejudged_adds >= 30  # the last runs a suspicion may span, judged again
     assert state(marked) == state(rejudged)
@@ -308,15 +302,15 @@ def test_a_mark_it_cannot_trust_falls_back_to_the_full_rejudge_and_says_so(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         fallen_back, adds = restarted(tmp_path / "hostile")
-    said = [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
-    assert len(said) == 1 and said[0].startswith(f"{mark}: ")
+    lines = said(caplog)
+    assert len(lines) == 1 and lines[0].startswith(f"{mark}: ")
     assert adds == rejudged_adds
     assert state(fallen_back) == state(rejudged)
     # It wrote a good mark: the next restart trusts it.
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         _, adds = restarted(tmp_path / "hostile")
-    assert adds == 0 and not [r for r in caplog.records if "judged again" in r.getMessage()]
+    assert adds == 0 and not said(caplog)
 
 
 def test_a_missing_mark_is_the_full_rejudge(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -328,8 +322,8 @@ def test_a_missing_mark_is_the_full_rejudge(tmp_path: Path, caplog: pytest.LogCa
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         missing, _ = restarted(tmp_path / "missing")
-    said = [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
-    assert len(said) == 1 and "missing" in said[0]
+    lines = said(caplog)
+    assert len(lines) == 1 and "missing" in lines[0]
     assert state(missing) == state(rejudged)
 
 
@@ -368,8 +362,8 @@ def test_a_stale_mark_is_not_trusted(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         checked, _ = restarted(directory)
-    said = [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
-    assert len(said) == 1 and "not a run of the journal" in said[0]
+    lines = said(caplog)
+    assert len(lines) == 1 and "not a run of the journal" in lines[0]
     events = state(checked)["events"]
     assert [(kind, since) for kind, _, _, since in events] == [("opened", slow[0][0])] and events[0][2] == slow[2][0]
     monkeypatch.setattr(judged, "resume_series", blindly)
@@ -401,8 +395,8 @@ def test_an_event_journaled_after_the_mark_is_not_decided_twice(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         checked, _ = restarted(live_dir)
-    said = [r.getMessage() for r in caplog.records if "judged again" in r.getMessage()]
-    assert len(said) == 1 and "last regression event" in said[0]
+    lines = said(caplog)
+    assert len(lines) == 1 and "last regression event" in lines[0]
     assert state(checked) == state(rejudged)
     assert checked.history.tracks[KEY].episode is not None and checked.history.tracks[KEY].suspect is None
 

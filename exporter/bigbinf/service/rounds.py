@@ -133,6 +133,13 @@ def _removed(path: Path) -> bool:
     return True
 
 
+def _judged_in_order(history: History, runs: list[tuple[float, float, SeriesKey]]) -> History:
+    """The runs (start, throughput, series) judged one by one in time order, across series."""
+    for t, x, key in sorted(runs, key=lambda run: run[0]):
+        history.add(key, t, x)
+    return history
+
+
 class RoundRunner:
     """Runs rounds against the current config; journals then publishes each result."""
 
@@ -312,9 +319,7 @@ class RoundRunner:
                 return None
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
-        for t, x, key in sorted(replayed, key=lambda run: run[0]):
-            history.add(key, t, x)
-        return history
+        return _judged_in_order(history, replayed)
 
     def _rejudge(
         self,
@@ -379,9 +384,7 @@ class RoundRunner:
             history.load(key, series_runs[:cut])
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
-        for t, x, key in sorted(replayed, key=lambda run: run[0]):
-            history.add(key, t, x)
-        return history
+        return _judged_in_order(history, replayed)
 
     def _mark_judged(
         self, mark: JudgedMark, history: History, through: float, back: bool = False, keys: Iterable[SeriesKey] = ()
