@@ -83,10 +83,11 @@ print(t2 - t1, len(runner.state.latest), resource.getrusage(resource.RUSAGE_SELF
 """
 
 
-def write_journal(path: Path, n: int) -> None:
-    """n results, SERIES series an hour apart each, ending now: written from templates."""
+def write_journal(path: Path, n: int, keys: list[Any] | None = None, every: float = HOUR) -> None:
+    """n results, SERIES series (or `keys`) `every` seconds apart each, ending now: written
+    from templates."""
     rng = random.Random(37)
-    keys = mesh_keys(REMOTES, PROTOCOLS, DATASETS)
+    keys = keys or mesh_keys(REMOTES, PROTOCOLS, DATASETS)
     marker = 1234567890.5
     templates = []
     for key in keys:
@@ -97,12 +98,12 @@ def write_journal(path: Path, n: int) -> None:
             record.pop("start_utc", None)
             variants.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
         templates.append(variants)
-    rounds = -(-n // SERIES)
-    first = time.time() - rounds * HOUR
+    rounds = -(-n // len(keys))
+    first = time.time() - rounds * every
     written = 0
     with open(path, "w") as f:
         for r in range(rounds):
-            t0 = first + r * HOUR
+            t0 = first + r * every
             lines = []
             for k, variants in enumerate(templates):
                 if written >= n:

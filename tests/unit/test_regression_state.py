@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from bigbinf import cli
 from bigbinf import metrics as M
 from bigbinf.config import parse_config
+from bigbinf.history.judged import JudgedMark
 from bigbinf.history.regression import (
     ACCEPTED,
     CLOSE_AFTER,
@@ -556,12 +557,12 @@ def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_pat
     runner.restore_history([], [KEY])  # the exporter's start: its history restored, then judged
     for t, x in runs(30, 0, 25e6, 0.03, rng):
         runner.publish(_result(t, x))
-    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
+    assert JudgedMark(journal).through() == START + 29 * DAY + HOURS[-1] * 3600
     slow = runs(4, 30, 17.5e6, 0.03, rng)  # 16 slow runs, judged by no exporter
     once = RoundRunner(config, ExporterState())  # `once` rounds: no history restored, nothing marked
     for t, x in slow:
         once.publish(_result(t, x))
-    assert RegressionJournal(journal).judged_through() == START + 29 * DAY + HOURS[-1] * 3600
+    assert JudgedMark(journal).through() == START + 29 * DAY + HOURS[-1] * 3600
     state = ExporterState()
     RoundRunner(config, state).restore_history(runner.journal.read(), [KEY])
     events = RegressionJournal(journal).read_events()
@@ -569,7 +570,7 @@ def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_pat
     assert events[0].since == slow[0][0] and events[0].at == slow[2][0]
     assert _sample(state, M.REGRESSED.name) == 1.0
     assert _sample(state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.03)
-    assert RegressionJournal(journal).judged_through() == slow[-1][0]
+    assert JudgedMark(journal).through() == slow[-1][0]
     RoundRunner(config, ExporterState()).restore_history(runner.journal.read(), [KEY])
     assert len(RegressionJournal(journal).read_events()) == 1
 
@@ -750,7 +751,7 @@ def test_a_run_journaled_with_the_clock_a_month_ahead_neither_blinds_the_test_no
     for t, x in [*steady[:-10], skewed, *steady[-9:]]:
         runner.publish(_result(t, x))
     assert runner.history.future_dated == {KEY: 1}
-    judged = RegressionJournal(journal).judged_through()
+    judged = JudgedMark(journal).through()
     assert judged == steady[-1][0]  # not the future run's start
     slow = runs(1, 30, 17.5e6, 0.03, rng)
     for t, x in slow[:3]:
@@ -763,7 +764,7 @@ def test_a_run_journaled_with_the_clock_a_month_ahead_neither_blinds_the_test_no
     again = ExporterState()
     RoundRunner(config, again).restore_history(runner.journal.read(), [KEY])
     assert _sample(again, M.REGRESSED.name) == 1.0
-    assert RegressionJournal(journal).judged_through() == slow[-1][0]
+    assert JudgedMark(journal).through() == slow[-1][0]
 
 
 def test_a_first_start_beside_a_journal_younger_than_the_baseline_weeks_finds_its_regression(
@@ -844,7 +845,7 @@ def test_a_restarts_long_rejudge_is_done_after_metrics_is_up(tmp_path: Path, mon
     monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)
     exporter = server.Exporter(path, "127.0.0.1:0")
     try:
-        assert exporter.loading is not None and "judge again" in exporter.loading
+        assert exporter.loading is not None and "to judge" in exporter.loading
         assert exporter.state.journal_loading and not exporter.loaded.is_set()
         assert exporter.state.latest  # the last results restored before /metrics
         assert _sample(exporter.state, M.REGRESSED.name) == 1.0  # as journaled: not yet final

@@ -1329,6 +1329,9 @@ class History:
         # the owner; and how many each series had (never judged, never an anchor).
         self.dropped_future: list[tuple[Any, float]] = []
         self.future_dated: dict[Any, int] = {}
+        # Each series' latest run start taken in (loaded or added): how far it is judged
+        # (history/judged.py).
+        self.latest: dict[Any, float] = {}
 
     @property
     def round_gap(self) -> float:
@@ -1340,6 +1343,8 @@ class History:
         """Many ok runs (start, throughput) of series `key` at once, without testing it
         (retest does): the exporter's start, from its journal."""
         kept = sorted((t, math.log(x)) for t, x in runs if x > 0 and math.isfinite(x))
+        if kept:
+            self.latest[key] = max(self.latest.get(key, -math.inf), kept[-1][0])
         kept = observations(kept, self.settings.repetitions, self.round_gap)
         if not kept:
             return
@@ -1361,6 +1366,7 @@ class History:
         begins): then their median is one observation (`observations`)."""
         if not (throughput > 0 and math.isfinite(throughput)):
             return False
+        self.latest[key] = max(self.latest.get(key, -math.inf), timestamp)
         value = math.log(throughput)
         if self.settings.repetitions <= 1:
             self._observe(key, timestamp, value)
@@ -1671,7 +1677,7 @@ class History:
     def keep(self, keys: Iterable[Any]) -> None:
         """Forget every series but these (a reload that removed some)."""
         wanted = set(keys)
-        for table in (self.runs, self.tests, self.untested, self.tracks, self.round_runs):
+        for table in (self.runs, self.tests, self.untested, self.tracks, self.round_runs, self.latest):
             for key in [k for k in table if k not in wanted]:
                 del table[key]
 

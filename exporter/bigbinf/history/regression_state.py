@@ -37,12 +37,6 @@ def regressions_path(journal: Path) -> Path:
     return journal.with_name(f"{journal.stem}.regressions{journal.suffix or '.jsonl'}")
 
 
-def judged_path(journal: Path) -> Path:
-    """Beside the regressions' journal: journal.jsonl -> journal.regressions.judged.json,
-    the start of the latest run the exporter's regression state has judged."""
-    return journal.with_name(f"{journal.stem}.regressions.judged.json")
-
-
 def to_json(event: Event) -> dict[str, Any]:
     key: SeriesKey = event.key
     record: dict[str, Any] = {
@@ -86,8 +80,6 @@ class RegressionJournal:
         self.path = regressions_path(Path(journal))
         self._lock = threading.Lock()
         self._read_to = 0  # bytes of the file new_events has seen
-        self.judged = judged_path(Path(journal))
-        self._judged = -math.inf  # the last mark written by this process
 
     def present(self) -> bool:
         """The file is there and reads.  One that does not (EIO, EBADMSG: a failing disk)
@@ -139,33 +131,6 @@ class RegressionJournal:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-
-    def judged_through(self) -> float | None:
-        """The start of the latest run the regression state judged (`mark_judged`); None
-        if no exporter has said (a journal from before the mark, or none)."""
-        try:
-            value = json.loads(self.judged.read_text(encoding="utf-8")).get("judged_through")
-        except (OSError, ValueError, AttributeError):
-            return None
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        return float(value) if ok else None
-
-    def mark_judged(self, through: float, back: bool = False) -> None:
-        """The runs up to this start are judged: a restart replays only those after it
-        through the state (service/rounds.py load_history).  Replaced whole (a torn write
-        leaves the old mark); not fsynced: a mark lost to a crash re-judges a few runs.
-        It never goes back, unless `back`: a mark set by a run dated in the future
-        (History.dropped_future) would have a restart take every run before that date
-        as judged."""
-        if through <= self._judged and not (back and through < self._judged):
-            return
-        self._judged = through
-        tmp = self.judged.with_name(self.judged.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps({"judged_through": through}), encoding="utf-8")
-            os.replace(tmp, self.judged)
-        except OSError as exc:
-            log.warning("%s: cannot write (%s): a restart judges again the runs since the last mark", self.judged, exc)
 
     def read_events(self) -> list[Event]:
         """Every readable event in file order (an unreadable line is logged, named by its

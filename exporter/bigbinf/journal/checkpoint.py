@@ -28,7 +28,7 @@ import os
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +392,17 @@ class ResultsFold(_Fold):
         return sum(len(runs) for key, runs in self.packed.items() if key in wanted) + sum(
             len(runs) for key, runs in self.history.items() if key in wanted
         )
+
+    def runs_after(self, since: Mapping[SeriesKey, float]) -> int:
+        """How many ok runs of these series it keeps that start after each one's time (what
+        a restart judges past the judged mark; -inf: all of the series' runs)."""
+        total = 0
+        for key, t in since.items():
+            text = _key(key)
+            if text in self.packed or text in self.history:
+                runs = self.series(text)
+                total += len(runs) - int(np.searchsorted(runs[:, 0], t, side="right"))
+        return total
 
     def latest_results(self) -> list[Result]:
         """Each series' last result and last ok one (what ExporterState.restore needs), in journal order."""

@@ -14,10 +14,12 @@ journal is rotated first (an old single-file journal is split into day segments 
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from bigbinf.config import Config
 from bigbinf.fserrors import describe_os_error
+from bigbinf.history.judged import JudgedMark
 from bigbinf.history.regression import SUSPECT_RUNS, WEEK, History, settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
@@ -50,8 +52,17 @@ def rejudge_deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | 
     if not config.regression.enabled or not RegressionJournal(config.journal.path).path.exists():
         return None
     configured = set(series_of(config, lab))
-    kept = checkpoint.of(runner.journal).runs_kept(configured)  # loaded for the restore anyway
-    runs = min(kept, (SUSPECT_RUNS + config.regression.recent_runs) * len(configured))
+    kept = checkpoint.of(runner.journal)  # loaded for the restore anyway
+    # With a judged mark every series is in, only the runs journaled after it are judged
+    # (its series-by-series checks, in RoundRunner.load_history, may still send it all
+    # back to the re-judge: then that is done before /metrics).
+    marks, _ = JudgedMark(config.journal.path).read(max(1, config.schedule.rounds))
+    if marks is not None and not kept.runs_after(dict.fromkeys(configured - marks.keys(), -math.inf)):
+        runs = kept.runs_after({k: marks[k].through for k in configured & marks.keys()})
+        if runs > REPLAY_INLINE:
+            return f"{runs} runs of {len(configured)} series journaled after the judged mark to judge"
+        return None
+    runs = min(kept.runs_kept(configured), (SUSPECT_RUNS + config.regression.recent_runs) * len(configured))
     if runs > REPLAY_INLINE:
         return f"up to {runs} runs of {len(configured)} series to judge again through the regression state"
     return None

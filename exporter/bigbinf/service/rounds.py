@@ -42,7 +42,9 @@ import numpy as np
 from bigbinf import process
 from bigbinf.config import Config, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error
+from bigbinf.history import judged
 from bigbinf.history.change import Change, describe, what_changed
+from bigbinf.history.judged import JudgedMark, LastEvent, carried
 from bigbinf.history.moveplan import (
     Prediction,
     configured_only,
@@ -60,6 +62,7 @@ from bigbinf.history.regression import (
     OPENED,
     SUSPECT_RUNS,
     WEEK,
+    Event,
     History,
     Verdict,
     first_testable,
@@ -130,6 +133,13 @@ def _removed(path: Path) -> bool:
     return True
 
 
+def _judged_in_order(history: History, runs: list[tuple[float, float, SeriesKey]]) -> History:
+    """The runs (start, throughput, series) judged one by one in time order, across series."""
+    for t, x, key in sorted(runs, key=lambda run: run[0]):
+        history.add(key, t, x)
+    return history
+
+
 class RoundRunner:
     """Runs rounds against the current config; journals then publishes each result."""
 
@@ -162,8 +172,13 @@ class RoundRunner:
         # tested again after each of its results; the lock: a reload swaps it.
         self._history_lock = threading.Lock()
         self.history = History(settings_of(config))
-        # Its regression states' changes, journaled beside the journal (a restart keeps them).
+        # Its regression states' changes, journaled beside the journal (a restart keeps them),
+        # and how far each series is judged (a restart judges only what came after).
         self.regression_journal = RegressionJournal(config.journal.path)
+        self.judged_mark = JudgedMark(config.journal.path)
+        self._last_event: dict[SeriesKey, LastEvent] = {}  # each series' last event in the regressions' journal
+        self._marks: dict[SeriesKey, judged.SeriesMark] = {}  # each series' mark as last written
+        self._marks_stale: set[SeriesKey] = set()  # series whose events were read since
         # Whether the history was restored from the journal (load_history): only then are
         # its results judged on the series' whole history, and marked judged (`once`
         # runs on an empty one: its runs are the next start's to judge).
@@ -199,11 +214,124 @@ class RoundRunner:
         restore_history or the journal's checkpoint (service/restore.py); then every
         verdict is published.  `keys`: the series whose regression states are restored
         (default: those with runs)."""
-        history = History(settings_of(self.config))
         journal = RegressionJournal(self.config.journal.path)
+        mark = JudgedMark(self.config.journal.path)
         first_start = not journal.present()
         wanted = set(runs) if keys is None else set(keys)
         events = [e for e in journal.read_events() if e.key in wanted]
+        enabled = self.config.regression.enabled
+        series, ahead = self._judgeable(runs)
+        history = self._from_mark(series, events, mark) if enabled and not first_start else None
+        if history is None:
+            # A mark that does not read says nothing of how far the runs are judged: every
+            # series' last runs a suspicion may span are judged again.
+            through = None if first_start else mark.through() or math.inf
+            history = self._rejudge(series, events, first_start, through)
+        history.future_dated.update(ahead)
+        if enabled:
+            # Every series takes a step on the runs journaled before this start, an open
+            # one too: a regression whose recovery runs were journaled while no exporter
+            # judged them (a stop, `once`) closes now, not on the next run after it (where
+            # no exporter marked what it had judged, the runs were loaded, not replayed).
+            for key in list(history.tests):
+                history.step(key)
+        try:
+            journal.append(history.events)
+            if first_start and enabled:
+                journal.path.parent.mkdir(parents=True, exist_ok=True)
+                journal.path.touch()  # replayed once: the next start restores from it
+        except OSError as exc:  # a read-only or failing disk: the states are in memory, rebuilt at the next start
+            log.warning(
+                "%s: the regression states are held in memory and rebuilt from the results' journal at the next start",
+                describe_os_error(exc, journal.path, "regressions' journal"),
+            )
+        self._last_event = {e.key: (e.kind, e.at, e.since) for e in [*events, *history.events]}
+        history.events.clear()
+        latest = max((s[-1][0] for s in series.values() if s), default=-math.inf)
+        if enabled and math.isfinite(latest):
+            self._mark_judged(mark, history, latest)
+        opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
+        self.changes = self._what_changed(opened) if enabled else {}
+        with self._history_lock:
+            self.history = history
+            self.regression_journal = journal
+            self.judged_mark = mark
+            self.judging = True
+            verdicts = history.verdicts() if enabled else {}
+        self.state.record_regressions(self._with_changes(verdicts))
+
+    @staticmethod
+    def _judgeable(
+        runs: Mapping[SeriesKey, Iterable[tuple[float, float]]],
+    ) -> tuple[dict[SeriesKey, list[tuple[float, float]]], dict[SeriesKey, int]]:
+        """Each series' runs in time order, those dated in the future (a clock that was
+        ahead; journal order tells, and the host's clock) left out, never recent, never
+        the judged mark (issue 45 B3); and how many were, by series."""
+        now = time.time()
+        series: dict[SeriesKey, list[tuple[float, float]]] = {}
+        ahead_of: dict[SeriesKey, int] = {}
+        for key, unsorted_runs in runs.items():
+            listed = list(unsorted_runs)
+            ahead = future_dated([t for t, _ in listed], now)
+            if any(ahead):
+                ahead_of[key] = sum(ahead)
+                log.warning(
+                    "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
+                    "of the regression test",
+                    key,
+                    sum(ahead),
+                    time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
+                )
+            kept = sorted(run for run, a in zip(listed, ahead, strict=True) if not a)
+            if kept:
+                series[key] = kept
+        return series, ahead_of
+
+    def _from_mark(
+        self, series: Mapping[SeriesKey, list[tuple[float, float]]], events: list[Event], mark: JudgedMark
+    ) -> History | None:
+        """The history as the judged mark left it (history/judged.py): each series' runs up
+        to its mark loaded with what its test carried then, tested once, and only the runs
+        journaled after it judged, in order; None (said in one line) where the mark cannot
+        be trusted: the whole re-judge then (`_rejudge`), as its answer must be the same."""
+        history = History(settings_of(self.config))
+        marks, why = mark.read(history.settings.repetitions)
+        if marks is None:
+            (log.info if why == "missing" else log.warning)(
+                "%s: %s: the regression states are judged again from the results' journal (the runs a suspicion "
+                "may span)",
+                mark.path,
+                why,
+            )
+            return None
+        history.restore(events)
+        last_event: dict[SeriesKey, LastEvent] = {e.key: (e.kind, e.at, e.since) for e in events}
+        replayed: list[tuple[float, float, SeriesKey]] = []
+        for key, series_runs in series.items():
+            cut, why = judged.resume_series(history, key, marks.get(key), series_runs, last_event.get(key))
+            if why:
+                log.warning(
+                    "%s: %s: the regression states are judged again from the results' journal (the runs a "
+                    "suspicion may span)",
+                    mark.path,
+                    why,
+                )
+                return None
+            history.retest(key)
+            replayed.extend((t, x, key) for t, x in series_runs[cut:])
+        return _judged_in_order(history, replayed)
+
+    def _rejudge(
+        self,
+        series: Mapping[SeriesKey, list[tuple[float, float]]],
+        events: list[Event],
+        first_start: bool,
+        judged: float | None,
+    ) -> History:
+        """The history judged again from the runs: each series' runs replayed through the
+        state from where a suspicion may have begun (or, at a first start, from its
+        first baseline), in time order across series."""
+        history = History(settings_of(self.config))
         history.restore(events)
         last_event: dict[SeriesKey, float] = {}
         for e in events:
@@ -219,32 +347,14 @@ class RoundRunner:
         # (measured: 39,960 runs of 120 hourly series, default settings, 28.7 CPU-s; it
         # grows with the runs in a baseline), at most REPLAY_TOTAL of them.  More than
         # restore.REPLAY_INLINE are replayed after /metrics is up (server.py).
-        budget = REPLAY_TOTAL // max(1, len(runs)) if first_start and enabled else 0
+        budget = REPLAY_TOTAL // max(1, len(series)) if first_start and enabled else 0
         # A restart judges the runs journaled since the last one judged (a stop, `once`
         # rounds while none ran), each in order, as if it had run throughout: one step on
         # them all opened a regression present at the restart only at its 9th-16th run.
-        judged = journal.judged_through() if not first_start and enabled else None
+        if not enabled:
+            judged = None
         replayed: list[tuple[float, float, SeriesKey]] = []
-        latest = -math.inf
-        now = time.time()
-        for key, unsorted_runs in runs.items():
-            # Runs dated in the future (a clock that was ahead; journal order tells, and
-            # the host's clock): left out, never recent, never the judged mark (issue 45 B3).
-            listed = list(unsorted_runs)
-            ahead = future_dated([t for t, _ in listed], now)
-            if any(ahead):
-                history.future_dated[key] = sum(ahead)
-                log.warning(
-                    "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
-                    "of the regression test",
-                    key,
-                    sum(ahead),
-                    time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
-                )
-            series_runs = sorted(run for run, a in zip(listed, ahead, strict=True) if not a)
-            if not series_runs:
-                continue
-            latest = max(latest, series_runs[-1][0])
+        for key, series_runs in series.items():
             first_baseline = first_testable([t for t, _ in series_runs], history.settings)
             if budget:
                 # The last runs within the budget, and back to the start of any regression
@@ -274,36 +384,24 @@ class RoundRunner:
             history.load(key, series_runs[:cut])
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
-        for t, x, key in sorted(replayed, key=lambda run: run[0]):
-            history.add(key, t, x)
-        if enabled:
-            # Every series takes a step on the runs journaled before this start, an open
-            # one too: a regression whose recovery runs were journaled while no exporter
-            # judged them (a stop, `once`) closes now, not on the next run after it (where
-            # no exporter marked what it had judged, the runs were loaded, not replayed).
-            for key in list(history.tests):
-                history.step(key)
-        try:
-            journal.append(history.events)
-            if first_start and enabled:
-                journal.path.parent.mkdir(parents=True, exist_ok=True)
-                journal.path.touch()  # replayed once: the next start restores from it
-        except OSError as exc:  # a read-only or failing disk: the states are in memory, rebuilt at the next start
-            log.warning(
-                "%s: the regression states are held in memory and rebuilt from the results' journal at the next start",
-                describe_os_error(exc, journal.path, "regressions' journal"),
-            )
-        if enabled and math.isfinite(latest):
-            journal.mark_judged(latest)
-        history.events.clear()
-        opened = {k: t.episode.since for k, t in history.tracks.items() if t.episode is not None}
-        self.changes = self._what_changed(opened) if enabled else {}
-        with self._history_lock:
-            self.history = history
-            self.regression_journal = journal
-            self.judging = True
-            verdicts = history.verdicts() if enabled else {}
-        self.state.record_regressions(self._with_changes(verdicts))
+        return _judged_in_order(history, replayed)
+
+    def _mark_judged(
+        self, mark: JudgedMark, history: History, through: float, back: bool = False, keys: Iterable[SeriesKey] = ()
+    ) -> None:
+        """Every series' judged state written down (history/judged.py): a restart judges
+        only what comes after.  Only `keys` (and those whose events were taken since) are
+        worked out again (a run changes its own series' state alone); none: all."""
+        if not keys:
+            self._marks.clear()
+        for key in list(keys or history.runs) + sorted(self._marks_stale, key=str):
+            carried_mark = carried(history, key, self._last_event.get(key))
+            if carried_mark is None:
+                self._marks.pop(key, None)
+            else:
+                self._marks[key] = carried_mark
+        self._marks_stale.clear()
+        mark.write(through, {k: m for k, m in self._marks.items() if k in history.runs}, back=back)
 
     def _what_changed(self, opened: dict[SeriesKey, float]) -> dict[SeriesKey, Change]:
         """What changed when these regressions began (series -> start), from the journals."""
@@ -340,6 +438,10 @@ class RoundRunner:
         with self._history_lock:
             changed = self._take_accepts()
             verdicts = self.history.verdicts() if changed and self.config.regression.enabled else None
+            if self._marks_stale and self.judging:
+                # An accept (or an event of its own) read: the mark says it has seen it, or a
+                # restart before the next run would find an event after the mark and re-judge.
+                self._mark_judged(self.judged_mark, self.history, -math.inf, keys=set(self._marks_stale))
         if verdicts is not None:
             self.state.record_regressions(self._with_changes(verdicts))
 
@@ -347,6 +449,8 @@ class RoundRunner:
         """Under the history lock."""
         taken = False
         for event in self.regression_journal.new_events():
+            self._last_event[event.key] = (event.kind, event.at, event.since)
+            self._marks_stale.add(event.key)
             if event.kind == ACCEPTED and self.history.take(event):
                 log.info("regression of %s accepted: its level since %s is the baseline now", event.key, event.since)
                 taken = True
@@ -438,9 +542,11 @@ class RoundRunner:
                     "%s: these changes are held in memory; a restart judges their runs again from the results' journal",
                     describe_os_error(exc, self.regression_journal.path, "regressions' journal"),
                 )
+            self._last_event.update((e.key, (e.kind, e.at, e.since)) for e in self.history.events)
             if self.judging:
                 # A mark a future-dated run set is taken back: a restart replays what came after.
-                self.regression_journal.mark_judged(r.start_timestamp, back=bool(future))
+                keys = {r.key, *(key for key, _ in future)}
+                self._mark_judged(self.judged_mark, self.history, r.start_timestamp, back=bool(future), keys=keys)
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
