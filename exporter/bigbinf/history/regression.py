@@ -664,15 +664,14 @@ def level_change(keys: np.ndarray, means: np.ndarray) -> int | None:
     n = len(means)
     if n < 2 * CHANGE_MIN_DAYS + 2:
         return None
-    best, at = 0.0, None
     total = np.cumsum(means)
-    for k in range(CHANGE_MIN_DAYS, n - CHANGE_MIN_DAYS + 1):
-        # The split's gap in SEs of a gap between k and n - k days (the likeliest split)
-        gap = abs((total[-1] - total[k - 1]) / (n - k) - total[k - 1] / k) * math.sqrt(k * (n - k) / n)
-        if gap > best:
-            best, at = gap, k
-    if at is None:
+    k = np.arange(CHANGE_MIN_DAYS, n - CHANGE_MIN_DAYS + 1)
+    # Each split's gap in SEs of a gap between k and n - k days (the likeliest split)
+    gaps = np.abs((total[-1] - total[k - 1]) / (n - k) - total[k - 1] / k) * np.sqrt(k * (n - k) / n)
+    if not gaps.max() > 0.0:
         return None
+    at = int(k[int(np.argmax(gaps))])
+    best = float(gaps.max())
     best /= math.sqrt(at * (n - at) / n)  # back to the gap itself
     left = means.copy()
     left[:at] -= float(np.mean(means[:at]))
@@ -704,18 +703,16 @@ def day_structure(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int,
         left[:at] = means[:at] - float(np.mean(means[:at]))
         left[at:] = means[at:] - float(np.mean(means[at:]))
         fitted = 2
-    weekdays = weekdays_of(keys)
-    present, counts = np.unique(weekdays, return_counts=True)
+    present, of_day, counts = np.unique(weekdays_of(keys), return_inverse=True, return_counts=True)
     if len(present) >= 2 and counts.min() >= 2 and len(left) - fitted - len(present) + 1 >= MIN_SPREAD_DAYS:
-        group_means = {int(w): float(np.mean(left[weekdays == w])) for w in present}
-        effect = np.array([group_means[int(w)] for w in weekdays])
-        between = float(np.sum(counts * np.array([group_means[int(w)] for w in present]) ** 2))
-        rest = left - effect
+        group = np.bincount(of_day, left) / counts  # each weekday's mean
+        between = float(np.sum(counts * group**2))
+        rest = left - group[of_day]
         d1 = len(present) - 1
         d2 = len(left) - fitted - d1
         within = float(np.sum(rest**2))
         if d2 > 0 and (within <= 0.0 or _f_upper_tail((between / d1) / (within / d2), d1, d2) < WEEKDAY_P):
-            return rest, fitted + d1, group_means
+            return rest, fitted + d1, dict(zip(present.tolist(), group.tolist(), strict=True))
     return left, fitted, {}
 
 
@@ -737,9 +734,11 @@ def weekday_levels(ts: np.ndarray, tod: np.ndarray, residuals: np.ndarray) -> di
 
 def weekday_offsets(ts: np.ndarray, tod: np.ndarray, levels: Mapping[int, float]) -> np.ndarray:
     """Each run's weekday's own level (`weekday_levels`; 0 for a weekday without one)."""
-    if not levels:
-        return np.zeros(len(ts))
-    return np.array([levels.get(int(w), 0.0) for w in weekdays_of(day_keys(ts, tod))])
+    table = np.zeros(7)
+    for weekday, level in levels.items():
+        table[weekday] = level
+    out: np.ndarray = table[weekdays_of(day_keys(ts, tod))]
+    return out
 
 
 # A drop that its series shows on the same weekday at the same time every week is the
