@@ -15,6 +15,7 @@ without a drop measure the false alarms.
     .venv/bin/python benchmarks/bench_regression.py --family-sizes 1,2,12,60,1000   # issue 45
     .venv/bin/python benchmarks/bench_regression.py --ties     # the exact p with ties, and its cost
     .venv/bin/python benchmarks/bench_regression.py --breaks step,weekly   # the day gate's breaks
+    .venv/bin/python benchmarks/bench_regression.py --breaks noisy-weekly   # B2: noisy, Mondays 0.5-0.7x
 
 Per detector: the share of drops detected within 3 rounds (the first dropped run is
 round 1), the median delay, and false alarms (alert episodes that start while nothing
@@ -738,7 +739,10 @@ def breaks(argv: list[str]) -> int:
     for --weeks weeks (openings from day 35 on, per 1,000 series-days); then the same
     series with its whole level 30% down from a random round after day 49, and with its
     Mondays 0.5x instead of 0.8x from the first Monday after day 49 (the slow run each
-    opens on, missed within 4 days)."""
+    opens on, missed within 4 days).  noisy-weekly (breaker B2, not in the default): 12%
+    noise a run, Mondays at 0.5-0.7x every week, unchanged (openings from day 35 on) and
+    with the whole series 30% or 40% down after day 42, beside the same drops without
+    the weekly pattern."""
     import datetime as dt
 
     ap = argparse.ArgumentParser(description=breaks.__doc__)
@@ -780,11 +784,22 @@ def breaks(argv: list[str]) -> int:
         cell = f"{statistics.median(found):g} (max {max(found)})" if found else "never"
         print(f"| {name} | {len(cases)} | {cell} | {missed} | {before} |", flush=True)
 
+    def unchanged(name: str, times: np.ndarray, log_xs: list[np.ndarray]) -> None:
+        """The openings of unchanged series from day 35 on, per 1,000 series-days."""
+        warm = int(np.searchsorted(times, start_day + 35 * DAY))
+        false_openings = sum(sum(1 for i in openings(times, log_x) if i >= warm) for log_x in log_xs)
+        series_days = len(log_xs) * (len(times) - warm) / rounds_per_day
+        print(
+            f"| {name} | {len(log_xs)} | - | - | {false_openings} openings in {series_days:,.0f} series-days "
+            f"({1000 * false_openings / series_days:.2f} per 1,000) |",
+            flush=True,
+        )
+
     def mondays(times: np.ndarray) -> np.ndarray:
         return np.array([dt.datetime.fromtimestamp(float(t), dt.UTC).weekday() == 0 for t in times])
 
     began = time.perf_counter()
-    print(f"settings: {settings}; quiet series (3% a run), rounds every 6 h, seed {args.seed}")
+    print(f"settings: {settings}; quiet series (3% a run) but where named, rounds every 6 h, seed {args.seed}")
     print("| scenario | series | opened on slow run, median (max) | missed within 4 days | opened before the drop |")
     print("| --- | ---: | ---: | ---: | ---: |")
     kinds = args.breaks.split(",")
@@ -801,17 +816,13 @@ def breaks(argv: list[str]) -> int:
     if "weekly" in kinds:
         times = times_of(7 * args.weeks)
         monday = mondays(times)
-        warm = int(np.searchsorted(times, start_day + 35 * DAY))
-        false_openings = 0
-        for _ in range(args.series):
-            log_x = math.log(25e6) + rng.normal(0, 0.03, len(times)) + np.where(monday, math.log(0.8), 0.0)
-            false_openings += sum(1 for i in openings(times, log_x) if i >= warm)
-        series_days = args.series * (len(times) - warm) / rounds_per_day
-        print(
-            f"| Mondays 0.8x, no change, days 35-{7 * args.weeks} | {args.series} | - | - | "
-            f"{false_openings} openings in {series_days:,.0f} series-days "
-            f"({1000 * false_openings / series_days:.2f} per 1,000) |",
-            flush=True,
+        unchanged(
+            f"Mondays 0.8x, no change, days 35-{7 * args.weeks}",
+            times,
+            [
+                math.log(25e6) + rng.normal(0, 0.03, len(times)) + np.where(monday, math.log(0.8), 0.0)
+                for _ in range(args.series)
+            ],
         )
         times = times_of(63)
         monday = mondays(times)
@@ -828,6 +839,34 @@ def breaks(argv: list[str]) -> int:
             only.append((times, log_x, first_monday))
         detection("Mondays 0.8x, the whole series 30% down after day 49", whole)
         detection("Mondays 0.8x, then Mondays 0.5x after day 49", only)
+    if "noisy-weekly" in kinds:
+        # Breaker B2: a noisy series (12% a run) whose Mondays run at 0.5-0.7x (one factor
+        # a series) every week; the whole series 30% or 40% down from a random round of
+        # days 42-49 (the slow run it opens on); unchanged, openings from day 35 on, with
+        # the factor the same every week and drawn afresh each week.
+        times = times_of(7 * args.weeks)
+        monday = mondays(times)
+        weeks = ((times - start_day) // (7 * DAY)).astype(int)
+        for label, afresh in (("the same", False), ("drawn afresh", True)):
+            log_xs = []
+            for _ in range(args.series):
+                factor = rng.uniform(0.5, 0.7, args.weeks + 1)[weeks] if afresh else rng.uniform(0.5, 0.7)
+                log_xs.append(math.log(25e6) + rng.normal(0, 0.12, len(times)) + np.where(monday, np.log(factor), 0.0))
+            unchanged(
+                f"12% noise, Mondays 0.5-0.7x ({label} every week), no change, days 35-{7 * args.weeks}", times, log_xs
+            )
+        times = times_of(56)
+        monday = mondays(times)
+        for name, pattern in (("Mondays 0.5-0.7x", True), ("no weekly pattern", False)):
+            for drop in (0.3, 0.4):
+                cases = []
+                for _ in range(args.series):
+                    factor = math.log(rng.uniform(0.5, 0.7)) if pattern else 0.0
+                    log_x = math.log(25e6) + rng.normal(0, 0.12, len(times)) + np.where(monday, factor, 0.0)
+                    at = int(rng.integers(42 * rounds_per_day, 49 * rounds_per_day))
+                    log_x[at:] += math.log(1 - drop)
+                    cases.append((times, log_x, at))
+                detection(f"12% noise, {name}, the whole series {drop:.0%} down after day 42", cases)
     print(f"\n{time.perf_counter() - began:.0f} s", file=sys.stderr)
     return 0
 

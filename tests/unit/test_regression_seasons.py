@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 
 import numpy as np
 
@@ -104,3 +105,66 @@ def test_a_weekly_cycle_series_still_opens_on_a_drop_of_the_whole_series_or_of_i
         history = History(RegressionSettings(rounds_per_day=len(HOURS)))
         opened = _opened_on(history, "s", _series(56, rng, _mondays(monday_after=monday, monday_then=0.5)), monday)
         assert opened and opened[0] <= 3, (seed, opened)
+
+
+# Breaker B2: a noisy series (12% a run, 4 rounds a day) whose Mondays run at 0.5-0.7x
+# its usual level every week.  Its baseline's Monday runs lay below the runs of a drop of
+# every day, so the rank test, and the noise it is gated on, counted the weekly pattern as
+# noise: a 30% drop opened on about its 12th slow run, against its 3rd without the pattern.
+B2_NOISE = 0.12
+B2_DROP_DAY = 42  # 6 weeks of history before the drop: the 4 baseline weeks show the pattern
+B2_SEEDS = range(8)
+
+
+def _b2(seed: int, days: int, drop: float, monday: str = "fixed") -> tuple[list[tuple[float, float]], float]:
+    """Series `seed`'s runs at HOURS for `days` days and where its drop begins: 25 MB/s,
+    log-normal noise B2_NOISE, its Mondays at one factor from 0.5-0.7 every week (`monday`
+    "fixed") or as every other day ("none"), every run from day B2_DROP_DAY on `drop`
+    lower.  The same seed, the same noise."""
+    rng = np.random.default_rng(1000 + seed)
+    factor = float(rng.uniform(0.5, 0.7))
+    ts = np.array([START + d * DAY + h * 3600 for d in range(days) for h in HOURS])
+    noise = rng.normal(0, B2_NOISE, len(ts))
+    drop_at = START + B2_DROP_DAY * DAY
+    out = []
+    for t, z in zip(ts.tolist(), noise.tolist(), strict=True):
+        level = factor if monday == "fixed" and _weekday(t) == 0 else 1.0
+        out.append((t, 25e6 * level * math.exp(z) * (1.0 - drop if t >= drop_at else 1.0)))
+    return out, drop_at
+
+
+def _first_openings(drop: float, monday: str) -> list[int]:
+    settings = RegressionSettings(rounds_per_day=len(HOURS))
+    firsts = []
+    for seed in B2_SEEDS:
+        series, drop_at = _b2(seed, B2_DROP_DAY + 4, drop, monday)
+        opened = _opened_on(History(settings), "s", series, drop_at)
+        assert opened, (seed, drop, monday)
+        firsts.append(opened[0])
+    return firsts
+
+
+def test_a_whole_series_drop_opens_as_soon_on_a_series_with_slow_mondays() -> None:
+    """B2: Mondays 0.5-0.7x every week, then a 30% or a 40% drop of every day: it opens on
+    its 3rd slow run (the median of 8 series) and by its 4th on each, as on a series
+    without the pattern (before: the 30% drop on its 8th-15th, the 40% on its 4th-10th)."""
+    for drop in (0.3, 0.4):
+        firsts = _first_openings(drop, "fixed")
+        assert statistics.median(firsts) <= 3 and max(firsts) <= 4, (drop, firsts)
+
+
+def test_slow_mondays_that_go_on_as_before_open_nothing() -> None:
+    """The same series without the drop, its Mondays at their 0.5-0.7x as before, open
+    nothing over the 4 weeks after the drop's day (before: 3 of the 8 did)."""
+    settings = RegressionSettings(rounds_per_day=len(HOURS))
+    for seed in B2_SEEDS:
+        series, after = _b2(seed, B2_DROP_DAY + 28, 0.0)
+        assert _opened_on(History(settings), "s", series, after) == [], seed
+
+
+def test_an_ordinary_noisy_series_still_opens_on_its_3rd_slow_run() -> None:
+    """The control: the same noise without the weekly pattern, a 30% drop: its 3rd slow run
+    (the median; a 30% drop is within 3 SDs of 12% noise, so an unlucky series waits for
+    more runs: its 5th at most here)."""
+    firsts = _first_openings(0.3, "none")
+    assert statistics.median(firsts) <= 3 and max(firsts) <= 5, firsts

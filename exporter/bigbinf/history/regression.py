@@ -14,7 +14,10 @@ The test, per series (docs/runbook.md, BigbinfThroughputRegressed, says why each
 * **Time of day** is taken out first: every run's log throughput minus the median log
   throughput of the baseline runs around its own time of day (15-minute bins).  A
   recent window of two peak runs and one night run is then compared with the baseline at
-  those hours, not with the whole day's mix.
+  those hours, not with the whole day's mix.  So is a weekday's own level (Mondays at
+  0.6x every week: `weekday_levels`, from the baseline's day means), from that weekday's
+  runs alone: a Monday at its usual level is no drop, and the baseline's slow Mondays
+  never lie below the runs of a drop of every day.
 * **Mann-Whitney U**, one-sided (recent lower), on those residuals: throughput is skewed
   and has heavy tails (a congested afternoon), which a rank test shrugs off, and its
   exact null distribution holds for three recent runs, where Welch's t on three values
@@ -422,6 +425,9 @@ class Tested:
     # such a span too: its runs since, not yet a regression.
     episode_p_value: float = math.nan
     episode_ratio: float = math.nan
+    # The weekdays (0-6, `weekdays_of`) whose own level the test took out of their runs
+    # (`weekday_levels`); () when the baseline's weekdays do not differ.
+    weekdays: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -608,7 +614,7 @@ def day_spread(
     centre = float(np.median(res))
     mad = 1.4826 * float(np.median(np.abs(res - centre)))
     res = np.clip(res, centre - 3 * mad, centre + 3 * mad)
-    day = np.round((ts[keep] - tod[keep]) / 3600.0)  # the local midnight's hour: a day's runs share it
+    day = day_keys(ts[keep], tod[keep])
     _, inverse, counts = np.unique(day, return_inverse=True, return_counts=True)
     several = counts[inverse] >= 2
     if int(np.sum(counts >= 2)) < MIN_SPREAD_DAYS:
@@ -620,7 +626,7 @@ def day_spread(
     within = float(np.sum((res - means[inverse]) ** 2)) / within_df
     # What the day means hold that is no noise (a level change, a weekday's own level)
     # comes out first, each fitted mean a degree of freedom (`day_structure`).
-    left, fitted = day_structure(keys, means)
+    left, fitted, _ = day_structure(keys, means)
     means_var = float(np.sum((left - float(np.mean(left))) ** 2)) / max(len(left) - fitted, 1)
     inverse_runs = float(np.mean(1.0 / counts))
     between = means_var - within * inverse_runs
@@ -658,15 +664,14 @@ def level_change(keys: np.ndarray, means: np.ndarray) -> int | None:
     n = len(means)
     if n < 2 * CHANGE_MIN_DAYS + 2:
         return None
-    best, at = 0.0, None
     total = np.cumsum(means)
-    for k in range(CHANGE_MIN_DAYS, n - CHANGE_MIN_DAYS + 1):
-        # The split's gap in SEs of a gap between k and n - k days (the likeliest split)
-        gap = abs((total[-1] - total[k - 1]) / (n - k) - total[k - 1] / k) * math.sqrt(k * (n - k) / n)
-        if gap > best:
-            best, at = gap, k
-    if at is None:
+    k = np.arange(CHANGE_MIN_DAYS, n - CHANGE_MIN_DAYS + 1)
+    # Each split's gap in SEs of a gap between k and n - k days (the likeliest split)
+    gaps = np.abs((total[-1] - total[k - 1]) / (n - k) - total[k - 1] / k) * np.sqrt(k * (n - k) / n)
+    if not gaps.max() > 0.0:
         return None
+    at = int(k[int(np.argmax(gaps))])
+    best = float(gaps.max())
     best /= math.sqrt(at * (n - at) / n)  # back to the gap itself
     left = means.copy()
     left[:at] -= float(np.mean(means[:at]))
@@ -686,10 +691,11 @@ def weekdays_of(keys: np.ndarray) -> np.ndarray:
     return out
 
 
-def day_structure(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int]:
+def day_structure(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int, dict[int, float]]:
     """The day means less what is no day-to-day noise: a level change (`level_change`)
-    and then the weekdays' own levels (WEEKDAY_P), and the number of means fitted (1:
-    the overall mean alone)."""
+    and then the weekdays' own levels (WEEKDAY_P), the number of means fitted (1: the
+    overall mean alone), and those weekday levels (weekday: log, against the level;
+    empty when the weekdays do not differ)."""
     left = means - float(np.mean(means))
     fitted = 1
     at = level_change(keys, means)
@@ -697,19 +703,42 @@ def day_structure(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int]
         left[:at] = means[:at] - float(np.mean(means[:at]))
         left[at:] = means[at:] - float(np.mean(means[at:]))
         fitted = 2
-    weekdays = weekdays_of(keys)
-    present, counts = np.unique(weekdays, return_counts=True)
+    present, of_day, counts = np.unique(weekdays_of(keys), return_inverse=True, return_counts=True)
     if len(present) >= 2 and counts.min() >= 2 and len(left) - fitted - len(present) + 1 >= MIN_SPREAD_DAYS:
-        group_means = {int(w): float(np.mean(left[weekdays == w])) for w in present}
-        effect = np.array([group_means[int(w)] for w in weekdays])
-        between = float(np.sum(counts * np.array([group_means[int(w)] for w in present]) ** 2))
-        rest = left - effect
+        group = np.bincount(of_day, left) / counts  # each weekday's mean
+        between = float(np.sum(counts * group**2))
+        rest = left - group[of_day]
         d1 = len(present) - 1
         d2 = len(left) - fitted - d1
         within = float(np.sum(rest**2))
         if d2 > 0 and (within <= 0.0 or _f_upper_tail((between / d1) / (within / d2), d1, d2) < WEEKDAY_P):
-            return rest, fitted + d1
-    return left, fitted
+            return rest, fitted + d1, dict(zip(present.tolist(), group.tolist(), strict=True))
+    return left, fitted, {}
+
+
+def day_keys(ts: np.ndarray, tod: np.ndarray) -> np.ndarray:
+    """Each run's local midnight's hour (`day_spread`'s day keys: a day's runs share it)."""
+    out: np.ndarray = np.round((ts - tod) / 3600.0)
+    return out
+
+
+def weekday_levels(ts: np.ndarray, tod: np.ndarray, residuals: np.ndarray) -> dict[int, float]:
+    """The weekdays' own levels (log, `day_structure`) among baseline runs' time-of-day
+    residuals: each local day's mean of them, by weekday; empty when the weekdays do not
+    differ (WEEKDAY_P) or the runs span fewer than MIN_SPREAD_DAYS days."""
+    keys, inverse, counts = np.unique(day_keys(ts, tod), return_inverse=True, return_counts=True)
+    if len(keys) < MIN_SPREAD_DAYS:
+        return {}
+    return day_structure(keys, np.bincount(inverse, residuals) / counts)[2]
+
+
+def weekday_offsets(ts: np.ndarray, tod: np.ndarray, levels: Mapping[int, float]) -> np.ndarray:
+    """Each run's weekday's own level (`weekday_levels`; 0 for a weekday without one)."""
+    table = np.zeros(7)
+    for weekday, level in levels.items():
+        table[weekday] = level
+    out: np.ndarray = table[weekdays_of(day_keys(ts, tod))]
+    return out
 
 
 # A drop that its series shows on the same weekday at the same time every week is the
@@ -855,13 +884,13 @@ def examine_arrays(
         return Untested(f"{len(ts)} ok runs; the test needs {k} recent runs and a baseline")
     first = float(ts[-k])
     keep = baseline_mask(ts, settings, excluded)
-    base_tod, base_log = tod[keep], logs[keep]
+    base_ts, base_tod, base_log = ts[keep], tod[keep], logs[keep]
     if not len(base_tod):
         return Untested(f"no baseline run in the {settings.baseline_weeks:g} weeks before the recent {k}")
     recent_tod, recent_log = tod[-k:], logs[-k:]
     window = settings.time_of_day_window_seconds
     order = np.argsort(base_tod, kind="stable")
-    sorted_tod, sorted_log = base_tod[order], base_log[order]
+    sorted_ts, sorted_tod, sorted_log = base_ts[order], base_tod[order], base_log[order]
     in_window = np.zeros(len(order), dtype=bool)  # over the sorted baseline
     for t in recent_tod:
         slices = _window(sorted_tod, float(t), window)
@@ -896,11 +925,21 @@ def examine_arrays(
 
     recent_res = residuals(recent_tod, recent_log)
     base_res = residuals(sorted_tod[in_window], sorted_log[in_window])
-    base_res = base_res[~np.isnan(base_res)]
+    known = ~np.isnan(base_res)
+    base_res = base_res[known]
     if np.isnan(recent_res).any() or len(base_res) < settings.min_baseline_runs:
         return Untested("too few baseline runs at the recent runs' times of day")
+    # A weekday's own level (Mondays 0.6x every week) is taken out of its runs, and of
+    # theirs alone (`weekday_levels`): left in, the baseline's Mondays lay below a drop of
+    # every day, and the rank test and the noise it is gated on counted the weekly pattern
+    # as noise (breaker B2: a 30% drop of such a noisy series opened on its 12th slow run,
+    # on its 3rd without the pattern); a weekday's deviation from its own level is a drop.
+    base_ts_known, base_tod_known = sorted_ts[in_window][known], sorted_tod[in_window][known]
+    weekdays = weekday_levels(base_ts_known, base_tod_known, base_res)
+    base_res = base_res - weekday_offsets(base_ts_known, base_tod_known, weekdays)
+    recent_res = recent_res - weekday_offsets(ts[-k:], recent_tod, weekdays)
     p_value = mann_whitney_less(recent_res, base_res)
-    episode_res = residuals(episode_tod, episode_log)
+    episode_res = residuals(episode_tod, episode_log) - weekday_offsets(ts[since_start], episode_tod, weekdays)
     episode_res = episode_res[~np.isnan(episode_res)]
     episode_p, episode_ratio = math.nan, math.nan
     if len(episode_res):
@@ -924,6 +963,7 @@ def examine_arrays(
         episode_residuals=tuple(float(x) for x in episode_res),
         episode_p_value=episode_p,
         episode_ratio=episode_ratio,
+        weekdays=tuple(sorted(weekdays)),
     )
 
 
@@ -1520,7 +1560,7 @@ class History:
             if since is not None and not beyond_days(drop, self._day_spread(key), seen):
                 # Within the series' own day-to-day spread: a low day, not (yet) a change.
                 since = None
-            if since is not None and weekly_pattern(drop, self._weekly(key, since), s.material_drop):
+            if since is not None and weekly_pattern(drop, self._weekly(key, since, test.weekdays), s.material_drop):
                 # The weekday the series runs slower every week: its pattern, not a change.
                 since = None
             if since is not None:
@@ -1550,20 +1590,33 @@ class History:
         keep = baseline_mask(ts, self.settings, excluded)
         return day_spread(ts, tod, shifted(ts, logs, shifts), self.settings, keep)
 
-    def _weekly(self, key: Any, since: float) -> float:
+    def _weekly(self, key: Any, since: float, taken_out: Sequence[int] = ()) -> float:
         """The series' weekly pattern's level (log, `weekly_effect`) over the runs a
         drop would open on (from `since`), their mean: each run's moment in the weeks
         before, from every run kept (a recovered span's too: that is where a weekday
-        left out of the baseline shows), the accepted levels' shifts applied."""
+        left out of the baseline shows), the accepted levels' shifts applied.  A run on
+        a weekday whose own level its test took out already (`taken_out`, Tested.weekdays)
+        counts 0: its drop is beyond that level, and counted again the weekday's level
+        would explain a drop of the other days (B2: a 30% drop of every day, its runs
+        since on a Monday at 0.6x, read as the pattern)."""
         if key not in self.runs:
             return 0.0
-        ts, _, logs = self.runs[key]
+        ts, tod, logs = self.runs[key]
         _, shifts = self._excluded(key)
         moved = shifted(ts, logs, shifts)
-        at = ts[ts >= since][-(SUSPECT_RUNS + self.settings.recent_runs) :]
+        since_at = ts >= since
+        at = ts[since_at][-(SUSPECT_RUNS + self.settings.recent_runs) :]
         if not len(at):
             return 0.0
-        return float(np.mean([weekly_effect(ts, moved, float(t), since, self.settings) for t in at]))
+        weekdays = weekdays_of(day_keys(at, tod[since_at][-len(at) :]))
+        return float(
+            np.mean(
+                [
+                    0.0 if int(w) in taken_out else weekly_effect(ts, moved, float(t), since, self.settings)
+                    for t, w in zip(at.tolist(), weekdays.tolist(), strict=True)
+                ]
+            )
+        )
 
     def _at_floor(self, key: Any, test: Tested) -> bool:
         """Whether a drop beyond the noise whose baseline cannot reach at_once_alpha (a
