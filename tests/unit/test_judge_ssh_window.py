@@ -169,3 +169,13 @@ def test_a_tcp_bound_near_the_rate_is_not_ssh_s_window() -> None:
     narrow = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "snd_wnd_median_bytes": 2.5e6})
     limit = judge_limit(narrow, XLONG)
     assert limit is not None and "ssh's channel window 2.0 MiB (OpenSSH" not in limit.evidence.split(";")[0]
+
+
+def test_a_start_that_cost_more_than_the_window_names_the_window_too() -> None:
+    # The path's capacity configured (12.5 MB/s): the window cost 64 MiB / 4.45 MB/s less
+    # 64 MiB / 12.5 MB/s = 9.71 s, the start (8.45 s of ssh's round trips) 9.98 s: startup,
+    # as the rules order it, with the steady phase's limit named as ssh's window.
+    path = dataclasses.replace(XLONG, bandwidth_bytes_per_second=12.5e6, bandwidth_source="configured")
+    limit = judge_limit(scp_download(), path)
+    assert limit is not None and limit.reason == "startup", limit
+    assert "its steady phase was limited by ssh's channel window (application)" in limit.evidence

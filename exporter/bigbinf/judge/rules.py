@@ -953,8 +953,10 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     # A file averages within 10% of the steady rate when the lost time is a tenth of it:
     # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
     reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * (cost + queued + i.data_queued)
+    # ssh's window is named as itself: "application" alone reads as a program's pace.
+    held = "ssh's channel window (application)" if steady_limit.detail == "ssh_window" else steady_limit.reason
     then = (
-        f"; its steady phase was limited by {steady_limit.reason}"
+        f"; its steady phase was limited by {held}"
         if measured and steady_limit.reason not in ("", "link_capacity")
         else ""
     )
