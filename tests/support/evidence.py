@@ -19,7 +19,7 @@ from bigbinf.judge.inputs import CORROBORATED_SHARE, STALE_SHARE
 # (bounds.Bound.said), unless followed by "(not within N% of it)".
 _BOUND_PAIR = re.compile(
     r"(advertised receive window|receive buffer|send buffer|the path's capacity|packets/s|of segments \(real|"
-    r"the ACK clock)"
+    r"the ACK clock|ssh's channel window)"
     r"[^;]*?allows "
     r"([\d.]+) MB/s[^;]*; the transfer's steady rate was ([\d.]+) MB/s(?: \(\d+ Mbit/s\))?( \(not within)?"
 )
@@ -31,6 +31,7 @@ _BOUND_OF = {
     "packets/s": ("link_capacity", 1 - bounds.TOLERANCE),
     "of segments (real": ("congestion", bounds.LOSS_LOW),
     "the ACK clock": ("link_capacity", 1 - bounds.TOLERANCE),
+    "ssh's channel window": ("application", bounds.SSH_WINDOW_LOW),
 }
 # The most share of a bound a rate may be to meet it: the loss's any (docs/metrics.md: p per
 # segment lost overstates p per congestion event, so the loss allows at least its bound).
@@ -108,7 +109,14 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
         least = max(rules.ZERO_WINDOWS, rules.ZERO_WINDOW_SHARE * int(closed.group(2))) if closed else 0
         if closed and int(closed.group(1)) < least:
             found.append(f"application with a zero window in {closed.group(1)} of {closed.group(2)} samples")
-        if "queue stood" not in evidence and not closed:  # the sender's side: its idleness is the evidence
+        windowed = any(m.group(1) == "ssh's channel window" and not m.group(4) for m in _BOUND_PAIR.finditer(evidence))
+        if windowed:
+            # ssh's window (rules._ssh_window): its bound met is the evidence, not idleness;
+            # no reader or throttle may be blamed beside it.
+            for blamed in ("kept the sender waiting", "sent no faster", "reads slower"):
+                if blamed in evidence:
+                    found.append(f"application by ssh's window blaming a program ({blamed!r})")
+        elif "queue stood" not in evidence and not closed:  # the sender's side: its idleness is the evidence
             for share in _shares(evidence, "data in flight"):
                 # Rounded (":.0%"): a share just under a threshold prints as it.
                 if share > _pct(rules.IDLE_SHARE) and not any(

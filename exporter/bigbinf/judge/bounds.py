@@ -27,7 +27,11 @@ was 0.76 MB/s").  Rates are payload bytes per second, as the transfer's own rate
   rate while on a core, queued for one or waiting on storage for its `busy` share of its
   life: at all of it, the rate over that share (cpu or disk by which wait dominated);
 - application: the sender's program supplied data at the rate it sent while its write
-  queue stood empty (no backlog): the rate itself, where the sender was idle.
+  queue stood empty (no backlog): the rate itself, where the sender was idle;
+- ssh_window: a transfer carried in an OpenSSH channel (scp, sftp, rsync over ssh; not
+  HPN-SSH, whose window grows with the TCP buffers) has at most its fixed channel window
+  (and sftp's requests) in flight per round trip: that window over the round trip the
+  transfer saw, whatever the TCP buffers.
 """
 
 from __future__ import annotations
@@ -79,6 +83,21 @@ QUEUE_SHARE = 0.2
 QUEUE_SECONDS = 0.002
 # Without window scaling (RFC 7323) no window exceeds the 16-bit field: 65535 B per stream.
 UNSCALED_WINDOW = 65535
+# OpenSSH's session channel window is fixed (channels.h CHAN_SES_WINDOW_DEFAULT: 64
+# packets of 32 KiB), and so are sftp's requests (64 outstanding of 32 KiB unless sftp
+# -R/-B say otherwise; the profiles pass neither, and scp speaks sftp since OpenSSH 9.0):
+# no more than 2 MiB is in flight per round trip, whatever the TCP buffers.
+SSH_WINDOW = 64 * 32 * 1024
+# The window holds ssh's packet framing and sftp's headers beside the data, and is
+# reopened only as the receiving end consumes it (a window adjust after 3 packets): the
+# rate runs below window / RTT, down to this share of it (a tuned 100 Mbit/s, 403 ms path:
+# steady rates 3.83-4.68 MB/s against 5.20, 74-90%, with 2.0-2.11 MB in flight).
+SSH_WINDOW_LOW = 0.7
+# The local programs that carry a transfer in an OpenSSH channel (scp, sftp and rsync
+# start ssh), and HPN-SSH's, whose dynamic window follows the TCP receive buffer.
+SSH_CLIENTS = frozenset({"ssh"})
+HPN_PROGRAMS = frozenset({"hpnssh", "hpnscp", "hpnsshd"})
+SSH_PROTOCOLS = frozenset({"scp", "sftp", "rsync"})
 
 
 @dataclass(frozen=True)
@@ -651,9 +670,46 @@ def application(i: Inputs, side: str, why: str) -> Bound:
     )
 
 
+def ssh_carried(i: Inputs) -> bool:
+    """Whether the transfer went through OpenSSH's fixed channel window: ssh seen among
+    this host's programs, or a protocol that always runs it (scp, sftp, rsync over ssh);
+    never HPN-SSH (its protocol named so, or its programs seen), whose window grows."""
+    names = {label.partition(" ")[2] for label in i.programs}
+    if "hpn" in i.protocol.lower() or names & HPN_PROGRAMS:
+        return False
+    local = {label.partition(" ")[2] for label in i.programs if label.startswith("local ")}
+    return bool(local & SSH_CLIENTS) or i.protocol in SSH_PROTOCOLS
+
+
+def ssh_window(i: Inputs) -> Bound | None:
+    """OpenSSH's channel window (SSH_WINDOW) over the round trip the transfer saw, for a
+    transfer carried in an ssh channel (None for any other, or without a round trip)."""
+    rtt = round_trip(i)
+    if not rtt or not ssh_carried(i):
+        return None
+    rate = SSH_WINDOW / rtt
+    return Bound(
+        "ssh_window",
+        rate,
+        f"ssh's channel window {SSH_WINDOW / (1 << 20):.1f} MiB (OpenSSH's fixed session window, and sftp's 64 "
+        f"requests of 32 KiB) over {_ms(rtt)} allows {human_rate(rate)}",
+        "local",
+        {"window_bytes": float(SSH_WINDOW), "rtt_seconds": rtt},
+        low=SSH_WINDOW_LOW,
+    )
+
+
 def computed(i: Inputs) -> list[Bound]:
     """Every network bound that could be computed from this transfer's inputs."""
-    candidates = (receive_window(i), send_buffer(i), path_capacity(i), loss(i), packet_rate(i), ack_clock(i))
+    candidates = (
+        receive_window(i),
+        send_buffer(i),
+        path_capacity(i),
+        loss(i),
+        packet_rate(i),
+        ack_clock(i),
+        ssh_window(i),
+    )
     return [b for b in candidates if b]
 
 

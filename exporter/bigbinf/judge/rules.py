@@ -33,21 +33,25 @@ sender, and what only shows once nothing else does last:
    asked, and under BBR) unless the sender's loss says otherwise;
 6. congestion, in loss recovery: a segment lost per window while data was in flight
    most of the time (vetoes.in_recovery): a sender repairing holes looks idle, and is not;
-7. application (the sender's side), only with positive evidence: the sender had data in
+7. application (detail ssh_window, this host): a transfer in an OpenSSH channel whose
+   steady rate met its fixed window over the round trip (bounds.ssh_window), every TCP
+   bound and every program's well above the rate (_ssh_window): the window, full for a
+   round trip, held it, not a reader or a throttle;
+8. application (the sender's side), only with positive evidence: the sender had data in
    flight for less than IDLE_SHARE of the transfer or rarely a backlog, and no veto
    (vetoes.application_veto: enough listings, flagged app-limited, the remote seen);
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
-8. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
-9. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
-   while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
-   ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
-   flow's;
-10. shared_path: network-limited below the path's estimate, nothing of the transfer
+9. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
+10. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
+    while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
+    ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
+    flow's;
+11. shared_path: network-limited below the path's estimate, nothing of the transfer
     holding it (_shared_path), a standing queue on the data way: before busy_host,
     whose waits a sender with a backlog in flight shows did not hold it (unless the
     lab's delay line, the path on this host, waited for a CPU);
-11. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
+12. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
     where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
 then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
@@ -95,6 +99,11 @@ QUEUE_SECONDS = bounds.QUEUE_SECONDS
 ZERO_WINDOW_SHARE = 0.1
 ZERO_WINDOWS = 3  # ... and at least this many: one is a moment, a reader that stopped shows again
 SSH_SENDERS = frozenset({"ssh", "scp", "sftp"})  # this host's end of an ssh channel
+# ssh's window is named only where every TCP bound stood this far above the steady rate
+# (beyond any tolerance that meets it: 1.25) and every program's this far (busy under half
+# its life: CPU_EXPLAINS), so neither a buffer nor a program can be what held the channel.
+WELL_ABOVE = 1.5
+PROGRAMS_ABOVE = 1 / CPU_EXPLAINS
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,8 @@ class Limit:
     next_step: str = ""  # what to do about it, concretely (`advise` adds the sysctl lines)
     program: str = ""  # cpu, disk: the program named
     detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it;
-    # "quota" where this host's program was held by its cgroup's CPU quota
+    # "quota" where this host's program was held by its cgroup's CPU quota; application: "ssh_window" where
+    # ssh's fixed channel window held it
     reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
 
 
@@ -148,6 +158,8 @@ def bound_of(limit: Limit, i: Inputs) -> Bound | None:
         return bounds.send_buffer(i)
     if limit.reason == "congestion":
         return bounds.loss(i)
+    if limit.reason == "application" and limit.detail == "ssh_window":
+        return bounds.ssh_window(i)
     if limit.reason in ("cpu", "disk", "busy_host") and limit.program and limit.detail != "starved":
         # (A remote starved of CPU stands on its unanswered listings: its programs' samples
         # are too few to count their CPU-seconds.)
@@ -282,6 +294,9 @@ def _signalled(i: Inputs) -> Limit:
     recovery = vetoes.in_recovery(i, in_flight) if sender else ""
     if recovery:
         return Limit("congestion", "; ".join([recovery, *_bound_said(bounds.loss(i), i), rate_words]), "path")
+    windowed = _ssh_window(i, steady)
+    if windowed:
+        return windowed
     idle = _sender_idle(sender, i, streams)
     if idle:
         # The sender had nothing to send.  Its own program, or (ssh, whose channel window
@@ -620,10 +635,51 @@ def _rtt_words(i: Inputs) -> str:
     return f"the transfer saw was {seen * 1000:.1f} ms, {above:.1f} ms above the path's minimum {i.rtt * 1000:.1f} ms"
 
 
+def _ssh_window(i: Inputs, steady: float) -> Limit | None:
+    """application, detail ssh_window: the steady rate met ssh's fixed channel window over
+    the round trip (bounds.ssh_window), every TCP bound computed (the receive window, the
+    send buffer, the path, the loss) stood WELL_ABOVE it and no program of the transfer on
+    either end was busy (each one's bound, the rate over its share of life on a core,
+    queued for one or on storage, PROGRAMS_ABOVE the rate), with the remote's programs
+    seen.  Then neither a reader nor a throttle held ssh: the window did, full for a whole
+    round trip (a tuned 100 Mbit/s, 403 ms path: 2.0-2.11 MB in flight, cwnd 6 MB, peer
+    window 8-11 MB, sftp-server 0.2-0.6% of a core, 3.8-4.7 MB/s against 5.20).  A reader
+    that holds the channel runs well below the window, or is busy: the rules after this
+    name it.  Its side is this host: the program it runs (ssh, its sftp client) opens the
+    window of a download and keeps sftp's requests of both ways; which program carries the
+    transfer is chosen here."""
+    bound = bounds.ssh_window(i)
+    if bound is None or not bound.meets(steady) or not i.remote_programs_seen:
+        return None
+    tcp = [b for b in (bounds.receive_window(i), bounds.send_buffer(i), bounds.path_capacity(i), bounds.loss(i)) if b]
+    if any(b.rate < WELL_ABOVE * steady for b in tcp):
+        return None
+    programs = bounds.programs(i, ("local", "remote"), BULK_SHARE)
+    if any(b.rate < PROGRAMS_ABOVE * steady for b in programs):
+        return None
+    clear = f"the TCP bounds well above it ({bounds.listed(tcp).removeprefix('bounds computed: ')})" if tcp else ""
+    busiest = max(programs, key=lambda b: b.inputs.get("busy_share", 0.0), default=None)
+    idle = (
+        f"no program busy: the busiest, {busiest.program} ({host_name(busiest.side)}), on a core, queued for one or on "
+        f"storage {busiest.inputs.get('busy_share', 0.0):.0%} of its life"
+        if busiest
+        else "no program of the transfer on a core, queued for one or on storage"
+    )
+    app = i.sender.get("app_limited_ratio")
+    flagged = f"the sender app-limited in {app:.0%} of its samples (waiting for the window)" if app is not None else ""
+    return Limit(
+        "application",
+        "; ".join(filter(None, [bound.said(steady) + i.share_of_path(steady), clear, idle, flagged])),
+        "local",
+        detail="ssh_window",
+    )
+
+
 def _ssh_channel(i: Inputs) -> str:
     """Words, where the idle sender is this host's end of an ssh channel and the data goes
     to the remote ("" if not): ssh sends no more than the channel window the remote's sshd
-    opens as its reader takes the data, so the reader there, not ssh, set the pace."""
+    opens as its reader takes the data, so the reader there, not ssh, set the pace (a
+    window full for a whole round trip with the reader idle is _ssh_window's, before)."""
     if i.sender_side != "local":
         return ""
     senders = [
@@ -897,8 +953,10 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     # A file averages within 10% of the steady rate when the lost time is a tenth of it:
     # size >= STEADY_WITHIN / (1 - STEADY_WITHIN) x steady x lost.
     reach = STEADY_WITHIN / (1 - STEADY_WITHIN) * steady * (cost + queued + i.data_queued)
+    # ssh's window is named as itself: "application" alone reads as a program's pace.
+    held = "ssh's channel window (application)" if steady_limit.detail == "ssh_window" else steady_limit.reason
     then = (
-        f"; its steady phase was limited by {steady_limit.reason}"
+        f"; its steady phase was limited by {held}"
         if measured and steady_limit.reason not in ("", "link_capacity")
         else ""
     )

@@ -123,6 +123,21 @@ def bdp_seen(i: Inputs) -> tuple[float | None, float | None]:
     return i.bdp, None
 
 
+def _ssh_window_step(i: Inputs) -> str:
+    """ssh's fixed channel window held the rate: a window that grows (HPN-SSH), or a
+    protocol without one; the TCP buffers, which allow more, are not the limit."""
+    window = bounds.ssh_window(i)
+    rtt = f" over the {window.inputs['rtt_seconds'] * 1000:.0f} ms round trip" if window else ""
+    tcp = [b for b in (bounds.receive_window(i), bounds.send_buffer(i)) if b]
+    allow = f" ({bounds.listed(tcp).removeprefix('bounds computed: ')})" if tcp else ""
+    return (
+        f"ssh's fixed 2 MiB channel window{rtt} holds {i.protocol or 'the transfer'}, not the TCP buffers, which "
+        f"allow more{allow}: HPN-SSH on both ends (hpnscp here, its sshd on the remote: its dynamic window grows "
+        "with the TCP buffers), or a protocol without a fixed window on this path (GridFTP or HTTP with the hosts' "
+        "tuned buffers, parallel streams: GridFTP -p N); no TCP buffer setting on either host lifts it"
+    )
+
+
 def next_step(limit: Limit, i: Inputs, r: Result) -> str:
     """The concrete next step for a verdict, with its numbers (docs/metrics.md says the
     same per verdict): the host and the setting to change there, never what is in use."""
@@ -202,6 +217,8 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
         return f"{program} used all the CPU it could get ({host}): parallel streams or transfers, or a less busy host"
     if limit.reason == "disk":
         return f"{program} waited on its disk ({host}): faster storage, or several files read or written at once"
+    if limit.reason == "application" and limit.detail == "ssh_window":
+        return _ssh_window_step(i)
     if limit.reason == "application":
         if limit.side == i.receiver_side:
             return (
