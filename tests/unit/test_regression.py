@@ -17,6 +17,7 @@ from bigbinf.config import parse_config
 from bigbinf.history.regression import (
     DAY,
     EXACT_TIED_BELOW,
+    MEDIAN_OWN_BELOW,
     History,
     RegressionSettings,
     Tested,
@@ -27,6 +28,7 @@ from bigbinf.history.regression import (
     hodges_lehmann,
     judge,
     mann_whitney_less,
+    median,
     point,
 )
 from bigbinf.result import Result, SeriesKey
@@ -47,6 +49,27 @@ def test_exact_p_values_equal_scipys(m: int, n: int) -> None:
         ours = mann_whitney_less(x, y)
         theirs = stats.mannwhitneyu(x, y, alternative="less", method="exact").pvalue
         assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-300)
+
+
+def test_median_is_numpys_to_the_bit() -> None:
+    """The replay's median (one np.partition) against np.median: odd and even sizes,
+    ties, infinities, a NaN anywhere, float32 and an int array (np.median's own path)."""
+    rng = np.random.default_rng(44)
+    cases: list[np.ndarray] = [np.array([2.5]), np.array([1.0, 3.0]), np.zeros(0) + 7.0]
+    for n in (2, 3, 4, 5, 24, 25, 96, 97, 1000, 1001, MEDIAN_OWN_BELOW - 2, MEDIAN_OWN_BELOW - 1):
+        cases.append(rng.normal(15.0, 0.3, n))
+        cases.append(np.round(rng.normal(0, 2, n)))  # many ties
+        cases.append(rng.normal(0, 1, n).astype(np.float32))
+        with_inf = rng.normal(0, 1, n)
+        with_inf[rng.integers(n)] = -math.inf
+        cases.append(with_inf)
+        with_nan = rng.normal(0, 1, n)
+        with_nan[rng.integers(n)] = math.nan
+        cases.append(with_nan)
+    cases.append(np.arange(10))
+    for values in cases:
+        ours, theirs = median(values.copy()), float(np.median(values))
+        assert (math.isnan(ours) and math.isnan(theirs)) or ours == theirs, (values.size, values.dtype, ours, theirs)
 
 
 def _brute_force_p(x: np.ndarray, y: np.ndarray) -> float:
