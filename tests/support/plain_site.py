@@ -587,10 +587,20 @@ def module_tests(causes: list[PlainCause], runs: int = 3, truth_checked: bool = 
     @pytest.mark.parametrize("cause", causes, ids=lambda c: f"{c.name}-{c.protocol}-{c.direction}")
     def test_the_verdict_names_the_cause(plain_sites: dict[str, PlainSite], cause: PlainCause) -> None:
         outcome = PlainOutcome(cause)  # type: ignore[arg-type]
-        for _ in range(runs):
-            r, t = run_cause_with_truth(plain_sites[cause.site], cause)
-            print(f"{cause.name} / {cause.protocol} {cause.direction}: {r.outcome} {r.limited_by} "
-                  f"[{r.limited_side}] {r.limited_evidence} {r.error}\n  truth: {truth.summary(t)}")  # fmt: skip
+        site, voided = plain_sites[cause.site], []
+        while len(outcome.results) < runs:
+            # A run whose lab path (the delay line, a process on this host) was held by this
+            # host's CPUs is no trial of the cause, as in verdicts.check_cause (CI: an MSS
+            # clamp's packet-rate bound met at 74% of it beside the suite's own load).
+            (r, t), held = verdicts.path_held(site.lab, lambda: run_cause_with_truth(site, cause))
+            said = (f"{cause.name} / {cause.protocol} {cause.direction}: {r.outcome} {r.limited_by} "
+                    f"[{r.limited_side}] {r.limited_evidence} {r.error}\n  truth: {truth.summary(t)}")  # fmt: skip
+            if held >= verdicts.VOID_SHARE:
+                print(f"set aside (the lab's delay line queued for a CPU {held:.0%} of the run): {said}")
+                voided.append(f"{held:.0%}")
+                assert len(voided) <= verdicts.VOID_RUNS, f"this host held the lab's path ({voided}): no trial"
+                continue
+            print(said)
             if not cause.error:
                 assert r.outcome == "ok", r.error
             outcome.results.append(r)

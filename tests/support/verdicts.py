@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -411,6 +411,7 @@ def matrix_lab(make_lab: Callable[..., Config], name: str, causes: list[Cause]) 
     return parse_config(yaml.safe_dump(raw), f"verdicts-{name}.yaml")
 
 
+T = TypeVar("T")
 RUNS = 3  # per cause, in the tests
 # A run whose delay line (the lab's path, a process on this host) queued for a CPU this
 # share of the run or more was no trial of the induced cause: the path itself was held
@@ -437,14 +438,19 @@ def path_wait_seconds(config: Config) -> float | None:
     return waited / 1e9
 
 
-def trial(config: Config, cause: Cause) -> tuple[Result, float]:
-    """One run of `cause` and the share of its wall time the lab's path queued for a CPU."""
+def path_held(config: Config, run: Callable[[], T]) -> tuple[T, float]:
+    """`run()`'s value and the share of its wall time the lab's path queued for a CPU."""
     wait_before, start = path_wait_seconds(config), time.monotonic()
-    r = run_cause(config, cause)
+    value = run()
     wait_after, took = path_wait_seconds(config), time.monotonic() - start
     if wait_before is None or wait_after is None:
-        return r, 0.0
-    return r, (wait_after - wait_before) / took
+        return value, 0.0
+    return value, (wait_after - wait_before) / took
+
+
+def trial(config: Config, cause: Cause) -> tuple[Result, float]:
+    """One run of `cause` and the share of its wall time the lab's path queued for a CPU."""
+    return path_held(config, lambda: run_cause(config, cause))
 
 
 def check_cause(config: Config, cause: Cause, outcomes: list[Outcome]) -> None:
