@@ -22,4 +22,5 @@ echo "test: ruff check, ruff format --check, mypy"
 workers=${BIGBINF_TEST_WORKERS:-4}
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
-exec .venv/bin/python -m pytest -ra "${parallel[@]}" "$@"
+# The slowest tests named at the end: where the suite's time goes (docs/benchmarks.md, "The test suite").
+exec .venv/bin/python -m pytest -ra --durations=25 "${parallel[@]}" "$@"

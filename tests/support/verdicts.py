@@ -472,7 +472,7 @@ def check_cause(config: Config, cause: Cause, outcomes: list[Outcome]) -> None:
             assert len(voided) <= VOID_RUNS, held
             continue
         outcome.results.append(r)
-        print(said)
+        print(f"{said} (the delay line queued {path_waited:.0%})")
     outcomes.append(outcome)
     said = [(r.limited_by, r.limited_side, r.limited_evidence) for r in outcome.results]
     assert [c for r in outcome.results for c in contradictions(r)] == [], said
