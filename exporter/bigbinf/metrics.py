@@ -215,6 +215,13 @@ PASSIVE_SKIPPED_TOTAL = Spec(
     "Connections the passive watcher listed but did not follow because passive.max_flows were followed already "
     "(never judged).",
 )
+PASSIVE_MISSED_TOTAL = Spec(
+    PREFIX + "passive_transfers_missed_total",
+    "counter",
+    "Connections to a watched remote and service that moved at least passive.min_bytes and closed before any "
+    "listing of the passive watcher showed them (their close event alone: never judged). passive.interval, "
+    "or a busy host's stretched one (bigbinf_passive_interval_seconds), is longer than such transfers.",
+)
 PASSIVE_OPEN = Spec(PREFIX + "passive_open_flows", "gauge", "Connections the passive watcher follows now.")
 PASSIVE_LISTING_CPU = Spec(
     PREFIX + "passive_listing_cpu_seconds",
@@ -237,6 +244,7 @@ PASSIVE = (
     PASSIVE_BYTES_TOTAL,
     PASSIVE_RATE_HIST,
     PASSIVE_SKIPPED_TOTAL,
+    PASSIVE_MISSED_TOTAL,
     PASSIVE_OPEN,
     PASSIVE_LISTING_CPU,
     PASSIVE_INTERVAL,

@@ -52,27 +52,56 @@ CAUSE = plain_site.PlainCause(
 )
 
 
-def test_a_transfer_from_the_plain_remote_is_one_passive_result_with_the_bytes_and_the_scheduled_verdict(
-    site: plain_site.PlainSite,
-) -> None:
-    layout = site.layout
+def watching(site: plain_site.PlainSite, interval: str) -> PassiveConfig:
     assert site.lab.lab is not None
-    addr = site.lab.lab.remote_address
-    passive = PassiveConfig.model_validate(
+    return PassiveConfig.model_validate(
         {
             "enabled": True,
-            "netns": layout.client_ns,
-            "remotes": {plain_site.REMOTE: {"networks": [f"{addr}/32"]}},
+            "netns": site.layout.client_ns,
+            "remotes": {plain_site.REMOTE: {"networks": [f"{site.lab.lab.remote_address}/32"]}},
             "services": {"ssh": [plain_site.PLAIN_PORT]},
-            "interval": "0.2s",
+            "interval": interval,
             "min_bytes": "4MiB",
         }
     )
-    # A fresh connection (not the stats' ControlMaster), as a user's own ssh would be.
-    fetch = [
+
+
+def fetch_argv(site: plain_site.PlainSite) -> list[str]:
+    """The remote's `cat` of the 8 MiB file over a fresh connection (not the stats'
+    ControlMaster), as a user's own ssh would be."""
+    layout = site.layout
+    return [
         "ip", "netns", "exec", layout.client_ns, "ssh", "-F", str(layout.ssh_config), "-p", str(plain_site.PLAIN_PORT),
         "-o", "ControlMaster=no", "-o", "ControlPath=none", site.host, "cat", str(layout.data_dir / "f8m.bin"),
     ]  # fmt: skip
+
+
+def test_a_transfer_between_two_listings_is_counted_missed_not_lost_silently(site: plain_site.PlainSite) -> None:
+    """Listings a minute apart (a busy host stretches them so): the 8 MiB transfer begins
+    and ends between two; its close event alone is a missed transfer, counted, not judged."""
+    got: list[Result] = []
+    watcher = PassiveWatcher(watching(site, "60s"), got.append)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while watcher.snapshot()[0].listings < 1 and time.monotonic() < deadline:  # the first, before the transfer
+            time.sleep(0.05)
+        out = subprocess.run(fetch_argv(site), capture_output=True, timeout=120, check=True).stdout
+        # The kernel destroys the socket (the close event) once its FIN is acked, a round
+        # trip (80 ms here) or more after ssh exits.
+        time.sleep(2.0)
+    finally:
+        watcher.stop()
+    counts, _ = watcher.snapshot()
+    assert len(out) == 8 * MiB
+    assert (got, counts.missed, counts.listings) == ([], 1, 1)
+
+
+def test_a_transfer_from_the_plain_remote_is_one_passive_result_with_the_bytes_and_the_scheduled_verdict(
+    site: plain_site.PlainSite,
+) -> None:
+    passive = watching(site, "0.2s")
+    fetch = fetch_argv(site)
     got: list[Result] = []
     with receive_cap(site):
         (spec,) = [s for s in plan_round(site.config, None) if (s.protocol, s.direction) == ("scp", "download")]
@@ -92,7 +121,10 @@ def test_a_transfer_from_the_plain_remote_is_one_passive_result_with_the_bytes_a
         finally:
             watcher.stop()
     assert len(out) == 8 * MiB
-    assert len(got) == 1, [(r.protocol, r.file_bytes, r.direction) for r in got]
+    counts, _ = watcher.snapshot()
+    seen = f"missed {counts.missed}, interval {counts.interval_seconds:.2f} s, listings {counts.listings}"
+    assert len(got) == 1, ([(r.protocol, r.file_bytes, r.direction) for r in got], seen)
+    assert counts.missed == 0, seen
     (r,) = got
     assert (r.source, r.remote, r.protocol, r.direction, r.data_flows) == (
         "passive", plain_site.REMOTE, "ssh", "download", 1

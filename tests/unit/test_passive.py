@@ -136,6 +136,24 @@ def test_a_lost_close_event_closes_the_flow_at_its_last_listing() -> None:
     assert transfer.flows[0].closed_at == 1.0
 
 
+def test_a_transfer_that_closed_before_any_listing_showed_it_is_counted_missed() -> None:
+    t = Tracker(SELECTION, linger=2.0, max_flows=100, min_bytes=4 * MiB)
+    followed = ("10.0.0.1:40000", "198.51.100.7:22")
+    t.listing(0.0, [sock(*followed, acked=MiB, owner=("scp", 5))])
+    t.closed(
+        1.0,
+        [
+            sock(*followed, acked=20 * MiB),  # followed: its close, not a miss
+            sock("10.0.0.1:40001", "198.51.100.7:22", received=8 * MiB),  # no listing saw it: missed
+            sock("10.0.0.1:40002", "198.51.100.7:22", acked=MiB),  # below min_bytes: not a transfer
+            sock("10.0.0.1:40003", "198.51.100.7:8443", acked=8 * MiB),  # no watched service's port
+            sock("10.0.0.1:40004", "203.0.113.1:22", acked=8 * MiB),  # not a watched remote
+        ],
+    )
+    assert t.missed == 1
+    assert t.flows[followed].closed is not None and len(t.flows) == 1  # the missed one is not followed
+
+
 def test_flows_beyond_max_flows_are_counted_once_and_not_followed() -> None:
     t = Tracker(SELECTION, linger=2.0, max_flows=2)
     sockets = [sock(f"10.0.0.1:{40000 + i}", "198.51.100.7:22", acked=1) for i in range(5)]

@@ -14,7 +14,10 @@ between the two hosts' ephemeral ports) is followed, and counts only in a group 
 holds a service's connection: alone, it is dropped when it closes.  A
 group is due once every flow of it has closed and `linger` has passed with no new one (a
 next file's connection joins the same transfer).  A flow whose owner no listing saw (it
-lived between two listings) is a transfer of its own.
+lived between two listings) is a transfer of its own.  One that closed before any listing
+showed it (its close event alone: no samples, no owner, no start) is never judged; where it
+moved min_bytes to a watched remote's service it is counted as missed, so that a watcher
+whose listings come too seldom (a busy host stretches them) says so.
 
 The Result carries only this host's kernel's view (tcp_local; the remote is not asked:
 nothing is sent to it), with no capture (wire_measured false): the judge reads it through
@@ -101,12 +104,14 @@ class Tracker:
     """The flows followed and the transfers they make: fed listings and close events (by
     the watcher, or a test), asked for the transfers that are due."""
 
-    def __init__(self, selection: Selection, linger: float, max_flows: int) -> None:
+    def __init__(self, selection: Selection, linger: float, max_flows: int, min_bytes: int = 0) -> None:
         self.selection = selection
         self.linger = linger
         self.max_flows = max_flows
+        self.min_bytes = min_bytes
         self.flows: dict[tuple[str, str], Flow] = {}
         self.skipped = 0  # connections listed but not followed (max_flows reached), counted once each
+        self.missed = 0  # transfers (min_bytes to a service) that closed before any listing showed them
         self._skipped_keys: set[tuple[str, str]] = set()
         self._previous_listing: float | None = None
 
@@ -164,10 +169,20 @@ class Tracker:
         """Close events read at `at` (monotonic): each socket's final tcp_info."""
         for s in sockets:
             flow = self.flows.get(s.key)
+            if flow is None and s.has_info and s.key not in self._skipped_keys and self._a_missed_transfer(s):
+                self.missed += 1
             if flow is None or flow.closed is not None or not s.has_info:
-                continue  # not followed (a short one no listing saw, or one skipped)
+                continue  # not followed (one no listing saw, or one skipped)
             flow.closed = _completed(s, flow.last)
             flow.closed_at = at
+
+    def _a_missed_transfer(self, s: SocketInfo) -> bool:
+        """Whether a close event no listing preceded is a transfer the watcher was asked
+        about: min_bytes moved between a watched remote and one of its services' ports."""
+        if s.moved_bytes < max(1, self.min_bytes) or not self.selection.remote_of(s.peer):
+            return False
+        service, _ = self.selection.service_of(s.local, s.peer)
+        return service != UNKNOWN
 
     def due(self, now: float, lost_after: float) -> list[Transfer]:
         """The transfers whose flows have all closed, `linger` ago (taken out of the

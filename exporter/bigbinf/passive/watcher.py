@@ -63,6 +63,7 @@ class PassiveCounts:
     )  # remote, service -> bucket counts (+Inf last)
     rate_sums: dict[tuple[str, str], float] = field(default_factory=dict)
     skipped: int = 0
+    missed: int = 0
     stretched: int = 0
     open_flows: int = 0
     listing_seconds: float = 0.0  # CPU seconds of a listing (moving average)
@@ -103,7 +104,9 @@ class PassiveWatcher:
         self.events_argv = in_netns(config.netns, events)
         # Flows wait this long after their last close for a next connection of the same
         # transfer (a next file's, a late stream's).
-        self.tracker = Tracker(selection, linger=max(2.0, 2 * config.interval), max_flows=config.max_flows)
+        self.tracker = Tracker(
+            selection, linger=max(2.0, 2 * config.interval), max_flows=config.max_flows, min_bytes=config.min_bytes
+        )
         self.counts = PassiveCounts()
         self.recent: deque[Result] = deque(maxlen=config.recent)
         self.error = ""
@@ -115,7 +118,11 @@ class PassiveWatcher:
         self._sampler: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # the tracker and the counts
-        self._ask_owners = True
+        # The first listing without owners: `ss -p` reads every process's descriptors (tens
+        # of CPU-ms on a busy host), and its cost, held to CPU_SHARE, would stretch the
+        # interval before any flow needs one (a fresh-clone CI run: an 8 MiB transfer
+        # began and ended inside the first, stretched, interval; no listing saw it).
+        self._ask_owners = False
         self._events_tried = 0.0
 
     # ------------------------------------------------------------ life
@@ -142,6 +149,7 @@ class PassiveWatcher:
         with self._lock:
             self._take_events(now, final=True)
             transfers = self.tracker.flush(now)
+            self.counts.missed = self.tracker.missed  # close events read at the stop count too
         self._emit(transfers, now)
 
     # ------------------------------------------------------------ the loop
@@ -246,6 +254,7 @@ class PassiveWatcher:
             self._ask_owners = any(f.owner is None and f.closed is None for f in self.tracker.flows.values())
             transfers = self.tracker.due(now, lost_after=2 * self.config.interval + 1)
             self.counts.skipped = self.tracker.skipped
+            self.counts.missed = self.tracker.missed
             self.counts.open_flows = len(self.tracker.flows)
         self._emit(transfers, now)
         return child_cpu + time.thread_time() - thread_began
@@ -305,6 +314,7 @@ class PassiveWatcher:
                 {k: list(v) for k, v in c.rates.items()},
                 dict(c.rate_sums),
                 c.skipped,
+                c.missed,
                 c.stretched,
                 c.open_flows,
                 c.listing_seconds,

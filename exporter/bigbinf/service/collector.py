@@ -539,6 +539,7 @@ class BigbinfCollector(Collector):
             M.PASSIVE_RATE_HIST.name, M.PASSIVE_RATE_HIST.help, labels=M.PASSIVE_RATE_HIST.labels
         )
         skipped = CounterMetricFamily(M.PASSIVE_SKIPPED_TOTAL.name.removesuffix("_total"), M.PASSIVE_SKIPPED_TOTAL.help)
+        missed = CounterMetricFamily(M.PASSIVE_MISSED_TOTAL.name.removesuffix("_total"), M.PASSIVE_MISSED_TOTAL.help)
         stretched = CounterMetricFamily(
             M.PASSIVE_STRETCHED_TOTAL.name.removesuffix("_total"), M.PASSIVE_STRETCHED_TOTAL.help
         )
@@ -554,8 +555,9 @@ class BigbinfCollector(Collector):
                     buckets.append(("+Inf" if bound == float("inf") else _fmt(bound), float(running)))
                 rates.add_metric(list(labels2), buckets, p.rate_sums[labels2])
             skipped.add_metric([], p.skipped)
+            missed.add_metric([], p.missed)
             stretched.add_metric([], p.stretched)
-        yield from (flows, moved, rates, skipped, stretched)
+        yield from (flows, moved, rates, skipped, missed, stretched)
         yield gauge(M.PASSIVE_OPEN, p.open_flows if p else None)
         yield gauge(M.PASSIVE_LISTING_CPU, p.listing_seconds if p else None)
         yield gauge(M.PASSIVE_INTERVAL, p.interval_seconds if p else None)

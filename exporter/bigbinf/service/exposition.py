@@ -403,6 +403,7 @@ def _passive(r: _Renderer, s: ExporterState) -> None:
     r.family(M.PASSIVE_RATE_HIST, "histogram", rates)
     for spec, mtype, value in (
         (M.PASSIVE_SKIPPED_TOTAL, "counter", p.skipped if p else None),
+        (M.PASSIVE_MISSED_TOTAL, "counter", p.missed if p else None),
         (M.PASSIVE_STRETCHED_TOTAL, "counter", p.stretched if p else None),
         (M.PASSIVE_OPEN, "gauge", p.open_flows if p else None),
         (M.PASSIVE_LISTING_CPU, "gauge", p.listing_seconds if p else None),
