@@ -16,10 +16,12 @@ from bigbinf.judge import bounds
 from bigbinf.judge.inputs import Inputs
 from bigbinf.judge.verdict import judge_limit
 from bigbinf.measure.tcp.state import Listing, parse_ss, summarise
+from bigbinf.passive.flows import Tracker, result_of
 from bigbinf.result import PathBaseline, Result
 
 from ..support import against_truth, evidence
 from .test_judge import MiB, download
+from .test_passive import SELECTION, sock
 
 ROUTER = PathBaseline(
     "site",
@@ -206,3 +208,30 @@ def test_marks_claimed_where_the_path_marked_none_are_contradicted() -> None:
     unmarked = {"dropped": 0, "other_bytes": 0, "path_nft_marked_ce": 0, "local_ce_received": 0, "receiver": "local"}
     found = against_truth.contradicted(limit.evidence, unmarked, limit.side)
     assert any("CE marks claimed" in f for f in found), found
+
+
+def test_a_passive_upload_through_a_marking_queue_is_judged_by_the_same_bound() -> None:
+    # The passive watcher's flows are summarised (summarise) and judged (with_limit) as a
+    # scheduled transfer is: the same marks, from this host's own sender sockets.
+    t = Tracker(SELECTION, linger=0.5, max_flows=10)
+    t.listing(0.0, [])
+    key = ("10.0.0.1:40000", "198.51.100.7:22")
+    rate, rtt, window = 0.96e6, 0.0237, 15
+    info = {"congestion_control": "cubic", "mss": 1448, "cwnd": window, "rtt_seconds": rtt, "min_rtt_seconds": 0.0206,
+            "snd_wnd_bytes": 2_000_000, "notsent_bytes": 100_000}  # fmt: skip
+    for step in range(1, 17):
+        at = step * 0.5
+        sent = int(rate * at)
+        t.listing(at, [sock(*key, acked=sent, busy_seconds=at, segs_out=sent // 1448,
+                            delivered=sent // 1448, delivered_ce=int(sent / 1448 * 0.092), **info)])  # fmt: skip
+    sent = int(rate * 8.2)
+    closing = {**info, "notsent_bytes": 0, "busy_seconds": 8.2, "segs_out": sent // 1448}
+    t.closed(8.2, [sock(*key, acked=sent, delivered=sent // 1448, delivered_ce=int(sent / 1448 * 0.092), **closing)])
+    (due,) = t.due(9.0, lost_after=3.0)
+    baseline = PathBaseline("archive", 0.0, rtt_min_seconds=0.0204, bandwidth_bytes_per_second=12.5e6,
+                            bandwidth_source="configured", mtu_bytes=1500)  # fmt: skip
+    r = result_of(due, now_wall=1_000_000.0, now_mono=9.0, baseline=baseline, min_bytes=1 << 20)
+    assert r is not None and r.direction == "upload"
+    assert r.tcp_local["delivered_ce_segments"] > 0
+    assert (r.limited_by, r.limited_side) == ("congestion", "path"), r.limited_evidence
+    assert "round trips marked CE by the path" in r.limited_evidence

@@ -328,9 +328,9 @@ class Inputs:
         acknowledged with the ECN echo over the window each marked round trip counts
         (at least 1 where any was marked); 0 for a sender that does not slow for marks
         (ECN_BLIND) or where none was marked.  Counting marked packets instead overstates
-        p where a queue marks several in a round trip (5 in a row: the rate at 215-435% of
-        the bound from packets, 99-205% of the one from round trips; at random, 0.5% of
-        packets, both 81-130%)."""
+        p where a queue marks several in a round trip (5 in a row of every 500: the rate at
+        191-330% of the bound from packets, 94-174% of the one from round trips; at random,
+        0.5% of packets, 92-161% and 93-193%: docs/metrics.md)."""
         marked = self.ce_marked
         if marked <= 0 or self.congestion_control in ECN_BLIND:
             return 0.0
