@@ -189,6 +189,8 @@ def plain(args: argparse.Namespace) -> int:
                             "limited_side": r.limited_side, "evidence": r.limited_evidence,
                             "next_step": r.limited_next_step, "right": outcome.right(r),
                             "contradicted": against, "truth": t, "one_way": r.one_way,
+                            "sender_tcp": r.sender_tcp, "congestion_control": r.congestion_control,
+                            "rate": r.throughput_bytes_per_second, "duration": r.duration_seconds,
                         })  # fmt: skip
                     outcomes.append(outcome)
             lab.teardown(layouts.pop())

@@ -81,6 +81,7 @@ SLOWEST_FIRST = (
     "tests/unit/test_analyse.py",  # 119 s
     "tests/lab/test_capture.py",  # 115 s
     "tests/unit/test_analyser_worker.py",  # 102 s
+    "tests/lab/test_verdicts_plain_ecn.py",  # 111 s at load 13: four CUBIC transfers through a CE-marking router
     "tests/lab/test_analyse.py",  # 91 s
     "tests/lab/test_transfer.py",  # 81 s
     "tests/lab/test_passive.py",  # 67-74 s at load 12-23 (its branch's run): transfers run by hand, watched

@@ -13,7 +13,10 @@ from its words, as a reader of the journal sees it, and held to what really happ
   that does not send);
 - a route's `window` metric claimed where that end's route has none;
 - a standing queue on the return path (the ACKs' way) claimed where the router's shaper
-  on that way never held a packet back (0 overlimits).
+  on that way never held a packet back (0 overlimits);
+- CE marks claimed ("about N of M round trips marked CE by the path") where the path
+  marked none (the router's nft counter of CE marks and the receiver's IpExtInCEPkts both
+  0), or far more marked round trips than the path marked packets (each needs a mark).
 
 Pure: (evidence, truth) in, what contradicts out; unit-tested in tests/unit/test_against_truth.py.
 """
@@ -44,6 +47,12 @@ _RECEIVE = re.compile(r"\breceive (?:window|buffer)|\breceiver's (?:window|buffe
 _SEND = re.compile(r"\bsend(?:er's)? buffer|\bsndbuf\b|\btcp_wmem\b", re.IGNORECASE)
 _SIZE_AFTER = re.compile(r"^[^;]{0,60}?\((\d+) B\)")  # words.human_bytes: "131.07 kB (131072 B)"
 _ROUTE_WINDOW = re.compile(r"\broute's `window` metric", re.IGNORECASE)
+# The marked round trips are an estimate (the echoed segments over the sender's mean
+# window, often below the window a mark arrives in: 0.82-1.75 times the marks at random
+# 0.5%, where each marked round trip has one); more than this many times the packets the
+# path marked is no estimate of them.
+CE_ROUNDS_OVER = 2.0
+_CE_MARKED = re.compile(r"about (\d+) of \d+ round trips marked CE by the path")
 _SIDE_BEFORE = {"remote": re.compile(r"\bthe remote's\s+$", re.I), "local": re.compile(r"\bthis host's\s+$", re.I)}
 
 
@@ -85,6 +94,11 @@ def contradicted(evidence: str, truth: Mapping[str, Any], side: str = "") -> lis
     claimed = "the return path (the ACKs' way) held a standing queue" in evidence
     if claimed and "not the return path" not in evidence and truth.get("return_way_qdisc_overlimits") == 0:
         found.append("a standing queue on the return path claimed, its shaper never held a packet back")
+    for match in _CE_MARKED.finditer(evidence):
+        rounds = int(match.group(1))
+        marks = max(truth.get("path_nft_marked_ce", 0), truth.get(f"{truth.get('receiver', '')}_ce_received", 0))
+        if marks == 0 or rounds > CE_ROUNDS_OVER * marks:
+            found.append(f"CE marks claimed, the path marked {marks} packets: {match.group(0)!r}")
     for match in _ROUTE_WINDOW.finditer(evidence):
         where = side if side in ("local", "remote") else truth.get("receiver", "")
         if f"{where}_route_window" in truth and not truth[f"{where}_route_window"]:

@@ -162,7 +162,10 @@ def contradictions(reason: str, side: str, evidence: str, slow_start_most: float
                 found.append(f"link_capacity at {share}% of the path (the estimate is stale)")
         if "stale" in evidence:
             found.append("link_capacity against a stale estimate")
-    if reason == "congestion" and re.search(r"(?<!\d)0 retransmitted|\(0\.00%", evidence):
+    # ECN: the path's CE marks are congestion events with nothing retransmitted (rules._ecn_marked).
+    marked = re.search(r"about (\d+) of \d+ round trips marked CE by the path", evidence)
+    unmarked = not (marked and int(marked.group(1)) > 0)
+    if reason == "congestion" and re.search(r"(?<!\d)0 retransmitted|\(0\.00%", evidence) and unmarked:
         found.append("congestion without retransmissions")
     starved = evidence.startswith("the remote was starved of CPU")
     if reason == "cpu" and not starved:

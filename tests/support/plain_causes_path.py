@@ -418,3 +418,59 @@ CAUSES += [
                "link_capacity", "path", slow_return_path, evidence=r"return path \(the ACKs' way\)",
                bound=_RETURN_BOUND),
 ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue 42: ECN marks, no loss
+# On the "router" site: both ends request ECN (net.ipv4.tcp_ecn=1) and the router marks CE
+# on ECN_MARK_PER_MILLE of the ECN-capable packets it forwards instead of dropping any (a
+# queue whose AQM marks: this kernel has no fq_codel, codel, red or pie qdisc, so an
+# nftables rule stands in for the marking, at random like the lossy site's loss).  The
+# rule matches on the way out toward either host, after the delay line: one packet per
+# segment there (the veths in front of it carry the senders' GSO batches).
+ECN_MARK_PER_MILLE = 5
+# A queue that marks in bursts (a step-marking AQM: every packet while the queue stands
+# above its threshold): ECN_BURST packets in a row of every ECN_BURST_EVERY ECT packets,
+# each burst within one round trip: 1% of the packets, a fifth as many marked round trips.
+# (At 5 in 1000 an 8 MiB CUBIC upload's window grew to fill the 100 Mbit/s link between
+# bursts in 2 of 3 runs: the link held it, not the marks.)
+ECN_BURST, ECN_BURST_EVERY = 5, 500
+
+
+def ecn_marking(mode: str = "random") -> Callable[[PlainSite], contextlib.AbstractContextManager[Changes | None]]:
+    """ECN requested on both ends and the router marking CE on ECN-capable (ECT(0))
+    packets it sends on toward either host, counted (the truth's nft_marked_ce):
+    ECN_MARK_PER_MILLE of them at random (`mode` "random"), or ECN_BURST in a row of every
+    ECN_BURST_EVERY ("bursts")."""
+
+    @contextlib.contextmanager
+    def setup(site: PlainSite) -> Iterator[Changes | None]:
+        layout = site.layout
+        every = str(ECN_BURST_EVERY)
+        which = (["numgen", "random", "mod", "1000", "<", str(ECN_MARK_PER_MILLE)] if mode == "random"
+                 else ["numgen", "inc", "mod", every, "<", str(ECN_BURST)])  # fmt: skip
+        mark = ["oifname", "{", layout.wan_client_if, ",", layout.wan_remote_if, "}", "ip", "ecn", "ect0", *which,
+                "ip", "ecn", "set", "ce", "counter"]  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            for side in ("local", "remote"):
+                stack.enter_context(verdicts.sysctl(site.lab, side, "net.ipv4.tcp_ecn", "1"))
+            stack.enter_context(_router_nft(site, "bbt_ecn", "forward", mark))
+            yield None
+
+    return setup
+
+
+_ECN_BOUND = "the loss bound with p from the CE marks (none lost): Mathis, MSS/RTT x 1.22/sqrt(p)"
+CAUSES += [
+    # CUBIC halves its window once per round trip that brought a CE echo, as on a loss: the
+    # marks, not the link (100 Mbit/s configured), hold the rate; nothing is lost.
+    *(PlainCause("ECN marks without loss (CUBIC)", "router", p, "f8m", d, "congestion", "path", ecn_marking(),
+                 evidence=r"marked CE by the path", bound=_ECN_BOUND)
+      for p, d in (("http-cubic", "download"), ("iperf3-cubic", "upload"), ("scp-cubic", "upload"))),
+    # ... marked in bursts: one halving per burst, not per mark.
+    *(PlainCause("ECN marks in bursts without loss (CUBIC)", "router", p, "f8m", d, "congestion", "path",
+                 ecn_marking("bursts"), evidence=r"marked CE by the path", bound=_ECN_BOUND)
+      for p, d in (("http-cubic", "download"), ("iperf3-cubic", "upload"))),
+    # BBR (v1) does not slow for ECN: the link is full.
+    PlainCause("ECN marks without loss (BBR)", "router", "http", "f32m", "download", "link_capacity", "path",
+               ecn_marking(), bound="the path's capacity (100 Mbit/s configured); BBR does not slow for CE marks"),
+]  # fmt: skip

@@ -49,6 +49,10 @@ MIB = {
     "to_zero_window": "TcpExtTCPToZeroWindowAdv",
     "want_zero_window": "TcpExtTCPWantZeroWindowAdv",
     "from_zero_window": "TcpExtTCPFromZeroWindowAdv",
+    # ECN: segments this end's peer acknowledged with the ECN echo (a sender's), and the
+    # packets that arrived here CE-marked (a receiver's: the path's marks, as they came).
+    "delivered_ce": "TcpExtTCPDeliveredCE",
+    "ce_received": "IpExtInCEPkts",
 }
 SYSCTLS = {
     "moderate_rcvbuf": "net.ipv4.tcp_moderate_rcvbuf",
@@ -57,6 +61,7 @@ SYSCTLS = {
     "congestion": "net.ipv4.tcp_congestion_control",
     "mtu_probing": "net.ipv4.tcp_mtu_probing",
     "window_scaling": "net.ipv4.tcp_window_scaling",  # 0: no window above 65535 B, whatever the buffers
+    "ecn": "net.ipv4.tcp_ecn",  # 1: requests ECN on its connections, 2: accepts it when asked
 }
 HEADER_BYTES = 66  # Ethernet, IPv4 and TCP with timestamps: a frame's bytes that carry no payload
 FRAMING = 1.05  # a protocol's bytes on the wire per byte of the file, at most (ssh's MACs, HTTP's headers)
@@ -129,20 +134,31 @@ def links(ns: str) -> dict[str, dict[str, int]]:
 
 
 def nft_counters(ns: str) -> dict[str, int]:
-    """Packets counted by nftables rules in `ns`: those of rules that drop, and the rest."""
+    """Packets counted by nftables rules in `ns`: those of rules that drop, those of rules
+    that mark CE (set the IP header's ECN field), and the rest."""
     try:
         rows = json.loads(_in(ns, ["nft", "-j", "list", "ruleset"]) or "{}").get("nftables", [])
     except ValueError:
         rows = []
-    dropped = counted = 0
+    dropped = counted = marked = 0
     for row in rows:
         exprs = row.get("rule", {}).get("expr", []) if isinstance(row, dict) else []
         packets = sum(int(e["counter"].get("packets", 0)) for e in exprs if isinstance(e, dict) and "counter" in e)
         if any(isinstance(e, dict) and "drop" in e for e in exprs):
             dropped += packets
+        elif any(isinstance(e, dict) and _sets_ce(e) for e in exprs):
+            marked += packets
         else:
             counted += packets
-    return {"nft_dropped": dropped, "nft_counted": counted}
+    return {"nft_dropped": dropped, "nft_counted": counted, "nft_marked_ce": marked}
+
+
+def _sets_ce(expr: dict[str, Any]) -> bool:
+    """Whether an nftables expression (JSON) sets the IP header's ECN field to CE."""
+    mangle = expr.get("mangle")
+    if not isinstance(mangle, dict) or mangle.get("value") != "ce":
+        return False
+    return mangle.get("key", {}).get("payload", {}).get("field") == "ecn"
 
 
 def delay_line(layout: LabLayout, timeout: float = 15.0) -> dict[str, int]:
@@ -251,6 +267,7 @@ def truth(
         )
         t[f"{side}_qdisc_drops"], t[f"{side}_qdisc_overlimits"] = q["qdisc_drops"], q["qdisc_overlimits"]
         t[f"{side}_nft_dropped"], t[f"{side}_nft_counted"] = n["nft_dropped"], n["nft_counted"]
+        t[f"{side}_nft_marked_ce"] = n.get("nft_marked_ce", 0)
         t[f"{side}_link_drops"] = link_drops
         dropped += q["qdisc_drops"] + n["nft_dropped"] + link_drops
     # The router's shapers per way: the data's way out (toward the receiver) and the return
@@ -314,6 +331,12 @@ def summary(t: Truth) -> str:
         parts.append(
             f"router's shaper: return way (ACKs) overlimits {t.get('return_way_qdisc_overlimits')} sent "
             f"{t.get('return_way_qdisc_bytes')} B, data way overlimits {t.get('data_way_qdisc_overlimits')}"
+        )
+    if t.get("path_nft_marked_ce") or t.get(f"{s}_delivered_ce") or t.get(f"{r}_ce_received"):
+        parts.append(
+            f"CE marked by the router {t.get('path_nft_marked_ce', 0)} packets, {r} received CE "
+            f"{t.get(f'{r}_ce_received', 0)}, {s} delivered CE {t.get(f'{s}_delivered_ce', 0)} of segments out "
+            f"{t.get(f'{s}_segments_out', 0)}; tcp_ecn {s} {t.get(f'{s}_ecn')} {r} {t.get(f'{r}_ecn')}"
         )
     for k in ("delay_line_lost", "delay_line_reordered", "delay_line_paced", "path_nft_dropped", "path_nft_counted"):
         if t.get(k):

@@ -73,6 +73,7 @@ def test_download_sender_listing_in_base_units() -> None:
         pmtu=1500,
         advmss=1448,
         wscale=(10, 10),
+        delivered=26970,  # tcpi_delivered (no delivered_ce printed: none echoed CE)
     )
     # The control connection: a few bytes, app-limited, no ssthresh printed yet.
     control = sockets[1]
@@ -308,7 +309,9 @@ def test_summary_of_two_parallel_streams() -> None:
     assert list(summary.values) == [k for k in VALUE_KEYS if k in summary.values]
     assert summary.values == {
         "cwnd_max_segments": 40,
+        "cwnd_avg_segments": 27,  # A 20, 40 and its close 35; B 30, 10
         "ssthresh_min_segments": 8,
+        "ssthresh_avg_segments": 16.5,  # B's 25 and 8, the ones printed
         "rtt_avg_seconds": pytest.approx((0.02 + 0.04 + 0.03 + 0.05 + 0.03) / 5),  # 4 samples + A's close
         "min_rtt_seconds": 0.010,
         # listing 1: 10e6 + 5e6, listing 2: 12e6 (B stalled), listing 3: nothing sent
@@ -320,6 +323,8 @@ def test_summary_of_two_parallel_streams() -> None:
         "retransmits": 5,  # data sockets only
         "dsack_dups": 2,  # A's: 2 of its 3 retransmissions had arrived already
         "reord_seen": 4,
+        "delivered_segments": 0,  # none printed (ECN: delivered_ce, tests/unit/test_judge_ecn.py)
+        "delivered_ce_segments": 0,
         "backoff_max": 3,
         # While sending, summed over the streams sending (listing 1: A's and B's; listing
         # 2: A's alone, which ss left out: none known)

@@ -13,9 +13,12 @@ was 0.76 MB/s").  Rates are payload bytes per second, as the transfer's own rate
 - send_buffer: the sender's buffer where it stopped growing (at its maximum, or set by
   its program: `locked`), over the round trip the transfer saw;
 - path_capacity: the path's estimate (a wire rate), as payload;
-- loss (Mathis et al.): MSS / RTT x C / sqrt(p), C = sqrt(3/2), p the *real* losses per
-  segment sent: retransmissions less those the receiver reported as duplicates (DSACK,
-  tcpi_dsack_dups: the segment had arrived; reordering, a spurious timeout); for a CUBIC
+- loss (Mathis et al.): MSS / RTT x C / sqrt(p), C = sqrt(3/2), p the congestion events
+  per segment sent: the *real* losses (retransmissions less those the receiver reported as
+  duplicates: DSACK, tcpi_dsack_dups: the segment had arrived; reordering, a spurious
+  timeout) and the round trips the path marked CE in (ECN: Inputs.ce_rounds; CUBIC and
+  Reno halve once per marked round trip, as per loss event, however many packets a queue
+  marked in it: counted per packet, p overstates a queue that marks in bursts); for a CUBIC
   sender the larger of that and CUBIC's own response (RFC 9438: a window of
   1.05 x (RTT / p)^(3/4) segments, RTT in seconds), which a long path reaches first;
   met down to LOSS_LOW of it (timeouts, which neither model counts, cost more) and at any
@@ -112,6 +115,7 @@ class Bound:
     low: float = 1 - TOLERANCE  # the least share of `rate` that still meets it
     program: str = ""  # cpu, disk: the program
     high: float = 1 + TOLERANCE  # the most share of `rate` that still meets it
+    shown: str = ""  # its name in a list of bounds, where not `name` (the loss bound from CE marks alone)
 
     def meets(self, rate: float) -> bool:
         """Whether a steady `rate` meets this bound: from `low` of it to `high` of it."""
@@ -411,29 +415,44 @@ def ack_clock(i: Inputs) -> Bound | None:
 
 
 def loss(i: Inputs) -> Bound | None:
-    """Mathis: MSS / RTT x sqrt(3/2) / sqrt(p), p the real losses per segment sent."""
+    """Mathis: MSS / RTT x sqrt(3/2) / sqrt(p), p the congestion events per segment sent:
+    the real losses and the round trips the path marked CE in (Inputs.congestion_events:
+    CUBIC and Reno halve once for either)."""
     rtt = round_trip(i)
-    lost = i.real_losses
-    if not rtt or not i.segments or lost <= 0 or i.congestion_control in PACED:
-        # bbr does not take loss for congestion (it keeps its rate up to ~20% loss): no
-        # Mathis bound holds it.
+    lost, marked = i.real_losses, i.ce_rounds
+    if not rtt or not i.segments or lost + marked <= 0 or i.congestion_control in PACED:
+        # bbr does not take loss (nor a CE mark) for congestion (it keeps its rate up to
+        # ~20% loss): no Mathis bound holds it.
         return None
-    p = lost / i.segments
+    p = i.congestion
     rate = i.mss / rtt * MATHIS_C / math.sqrt(p)
-    model = "Mathis: MSS/RTT x 1.22/sqrt(p), one loss per congestion event"
+    # (Loss is named only where something was lost.)
+    event = (
+        ("one halving per segment lost or marked round trip" if lost else "one halving per marked round trip")
+        if marked
+        else "one loss per congestion event"
+    )
+    model = f"Mathis: MSS/RTT x 1.22/sqrt(p), {event}"
     if i.congestion_control in ("", "cubic"):
         cubic = i.mss / rtt * CUBIC_K * (rtt / p) ** 0.75
         if cubic > rate:
             rate, model = cubic, "CUBIC's response: 1.05 x (RTT/p)^(3/4) segments per round trip, RFC 9438"
+    if marked:
+        what = (
+            f"congestion events {p:.2%} of segments (real: {lost} lost and {marked:.0f} round trips marked CE, of "
+            f"{i.segments} sent)"
+        )
+    else:
+        what = f"loss {p:.2%} of segments (real: {lost} lost of {i.segments})"
     return Bound(
         "loss",
         rate,
-        f"the loss {p:.2%} of segments (real: {lost} lost of {i.segments}) with a {i.mss:.0f}-byte MSS over "
-        f"{_ms(rtt)} allows {human_rate(rate)} ({model})",
+        f"the {what} with a {i.mss:.0f}-byte MSS over {_ms(rtt)} allows {human_rate(rate)} ({model})",
         "path",
-        {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt},
+        {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt, **({"ce_rounds": marked} if marked else {})},
         low=LOSS_LOW,
         high=math.inf,
+        shown="" if lost or not marked else "ce_marks",
     )
 
 
@@ -720,11 +739,15 @@ def met(bounds: Iterable[Bound], rate: float) -> list[Bound]:
 
 def listed(bounds: Iterable[Bound]) -> str:
     """The bounds computed, in words ("no bound could be computed" where none)."""
-    said = [f"{b.name} {human_rate(b.rate)}" for b in bounds]
+    said = [f"{b.shown or b.name} {human_rate(b.rate)}" for b in bounds]
     return "bounds computed: " + ", ".join(said) if said else "no bound could be computed"
 
 
 def distances(bounds: Iterable[Bound], rate: float) -> str:
     """The bounds computed and how far the steady `rate` was from each, in words."""
-    said = [f"{b.name} {human_rate(b.rate)} (the steady rate {rate / b.rate:.0%} of it)" for b in bounds if b.rate > 0]
+    said = [
+        f"{b.shown or b.name} {human_rate(b.rate)} (the steady rate {rate / b.rate:.0%} of it)"
+        for b in bounds
+        if b.rate > 0
+    ]
     return "bounds computed: " + ", ".join(said) if said else "no bound could be computed"

@@ -26,6 +26,9 @@ STALE_SHARE = 1.5
 # while one whose window never binds (the link holds it) shows none.
 CORROBORATED_SHARE = 0.1
 KERNEL_COUNT = "the sender's kernel"
+# Congestion controls that do not slow for a CE mark (BBR v1 takes neither loss nor ECN for
+# congestion): their marks are no congestion events.
+ECN_BLIND = frozenset({"bbr"})
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,64 @@ class Inputs:
     def loss(self) -> float:
         """Real losses per segment sent (spurious retransmissions are not losses)."""
         return self.real_losses / self.segments if self.segments else 0.0
+
+    @property
+    def ce_marked(self) -> float:
+        """Segments the sender's peer acknowledged with the ECN echo (tcpi_delivered_ce: a
+        queue on the path marked CE, and the receiver set ECE on its ACKs until the
+        sender's CWR came); 0 where none were, or the sender could not be read."""
+        return self.sender.get("delivered_ce_segments", 0.0)
+
+    @property
+    def ce_window(self) -> float:
+        """The segments one marked round trip counts in `ce_marked`: the receiver echoes a
+        mark on every ACK until the sender's CWR reaches it, a round trip later, so about
+        the sender's window (its mean over the listings, else its largest)."""
+        return max(1.0, self.sender.get("cwnd_avg_segments") or self.sender.get("cwnd_max_segments") or 1.0)
+
+    @property
+    def ce_rounds(self) -> float:
+        """The round trips in which the path marked CE, as the sender's congestion control
+        responds to them: CUBIC and Reno reduce their window once per round trip that
+        brought a mark (RFC 3168: CWR, then marks are ignored for that window), as once
+        per loss event, however many packets the queue marked in it.  The segments
+        acknowledged with the ECN echo over the window each marked round trip counts
+        (at least 1 where any was marked); 0 for a sender that does not slow for marks
+        (ECN_BLIND) or where none was marked.  Counting marked packets instead overstates
+        p where a queue marks several in a round trip (5 in a row of every 500: the rate at
+        191-330% of the bound from packets, 94-174% of the one from round trips; at random,
+        0.5% of packets, 92-161% and 93-193%: docs/metrics.md)."""
+        marked = self.ce_marked
+        if marked <= 0 or self.congestion_control in ECN_BLIND:
+            return 0.0
+        return max(1.0, marked / self.ce_window)
+
+    @property
+    def congestion_events(self) -> float:
+        """What the sender's congestion control took for congestion: its real losses and
+        the round trips the path marked CE in (each halves CUBIC's or Reno's window once)."""
+        return self.real_losses + self.ce_rounds
+
+    @property
+    def congestion(self) -> float:
+        """Congestion events per segment sent: the p of the loss bound (bounds.loss)."""
+        return self.congestion_events / self.segments if self.segments else 0.0
+
+    def ce_words(self) -> str:
+        """The path's CE marks in words ("" where none counted): "about N of M round trips
+        marked CE by the path (...)": N an estimate (ce_rounds), M the segments over the
+        window."""
+        rounds = self.ce_rounds
+        if not rounds:
+            return ""
+        window = self.ce_window
+        delivered = self.sender.get("delivered_segments") or float(self.segments)
+        total = max(rounds, delivered / window)
+        return (
+            f"about {rounds:.0f} of {total:.0f} round trips marked CE by the path ({self.ce_marked:.0f} of "
+            f"{delivered:.0f} segments acknowledged with the receiver's ECN echo, tcpi_delivered_ce: a window of "
+            f"about {window:.0f} segments per marked round trip)"
+        )
 
     def loss_words(self) -> str:
         if not self.segments:

@@ -42,7 +42,9 @@ sender, and what only shows once nothing else does last:
    (vetoes.application_veto: enough listings, flagged app-limited, the remote seen);
    cpu or disk where a program seen explains it; before congestion, so a few segments
    lost in slow start never outrank a throttle;
-9. congestion: the sender retransmitted at least LOSS_SHARE of its segments;
+9. congestion: the sender's congestion events (real losses, and round trips the path marked
+   CE in: ECN, detail ecn where it marked any) were at least LOSS_SHARE of its segments, or,
+   with CE marks, the loss bound from them met the steady rate;
 10. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
     while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
     ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
@@ -113,7 +115,8 @@ class Limit:
     side: str = ""  # local | remote (this host, the remote host) | path | ""
     next_step: str = ""  # what to do about it, concretely (`advise` adds the sysctl lines)
     program: str = ""  # cpu, disk: the program named
-    detail: str = ""  # cpu: "starved" where the remote could not answer its own listings or its quota held it;
+    detail: str = ""  # congestion: "ecn" where the path's CE marks held it (ECN marking, nothing lost);
+    # cpu: "starved" where the remote could not answer its own listings or its quota held it;
     # "quota" where this host's program was held by its cgroup's CPU quota; application: "ssh_window" where
     # ssh's fixed channel window held it
     reach_bytes: float | None = None  # startup: a file this large averages within 10% of the steady rate
@@ -247,10 +250,13 @@ def _signalled(i: Inputs) -> Limit:
         return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=("local",), fed=True) or Limit(
             "application", f"{why}; {rate_words}", "local"
         )
-    lossy = bool(sender) and i.loss >= LOSS_SHARE
+    # Congestion events: real losses, and round trips the path marked CE in (ECN: CUBIC and
+    # Reno halve once for either; Inputs.congestion).
+    lossy = bool(sender) and i.congestion >= LOSS_SHARE
     # A buffer at its maximum is evidence only where the clocks cannot say (no sender, or
-    # BBR's pacing hiding the window from them) and the sender's loss does not explain the
-    # rate better: with loss, cwnd stays below the window and more buffer buys nothing.
+    # BBR's pacing hiding the window from them) and the sender's loss (or the path's CE
+    # marks) does not explain the rate better: with either, cwnd stays below the window
+    # and more buffer buys nothing.
     # (Where the BDP is unknown, with the sender's clock saying the same: Inputs.maxed.)
     rcv_ceiling = i.maxed("tcp_rmem", rwnd) if not lossy else ""
     snd_ceiling = i.maxed("tcp_wmem", sndbuf) if not lossy else ""
@@ -349,6 +355,15 @@ def _signalled(i: Inputs) -> Limit:
                 i.sender_side,
             )
         withheld.append(f"not application ({idle}): {veto}")
+    if sender and i.ce_rounds and i.ce_rounds >= i.real_losses:
+        # The path's CE marks, where they are most of the congestion events (more losses
+        # than marks: the path drops, and congestion below says so, its bound counting
+        # both): named where they are LOSS_SHARE of the segments with the losses, or where
+        # their bound meets the steady rate (a queue that marks in bursts: 5 marked round
+        # trips of 5796 segments held CUBIC at 90% of their bound).
+        marks = bounds.loss(i)
+        if lossy or (marks is not None and marks.meets(bounds.judged_rate(marks, i))):
+            return _ecn_marked(i, rate_words)
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
         return Limit("congestion", "; ".join([i.loss_words(), *_bound_said(bounds.loss(i), i), rate_words]), "path")
     # Network-limited below the path, no loss: which of this transfer's own bounds met the
@@ -422,6 +437,22 @@ def _signalled(i: Inputs) -> Limit:
     )
 
 
+def _ecn_marked(i: Inputs, rate_words: str) -> Limit:
+    """congestion, detail ecn: the path marked CE (ECN) in round trips enough to hold the
+    sender (with its real losses, LOSS_SHARE of its segments or more): a queue on the path
+    that marks instead of dropping, each mark halving CUBIC's or Reno's window once per
+    round trip as a loss does, with nothing lost (or fewer losses than marks).  The loss
+    bound with p from both (bounds.loss) beside the rate."""
+    control = f" ({i.congestion_control})" if i.congestion_control else ""
+    lost = i.loss_words() or "no retransmission counted"
+    said = (
+        f"ECN marking (congestion on the path: a queue that marks): {i.ce_words()}, and {lost}: the sender's "
+        f"congestion control{control} reduces its window once per marked round trip (RFC 3168), however many "
+        "packets the queue marked in it"
+    )
+    return Limit("congestion", "; ".join([said, *_bound_said(bounds.loss(i), i), rate_words]), "path", detail="ecn")
+
+
 def _shared_path(
     i: Inputs, steady: float, in_flight: float | None, rwnd: float, sndbuf: float, streams: int
 ) -> Limit | None:
@@ -439,7 +470,7 @@ def _shared_path(
         or in_flight < IDLE_SHARE
         or backlog is None
         or backlog < BACKLOG_SHARE
-        or i.loss >= LOSS_SHARE
+        or i.congestion >= LOSS_SHARE
         or rwnd >= LIMITED_SHARE
         or sndbuf >= LIMITED_SHARE
     ):
@@ -882,8 +913,8 @@ def startup(i: Inputs, steady_limit: Limit) -> tuple[Limit | None, str]:
     where it is not, why, if the physics withheld it ("" otherwise).  Only what the
     physics allows counts: a set-up of at most vetoes.setup_seconds and a slow start of at
     most vetoes.slow_start_seconds; time beyond them is named, never called startup."""
-    if i.duration <= 0 or (i.sender and i.loss >= LOSS_SHARE):
-        return None, ""  # with loss, a slow ramp is the loss's doing: congestion says so
+    if i.duration <= 0 or (i.sender and i.congestion >= LOSS_SHARE):
+        return None, ""  # with loss (or CE marks), a slow ramp is their doing: congestion says so
     behind = i.receiver.get("rcv_queue_ratio_avg")
     if not i.sender and i.receiver_side == "local" and behind is not None and behind >= RECEIVER_BEHIND:
         # A download judged from this host alone whose receive queue stood full: the

@@ -138,6 +138,27 @@ def _ssh_window_step(i: Inputs) -> str:
     )
 
 
+def _ecn_step(i: Inputs) -> str:
+    """A queue on the path marks CE (ECN) and the sender halves at each marked round trip:
+    the path's congestion, told by marks instead of drops.  Nothing on the hosts is wrong:
+    ECN is already on (turning it off would turn the marks into drops, and the halvings
+    with them), and the marking queue is the operator's."""
+    marks = i.ce_words()
+    bbr = _bbr(i)
+    meanwhile = (
+        f"; a congestion control that does not halve at each mark keeps more of the rate meanwhile (it takes a "
+        f"larger share of that queue from other flows): {bbr}"
+        if bbr
+        else ""
+    )
+    return (
+        f"the network: a queue on the path marks CE ({marks}): the path is congested there, or its AQM marks "
+        "below the link's capacity (a marking threshold set low, a shaper's queue that marks); ask the path's "
+        "operator which queue marks and give it more capacity or a higher threshold.  ECN itself is working: "
+        f"turned off, that queue would discard the packets it now marks, and the rate would be no higher{meanwhile}"
+    )
+
+
 def next_step(limit: Limit, i: Inputs, r: Result) -> str:
     """The concrete next step for a verdict, with its numbers (docs/metrics.md says the
     same per verdict): the host and the setting to change there, never what is in use."""
@@ -145,6 +166,8 @@ def next_step(limit: Limit, i: Inputs, r: Result) -> str:
     if limit.reason in ("receive_window", "send_buffer"):
         step = _buffer_step(limit, i, r)
         return step + ("; or more parallel streams, each with its own window" if r.protocol != "iperf3" else "")
+    if limit.reason == "congestion" and limit.detail == "ecn":
+        return _ecn_step(i)
     if limit.reason == "congestion":
         probe = f"; the probe saw {i.probe_loss}" if i.probe_loss else ""
         bbr = _bbr(i)

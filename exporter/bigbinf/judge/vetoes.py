@@ -493,8 +493,8 @@ def contradiction(reason: str, side: str, i: Inputs) -> str:
             return "link_capacity without a path estimate"
         if share > STALE_SHARE:
             return f"link_capacity at {share:.0%} of the path: the estimate is stale"
-    if reason == "congestion" and not i.real_losses:
-        return "congestion without losses" if i.retransmits else "congestion without retransmissions"
+    if reason == "congestion" and not i.real_losses and not i.ce_rounds:
+        return "congestion without losses or CE marks" if i.retransmits else "congestion without retransmissions"
     if reason in ("receive_window", "send_buffer") and busy > 0:
         key = "rwnd_limited_seconds" if reason == "receive_window" else "sndbuf_limited_seconds"
         kind = "tcp_rmem" if reason == "receive_window" else "tcp_wmem"

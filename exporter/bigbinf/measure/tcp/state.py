@@ -94,6 +94,11 @@ class SocketInfo:
     # segment had arrived, so its retransmission was spurious (reordering, a late ACK).
     dsack_dups: int = 0
     reord_seen: int = 0  # tcpi_reord_seen: reordering the sender detected
+    # Segments delivered (tcpi_delivered), and of them those acknowledged with the ECN echo
+    # (tcpi_delivered_ce: ECE set, a queue on the path marked CE), where ss prints them
+    # (delivered_ce only where there were any).
+    delivered: int = 0
+    delivered_ce: int = 0
     backoff: int = 0  # tcpi_backoff: consecutive retransmission timeouts now
     pmtu: int | None = None  # the path MTU the socket uses
     advmss: int | None = None  # the MSS this end advertised
@@ -247,7 +252,7 @@ def _socket(state: str, local: str, peer: str, tokens: list[str], has_info: bool
 
 _INT_KEYS = frozenset(
     {"cwnd", "ssthresh", "mss", "rcv_space", "bytes_acked", "bytes_received", "segs_out"}
-    | {"dsack_dups", "reord_seen", "backoff", "pmtu", "advmss"}
+    | {"dsack_dups", "reord_seen", "backoff", "pmtu", "advmss", "delivered", "delivered_ce"}
 )
 
 
@@ -310,7 +315,9 @@ class TcpSummary:
 # had at least DATA_FLOW_BYTES acknowledged, a receiver one that received as much.
 VALUE_KEYS = (
     "cwnd_max_segments",  # max over the senders' observations
+    "cwnd_avg_segments",  # ... and the mean over them
     "ssthresh_min_segments",  # min over the senders' observations (printed once cwnd was cut)
+    "ssthresh_avg_segments",  # ... and the mean over them: the window before each cut times its factor
     "rtt_avg_seconds",  # mean over the observations
     "min_rtt_seconds",  # min over the observations (the kernel's minrtt)
     "delivery_rate_median_bytes_per_second",  # per listing in which data moved, the sum over
@@ -358,6 +365,12 @@ VALUE_KEYS = (
     # were not losses (reordering, a spurious timeout); and reordering the senders saw.
     "dsack_dups",
     "reord_seen",
+    # ECN (RFC 3168): the segments the senders' peers acknowledged (tcpi_delivered) and of
+    # them those acknowledged with ECE set (tcpi_delivered_ce): a queue on the path marked
+    # CE, the receiver echoed it until the sender's CWR, so each marked round trip counts
+    # about a window of segments here.
+    "delivered_segments",
+    "delivered_ce_segments",
     "backoff_max",  # the most consecutive retransmission timeouts any sender was in
     # Parallel streams: the senders, and the extremes of their own busy time and of their
     # busy time's share limited by the receive window (each stream judged on its own).
@@ -470,7 +483,9 @@ def _values(
     sending_observed = [s for s in observed if s.key in senders]
 
     _put(values, "cwnd_max_segments", max, (s.cwnd for s in sending_observed))
+    _put(values, "cwnd_avg_segments", statistics.fmean, (s.cwnd for s in sending_observed))
     _put(values, "ssthresh_min_segments", min, (s.ssthresh for s in sending_observed))
+    _put(values, "ssthresh_avg_segments", statistics.fmean, (s.ssthresh for s in sending_observed))
     _put(values, "rtt_avg_seconds", statistics.fmean, (s.rtt_seconds for s in observed))
     _put(values, "min_rtt_seconds", min, (s.min_rtt_seconds for s in observed))
     _put(values, "rcv_space_max_bytes", max, (s.rcv_space for s in observed))
@@ -550,6 +565,8 @@ def _values(
     values["segs_out"] = float(sum(s.segs_out for s in last))
     values["dsack_dups"] = float(sum(s.dsack_dups for s in last))
     values["reord_seen"] = float(sum(s.reord_seen for s in last))
+    values["delivered_segments"] = float(sum(s.delivered for s in last))
+    values["delivered_ce_segments"] = float(sum(s.delivered_ce for s in last))
     _put(values, "backoff_max", max, (s.backoff for s in sending_observed))
     values["bytes_acked"] = float(sum(s.bytes_acked for s in last))
     values["bytes_received"] = float(sum(s.bytes_received for s in last))
