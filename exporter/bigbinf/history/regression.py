@@ -220,6 +220,16 @@ def _u_statistic(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(below) + 0.5 * np.sum(not_above - below))
 
 
+def _distinct(xa: np.ndarray, ya: np.ndarray) -> bool:
+    """Whether no two of the values are equal: len(np.unique(values)) == their number (two
+    NaNs one value, as np.unique has them), from one sort."""
+    combined = np.concatenate([xa, ya])
+    combined.sort()  # NaNs last
+    if len(combined) >= 2 and np.isnan(combined[-2]):
+        return False
+    return not bool(np.any(combined[1:] == combined[:-1]))
+
+
 def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
     """One-sided p-value of the Mann-Whitney U test that x is stochastically smaller than
     y: exact, with ties too (the permutation distribution of x's midrank sum,
@@ -232,7 +242,7 @@ def mann_whitney_less(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.n
     if m == 0 or n == 0:
         raise ValueError("both samples need at least one value")
     u = _u_statistic(xa, ya)
-    if len(np.unique(np.concatenate([xa, ya]))) == m + n:
+    if _distinct(xa, ya):
         ui = round(u)
         half = (m * n) // 2
         if ui <= half:
@@ -320,13 +330,20 @@ def mann_whitney_less_normal(x: Sequence[float] | np.ndarray, y: Sequence[float]
     return _normal_p(xa, ya, _u_statistic(xa, ya))
 
 
+@functools.lru_cache(maxsize=1024)
+def _exact_critical_count(m: int, n: int, alpha_half: float) -> int:
+    """`_critical_count` without ties: of (m, n) alone (a series' every test asks for the
+    same few), so counted once each."""
+    cdf = _exact_cdf(m, n, (m * n) // 2)
+    below = int(np.searchsorted(cdf, alpha_half, side="right"))  # P(U <= c-1) <= a for c <= below
+    return max(1, below)
+
+
 def _critical_count(m: int, n: int, alpha_half: float, exact: bool, sd: float) -> int:
     """The largest c with P(U <= c - 1) <= alpha_half (at least 1): the rank of the
     lower confidence bound among the sorted differences."""
     if exact:
-        cdf = _exact_cdf(m, n, (m * n) // 2)
-        below = int(np.searchsorted(cdf, alpha_half, side="right"))  # P(U <= c-1) <= a for c <= below
-        return max(1, below)
+        return _exact_critical_count(m, n, alpha_half)
     z = statistics.NormalDist().inv_cdf(1 - alpha_half)
     return max(1, math.floor(m * n / 2.0 - z * sd))
 
@@ -341,7 +358,7 @@ def hodges_lehmann(
     m, n = len(xa), len(ya)
     diffs = np.sort((xa[:, None] - ya[None, :]).ravel())
     shift = median(diffs)
-    exact = len(np.unique(np.concatenate([xa, ya]))) == m + n
+    exact = _distinct(xa, ya)
     c = _critical_count(m, n, (1 - confidence) / 2, exact, 0.0 if exact else _normal_sd(xa, ya))
     c = min(c, (m * n + 1) // 2)
     return shift, float(diffs[c - 1]), float(diffs[m * n - c])
@@ -501,10 +518,13 @@ BASELINE_HORIZON = 3.0
 def silences(ts: np.ndarray, end: float, span: float) -> list[tuple[float, float]]:
     """The silences (from, to) among the runs `ts` (time order) before `end`, within
     BASELINE_HORIZON spans of it."""
-    before = ts[(ts < end) & (ts >= end - BASELINE_HORIZON * span)]
+    # ts is in time order: the runs in [end - BASELINE_HORIZON spans, end) are a slice.
+    before = ts[int(np.searchsorted(ts, end - BASELINE_HORIZON * span, "left")) : int(np.searchsorted(ts, end, "left"))]
     if len(before) < 2:
         return []
-    gaps = np.diff(np.concatenate([before, [end]]))
+    gaps = np.empty(len(before))
+    gaps[:-1] = before[1:] - before[:-1]
+    gaps[-1] = end - before[-1]
     longest = max(SILENCE_MIN, SILENCE_GAPS * median(gaps))
     at = np.nonzero(gaps > longest)[0]
     return [(float(before[i]), float(before[i] + gaps[i])) for i in at]
@@ -700,6 +720,8 @@ def level_change(keys: np.ndarray, means: np.ndarray) -> int | None:
     sd = math.sqrt(float(np.sum(left**2)) / (n - 2))
     if sd <= 0.0:
         return at
+    if best <= CHANGE_T * sd * math.sqrt(1.0 / at + 1.0 / (n - at)):
+        return None  # within CHANGE_T even unwidened (the widening is at least 1: rho >= 0)
     rho = lag1_persistence(keys, left)
     se = sd * math.sqrt(1.0 / at + 1.0 / (n - at)) * math.sqrt((1.0 + rho) / (1.0 - rho))
     return at if best / se > CHANGE_T else None
@@ -734,17 +756,45 @@ def day_fit(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int, dict[
         level = float(np.mean(means[at:]))
         left[at:] = means[at:] - level
         fitted = 2
-    present, of_day, counts = np.unique(weekdays_of(keys), return_inverse=True, return_counts=True)
+    of_day = weekdays_of(keys)
+    all_counts = np.bincount(of_day, minlength=7)
+    present = np.flatnonzero(all_counts)
+    counts = all_counts[present]
     if len(present) >= 2 and counts.min() >= 2 and len(left) - fitted - len(present) + 1 >= MIN_SPREAD_DAYS:
-        group = np.bincount(of_day, left) / counts  # each weekday's mean
+        group = np.bincount(of_day, left, minlength=7)[present] / counts  # each weekday's mean
+        of_day = np.searchsorted(present, of_day)
         between = float(np.sum(counts * group**2))
         rest = left - group[of_day]
         d1 = len(present) - 1
         d2 = len(left) - fitted - d1
         within = float(np.sum(rest**2))
-        if d2 > 0 and (within <= 0.0 or _f_upper_tail((between / d1) / (within / d2), d1, d2) < WEEKDAY_P):
+        # F <= 1 has P(F > f) above 0.4 on any degrees of freedom: no incomplete beta for it.
+        f = (between / d1) / (within / d2) if d2 > 0 and within > 0.0 else math.inf
+        if d2 > 0 and (within <= 0.0 or (f > 1.0 and _f_upper_tail(f, d1, d2) < WEEKDAY_P)):
             return rest, fitted + d1, dict(zip(present.tolist(), group.tolist(), strict=True)), level
     return left, fitted, {}, level
+
+
+# `unique_days` counts the days in a table of hours this long at most (else np.unique).
+UNIQUE_DAYS_HOURS = 200_000
+
+
+def unique_days(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """np.unique(keys, return_inverse=True, return_counts=True) of day keys (`day_keys`:
+    whole hours), to the bit, by counting them in a table of the hours they span: a
+    test's weekday levels take it on every run, and np.unique's sort and generality
+    were a tenth of the test."""
+    if not len(keys):
+        return np.unique(keys, return_inverse=True, return_counts=True)
+    low = float(keys.min())
+    hours = (keys - low).astype(np.int64)
+    if int(hours.max()) >= UNIQUE_DAYS_HOURS:
+        return np.unique(keys, return_inverse=True, return_counts=True)
+    table = np.bincount(hours)
+    present = np.flatnonzero(table)
+    position = np.zeros(len(table), dtype=np.intp)
+    position[present] = np.arange(len(present))
+    return present.astype(float) + low, position[hours], table[present]
 
 
 def day_keys(ts: np.ndarray, tod: np.ndarray) -> np.ndarray:
@@ -757,7 +807,7 @@ def weekday_levels(ts: np.ndarray, tod: np.ndarray, residuals: np.ndarray) -> di
     """The weekdays' own levels (log, `day_structure`) among baseline runs' time-of-day
     residuals: each local day's mean of them, by weekday; empty when the weekdays do not
     differ (WEEKDAY_P) or the runs span fewer than MIN_SPREAD_DAYS days."""
-    keys, inverse, counts = np.unique(day_keys(ts, tod), return_inverse=True, return_counts=True)
+    keys, inverse, counts = unique_days(day_keys(ts, tod))
     if len(keys) < MIN_SPREAD_DAYS:
         return {}
     return day_structure(keys, np.bincount(inverse, residuals) / counts)[2]
@@ -901,7 +951,7 @@ def bad_days_p(
     )
     residuals = np.concatenate([base_log, logs[drop]]) - expected
     n = len(base_ts)
-    keys, inverse, counts = np.unique(day_keys(base_ts, base_tod), return_inverse=True, return_counts=True)
+    keys, inverse, counts = unique_days(day_keys(base_ts, base_tod))
     known = ~np.isnan(residuals)
     several = counts >= 2  # as `day_spread`: a day of one run is a run, which the run-level test sees
     if int(several.sum()) < MIN_SPREAD_DAYS or not known[n:].any() or not known[:n].all():
@@ -1468,6 +1518,16 @@ def observations(runs: Sequence[tuple[float, float]], repetitions: int, gap: flo
     return out
 
 
+def _inserted(values: np.ndarray, at: int, value: float) -> np.ndarray:
+    """np.insert(values, at, value) for a 1-D float array, without its generality's cost
+    (some 15 us a call, three a result)."""
+    out = np.empty(len(values) + 1)
+    out[:at] = values[:at]
+    out[at] = value
+    out[at + 1 :] = values[at:]
+    return out
+
+
 class History:
     """The ok runs of many series that later tests can still use, each series' last
     test and its regression state (Track): what the exporter keeps (service/rounds.py)
@@ -1565,9 +1625,9 @@ class History:
             self.future_dated[key] = self.future_dated.get(key, 0) + int(ahead.sum())
             ts, tod, logs = ts[~ahead], tod[~ahead], logs[~ahead]
         at = int(np.searchsorted(ts, timestamp, side="right"))
-        ts = np.insert(ts, at, timestamp)
-        tod = np.insert(tod, at, time_of_day(timestamp, self.zone))
-        logs = np.insert(logs, at, value)
+        ts = _inserted(ts, at, timestamp)
+        tod = _inserted(tod, at, time_of_day(timestamp, self.zone))
+        logs = _inserted(logs, at, value)
         self.runs[key] = self._trimmed(key, ts, tod, logs)
         self.retest(key)
         self.step(key)
