@@ -768,7 +768,7 @@ def day_fit(keys: np.ndarray, means: np.ndarray) -> tuple[np.ndarray, int, dict[
         d1 = len(present) - 1
         d2 = len(left) - fitted - d1
         within = float(np.sum(rest**2))
-        # F <= 1 has P(F > f) above 0.4 on any degrees of freedom: no incomplete beta for it.
+        # F <= 1 has P(F > f) above 0.3 on any degrees of freedom: no incomplete beta for it.
         f = (between / d1) / (within / d2) if d2 > 0 and within > 0.0 else math.inf
         if d2 > 0 and (within <= 0.0 or (f > 1.0 and _f_upper_tail(f, d1, d2) < WEEKDAY_P)):
             return rest, fitted + d1, dict(zip(present.tolist(), group.tolist(), strict=True)), level
@@ -892,23 +892,23 @@ def beyond_days(ratio: float, spread: DaySpread, runs: int) -> bool:
 
 
 # Whole bad days (issue 45 B1): a steady series (3% a run) with a day in 10 at 0.6x, its
-# every round, is unchanged, but three runs of such a day lie below all but the few
-# bad days' runs of its baseline, and the day gate's spread, from runs winsorized at 3
-# robust SDs, does not see them: 86 of 132 bad days paged (65 per 1,000 series-days,
-# with 1 or 12 series per exporter).  A day is a bad day of the baseline's kind when
-# its level (the day's mean residual, less a level change and the weekdays' own levels,
-# `day_fit`) lies below the days' median by more than DAY_SDS of their robust SD and
-# regression.material_drop; where the baseline holds such days, a drop whose days are
-# not far below the lowest of them (by DAY_SDS of the days' robust SD and
-# regression.material_drop: one bad day 0.54x beside the baseline's 0.62x paged) opens
-# only once its days, taken as days, are lower than the baseline's days of that kind
-# could be by chance at p <= BAD_DAY_ALPHA (`bad_days_p`): m baseline days of n at or
-# below the drop's highest day (within that margin), d days of the drop all among them,
-# C(m + d, d) / C(n + d, d).  A bad day like those is no news until it lasts longer than
-# they do (a 30% drop against 6 bad days in 56: 3 days p 0.0026, 4 days 4.3e-4; a rank
-# test on the day means read the order among bad days, their noise, and opened 2 bad
-# days in a row at p 6e-4).  A baseline without such days is not gated: a quiet
-# series' drop opens on its 3rd run.
+# every round, is unchanged, but three runs of such a day lie below all but the few bad
+# days' runs of its baseline, and the day gate's spread, from runs winsorized at 3
+# robust SDs, does not see them: 147 of 215 bad days paged (66.5 per 1,000 series-days
+# with 1 series per exporter, 67.0 with 12; bench_regression --breaks bad-days).  A day
+# is a bad day of the baseline's kind when its level (the day's mean residual, less a
+# level change and the weekdays' own levels, `day_fit`) lies below the days' median by
+# more than DAY_SDS of their robust SD and regression.material_drop; where the baseline
+# holds such days, a drop whose days are not far below the lowest of them (by DAY_SDS of
+# the days' robust SD and regression.material_drop: one bad day 0.54x beside the
+# baseline's 0.62x paged) opens only once its days, taken as days, are lower than the
+# baseline's days of that kind could be by chance at p <= BAD_DAY_ALPHA (`bad_days_p`):
+# m baseline days of n at or below the drop's highest day (within that margin), d days
+# of the drop all among them, C(m + d, d) / C(n + d, d).  A bad day like those is no
+# news until it lasts longer than they do (a 30% drop against 6 bad days in 56: 3 days p
+# 0.0026, 4 days 4.3e-4; a rank test on the day means read the order among bad days,
+# their noise, and opened 2 bad days in a row at p 6e-4).  A baseline without such days
+# is not gated: a quiet series' drop opens on its 3rd run.
 BAD_DAY_ALPHA = 0.001  # GOAL_FALSE_OPENINGS_PER_DAY: a day's level changes once a day
 BAD_DAY_SPAN = 2 * DAY  # a regression recovered within this is a bad day of the baseline's
 # The bad days' baseline reaches back BAD_DAY_BASELINES baselines (History keeps their
