@@ -16,6 +16,7 @@ without a drop measure the false alarms.
     .venv/bin/python benchmarks/bench_regression.py --ties     # the exact p with ties, and its cost
     .venv/bin/python benchmarks/bench_regression.py --breaks step,weekly   # the day gate's breaks
     .venv/bin/python benchmarks/bench_regression.py --breaks noisy-weekly   # B2: noisy, Mondays 0.5-0.7x
+    .venv/bin/python benchmarks/bench_regression.py --breaks bad-days --series 40   # B1: a day in 10 at 0.6x
 
 Per detector: the share of drops detected within 3 rounds (the first dropped run is
 round 1), the median delay, and false alarms (alert episodes that start while nothing
@@ -750,6 +751,9 @@ def breaks(argv: list[str]) -> int:
     ap.add_argument("--series", type=int, default=40)
     ap.add_argument("--weeks", type=int, default=13)
     ap.add_argument("--seed", type=int, default=45)
+    ap.add_argument("--bad-every", type=float, default=10.0, help="bad-days: a day in this many is bad")
+    ap.add_argument("--bad-level", type=float, default=0.6, help="bad-days: a bad day's level")
+    ap.add_argument("--bad-family", type=int, default=12, help="bad-days: the larger exporter's series")
     args = ap.parse_args(argv)
     rounds_per_day = len(PERSIST_HOURS)
     settings = RegressionSettings(rounds_per_day=rounds_per_day)
@@ -867,8 +871,101 @@ def breaks(argv: list[str]) -> int:
                     log_x[at:] += math.log(1 - drop)
                     cases.append((times, log_x, at))
                 detection(f"12% noise, {name}, the whole series {drop:.0%} down after day 42", cases)
+    if "bad-days" in kinds:
+        bad_days(args, settings, times_of, mondays, rng)
     print(f"\n{time.perf_counter() - began:.0f} s", file=sys.stderr)
     return 0
+
+
+def bad_days(args: argparse.Namespace, settings: RegressionSettings, times_of, mondays, rng) -> None:  # type: ignore[no-untyped-def]
+    """Breaker B1 (issue 45): whole bad days on an otherwise steady series (3% a run), a
+    day in --bad-every at --bad-level (each day drawn on its own, all its rounds), one
+    series per exporter and --bad-family per exporter (each series its own bad days):
+    the openings from day 35 on per 1,000 series-days (as the alert fires: `for: 5m` is
+    less than a round, so every opening pages), the share of bad days that paged, the
+    rounds an alert stayed on after its bad day ended; then the same series with a 30% or
+    50% drop of the whole series from a random round of days 42-49 (the slow run from
+    which the alert fires, missed within 4 and 7 days), beside the same drops without
+    bad days."""
+    rounds_per_day = len(PERSIST_HOURS)
+    start_day = 1_700_006_400.0 - 1_700_006_400.0 % DAY
+
+    def walk(times: np.ndarray, log_xs: list[np.ndarray]) -> list[np.ndarray]:
+        """Each series' alert (an open regression) after each round, the exporter's series
+        adding their runs round by round."""
+        history = History(settings)
+        out = [np.zeros(len(times), dtype=bool) for _ in log_xs]
+        for i, t in enumerate(times):
+            for j, log_x in enumerate(log_xs):
+                history.add(j, float(t), float(math.exp(log_x[i])))
+                track = history.tracks.get(j)
+                out[j][i] = bool(track and track.episode is not None)
+        return out
+
+    def series(times: np.ndarray, level: float, every: float) -> tuple[np.ndarray, np.ndarray]:
+        days = ((times - start_day) // DAY).astype(int)
+        bad = rng.random(int(days.max()) + 1) < (1.0 / every if every else 0.0)
+        return math.log(25e6) + rng.normal(0, 0.03, len(times)) + np.where(bad[days], math.log(level), 0.0), bad
+
+    print()
+    print(
+        "| bad days | series per exporter | series-days (from day 35) | alerts (openings) | per 1,000 series-days "
+        "| bad days that paged | rounds firing after the bad day, median (max) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    times = times_of(7 * args.weeks)
+    days = ((times - start_day) // DAY).astype(int)
+    warm = int(np.searchsorted(times, start_day + 35 * DAY))
+    for family in (1, args.bad_family):
+        alerts, series_days, bad_total, bad_paged, after = 0, 0.0, 0, 0, []
+        for _ in range(max(1, args.series // family)):
+            drawn = [series(times, args.bad_level, args.bad_every) for _ in range(family)]
+            for fired, (_, bad) in zip(walk(times, [x for x, _ in drawn]), drawn, strict=True):
+                f = fired[warm:]
+                alerts += int(np.sum(f[1:] & ~f[:-1])) + int(bool(f[0]))
+                series_days += len(f) / rounds_per_day
+                bad_round = bad[days]
+                for d in np.nonzero(bad)[0].tolist():
+                    if d < 35 or (d + 1) * rounds_per_day > len(times):
+                        continue
+                    bad_total += 1
+                    rounds = slice(d * rounds_per_day, (d + 1) * rounds_per_day)
+                    if fired[rounds].any() and not fired[d * rounds_per_day - 1]:
+                        bad_paged += 1
+                        tail = fired[(d + 1) * rounds_per_day :]
+                        normal = ~bad_round[(d + 1) * rounds_per_day :]
+                        off = np.nonzero(~tail | ~normal)[0]
+                        after.append(int(off[0]) if len(off) else len(tail))
+        cell = f"{statistics.median(after):g} ({max(after)})" if after else "-"
+        print(
+            f"| 1 in {args.bad_every:g} at {args.bad_level:g}x | {family} | {series_days:,.0f} | {alerts} "
+            f"| {1000 * alerts / series_days:.2f} | {bad_paged} of {bad_total} | {cell} |",
+            flush=True,
+        )
+    print()
+    print("| scenario | series | firing from slow run, median (max) | missed within 4 days | within 7 days |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    times = times_of(60)
+    for every, label in ((args.bad_every, f"bad days 1 in {args.bad_every:g} at {args.bad_level:g}x"), (0.0, "none")):
+        for drop in (0.3, 0.5):
+            found, missed4, missed7 = [], 0, 0
+            for _ in range(args.series):
+                log_x, _ = series(times, args.bad_level, every)
+                at = int(rng.integers(42 * rounds_per_day, 49 * rounds_per_day))
+                log_x[at:] += math.log(1 - drop)
+                fired = walk(times, [log_x])[0]
+                hits = np.nonzero(fired[at:])[0]  # firing from that slow run (a bad day's page may run on)
+                first = int(hits[0]) + 1 if len(hits) else None
+                if first is not None and first <= 7 * rounds_per_day:
+                    found.append(first)
+                missed4 += first is None or first > 4 * rounds_per_day
+                missed7 += first is None or first > 7 * rounds_per_day
+            cell = f"{statistics.median(found):g} ({max(found)})" if found else "never"
+            print(
+                f"| {label}, the whole series {drop:.0%} down after day 42 | {args.series} | {cell} | {missed4} "
+                f"| {missed7} |",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

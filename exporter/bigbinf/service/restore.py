@@ -20,7 +20,7 @@ import time
 from bigbinf.config import Config
 from bigbinf.fserrors import describe_os_error
 from bigbinf.history.judged import JudgedMark
-from bigbinf.history.regression import SUSPECT_RUNS, WEEK, History, settings_of
+from bigbinf.history.regression import BAD_DAY_BASELINES, SUSPECT_RUNS, WEEK, History, settings_of
 from bigbinf.history.regression_state import RegressionJournal
 from bigbinf.journal import checkpoint
 from bigbinf.result import Result, SeriesKey
@@ -146,7 +146,8 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
     regressions = RegressionJournal(runner.config.journal.path)
     opened = regressions.open_regressions()
     since = min((e.since for k, e in opened.items() if k in configured), default=time.time())
-    weeks = settings.baseline_weeks + max(0.0, time.time() - since) / WEEK
+    # The bad days' baseline (regression.BAD_DAY_BASELINES) reaches back further than the test's.
+    weeks = settings.baseline_weeks * BAD_DAY_BASELINES + max(0.0, time.time() - since) / WEEK
     if not regressions.present():
         # The first start: each series' whole kept history (checkpoint.HISTORY_SPAN), so
         # the replay (RoundRunner.load_history) reaches back to the start of any
