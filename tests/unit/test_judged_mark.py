@@ -577,3 +577,50 @@ def test_a_kill_anywhere_replays_the_runs_after_the_mark_and_ends_as_an_exporter
     assert done and kills >= 5
     assert trusted >= kills // 2, (trusted, refused, kills)
     assert state(start_of(killed)) == truth
+
+
+def test_a_mark_refused_series_by_series_is_judged_again_after_metrics_is_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mark that reads whole and names every series (few runs after it: the start
+    restores before /metrics) but fails a series' checks (its runs not those it judged):
+    the full re-judge, of more than restore.REPLAY_INLINE runs (33 of each of 1,000 series:
+    tens of CPU-s), is done after /metrics is up, with bigbinf_journal_loading 1 and the
+    journaled states published meanwhile, not inline before it; said once; then the same
+    states as the inline fallback (`once`'s, which has no /metrics to wait for)."""
+    from bigbinf import metrics as M
+    from bigbinf.service import restore as restore_module
+    from bigbinf.service import server
+    from tests.unit.test_regression_state import _sample
+
+    judged_runs, _ = quiet_drop()
+    directory = tmp_path / "live"
+    live = judged_live(directory, judged_runs)
+    assert live.history.tracks[KEY].episode is not None
+    path = judged_path(live.config.journal.path)
+    record = json.loads(path.read_text())
+    record["series"][-1]["tail"] = "0" * 24  # that series' runs are not those it judged
+    path.write_text(json.dumps(record))
+    shutil.copytree(directory, tmp_path / "inline")
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(CONFIG.replace("JOURNAL", str(directory / "j.jsonl")))
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)  # 2 series' 33 runs are more
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
+        exporter = server.Exporter(config_file, "127.0.0.1:0")
+    try:
+        assert exporter.loading is not None and "judge again" in exporter.loading
+        assert exporter.state.journal_loading and not exporter.loaded.is_set()
+        assert exporter.runner.history.runs == {}  # nothing judged before /metrics
+        assert _sample(exporter.state, M.REGRESSED.name) == 1.0  # the journaled state, published
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) is None  # no test until the re-judge
+        exporter.runner.stopping.set()  # the background read alone, no rounds after it
+        exporter._load_journal()
+        assert not exporter.state.journal_loading and exporter.loaded.is_set()
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.05)
+        assert len(said(caplog)) == 1  # the mark's refusal, said once
+        deferred_state = state(exporter.runner)
+    finally:
+        exporter.stop()
+    inline, _ = restarted(tmp_path / "inline")
+    assert deferred_state == state(inline)

@@ -197,6 +197,10 @@ class RoundRunner:
         self._unmarked_through = -math.inf
         self._unmarked_results = 0
         self._unmarked_since: float | None = None
+        # Why the last load_history left its re-judge for later (its `inline` bound: the
+        # judged mark not trusted at a start, a re-judge too long for before /metrics),
+        # None if it did not; the next load_history then judges again at once.
+        self.rejudge_later: str | None = None
         # Whether the history was restored from the journal (load_history): only then are
         # its results judged on the series' whole history, and marked judged (`once`
         # runs on an empty one: its runs are the next start's to judge).
@@ -226,12 +230,18 @@ class RoundRunner:
         self.load_history(runs, wanted)
 
     def load_history(
-        self, runs: Mapping[SeriesKey, Iterable[tuple[float, float]]], keys: Iterable[SeriesKey] | None = None
+        self,
+        runs: Mapping[SeriesKey, Iterable[tuple[float, float]]],
+        keys: Iterable[SeriesKey] | None = None,
+        inline: int | None = None,
     ) -> None:
         """The regression test's history: each series' ok runs (start, throughput), from
         restore_history or the journal's checkpoint (service/restore.py); then every
         verdict is published.  `keys`: the series whose regression states are restored
-        (default: those with runs)."""
+        (default: those with runs).  `inline`: a start before /metrics is up; where the
+        judged mark is not trusted and the re-judge would judge more runs than this,
+        nothing is changed and `rejudge_later` says why (the caller publishes the
+        journaled states and calls this again after /metrics is up)."""
         journal = RegressionJournal(self.config.journal.path)
         mark = JudgedMark(self.config.journal.path)
         first_start = not journal.present()
@@ -239,11 +249,17 @@ class RoundRunner:
         events = [e for e in journal.read_events() if e.key in wanted]
         enabled = self.config.regression.enabled
         series, ahead = self._judgeable(runs)
-        history = self._from_mark(series, events, mark) if enabled and not first_start else None
+        refused, self.rejudge_later = self.rejudge_later, None  # refused before /metrics: not read again
+        history = self._from_mark(series, events, mark) if enabled and not first_start and not refused else None
         if history is None:
             # A mark that does not read says nothing of how far the runs are judged: every
             # series' last runs a suspicion may span are judged again.
             through = None if first_start else mark.through() or math.inf
+            if inline is not None and not first_start and enabled:
+                again = self._rejudged_runs(series, through)
+                if again > inline:
+                    self.rejudge_later = f"up to {again} runs of {len(series)} series to judge again (the judged mark)"
+                    return
             history = self._rejudge(series, events, first_start, through)
         history.future_dated.update(ahead)
         if enabled:
@@ -338,6 +354,13 @@ class RoundRunner:
             history.retest(key)
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
         return _judged_in_order(history, replayed)
+
+    def _rejudged_runs(self, series: Mapping[SeriesKey, list[tuple[float, float]]], judged: float | None) -> int:
+        """How many runs `_rejudge` judges again at a restart, at most: each series' runs
+        journaled after `judged` and the runs a suspicion may span before them."""
+        span = SUSPECT_RUNS + self.history.settings.recent_runs
+        after = math.inf if judged is None else judged
+        return sum(min(len(s), span + len(s) - bisect.bisect_right(s, (after, math.inf))) for s in series.values())
 
     def _rejudge(
         self,
