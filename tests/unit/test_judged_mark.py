@@ -516,11 +516,12 @@ def after_the_mark(directory: Path) -> int | None:
 def test_a_kill_anywhere_replays_the_runs_after_the_mark_and_ends_as_an_exporter_never_killed(
     tmp_path: Path,
 ) -> None:
-    """SIGKILLed at random moments, again and again, while it journals and judges: each
-    start that trusts the mark judges exactly the runs journaled after each series' mark
-    (none twice, none skipped), never more than a round's (the mark is written per round),
-    and the end (a last start on each) is the state of an exporter that ran throughout:
-    the same tracks, tests, runs and regressions' events, each event once."""
+    """SIGKILLed at random moments (after 0-16 results, up to 20 ms into the next), again
+    and again, while it journals and judges: each start that trusts the mark judges
+    exactly the runs journaled after each series' mark (none twice, none skipped), never
+    more than a round's (the mark is written per round), and the end (a last start on
+    each) is the state of an exporter that ran throughout: the same tracks, tests, runs
+    and regressions' events, each event once."""
     import os
     import random
     import signal
@@ -555,7 +556,12 @@ def test_a_kill_anywhere_replays_the_runs_after_the_mark_and_ends_as_an_exporter
             while not (acks.exists() and acks.read_text().endswith("\n")):
                 assert child.poll() is None and time.monotonic() < deadline, "the start did not end"
                 time.sleep(0.01)
-            time.sleep(rng.uniform(0.0, 0.6))
+            # Killed after a random number of results published (whatever the host's
+            # pace), and a random moment into the next: in its journaling, judging, marking.
+            target = rng.randint(0, 16)
+            while child.poll() is None and len(acks.read_text().splitlines()) <= target:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0.0, 0.02))
             done = child.poll() == 0
         finally:
             child.send_signal(signal.SIGKILL)
