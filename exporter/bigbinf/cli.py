@@ -839,6 +839,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # What the journal could not take (its disk full or read-only) goes to a second place,
     # for the next start to journal (journal/store.py spill): said how many and where.
     exporter.runner.spill_unwritten()
+    # The judged mark for what was judged since its last write (RoundRunner.write_mark):
+    # the next start replays nothing of it.
+    exporter.runner.write_mark()
     if not idle:
         log.warning("the round in progress did not end within %.0f s of the stop: the next start finishes it", bound)
         logging.shutdown()

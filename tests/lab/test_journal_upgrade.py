@@ -33,7 +33,7 @@ from bigbinf.result import Result
 from bigbinf.service.restore import LOAD_INLINE_BYTES
 
 from ..support.exporter import ROOT, ExporterProcess
-from .test_journal_disks import metric, site, wait
+from .test_journal_disks import PUBLISHED, metric, site, wait
 
 pytestmark = pytest.mark.lab
 
@@ -119,6 +119,39 @@ def phase(journal: Path) -> str:
     if closed and not checkpoint.checkpoint_path(journal).exists():
         return "rebuild"
     return "other"
+
+
+def test_no_round_runs_while_the_first_start_reads_the_history_and_the_first_is_judged_on_all_of_it(
+    tmp_path: Path,
+) -> None:
+    """The first start on a single file (its split, checkpoint and first replay after
+    /metrics is up), with rounds due every 2 s: no round runs, so no result is journaled
+    or judged, while the history is still being read (the series' last transfer on
+    /metrics stays the journal's, no round's result line is logged before "the journal is
+    read"); the first rounds after are judged on the whole history: the regression test's
+    baseline holds the file's runs at their times of day (4 weeks at a run every half
+    hour: some 8 a day within the 2-hour window, 200 and more), not a history being read."""
+    journal = tmp_path / "j" / "journal.jsonl"
+    starts = single_file(journal, 12_000)
+    assert journal.stat().st_size > 2 * LOAD_INLINE_BYTES
+    log = tmp_path / "exporter.log"
+    config = site(tmp_path, journal, interval="2s")
+    with ExporterProcess(config, log) as exporter:
+        assert metric(exporter, "bigbinf_journal_loading") == 1
+        while metric(exporter, "bigbinf_journal_loading") == 1:
+            seen = last_start(exporter)
+            assert seen != seen or seen <= starts[-1], "a round's result while the history is read"
+            time.sleep(0.2)
+        wait("a round after the read", lambda: last_start(exporter) > starts[-1], 60)
+        baseline = re.search(
+            r'bigbinf_throughput_regression_baseline_runs\{[^}]*protocol="copy"[^}]*\} (\S+)', exporter.metrics()
+        )
+        assert baseline is not None and float(baseline[1]) >= 200, baseline
+    text = log.read_text()
+    read_at = text.index("the journal is read (")
+    assert PUBLISHED.search(text) is not None and PUBLISHED.search(text[:read_at]) is None
+    kept = Counter(r.error[:6] for r in read(journal) if r.start_timestamp <= starts[-1])
+    assert kept == Counter(f"{i:06d}" for i in range(len(starts)))  # the file's results, each once
 
 
 @pytest.mark.parametrize("kill_in", ["split", "rebuild"])

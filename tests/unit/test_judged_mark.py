@@ -72,6 +72,7 @@ def judged_live(
     other = steady_other(key_runs) if other is None else other
     for key, t, x in sorted([(KEY, t, x) for t, x in key_runs] + [(OTHER, t, x) for t, x in other], key=lambda r: r[1]):
         runner.publish(result(key, t, x))
+    runner.write_mark()  # its stop
     return runner
 
 
@@ -424,6 +425,208 @@ def test_the_mark_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(judged.os, "fsync", full)
     live.publish(result(KEY, judged_runs[100][0], judged_runs[100][1]))
+    live.write_mark()
     assert path.read_bytes() == old
     marks, why = JudgedMark(live.config.journal.path).read(1)
     assert marks is not None and why == ""
+
+
+# A kill anywhere (issue 44): an exporter's start (service/restore.py restore, as serve and
+# once restore) and its results published one by one (RoundRunner.publish: journaled,
+# judged, the mark written at each round's end and at once after an event), SIGKILLed.
+KILLED = r"""
+import json, logging, math, os, sys
+from pathlib import Path
+from bigbinf.config import parse_config
+from bigbinf.history.regression import History
+from bigbinf.service.collector import ExporterState
+from bigbinf.service.restore import restore
+from bigbinf.service.rounds import RoundRunner, no_lab
+from tests.unit.test_judged_mark import CONFIG, kill_runs, result
+
+directory, acks = Path(sys.argv[1]), sys.argv[2]
+refused = []
+
+class Said(logging.Handler):
+    def emit(self, record):
+        if "judged again" in record.getMessage():
+            refused.append(record.getMessage())
+
+logging.getLogger("bigbinf.service.rounds").addHandler(Said())
+logging.getLogger("bigbinf.service.rounds").setLevel(logging.INFO)
+added = 0
+real_add = History.add
+
+def counting(self, key, t, x):
+    global added
+    added += 1
+    return real_add(self, key, t, x)
+
+History.add = counting
+config = parse_config(CONFIG.replace("JOURNAL", str(directory / "j.jsonl")), "test")
+runner = RoundRunner(config, ExporterState())
+restore(runner.state, runner, config, no_lab)
+History.add = real_add
+journaled = {(r.key, r.start_timestamp) for r in runner.journal.read()}
+ack = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+os.write(ack, (json.dumps({"added": added, "refused": refused}) + "\n").encode())
+rounds = kill_runs()
+for n, round_ in enumerate(rounds):
+    for key, t, x in round_:
+        if (key, t) not in journaled:
+            runner.publish(result(key, t, x))
+            os.write(ack, f"{n}\n".encode())
+    runner.round_judged()
+runner.write_mark()
+os.write(ack, b"done\n")
+"""
+
+
+def kill_runs() -> list[list[tuple[SeriesKey, float, float]]]:
+    """Rounds of both series, 4 a day for 16 days: KEY 10 days at 25 MB/s, 3 at 70% (it
+    opens), then back (it recovers); OTHER steady."""
+    rng = np.random.default_rng(44)
+    key_runs = runs(10, 0, 25e6, 0.03, rng) + runs(3, 10, 17.5e6, 0.03, rng) + runs(3, 13, 25e6, 0.03, rng)
+    other = steady_other(key_runs)
+    return [[(KEY, t, x), (OTHER, o[0], o[1])] for (t, x), o in zip(key_runs, other, strict=True)]
+
+
+def start_of(directory: Path) -> RoundRunner:
+    """An exporter's start on `directory` (restore, as serve's and once's)."""
+    from bigbinf.service.restore import restore
+    from bigbinf.service.rounds import no_lab
+
+    runner = runner_of(directory)
+    restore(runner.state, runner, runner.config, no_lab)
+    return runner
+
+
+def after_the_mark(directory: Path) -> int | None:
+    """How many journaled runs lie after their series' judged mark (read as JSON, the
+    results with the journal's plain reader); None: no mark."""
+    from bigbinf.journal.store import read
+
+    path = judged_path(directory / "j.jsonl")
+    if not path.exists():
+        return None
+    through = {SeriesKey(*(s[n] for n in judged.NAMES)): s["through"] for s in json.loads(path.read_text())["series"]}
+    return sum(1 for r in read(directory / "j.jsonl") if r.start_timestamp > through.get(r.key, -math.inf))
+
+
+def test_a_kill_anywhere_replays_the_runs_after_the_mark_and_ends_as_an_exporter_never_killed(
+    tmp_path: Path,
+) -> None:
+    """SIGKILLed at random moments (after 0-16 results, up to 20 ms into the next), again
+    and again, while it journals and judges: each start that trusts the mark judges
+    exactly the runs journaled after each series' mark (none twice, none skipped), never
+    more than a round's (the mark is written per round), and the end (a last start on
+    each) is the state of an exporter that ran throughout: the same tracks, tests, runs
+    and regressions' events, each event once."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rounds = kill_runs()
+    never = tmp_path / "never"
+    never.mkdir()
+    ran = start_of(never)
+    for round_ in rounds:
+        for key, t, x in round_:
+            ran.publish(result(key, t, x))
+        ran.round_judged()
+    ran.write_mark()
+    truth = state(start_of(never))
+    assert [e[0] for e in truth["events"]] == ["opened", "recovered"]
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    rng = random.Random(44)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": f"{root / 'exporter'}:{root}"}
+    kills, trusted, refused, done = 0, 0, 0, False
+    for attempt in range(80):
+        expected = after_the_mark(killed)
+        acks = tmp_path / f"acks{attempt}"
+        child = subprocess.Popen([sys.executable, "-c", KILLED, str(killed), str(acks)], env=env, cwd=root)
+        try:
+            deadline = time.monotonic() + 60
+            while not (acks.exists() and acks.read_text().endswith("\n")):
+                assert child.poll() is None and time.monotonic() < deadline, "the start did not end"
+                time.sleep(0.01)
+            # Killed after a random number of results published (whatever the host's
+            # pace), and a random moment into the next: in its journaling, judging, marking.
+            target = rng.randint(0, 16)
+            while child.poll() is None and len(acks.read_text().splitlines()) <= target:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0.0, 0.02))
+            done = child.poll() == 0
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        lines = acks.read_text().splitlines()
+        started = json.loads(lines[0])
+        if started["refused"]:
+            refused += 1  # killed between an event journaled and the mark written: the full re-judge
+        elif expected is not None:
+            trusted += 1
+            judged_runs = started["added"]
+            assert judged_runs == expected, f"start {attempt}: judged {judged_runs}, {expected} after the mark"
+            assert expected <= len(rounds[0]), f"start {attempt}: {expected} runs after the mark, more than a round"
+        done = done or lines[-1] == "done"
+        if done:
+            break
+        kills += 1
+    print(f"{kills} kills: {trusted} starts trusted the mark, {refused} judged again")
+    assert done and kills >= 5
+    assert trusted >= kills // 2, (trusted, refused, kills)
+    assert state(start_of(killed)) == truth
+
+
+def test_a_mark_refused_series_by_series_is_judged_again_after_metrics_is_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mark that reads whole and names every series (few runs after it: the start
+    restores before /metrics) but fails a series' checks (its runs not those it judged):
+    the full re-judge, of more than restore.REPLAY_INLINE runs (33 of each of 1,000 series:
+    tens of CPU-s), is done after /metrics is up, with bigbinf_journal_loading 1 and the
+    journaled states published meanwhile, not inline before it; said once; then the same
+    states as the inline fallback (`once`'s, which has no /metrics to wait for)."""
+    from bigbinf import metrics as M
+    from bigbinf.service import restore as restore_module
+    from bigbinf.service import server
+    from tests.unit.test_regression_state import _sample
+
+    judged_runs, _ = quiet_drop()
+    directory = tmp_path / "live"
+    live = judged_live(directory, judged_runs)
+    assert live.history.tracks[KEY].episode is not None
+    path = judged_path(live.config.journal.path)
+    record = json.loads(path.read_text())
+    record["series"][-1]["tail"] = "0" * 24  # that series' runs are not those it judged
+    path.write_text(json.dumps(record))
+    shutil.copytree(directory, tmp_path / "inline")
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(CONFIG.replace("JOURNAL", str(directory / "j.jsonl")))
+    monkeypatch.setattr(restore_module, "REPLAY_INLINE", 10)  # 2 series' 33 runs are more
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
+        exporter = server.Exporter(config_file, "127.0.0.1:0")
+    try:
+        assert exporter.loading is not None and "judge again" in exporter.loading
+        assert exporter.state.journal_loading and not exporter.loaded.is_set()
+        assert exporter.runner.history.runs == {}  # nothing judged before /metrics
+        assert _sample(exporter.state, M.REGRESSED.name) == 1.0  # the journaled state, published
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) is None  # no test until the re-judge
+        exporter.runner.stopping.set()  # the background read alone, no rounds after it
+        exporter._load_journal()
+        assert not exporter.state.journal_loading and exporter.loaded.is_set()
+        assert _sample(exporter.state, M.REGRESSION_RATIO.name) == pytest.approx(0.7, abs=0.05)
+        assert len(said(caplog)) == 1  # the mark's refusal, said once
+        deferred_state = state(exporter.runner)
+    finally:
+        exporter.stop()
+    inline, _ = restarted(tmp_path / "inline")
+    assert deferred_state == state(inline)

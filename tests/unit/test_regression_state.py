@@ -557,6 +557,7 @@ def test_a_restart_opens_a_regression_by_the_run_it_would_have_opened_on(tmp_pat
     runner.restore_history([], [KEY])  # the exporter's start: its history restored, then judged
     for t, x in runs(30, 0, 25e6, 0.03, rng):
         runner.publish(_result(t, x))
+    runner.write_mark()  # its stop
     assert JudgedMark(journal).through() == START + 29 * DAY + HOURS[-1] * 3600
     slow = runs(4, 30, 17.5e6, 0.03, rng)  # 16 slow runs, judged by no exporter
     once = RoundRunner(config, ExporterState())  # `once` rounds: no history restored, nothing marked
@@ -751,6 +752,7 @@ def test_a_run_journaled_with_the_clock_a_month_ahead_neither_blinds_the_test_no
     for t, x in [*steady[:-10], skewed, *steady[-9:]]:
         runner.publish(_result(t, x))
     assert runner.history.future_dated == {KEY: 1}
+    runner.write_mark()  # a round's end
     judged = JudgedMark(journal).through()
     assert judged == steady[-1][0]  # not the future run's start
     slow = runs(1, 30, 17.5e6, 0.03, rng)

@@ -13,7 +13,10 @@ the last observations the test saw: a journal rewound or replaced fails it), and
 series' last regression event is the one it had seen (an event journaled after the mark
 was written: a crash between the two, or an accept while no exporter ran).  Written
 whole through a temporary file (fsync, rename): a reader sees an old mark or the new
-one, never a torn one.  One small module: the only code that knows the file's format.
+one, never a torn one; by service/rounds.py at each round's end and at once after an
+event (not after every result: MARK_EVERY_RESULTS), so a kill between writes leaves
+marks behind the runs judged, whose runs after them a restart judges again.  One
+small module: the only code that knows the file's format.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def rejudge_deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | 
     kept = checkpoint.of(runner.journal)  # loaded for the restore anyway
     # With a judged mark every series is in, only the runs journaled after it are judged
     # (its series-by-series checks, in RoundRunner.load_history, may still send it all
-    # back to the re-judge: then that is done before /metrics).
+    # back to the re-judge: restore's before_metrics then leaves that for after /metrics).
     marks, _ = JudgedMark(config.journal.path).read(max(1, config.schedule.rounds))
     if marks is not None and not kept.runs_after(dict.fromkeys(configured - marks.keys(), -math.inf)):
         runs = kept.runs_after({k: marks[k].through for k in configured & marks.keys()})
@@ -90,13 +90,23 @@ def deferred(runner: RoundRunner, config: Config, lab: LabFor) -> str | None:
     return None
 
 
-def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabFor, rejudge: bool = True) -> int:
+def restore(
+    state: ExporterState,
+    runner: RoundRunner,
+    config: Config,
+    lab: LabFor,
+    rejudge: bool = True,
+    before_metrics: bool = False,
+) -> int:
     """Restore `state` from `runner`'s journals; returns how many results it restored.
     Only series this configuration measures: imported 2015 dumps and series removed from
     the config would otherwise come back as unbounded, stale label values.  `rejudge`
     False: the regression test's history is left for `restore_history` after /metrics is
     up (`rejudge_deferred`); meanwhile only its journaled states are published
-    (`restore_journaled_states`)."""
+    (`restore_journaled_states`).  `before_metrics` (the server's start): the same where
+    the judged mark turns out untrusted series by series (`rejudge_deferred` cannot tell
+    without loading each series) and its re-judge would judge more than REPLAY_INLINE
+    runs (runner.rejudge_later then says why, and the server defers it)."""
     configured = set(series_of(config, lab))
     for journal in (runner.journal, runner.baselines):
         journal.set_aside_unreadable()
@@ -128,8 +138,8 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     sweeps.restore(state, results.sweep_results(), config)
     # The regression test's history and verdicts (bigbinf/history/regression.py).
     if rejudge:
-        restore_history(runner, configured)
-    else:
+        restore_history(runner, configured, REPLAY_INLINE if before_metrics else None)
+    if not rejudge or runner.rejudge_later is not None:
         restore_journaled_states(runner, configured)
     # The predicted moves (moves.sizes), after the paths: their bandwidth caps the rates.
     restore_moves(runner)
@@ -137,9 +147,9 @@ def restore(state: ExporterState, runner: RoundRunner, config: Config, lab: LabF
     return restored
 
 
-def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
+def restore_history(runner: RoundRunner, configured: set[SeriesKey], inline: int | None = None) -> None:
     """The regression test's history of the `configured` series from the checkpoint (at
-    start, and after a reload changed the test's settings)."""
+    start, and after a reload changed the test's settings); `inline`: RoundRunner.load_history's."""
     settings = runner.config.regression
     # An open regression's baseline is the weeks before its start, however long ago that
     # was (issue 35): the runs read reach that far back (as far as the checkpoint keeps).
@@ -154,7 +164,7 @@ def restore_history(runner: RoundRunner, configured: set[SeriesKey]) -> None:
         # regression it holds, not only the last baseline_weeks.
         weeks = max(weeks, checkpoint.HISTORY_SPAN / WEEK)
     runs = checkpoint.of(runner.journal).history_runs(settings.recent_runs, weeks)
-    runner.load_history({key: series for key, series in runs.items() if key in configured}, configured)
+    runner.load_history({key: series for key, series in runs.items() if key in configured}, configured, inline)
 
 
 def restore_journaled_states(runner: RoundRunner, configured: set[SeriesKey]) -> None:

@@ -108,6 +108,18 @@ LabFor = Callable[[Config], LabSite | None]
 
 JOURNAL_RETRY_EVERY = 10.0  # seconds between tries at writing what the journal could not take
 
+# The judged mark (history/judged.py) is written at each round's end, at once after a
+# judgement journaled a regression's event (the mark must have seen it: else a restart
+# distrusts it), and otherwise once MARK_EVERY_RESULTS results or MARK_EVERY_SECONDS
+# have gone unmarked (a mesh site's slots, a long round; the journal's retry job looks
+# every JOURNAL_RETRY_EVERY), and at a stop; not after every result: at 1,000 series that
+# was 0.21 MB written and fsynced per result (benchmarks/bench_judged_mark.py).  A kill
+# between writes leaves each series' mark where it was written: a restart replays that
+# series' runs journaled after it, at most MARK_EVERY_RESULTS, well within what a start
+# judges before /metrics (restore.REPLAY_INLINE).
+MARK_EVERY_RESULTS = 500
+MARK_EVERY_SECONDS = 300.0
+
 
 def run_id(when: float | None = None, tag: str = "") -> str:
     """The id a round (or sweep) journals its results under: its UTC start and 6 hex
@@ -179,6 +191,16 @@ class RoundRunner:
         self._last_event: dict[SeriesKey, LastEvent] = {}  # each series' last event in the regressions' journal
         self._marks: dict[SeriesKey, judged.SeriesMark] = {}  # each series' mark as last written
         self._marks_stale: set[SeriesKey] = set()  # series whose events were read since
+        # Judged since the mark was last written: the series, the latest run's start, how
+        # many results, since when (monotonic).
+        self._unmarked: set[SeriesKey] = set()
+        self._unmarked_through = -math.inf
+        self._unmarked_results = 0
+        self._unmarked_since: float | None = None
+        # Why the last load_history left its re-judge for later (its `inline` bound: the
+        # judged mark not trusted at a start, a re-judge too long for before /metrics),
+        # None if it did not; the next load_history then judges again at once.
+        self.rejudge_later: str | None = None
         # Whether the history was restored from the journal (load_history): only then are
         # its results judged on the series' whole history, and marked judged (`once`
         # runs on an empty one: its runs are the next start's to judge).
@@ -208,12 +230,18 @@ class RoundRunner:
         self.load_history(runs, wanted)
 
     def load_history(
-        self, runs: Mapping[SeriesKey, Iterable[tuple[float, float]]], keys: Iterable[SeriesKey] | None = None
+        self,
+        runs: Mapping[SeriesKey, Iterable[tuple[float, float]]],
+        keys: Iterable[SeriesKey] | None = None,
+        inline: int | None = None,
     ) -> None:
         """The regression test's history: each series' ok runs (start, throughput), from
         restore_history or the journal's checkpoint (service/restore.py); then every
         verdict is published.  `keys`: the series whose regression states are restored
-        (default: those with runs)."""
+        (default: those with runs).  `inline`: a start before /metrics is up; where the
+        judged mark is not trusted and the re-judge would judge more runs than this,
+        nothing is changed and `rejudge_later` says why (the caller publishes the
+        journaled states and calls this again after /metrics is up)."""
         journal = RegressionJournal(self.config.journal.path)
         mark = JudgedMark(self.config.journal.path)
         first_start = not journal.present()
@@ -221,11 +249,17 @@ class RoundRunner:
         events = [e for e in journal.read_events() if e.key in wanted]
         enabled = self.config.regression.enabled
         series, ahead = self._judgeable(runs)
-        history = self._from_mark(series, events, mark) if enabled and not first_start else None
+        refused, self.rejudge_later = self.rejudge_later, None  # refused before /metrics: not read again
+        history = self._from_mark(series, events, mark) if enabled and not first_start and not refused else None
         if history is None:
             # A mark that does not read says nothing of how far the runs are judged: every
             # series' last runs a suspicion may span are judged again.
             through = None if first_start else mark.through() or math.inf
+            if inline is not None and not first_start and enabled:
+                again = self._rejudged_runs(series, through)
+                if again > inline:
+                    self.rejudge_later = f"up to {again} runs of {len(series)} series to judge again (the judged mark)"
+                    return
             history = self._rejudge(series, events, first_start, through)
         history.future_dated.update(ahead)
         if enabled:
@@ -321,6 +355,13 @@ class RoundRunner:
             replayed.extend((t, x, key) for t, x in series_runs[cut:])
         return _judged_in_order(history, replayed)
 
+    def _rejudged_runs(self, series: Mapping[SeriesKey, list[tuple[float, float]]], judged: float | None) -> int:
+        """How many runs `_rejudge` judges again at a restart, at most: each series' runs
+        journaled after `judged` and the runs a suspicion may span before them."""
+        span = SUSPECT_RUNS + self.history.settings.recent_runs
+        after = math.inf if judged is None else judged
+        return sum(min(len(s), span + len(s) - bisect.bisect_right(s, (after, math.inf))) for s in series.values())
+
     def _rejudge(
         self,
         series: Mapping[SeriesKey, list[tuple[float, float]]],
@@ -394,6 +435,10 @@ class RoundRunner:
         worked out again (a run changes its own series' state alone); none: all."""
         if not keys:
             self._marks.clear()
+        else:
+            keys = {*keys, *self._unmarked}  # judged since the last write
+            if not back:
+                through = max(through, self._unmarked_through)
         for key in list(keys or history.runs) + sorted(self._marks_stale, key=str):
             carried_mark = carried(history, key, self._last_event.get(key))
             if carried_mark is None:
@@ -401,7 +446,28 @@ class RoundRunner:
             else:
                 self._marks[key] = carried_mark
         self._marks_stale.clear()
+        self._unmarked.clear()
+        self._unmarked_through, self._unmarked_results, self._unmarked_since = -math.inf, 0, None
         mark.write(through, {k: m for k, m in self._marks.items() if k in history.runs}, back=back)
+
+    def write_mark(self, due_only: bool = False) -> None:
+        """The judged mark written for what was judged since its last write (at a round's
+        end, a stop; `due_only`: only if MARK_EVERY_RESULTS or MARK_EVERY_SECONDS have
+        gone unmarked, the journal's retry job's look)."""
+        with self._history_lock:
+            if self.judging and self._unmarked and (not due_only or self._mark_due()):
+                self._mark_judged(self.judged_mark, self.history, self._unmarked_through, keys=set(self._unmarked))
+
+    def round_judged(self) -> None:
+        """A round's results are all journaled and judged: the mark says so (a restart
+        after a kill in the next round replays only that round's runs)."""
+        self.write_mark()
+
+    def _mark_due(self) -> bool:
+        since = self._unmarked_since
+        return self._unmarked_results >= MARK_EVERY_RESULTS or (
+            since is not None and time.monotonic() - since >= MARK_EVERY_SECONDS
+        )
 
     def _what_changed(self, opened: dict[SeriesKey, float]) -> dict[SeriesKey, Change]:
         """What changed when these regressions began (series -> start), from the journals."""
@@ -544,9 +610,17 @@ class RoundRunner:
                 )
             self._last_event.update((e.key, (e.kind, e.at, e.since)) for e in self.history.events)
             if self.judging:
-                # A mark a future-dated run set is taken back: a restart replays what came after.
                 keys = {r.key, *(key for key, _ in future)}
-                self._mark_judged(self.judged_mark, self.history, r.start_timestamp, back=bool(future), keys=keys)
+                self._unmarked |= keys
+                self._unmarked_through = max(self._unmarked_through, r.start_timestamp)
+                self._unmarked_results += 1
+                if self._unmarked_since is None:
+                    self._unmarked_since = time.monotonic()
+                # Written now where this judgement journaled an event or one was read (the
+                # mark must have seen it), or a future-dated run's mark is taken back (a
+                # restart replays what came after); else at the round's end (MARK_EVERY_RESULTS).
+                if self.history.events or future or self._marks_stale or self._mark_due():
+                    self._mark_judged(self.judged_mark, self.history, r.start_timestamp, back=bool(future), keys=keys)
             opened = {e.key: e.since for e in self.history.events if e.kind == OPENED}
             self.history.events.clear()
             verdicts = self.history.verdicts() if changed or taken else None
@@ -779,6 +853,7 @@ class RoundRunner:
             if self.stopping.is_set():
                 return None
         self.note.strike(round_id)
+        self.round_judged()
         self.state.record_round(time.monotonic() - start, time.time())
         return results
 
@@ -934,10 +1009,12 @@ class RoundRunner:
 
     def retry_journal(self) -> None:
         """Every JOURNAL_RETRY_EVERY: write what the journals could not take (their disk may
-        take writes again), and count the damaged segments (one removed by hand falls off)."""
+        take writes again), count the damaged segments (one removed by hand falls off), and
+        write the judged mark if it is due."""
         for journal in (self.journal, self.baselines):
             journal.retry()
         self.journal_health()
+        self.write_mark(due_only=True)  # the mark's bounded delay (MARK_EVERY_SECONDS)
 
     def spill_unwritten(self) -> None:
         """At a stop: what is still unwritten goes to a second place (store.spill), said how many and where."""

@@ -129,7 +129,9 @@ class Exporter:
         self.rejudging = rejudge_deferred(self.runner, config, lab) if self.loading is None else None
         self.loaded = threading.Event()
         if self.loading is None:
-            restore(self.state, self.runner, config, lab, rejudge=self.rejudging is None)
+            restore(self.state, self.runner, config, lab, rejudge=self.rejudging is None, before_metrics=True)
+            # The judged mark turned out untrusted series by series (restore's before_metrics).
+            self.rejudging = self.rejudging or self.runner.rejudge_later
         if self.loading is None and self.rejudging is None:
             self.loaded.set()
         else:
