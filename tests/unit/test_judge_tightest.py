@@ -29,8 +29,33 @@ from ..support import evidence
 DATA = Path(__file__).parent / "data" / "breaker_ssh"
 
 
+# The kernel's app-limited flag in the samples in which the sender sent, as the breaker's
+# own `ss -tin` every 0.2 s read it (flagged, samples): the stored Results' share counts
+# every listing of the socket, ssh's idle login and tail too (measure/tcp/state.py now
+# counts the sending samples, as the backlog's).
+FLAGGED_WHILE_SENDING = {
+    "bk130-scp_f64m_upload-bbk7961a45-run1": (0, 19),
+    "bk130-scp_f64m_upload-bbk7961a45-run2": (0, 20),
+    "bk130-scp_f64m_download-bbk5ce5978-run1": (1, 18),
+    "bk130-scp_f64m_download-bbk5ce5978-run2": (2, 19),
+    "bk130-sftp_f64m_upload-bbk4e31f01-run1": (0, 18),
+    "bk130-sftp_f64m_upload-bbk4e31f01-run2": (0, 19),
+    "bk130-sftp_f64m_download-bbkf52a72c-run1": (2, 21),
+    "bk400-scp_f64m_download-bbk34f3fc4-run1": (17, 17),
+    "bk400-scp_f64m_download-bbk34f3fc4-run2": (16, 16),
+    "bk400-scp_f64m_download-bbk34f3fc4-run3": (16, 16),
+    "bk400-scp_f64m_upload-bbk70ac3f5-run2": (16, 17),
+    "bk400-scp_f64m_upload-bbk70ac3f5-run3": (15, 16),
+    "bk400-scp_f64m_upload-bbk5501c00-run1": (15, 16),
+    "bk400-scp_f64m_upload-bbk2a068c0-run1": (16, 17),
+}
+
+
 def result(name: str) -> Result:
-    return Result.from_json(json.loads((DATA / f"{name}.json").read_text()))
+    r = Result.from_json(json.loads((DATA / f"{name}.json").read_text()))
+    flagged, samples = FLAGGED_WHILE_SENDING[name]
+    side = "tcp_local" if r.direction == "upload" else "tcp_remote"
+    return dataclasses.replace(r, **{side: {**getattr(r, side), "app_limited_ratio": flagged / samples}})
 
 
 def baseline(r: Result, local_wmem: float = 4194304.0, remote_wmem: float = 4194304.0) -> PathBaseline:

@@ -816,15 +816,22 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
 
 def unsent_stood(i: Inputs) -> str:
     """Words, where the sender's socket held unsent data in BACKLOG_SHARE of its samples
-    or more ("" where it had mostly nothing unsent, or its backlog is unknown): what its
-    program wrote, TCP could not send yet, so the program's supply (ssh's channel window:
-    ssh writes at most the window) was not what held it.  A 130 Mbit/s link below ssh's
-    window over 100 ms: unsent data in 80-100% of the listings, in flight 1.62 MB of the
-    2.10 MB window; the window alone on the same path: 0-33% (28 runs)."""
+    or more and its kernel did not find it waiting for its program (flagged app-limited in
+    fewer than BACKLOG_SHARE of the samples in which it sent) ("" otherwise, or where its
+    backlog is unknown): what its program wrote, TCP could not send yet, so the program's
+    supply (ssh's channel window: ssh writes at most the window) was not what held it.  The
+    flag (tcp_rate_check_app_limited: less than an MSS unsent, the window not full) holds
+    for the round trip after each wait, so a burst paced out after each window adjust
+    leaves it set where a sampled notsent shows a moment's backlog.  A 130 Mbit/s link
+    below ssh's window over 100 ms: unsent data in 80-100% of the listings, flagged 0-2 of
+    18-21 samples while sending, 1.62 MB of the 2.10 MB window in flight; the window alone
+    on the same path: unsent data in 0-50%, flagged 94-100%."""
     backlog = i.sender.get("sender_backlog_ratio")
-    if backlog is None or backlog < BACKLOG_SHARE:
+    app = i.sender.get("app_limited_ratio")
+    if backlog is None or backlog < BACKLOG_SHARE or (app is not None and app >= BACKLOG_SHARE):
         return ""
-    return f"the sender had unsent data in {backlog:.0%} of its samples (TCP held what its program wrote)"
+    flagged = f", flagged app-limited in {app:.0%} of them" if app is not None else ""
+    return f"the sender had unsent data in {backlog:.0%} of its samples{flagged} (TCP held what its program wrote)"
 
 
 def _ssh_channel(i: Inputs) -> str:
