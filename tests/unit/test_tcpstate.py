@@ -340,7 +340,7 @@ def test_summary_of_two_parallel_streams() -> None:
         "sndbuf_max_bytes": 200_000,
         "rcvbuf_min_bytes": 50_000,
         "sndbuf_min_bytes": 100_000,
-        "app_limited_ratio": 2 / 5,  # B's two samples of five sender samples
+        "app_limited_ratio": 1 / 3,  # B flagged in one of the three samples sending (its stale one not counted)
         "sender_backlog_ratio": 0.0,  # no listing showed unsent data
         "sending_samples": 2,  # listings 1 and 2 saw data move; 3 (the end) did not
         "mss_bytes": 1448,
@@ -363,6 +363,22 @@ def test_delivery_rate_only_from_listings_in_which_data_moved() -> None:
     values = summarise([], listings, []).values
     assert values["delivery_rate_median_bytes_per_second"] == 22e6  # of 20e6 and 24e6 only
     assert values["delivery_rate_max_bytes_per_second"] == 24e6
+
+
+def test_app_limited_share_only_from_listings_in_which_the_sender_sent() -> None:
+    # scp through a link below ssh's window: ssh's socket flagged app-limited through its
+    # login and after the last data (idle), never while sending with a backlog.  Over all
+    # listings that read 54-60% "app-limited (waiting for the window)"; while sending, 0.
+    acked = [3_000, 6_000, 9_000, 2 * MiB, 5 * MiB, 8 * MiB, 8 * MiB, 8 * MiB]
+    flagged = [True, True, True, False, False, True, True, True]
+    listings = [
+        [_s(A, bytes_acked=a, app_limited=f, notsent_bytes=0 if f else 400_000)]
+        for a, f in zip(acked, flagged, strict=True)
+    ]
+    values = summarise([], listings, []).values
+    assert values["sending_samples"] == 3  # the listings in which data moved
+    assert values["sender_backlog_ratio"] == pytest.approx(2 / 3)
+    assert values["app_limited_ratio"] == pytest.approx(1 / 3)  # of those three: not of all eight (6 / 8)
 
 
 def test_close_event_overrides_samples_and_keeps_what_only_listings_know() -> None:

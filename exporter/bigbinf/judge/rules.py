@@ -23,7 +23,8 @@ sender, and what only shows once nothing else does last:
    a program of this host wanted a core CPU_EXPLAINS of its life and its cgroup's CPU
    quota held it back (_quota_held);
 3. cpu on the remote, starved: its cgroup held by its quota, or its own listings late or
-   unanswered (vetoes.starved_remote);
+   unanswered (vetoes.starved_remote), unless a TCP bound of this transfer met the rate
+   and its receiver kept up (_kept_up: a starved reader leaves its queue standing);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
    queue stood full: its program did not read fast enough (on the remote only where its
    programs were seen);
@@ -35,8 +36,9 @@ sender, and what only shows once nothing else does last:
    most of the time (vetoes.in_recovery): a sender repairing holes looks idle, and is not;
 7. application (detail ssh_window, this host): a transfer in an OpenSSH channel whose
    steady rate met its fixed window over the round trip (bounds.ssh_window), every TCP
-   bound and every program's well above the rate (_ssh_window): the window, full for a
-   round trip, held it, not a reader or a throttle;
+   bound and every program's well above the rate, the sender with mostly nothing unsent
+   (_ssh_window, unsent_stood): the window, full for a round trip, held it, not a reader,
+   a throttle or the path;
 8. application (the sender's side), only with positive evidence: the sender had data in
    flight for less than IDLE_SHARE of the transfer or rarely a backlog, and no veto
    (vetoes.application_veto: enough listings, flagged app-limited, the remote seen);
@@ -55,7 +57,9 @@ sender, and what only shows once nothing else does last:
     lab's delay line, the path on this host, waited for a CPU);
 12. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
     where the remote's programs are ruled out (vetoes.remote_not_ruled_out);
-then startup, where it costs more than the limit above: the transfer spent STARTUP_SHARE
+Where the rate meets the named limit's bound and a lower network bound whose own rule
+stands, the lower one is named (_tighter: the tightest constraint holds); then startup,
+where it costs more than the limit above: the transfer spent STARTUP_SHARE
 of its time or more below its steady rate (connection set-up, slow start; set-up its
 programs spent queued for a CPU does not count, nor the longest any one of them queued in
 the data phase: a busy host's, not the start's; nor any time beyond what the physics
@@ -134,7 +138,9 @@ def steady_limit(i: Inputs) -> Limit:
     limit = _signalled(i)
     bound = bound_of(limit, i)
     steady = bounds.judged_rate(bound, i) if bound is not None else i.steady_rate
-    if bound is None or bound.meets(steady):
+    if bound is not None and bound.meets(steady):
+        return _tighter(limit, bound, steady, i) or limit
+    if bound is None:
         return limit
     return Limit(
         "",
@@ -142,6 +148,64 @@ def steady_limit(i: Inputs) -> Limit:
         f"outside the {bound.low:.0%}-{bound.high:.0%} that meets it ({bound.words}); "
         f"{bounds.distances(bounds.computed(i), steady)}; what pointed at it: {limit.evidence}",
     )
+
+
+def _tighter(limit: Limit, bound: Bound, steady: float, i: Inputs) -> Limit | None:
+    """Where the steady rate meets the named limit's bound and also a lower one of this
+    transfer's network bounds (bounds.computed) whose own rule stands (`_named_by`): the
+    rate is held by the tightest constraint, so the lower bound is the limit, whatever
+    rule came first, and the evidence says the higher one was met too.  (A scp upload
+    with a 3 MiB send buffer: its bound 29.9 MB/s met at 57% within the buffers' 40%,
+    ssh's window's 19.9 MB/s at 86%, with the whole window in flight: the window held
+    it, and a larger buffer bought nothing.)  Bounds met at any rate above them (the
+    loss bound) are no ceiling the rate sits under, and program bounds stand on their
+    program's own share: neither is weighed here.  None where no lower bound stands."""
+    if bound.name not in _NETWORK_BOUNDS:
+        return None
+    lower = [
+        b
+        for b in bounds.met(bounds.computed(i), steady)
+        if b.rate < bound.rate and b.name != bound.name and b.high != float("inf")
+    ]
+    for b in lower:
+        named = _named_by(b, i, steady)
+        if named is not None:
+            higher = f"{bound.words} met the rate too ({steady / bound.rate:.0%} of it), but the lower bound holds it"
+            return replace(named, evidence=f"{named.evidence}; {higher}")
+    return None
+
+
+# The network bounds a verdict can stand on (bounds.computed's), by name.
+_NETWORK_BOUNDS = frozenset(
+    {"receive_window", "send_buffer", "path_capacity", "loss", "packet_rate", "ack_clock", "ssh_window"}
+)
+
+
+def _named_by(b: Bound, i: Inputs, steady: float) -> Limit | None:
+    """The verdict a met network bound names where its own rule's evidence stands (None
+    where it does not): ssh's window by _ssh_window (the sender with nothing unsent,
+    every program idle), a window or a buffer where bounds.corroborated (its clock or
+    autotuning off), the packet rate as it is, the path where _link names it, the return
+    path by _return_path."""
+    if b.name == "ssh_window":
+        return _ssh_window(i, steady)
+    if b.name in ("receive_window", "send_buffer"):
+        busy = i.sender.get("busy_seconds", 0.0)
+        key = "rwnd_limited_seconds" if b.name == "receive_window" else "sndbuf_limited_seconds"
+        clock = i.sender.get(key, 0.0) / busy if busy > 0 else 0.0
+        if not bounds.corroborated(b, clock, CORROBORATED_SHARE):
+            return None
+        return Limit(b.name, f"{b.said(steady)}{i.share_of_path(steady)}", b.side)
+    if b.name == "packet_rate":
+        return Limit(
+            "link_capacity", f"the path's packet rate at this MSS: {b.said(steady)}", "path", detail="packet_rate"
+        )
+    if b.name == "path_capacity":
+        return _link(i, steady)
+    if b.name == "ack_clock":
+        returning = _return_path(i, steady, i.in_flight)
+        return returning if returning is not None and returning.reason else None
+    return None
 
 
 def bound_of(limit: Limit, i: Inputs) -> Bound | None:
@@ -202,7 +266,13 @@ def _signalled(i: Inputs) -> Limit:
         return quota
     # A remote too starved of CPU to answer its own listings cannot have kept up with the
     # transfer either (its listings and its programs wait for the same CPU).
-    if starved:
+    kept = _kept_up(i) if starved else ""
+    if kept:
+        # No numeric bound stands behind a starved remote: where one of this transfer's
+        # TCP bounds met the rate and its receiver kept up, that bound held it, and the
+        # late listings were the machine's, not the transfer's.
+        unmet.append(f"not cpu on the remote ({starved}): {kept}")
+    elif starved:
         return Limit("cpu", f"{starved}; {rate_words}", "remote", program=_remote_program(i), detail="starved")
     sender = i.sender
     busy = sender.get("busy_seconds", 0.0)
@@ -434,6 +504,39 @@ def _signalled(i: Inputs) -> Limit:
                 *unmet,
             ]
         ),
+    )
+
+
+def _kept_up(i: Inputs) -> str:
+    """Words, where a TCP bound of this transfer met the steady rate (the receive window,
+    the send buffer, the path, its packet rate; a window or buffer corroborated as in
+    _own_bound) and its receiver kept up: its queue did not stand RECEIVER_BEHIND full and
+    it advertised no zero window ("" otherwise, or where the receiver's queue is unknown).
+    A remote starved of CPU reads late: its queue stands full, its window closes.  A
+    window its buffer makes, the queue empty, is the buffer's however late the remote's
+    listings came (a plain remote with tcp_moderate_rcvbuf=0 beside a host at load 14:
+    its 80,896 B window over 82.1 ms allowed 0.99 MB/s, the steady rate 0.95 MB/s, its
+    listings up to 3.9 s late)."""
+    behind = i.receiver.get("rcv_queue_ratio_avg")
+    zero, samples = i.sender.get("zero_window_samples", 0.0), i.sender.get("sending_samples", 0.0)
+    if behind is None or behind >= RECEIVER_BEHIND or (samples > 0 and zero >= ZERO_WINDOWS):
+        return ""
+    busy = i.sender.get("busy_seconds", 0.0)
+    clocks = {
+        "receive_window": i.sender.get("rwnd_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+        "send_buffer": i.sender.get("sndbuf_limited_seconds", 0.0) / busy if busy > 0 else 0.0,
+    }
+    tcp = [
+        b
+        for b in (bounds.receive_window(i), bounds.send_buffer(i), bounds.path_capacity(i), bounds.packet_rate(i))
+        if b and bounds.corroborated(b, clocks.get(b.name, 0.0), CORROBORATED_SHARE)
+    ]
+    met = bounds.met(tcp, i.steady_rate)
+    if not met:
+        return ""
+    return (
+        f"{met[0].said(i.steady_rate)}, and the receiver kept up (its queue {behind:.0%} full on average): "
+        "a TCP bound held the rate, not a starved reader"
     )
 
 
@@ -682,6 +785,11 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
     bound = bounds.ssh_window(i)
     if bound is None or not bound.meets(steady) or not i.remote_programs_seen:
         return None
+    if unsent_stood(i):
+        # ssh writes no more than its window, and TCP sends all it is given: a sender the
+        # window holds has nothing unsent.  Unsent data in most samples is TCP holding what
+        # ssh wrote (the path, cwnd, pacing): the window is not the limit.
+        return None
     tcp = [b for b in (bounds.receive_window(i), bounds.send_buffer(i), bounds.path_capacity(i), bounds.loss(i)) if b]
     if any(b.rate < WELL_ABOVE * steady for b in tcp):
         return None
@@ -704,6 +812,26 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
         "local",
         detail="ssh_window",
     )
+
+
+def unsent_stood(i: Inputs) -> str:
+    """Words, where the sender's socket held unsent data in BACKLOG_SHARE of its samples
+    or more and its kernel did not find it waiting for its program (flagged app-limited in
+    fewer than BACKLOG_SHARE of the samples in which it sent) ("" otherwise, or where its
+    backlog is unknown): what its program wrote, TCP could not send yet, so the program's
+    supply (ssh's channel window: ssh writes at most the window) was not what held it.  The
+    flag (tcp_rate_check_app_limited: less than an MSS unsent, the window not full) holds
+    for the round trip after each wait, so a burst paced out after each window adjust
+    leaves it set where a sampled notsent shows a moment's backlog.  A 130 Mbit/s link
+    below ssh's window over 100 ms: unsent data in 80-100% of the listings, flagged 0-2 of
+    18-21 samples while sending, 1.62 MB of the 2.10 MB window in flight; the window alone
+    on the same path: unsent data in 0-50%, flagged 94-100%."""
+    backlog = i.sender.get("sender_backlog_ratio")
+    app = i.sender.get("app_limited_ratio")
+    if backlog is None or backlog < BACKLOG_SHARE or (app is not None and app >= BACKLOG_SHARE):
+        return ""
+    flagged = f", flagged app-limited in {app:.0%} of them" if app is not None else ""
+    return f"the sender had unsent data in {backlog:.0%} of its samples{flagged} (TCP held what its program wrote)"
 
 
 def _ssh_channel(i: Inputs) -> str:

@@ -338,7 +338,7 @@ VALUE_KEYS = (
     "rcvbuf_min_bytes",
     "sndbuf_min_bytes",
     "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
-    "app_limited_ratio",  # share of the senders' listed samples flagged app_limited
+    "app_limited_ratio",  # share of the senders' samples while sending (as the backlog's) flagged app_limited
     # Share of the senders' samples while sending (bytes acknowledged since the previous
     # listing) with a backlog (notsent > 0): near 1 the network took less than the program
     # wrote; near 0 the program wrote less than the network would take.
@@ -504,6 +504,7 @@ def _values(
     backlog: list[float] = []
     windows: list[float] = []
     queue_ratios: list[float] = []
+    flags: list[float] = []
     previous: dict[tuple[str, str], SocketInfo] = {}
     for listing in data_samples:
         grown = {s.key: s.bytes_acked - _prev(previous, s).bytes_acked for s in listing if s.key in senders}
@@ -511,6 +512,11 @@ def _values(
             sending = [s for s in listing if grown.get(s.key, 0) > 0]
             rates.append(sum(s.delivery_rate_bytes_per_second or 0.0 for s in sending))
             backlog.extend(float(s.notsent_bytes > 0) for s in sending)
+            # The kernel's app-limited flag, of the same samples: an ssh socket idle through
+            # its login (2-3 s of 8, listed densely at the start) and after the last data is
+            # flagged in every listing, which said nothing of the sender while it sent (a
+            # link below ssh's window: 54-60% of all listings flagged, 0-2 of 20 while sending).
+            flags.extend(float(s.app_limited) for s in sending)
             # The window the receiver(s) allowed in flight at once: parallel streams' add up.
             known = [s.snd_wnd_bytes for s in sending if s.snd_wnd_bytes is not None]
             if known:
@@ -540,7 +546,6 @@ def _values(
     if windowed:
         held = [s for s in listed if s.key in windowed and not s.snd_wnd_bytes and s.notsent_bytes > 0]
         values["zero_window_samples"] = float(len(held))
-    flags = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
     _put(values, "app_limited_ratio", statistics.fmean, flags)
 
     scaled = {s.key for s in observed if s.wscale is not None}
