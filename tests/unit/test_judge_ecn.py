@@ -168,6 +168,23 @@ def test_a_few_marked_round_trips_whose_bound_meets_the_rate_are_named_below_the
     assert "about 5 of" in limit.evidence
 
 
+def test_two_marked_round_trips_are_no_sawtooth_whatever_their_bound() -> None:
+    # A breaker's link (100 Mbit/s, its capacity unknown) with 2 CE marks in a CUBIC
+    # transfer: the rate was the link's, the same without the marks, and 85% of the bound
+    # the two marks give; the response function is a sawtooth's mean, and two events make
+    # none: not congestion.  Five make one (the test above).
+    unknown = PathBaseline("site", 0.0, rtt_min_seconds=0.0204, mtu_bytes=1500)
+    two = {"delivered_ce_segments": 2 * MARKED["cwnd_avg_segments"]}
+    bound = bounds.loss(Inputs.of(_marked(**two), unknown))
+    assert bound is not None and round(Inputs.of(_marked(**two), unknown).ce_rounds) == 2
+    steady = 0.85 * bound.rate
+    assert bound.meets(steady)
+    took = 8 * MiB / steady
+    fast = {"steady_rate_bytes_per_second": steady, "busy_seconds": took, "data_end_seconds": took}
+    limit = judge_limit(_marked(duration=took + 0.4, **two, **fast), unknown)
+    assert limit is None or limit.reason != "congestion", limit.evidence
+
+
 def test_losses_and_marks_add_up_as_congestion_events() -> None:
     i = Inputs.of(_marked(retransmits=20.0), ROUTER)
     assert i.real_losses == 20

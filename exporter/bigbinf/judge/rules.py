@@ -83,6 +83,13 @@ from bigbinf.judge.words import host_name, human_bits, human_bytes, human_rate
 LINK_SHARE = 0.9  # "within 10% of the shaped rate"
 LIMITED_SHARE = 0.3  # of the sender's busy time
 LOSS_SHARE = 0.001  # retransmitted segments per segment sent: 0.1%
+# The loss bound's response functions (Mathis, CUBIC's) are the long-run mean of a window's
+# sawtooth: below this many congestion events in a transfer its window spent most of it
+# growing toward what else stops it (the link, a buffer), and a bound from them met by the
+# rate is a coincidence.  A breaker's 100 Mbit/s link with its capacity unknown: 1-2 CE
+# marks in 64 MiB, their bound 13.4-14.2 MB/s, the rate 11.9 MB/s (the link's; the same
+# without the marks) was called ECN marking, 7 of 7.
+MIN_CONGESTION_EVENTS = 4
 # Mean fill of the receiver's queue above which its application is behind: one that reads
 # as fast as data arrives keeps it near 0 (0.001-0.006 seen with a capped buffer), curl
 # --limit-rate 0.3-0.7.
@@ -432,7 +439,8 @@ def _signalled(i: Inputs) -> Limit:
         # their bound meets the steady rate (a queue that marks in bursts: 5 marked round
         # trips of 5796 segments held CUBIC at 90% of their bound).
         marks = bounds.loss(i)
-        if lossy or (marks is not None and marks.meets(bounds.judged_rate(marks, i))):
+        enough = i.ce_rounds + i.real_losses >= MIN_CONGESTION_EVENTS
+        if lossy or (marks is not None and enough and marks.meets(bounds.judged_rate(marks, i))):
             return _ecn_marked(i, rate_words)
     if lossy or (not sender and i.segments and i.loss >= LOSS_SHARE):
         return Limit("congestion", "; ".join([i.loss_words(), *_bound_said(bounds.loss(i), i), rate_words]), "path")
