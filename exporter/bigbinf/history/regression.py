@@ -575,15 +575,8 @@ def baseline_mask(
 
 def tod_residuals(tod: np.ndarray, logs: np.ndarray, window: float) -> np.ndarray:
     """Each run's log throughput less the median of the runs within `window` of its own
-    time of day (15-minute bins), among these runs."""
-    order = np.argsort(tod, kind="stable")
-    sorted_tod, sorted_log = tod[order], logs[order]
-    bins = (tod // BIN_SECONDS).astype(int) % BINS
-    medians = np.full(BINS, np.nan)
-    for b in np.unique(bins).tolist():
-        parts = [sorted_log[sl] for sl in _window(sorted_tod, (b + 0.5) * BIN_SECONDS, window)]
-        medians[b] = median(np.concatenate(parts))  # never empty: the bin's own runs are in it
-    out: np.ndarray = logs - medians[bins]
+    time of day (15-minute bins), among these runs (never nan: a bin's own runs are in it)."""
+    out: np.ndarray = logs - expected_levels(tod, logs, tod, window)
     return out
 
 
