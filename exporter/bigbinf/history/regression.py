@@ -1447,6 +1447,9 @@ class Event:
 OPENED, RECOVERED, ACCEPTED, DISMISSED = "opened", "recovered", "accepted", "dismissed"
 
 
+NO_TRACK = Track()  # a series without a track, read (never changed) by History.verdicts
+
+
 def apply_event(track: Track, event: Event) -> None:
     """One journaled event applied to the series' state: the one place that says what
     each event does (the live step and the restore both come here)."""
@@ -1984,22 +1987,30 @@ class History:
         full rebuild, tests/unit/test_verdicts_cache.py)."""
         keys = list(self.tests)
         qs = bh_qvalues_array(np.fromiter((self.tests[k].p_value for k in keys), dtype=float, count=len(keys)))
+        moved: list[Any] = []
         if self._dirty is None:
             self._published = {}
             redo = set(self.tests) | set(self.tracks)
         else:
             redo = self._dirty
             if keys == self._q_keys:
-                moved = np.flatnonzero(qs != self._q_arr)
-                redo |= {keys[i] for i in moved.tolist()}
+                moved = [keys[i] for i in np.flatnonzero(qs != self._q_arr).tolist()]
             else:
                 redo |= set(keys)
         self._dirty = set()
         self._q_keys, self._q_arr = keys, qs
-        q_of = dict(zip(keys, qs.tolist(), strict=True)) if redo else {}
+        q_of = dict(zip(keys, qs.tolist(), strict=True)) if redo or moved else {}
+        for key in moved:  # only its q-value moved: the rest as published
+            v = self._published.get(key)
+            if v is not None and key not in redo:
+                self._published[key] = Verdict(
+                    v.test, q_of[key], v.regressed, v.since, v.level_before, v.accepted_at, v.suspected
+                )
+            else:
+                redo.add(key)
         material = 1.0 - self.settings.material_drop
         for key in redo:
-            track = self.tracks.get(key, Track())
+            track = self.tracks.get(key) or NO_TRACK
             test = self.tests.get(key)
             episode = track.episode
             if episode is None and test is None and track.accepted_at is None and track.suspect is None:
