@@ -104,6 +104,7 @@ def restore_carried(history: History, key: Any, mark: SeriesMark) -> None:
     track.suspect, track.suspect_began = mark.suspect, mark.suspect_began
     measured = {(b, a): c for b, a, c in mark.shifts}
     track.accepts = [(b, a, measured.get((b, a), c)) for b, a, c in track.accepts]
+    history.touched(key)
 
 
 def resume_series(

@@ -483,10 +483,12 @@ class RoundRunner:
         return changes
 
     def _with_changes(self, verdicts: dict[SeriesKey, Verdict]) -> dict[SeriesKey, Verdict]:
-        return {
-            k: dataclasses.replace(v, change=self.changes.get(k)) if v.regressed and k in self.changes else v
-            for k, v in verdicts.items()
-        }
+        # Only the series with a change are replaced (a few), not every series' verdict looked at.
+        for k, change in self.changes.items():
+            v = verdicts.get(k)
+            if v is not None and v.regressed:
+                verdicts[k] = dataclasses.replace(v, change=change)
+        return verdicts
 
     def forget_history(self, keys: Iterable[SeriesKey]) -> None:
         """Keep only these series' history and verdicts (a reload removed the others);
