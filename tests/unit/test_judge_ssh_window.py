@@ -48,7 +48,7 @@ def window_sender(backlog: float, **kw: float) -> dict[str, float]:
     return sender(
         busy_seconds=16.0,
         sender_backlog_ratio=backlog,
-        app_limited_ratio=0.89,
+        app_limited_sending_ratio=0.89,
         sending_samples=60.0,
         rtt_avg_seconds=RTT,
         snd_wnd_median_bytes=9.5e6,
@@ -147,7 +147,7 @@ def test_a_standing_backlog_the_kernel_never_flagged_app_limited_is_not_the_ssh_
     # the samples, flagged in 5% of them, is TCP holding what ssh wrote (breaker-ssh-1: a
     # link below the window, 80-100% and 0-11%; the window alone, 0-50% and 94-100%).
     r = scp_download(backlog=0.85)
-    held = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "app_limited_ratio": 0.05})
+    held = dataclasses.replace(r, tcp_remote={**r.tcp_remote, "app_limited_sending_ratio": 0.05})
     reason, _, words, _ = said(held)
     assert reason != "application" and "ssh's channel window (application)" not in words, words
 

@@ -55,7 +55,7 @@ def result(name: str) -> Result:
     r = Result.from_json(json.loads((DATA / f"{name}.json").read_text()))
     flagged, samples = FLAGGED_WHILE_SENDING[name]
     side = "tcp_local" if r.direction == "upload" else "tcp_remote"
-    return dataclasses.replace(r, **{side: {**getattr(r, side), "app_limited_ratio": flagged / samples}})
+    return dataclasses.replace(r, **{side: {**getattr(r, side), "app_limited_sending_ratio": flagged / samples}})
 
 
 def baseline(r: Result, local_wmem: float = 4194304.0, remote_wmem: float = 4194304.0) -> PathBaseline:

@@ -340,7 +340,8 @@ def test_summary_of_two_parallel_streams() -> None:
         "sndbuf_max_bytes": 200_000,
         "rcvbuf_min_bytes": 50_000,
         "sndbuf_min_bytes": 100_000,
-        "app_limited_ratio": 1 / 3,  # B flagged in one of the three samples sending (its stale one not counted)
+        "app_limited_ratio": 2 / 5,  # B flagged in two of the five samples listed
+        "app_limited_sending_ratio": 1 / 3,  # in one of the three sending (its stale one not counted)
         "sender_backlog_ratio": 0.0,  # no listing showed unsent data
         "sending_samples": 2,  # listings 1 and 2 saw data move; 3 (the end) did not
         "mss_bytes": 1448,
@@ -378,7 +379,9 @@ def test_app_limited_share_only_from_listings_in_which_the_sender_sent() -> None
     values = summarise([], listings, []).values
     assert values["sending_samples"] == 3  # the listings in which data moved
     assert values["sender_backlog_ratio"] == pytest.approx(2 / 3)
-    assert values["app_limited_ratio"] == pytest.approx(1 / 3)  # of those three: not of all eight (6 / 8)
+    assert values["app_limited_sending_ratio"] == pytest.approx(1 / 3)  # of those three: not of all eight
+    # Over every listing (the application rules' evidence: a throttle's idle listings): 6 of 8.
+    assert values["app_limited_ratio"] == pytest.approx(6 / 8)
 
 
 def test_close_event_overrides_samples_and_keeps_what_only_listings_know() -> None:

@@ -812,8 +812,12 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
         if busiest
         else "no program of the transfer on a core, queued for one or on storage"
     )
-    app = i.sender.get("app_limited_ratio")
-    flagged = f"the sender app-limited in {app:.0%} of its samples (waiting for the window)" if app is not None else ""
+    app = i.sender.get("app_limited_sending_ratio")
+    flagged = (
+        f"the sender app-limited in {app:.0%} of its samples while sending (waiting for the window)"
+        if app is not None
+        else ""
+    )
     return Limit(
         "application",
         "; ".join(filter(None, [bound.said(steady) + i.share_of_path(steady), clear, idle, flagged])),
@@ -835,7 +839,7 @@ def unsent_stood(i: Inputs) -> str:
     18-21 samples while sending, 1.62 MB of the 2.10 MB window in flight; the window alone
     on the same path: unsent data in 0-50%, flagged 94-100%."""
     backlog = i.sender.get("sender_backlog_ratio")
-    app = i.sender.get("app_limited_ratio")
+    app = i.sender.get("app_limited_sending_ratio")
     if backlog is None or backlog < BACKLOG_SHARE or (app is not None and app >= BACKLOG_SHARE):
         return ""
     flagged = f", flagged app-limited in {app:.0%} of them" if app is not None else ""

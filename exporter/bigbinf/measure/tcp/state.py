@@ -338,7 +338,8 @@ VALUE_KEYS = (
     "rcvbuf_min_bytes",
     "sndbuf_min_bytes",
     "rcv_queue_ratio_avg",  # mean skmem r/rb of the receivers in listings where data arrived
-    "app_limited_ratio",  # share of the senders' samples while sending (as the backlog's) flagged app_limited
+    "app_limited_ratio",  # share of the senders' listed samples flagged app_limited (idle ones too)
+    "app_limited_sending_ratio",  # share of the senders' samples while sending (as the backlog's) flagged so
     # Share of the senders' samples while sending (bytes acknowledged since the previous
     # listing) with a backlog (notsent > 0): near 1 the network took less than the program
     # wrote; near 0 the program wrote less than the network would take.
@@ -546,7 +547,12 @@ def _values(
     if windowed:
         held = [s for s in listed if s.key in windowed and not s.snd_wnd_bytes and s.notsent_bytes > 0]
         values["zero_window_samples"] = float(len(held))
-    _put(values, "app_limited_ratio", statistics.fmean, flags)
+    # Over every listing too: a throttled sender (curl --limit-rate) idles between its
+    # bursts, flagged in those listings, and that idleness is the application rules'
+    # evidence; while sending alone it is rarely flagged.
+    _put(values, "app_limited_sending_ratio", statistics.fmean, flags)
+    every = [float(s.app_limited) for listing in data_samples for s in listing if s.key in senders]
+    _put(values, "app_limited_ratio", statistics.fmean, every)
 
     scaled = {s.key for s in observed if s.wscale is not None}
     read = {s.key for s in observed if s.mss is not None}
