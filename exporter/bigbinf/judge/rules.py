@@ -46,7 +46,8 @@ sender, and what only shows once nothing else does last:
    lost in slow start never outrank a throttle;
 9. congestion: the sender's congestion events (real losses, and round trips the path marked
    CE in: ECN, detail ecn where it marked any) were at least LOSS_SHARE of its segments, or,
-   with CE marks, the loss bound from them met the steady rate;
+   with CE marks and MIN_CONGESTION_EVENTS events or more, the loss bound from them met
+   the steady rate;
 10. link_capacity of the return path (_return_path): the ACKs' way held a standing queue
     while the data way's one-way delay stayed flat (the capture's TCP timestamps), and the
     ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
