@@ -93,5 +93,8 @@ def test_a_serving_exporter_counts_every_skip_and_logs_it_once(tmp_path: Path) -
         ]
         assert [s.value for s in ok] == [0.0]
     text = log.read_text()
-    assert text.count(" WARNING ") == 1, text
+    # Once in three rounds; other warnings are a start ending what a killed exporter left
+    # (another test's deliberately orphaned processes, with tests in parallel).
+    warnings = [line for line in text.splitlines() if " WARNING " in line and "ended a leftover process" not in line]
+    assert len(warnings) == 1, text
     assert text.count(SKIP_LOG) == 1, text
