@@ -22,6 +22,7 @@ from bigbinf.journal.store import Journal
 from bigbinf.lab import LabLayout
 from bigbinf.measure.path.baseline import measure_path
 from bigbinf.passive.watcher import PassiveWatcher
+from bigbinf.process import unmarked_env
 from bigbinf.result import PathBaseline, Result
 from bigbinf.service.server import Exporter
 
@@ -70,7 +71,13 @@ def watching(config: Config, baseline: PathBaseline | None = None) -> Iterator[t
 def client(config: Config, *argv: str) -> None:
     """Run a command in the client namespace, by hand (not through the exporter)."""
     layout = LabLayout(config.lab)
-    subprocess.run(["ip", "netns", "exec", layout.client_ns, *argv], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["ip", "netns", "exec", layout.client_ns, *argv],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env=unmarked_env(),
+    )
 
 
 def wait_for(got: list[Result], n: int, timeout: float = 15.0) -> list[Result]:
@@ -189,12 +196,15 @@ def test_the_exporter_journals_publishes_and_lists_them_and_flushes_an_open_one_
             time.sleep(0.1)
         # An open transfer at the stop: curl held at 1 MiB/s (8 s for its 8 MiB), stopped
         # with the exporter after 5 s (5 MiB, above min_bytes).
+        # Unmarked: a marker this worker's environment may carry (an earlier test's
+        # exporter) must not make it the exporter's own, nor another start's to end.
         slow = subprocess.Popen(
-            ["ip", "netns", "exec", layout.client_ns, "curl", "-sS", "--limit-rate", "1M", "-o", "/dev/null",
-             f"http://{addr}/data/f8m.bin"]
+            ["ip", "netns", "exec", layout.client_ns, "curl", "-sS", "--fail", "--limit-rate", "1M", "-o",
+             "/dev/null", f"http://{addr}/data/f8m.bin"],
+            stderr=subprocess.PIPE, env=unmarked_env(),
         )  # fmt: skip
         time.sleep(5)
-        assert slow.poll() is None
+        assert slow.poll() is None, (slow.returncode, slow.stderr.read() if slow.stderr else b"")
         metrics = exporter.metrics.refresh().chunks("text")
         text = b"".join(metrics).decode()
     finally:
