@@ -557,6 +557,38 @@ def test_a_receiver_that_sleeps_more_than_it_waits_on_storage_paces_itself() -> 
     assert "curl (this host) waited on storage in 60% of 40 samples" in limit.evidence
 
 
+def test_a_reader_that_waited_for_a_cpu_on_a_busy_host_is_not_called_slow_by_itself() -> None:
+    # Its queue stood full; this host was busy.  curl waited for a CPU 30% of its life and
+    # ran 10%: its pace and the CPU it was denied cannot be told apart (withheld); the
+    # host's CPU bound (on a core or queued 40%: it allowed 2.5x the rate) does not hold.
+    busy = {"transfer_programs": 0.3, "load1": 6.0}
+
+    def reading(curl: dict[str, float], host_busy: dict[str, float] = busy) -> Result:
+        return download(
+            tcp_remote=sender(rwnd_limited_seconds=17.0),
+            tcp_local={"rcv_queue_ratio_avg": 0.85},
+            programs={"local curl": curl},
+            host_busy=host_busy,
+        )
+
+    starved = {"seconds": 19.0, "cpu_share": 0.1, "runnable_share": 0.4, "io_wait_share": 0.0, "samples": 40.0}
+    starved["cpu_throttled_share"] = 0.0
+    limit = judge_limit(reading(starved), PATH)
+    assert limit is not None and limit.reason == "", limit
+    assert "not application (" in limit.evidence and "curl (this host) waited for a CPU 30%" in limit.evidence
+    assert text_contradictions(limit, reading(starved), PATH) == []
+    # A quiet host: the same reader is its own pace.
+    assert judge_limit(reading(starved, {"load1": 0.5}), PATH).reason == "application"  # type: ignore[union-attr]
+    # A throttled reader beside the burners waits a little at each wake-up: still its pace.
+    paced = {**starved, "cpu_share": 0.02, "runnable_share": 0.06}
+    limit = judge_limit(reading(paced), PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("application", "local"), limit
+    # On a core or queued nearly all its life, waiting most of it: the host held it.
+    held = {**starved, "cpu_share": 0.15, "runnable_share": 0.97}
+    limit = judge_limit(reading(held), PATH)
+    assert limit is not None and (limit.reason, limit.side) == ("busy_host", "local"), limit
+
+
 def test_a_steady_rate_fitted_above_the_path_is_not_a_reason_for_startup() -> None:
     # A policer's bursts (or listings each late for a CPU) fitted a steady rate at 185% of
     # the path's 25 MB/s; the transfer averaged 93% of it, lossless.

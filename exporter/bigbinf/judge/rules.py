@@ -27,7 +27,8 @@ sender, and what only shows once nothing else does last:
    and its receiver kept up (_kept_up: a starved reader leaves its queue standing);
 4. application (the receiver's side): the sender was window-limited, but the receiver's
    queue stood full: its program did not read fast enough (on the remote only where its
-   programs were seen);
+   programs were seen; on this host, not where it waited for a CPU on a busy host:
+   _slow_reader);
 5. receive_window / send_buffer: the sender was limited by the window or its send buffer
    for LIMITED_SHARE of its busy time (per stream where there are several), or a buffer
    grew to its maximum and that is below the BDP (what shows where the sender cannot be
@@ -307,9 +308,7 @@ def _signalled(i: Inputs) -> Limit:
         why = ", ".join(filter(None, said)) + ": its program reads slower than the network delivers"
         if i.receiver_side == "local" or i.remote_programs_seen:
             receiving = tuple(s for s in sides if s == i.receiver_side)
-            return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=receiving, fed=True, withheld=unmet) or Limit(
-                "application", f"{why}; {rate_words}", i.receiver_side
-            )
+            return _slow_reader(i, why, rate_words, receiving, unmet)
         withheld.append(
             f"not application on the remote ({why}): the remote's programs could not be seen, so its writer's "
             "disk or CPU cannot be ruled out"
@@ -325,9 +324,7 @@ def _signalled(i: Inputs) -> Limit:
             "the network delivers (the window it advertised was what its unread data left; the sender's TCP "
             "state is unknown)"
         )
-        return _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=("local",), fed=True) or Limit(
-            "application", f"{why}; {rate_words}", "local"
-        )
+        return _slow_reader(i, why, rate_words, ("local",), unmet)
     # Congestion events: real losses, and round trips the path marked CE in (ECN: CUBIC and
     # Reno halve once for either; Inputs.congestion).
     lossy = bool(sender) and i.congestion >= LOSS_SHARE
@@ -514,6 +511,63 @@ def _signalled(i: Inputs) -> Limit:
             ]
         ),
     )
+
+
+def _slow_reader(i: Inputs, why: str, rate_words: str, sides: tuple[str, ...], unmet: list[str]) -> Limit:
+    """The verdict on a receiver that read slower than the network delivered (`why`):
+    its program's CPU or storage where their bound met the rate (_program_limit), else
+    application, its own pace, unless it is this host's and waited for a CPU on a busy
+    host (READER_WAITED of its life, at least as long as it ran): a reader starved of a
+    core between its reads falls behind as a slow one does, and the CPU it was denied
+    cannot be told from its pace.  busy_host where the host's CPU shows it held the
+    transfer (vetoes.host_held), else withheld (a reader on a core or queued 40% of its
+    life, asleep the rest, is not shown to be the CPU's, nor its own: beside two CPU
+    burners, curl's queue stood 69-97% full with its wait under the busy_host bound)."""
+    program = _program_limit(i, CPU_EXPLAINS, why, rate_words, sides=sides, fed=True, withheld=unmet)
+    if program:
+        return program
+    side = sides[0] if sides else i.receiver_side
+    busy = vetoes.busy_host(i) if side == "local" else ""
+    waited = _reader_waited(i) if busy else ""
+    if not waited:
+        return Limit("application", f"{why}; {rate_words}", side)
+    held = vetoes.host_held(i)
+    if held:
+        return Limit("busy_host", f"{why}; {held}; {busy}; {rate_words}", "local")
+    return Limit(
+        "",
+        "; ".join(
+            [
+                f"not application ({why}): {waited}, on a busy host ({busy}): whether its own pace or this host's "
+                "CPU set its rate is not shown",
+                rate_words,
+                *unmet,
+            ]
+        ),
+    )
+
+
+# A reader of this host that waited for a CPU this share of its life (and at least as long
+# as it ran) cannot be called slow by itself on a busy host (_slow_reader).
+READER_WAITED = 0.1
+
+
+def _reader_waited(i: Inputs) -> str:
+    """Words, where a program of the transfer on this host (alive BULK_SHARE of it) waited
+    for a CPU READER_WAITED of its life and at least as long as it was on one ("" if
+    none), its cgroup's quota aside (a quota's waits are the program's own limit)."""
+    for label, v in sorted(i.programs.items()):
+        side, _, name = label.partition(" ")
+        if side != "local" or v.get("seconds", 0.0) < BULK_SHARE * i.duration:
+            continue
+        used = v.get("cpu_share", 0.0)
+        waited = v.get("runnable_share", 0.0) - used - v.get("cpu_throttled_share", 0.0)
+        if waited >= READER_WAITED and waited >= used:
+            return (
+                f"{name} (this host) waited for a CPU {waited:.0%} of its {v.get('seconds', 0.0):.1f} s and used "
+                f"{used:.0%} of a core"
+            )
+    return ""
 
 
 def _kept_up(i: Inputs) -> str:
