@@ -117,6 +117,19 @@ def marked() -> Iterator[tuple[int, str]]:
                 break
 
 
+def marker_of(pid: int) -> str | None:
+    """The marker in process `pid`'s environment (the exporter it belongs to), None where
+    it carries none; OSError where its environment cannot be read (gone, another user's).
+    Only that one entry is looked for; nothing of the environment is kept."""
+    key = MARKER.encode() + b"="
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key) :].decode("ascii", "replace")
+    return None
+
+
 def describe(pid: int) -> str:
     """The command line of `pid`, shortened (for the log)."""
     try:

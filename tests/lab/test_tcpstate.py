@@ -17,17 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf import lab
+from bigbinf import guardian, lab
 from bigbinf.config import Config
 from bigbinf.lab import LabLayout
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.programs import adaptive_interval
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, read_tcp_settings
 from bigbinf.measure.transfer import placeholder_values
-from bigbinf.process import in_netns
+from bigbinf.process import in_netns, unmarked_env
 from bigbinf.protocols.base import render
 
 from ..conftest import nstat_retrans
+from ..support.owners import live_owner
 
 pytestmark = pytest.mark.lab
 MiB = 1024 * 1024
@@ -210,6 +211,59 @@ def test_remote_read_through_ssh_matches_its_namespace_and_leaves_out_its_own_se
     # What only listings tell (skmem, the congestion control) came through ssh too.
     assert remote.congestion_control == direct.congestion_control != ""
     assert remote.values["sndbuf_max_bytes"] > 0 and remote.values["delivery_rate_max_bytes_per_second"] > 0
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["transfer marked", "no marker"])
+def test_another_programs_flow_to_the_same_peer_is_left_out_at_both_ends(
+    lossy: Config, tmp_path: Path, marked: bool
+) -> None:
+    # A site's own transfer between the same two hosts, started while ours runs: iperf3
+    # (unmarked, 32 MiB from the remote) beside our scp download of 8 MiB, whose ssh
+    # carries the transfer's marker.  Truth: iperf3's report of its bytes, the file's size.
+    client_ns, remote_ns = _ns(lossy)
+    spec = _scp_download(lossy)
+    with live_owner() as owner:
+        env = {**unmarked_env(), guardian.MARKER: owner}
+        argv = in_netns(spec.remote.netns, render(spec.template, placeholder_values(spec, tmp_path)))
+        local = TcpWatch(
+            ["ip", "netns", "exec", client_ns],
+            lossy.lab.remote_address,
+            0.2,
+            transfer_marker=owner if marked else None,
+        )
+        remote = TcpWatch(["ip", "netns", "exec", remote_ns], lossy.lab.client_address, 0.2)
+        with local, remote:
+            other = subprocess.Popen(
+                in_netns(client_ns, ["iperf3", "-c", lossy.lab.remote_address, "-J", "-R", "-n", "32M"]),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=unmarked_env(),
+            )
+            try:
+                subprocess.run(argv, check=True, capture_output=True, timeout=120, env=env)
+                out, err = other.communicate(timeout=120)
+            finally:
+                if other.poll() is None:
+                    other.kill()
+                    other.wait()
+            assert other.returncode == 0, err
+            _wait_closed(lossy, 22)
+            _wait_closed(lossy, IPERF3)
+            remote.leave_out_peers(local.foreign_ends())  # as the transfer does, before the remote's stop
+        down, up = local.stop(), remote.stop()
+    assert down is not None and up is not None, (local.error, remote.error)
+    iperf3_bytes = json.loads(out)["end"]["sum_received"]["bytes"]
+    assert (tmp_path / "f8m.bin").stat().st_size == 8 * MiB and iperf3_bytes >= 32 * MiB
+    print(f"marked {marked}: local {down}\nremote {up}\nproblems {local.problems}")
+    if marked:
+        # scp's one connection at each end; iperf3's two left out.
+        assert up.sockets == down.sockets == 1, (up, down)
+        assert 8 * MiB < up.values["bytes_acked"] < 9 * MiB
+        assert local.problems == ["left out 2 socket(s) to the peer that another program held while the transfer ran"]
+    else:
+        # Without the transfer's marker nothing tells them apart: all three count.
+        assert up.sockets == down.sockets == 3, (up, down)
+        assert up.values["bytes_acked"] > 8 * MiB + iperf3_bytes
 
 
 def test_capped_receive_buffer_makes_the_sender_rwnd_limited(long_fat: Config) -> None:

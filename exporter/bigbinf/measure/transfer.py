@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from bigbinf import credentials, process
+from bigbinf import credentials, guardian, process
 from bigbinf.config import Config, DatasetConfig, capture_directory, kept_pcap_directory
 from bigbinf.fserrors import describe_os_error, is_host_error
 from bigbinf.journal.pending import PendingAnalysis, PendingStore
@@ -492,7 +493,18 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
     remote_programs = ProgramWatch(remote_interval)
     busy = BusyHost(config.transfer.tcp_interval, spec.remote.path_pid_file)  # the capture's and the path's waits
     remote_prefix = spec.remote.stats_argv([])
-    local_watch = TcpWatch(in_netns(spec.remote.netns, []), subject.remote_address, local_interval) if tcp else None
+    # The transfer's programs carry the exporter's marker (process.own_children): a socket
+    # to the same peer that only other programs hold is not the transfer's.
+    local_watch = (
+        TcpWatch(
+            in_netns(spec.remote.netns, []),
+            subject.remote_address,
+            local_interval,
+            transfer_marker=os.environ.get(guardian.MARKER),
+        )
+        if tcp
+        else None
+    )
     # A remote watcher ends with its lifeline; at the latest once the transfer cannot be running.
     lifetime = spec.timeout_seconds + cap_cfg.start_timeout + cap_cfg.linger + WATCH_SPARE_SECONDS
     remote_watch = (
@@ -516,6 +528,10 @@ def run_under_capture(spec: TransferSpec, config: Config, prepared: Prepared) ->
                 # stats sessions (ssh from this host) are sockets to the remote here too,
                 # and not the transfer's.
                 watching.callback(lambda: local_watch.leave_out(remote_watch.own_sessions()))
+            if watch is remote_watch and local_watch and remote_watch:
+                # Run before the remote watch stops: the remote's ends of the flows another
+                # program held here (a production transfer between the same hosts).
+                watching.callback(lambda: remote_watch.leave_out_peers(local_watch.foreign_ends()))
         if capture:
             try:
                 capture.start()

@@ -32,7 +32,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from bigbinf.config import PassiveConfig
-from bigbinf.guardian import MARKER
+from bigbinf.guardian import marker_of
 from bigbinf.measure.tcp.state import _wait_drained, _wait_subscribed, parse_ss
 from bigbinf.passive.flows import Flow, Tracker, result_of
 from bigbinf.passive.select import Selection
@@ -388,15 +388,11 @@ def _changed(
     return "\n".join(keep), same
 
 
-_MARKER = MARKER.encode() + b"="
-
-
 def _an_exporters(pid: int) -> bool:
     """Whether process `pid` is one a bigbinf exporter started (its environment holds the
-    guardian's marker, bigbinf/guardian.py): a scheduled transfer, not a production one.
-    Only that one entry is looked for; nothing of the environment is kept."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
-        return any(entry.startswith(_MARKER) for entry in f.read().split(b"\0"))
+    guardian's marker, bigbinf/guardian.py): a scheduled transfer, not a production one."""
+    with contextlib.suppress(OSError):
+        return marker_of(pid) is not None
     return False
 
 

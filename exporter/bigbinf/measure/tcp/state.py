@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from bigbinf.guardian import marker_of
 from bigbinf.measure.cgroups import cpu_files, group_dirs, printed_reader, read_groups, read_io_limits
 from bigbinf.measure.programs import (
     ProgramLife,
@@ -780,6 +781,7 @@ class TcpWatch:
         interval: float = 0.5,
         on_owners: Callable[[set[int]], None] | None = None,
         lifetime: float | None = None,
+        transfer_marker: str | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"TcpWatch interval must be positive, not {interval!r}")
@@ -834,6 +836,14 @@ class TcpWatch:
         # sessions to the remote, which another watch (the remote's, through ssh) named
         # (leave_out): on this host they are sockets to the same peer.
         self._not_ours: set[tuple[str, str]] = set()
+        # Another program's flows to the same peer, started while the transfer ran (a
+        # site's production transfer between the same hosts): on this host, sockets whose
+        # owners (ss -p) all carry another marker than the transfer's or none
+        # (guardian.marker_of); on the remote, their mirror (leave_out_peers).
+        self.transfer_marker = transfer_marker if not _is_remote(self.prefix) else None
+        self._foreign: set[tuple[str, str]] = set()
+        self._marked: set[tuple[str, str]] = set()  # sockets whose owners carry the transfer's marker
+        self._foreign_peers: set[tuple[str, str]] = set()
         self._last_failure = ""
         self._watcher: subprocess.Popen[bytes] | None = None
         self._chunks: list[bytes] = []
@@ -947,6 +957,8 @@ class TcpWatch:
             with self._lock:
                 self._own.add(own)
         sockets = parse_ss(text)
+        if ask_owners and self.transfer_marker is not None:
+            self._sort_owners(sockets, self.transfer_marker)
         if ask_owners:
             with self._lock:
                 mine = set(self._own)
@@ -966,6 +978,41 @@ class TcpWatch:
             before = {b.key for b in self._baseline or ()}
             self._ask_owners = any(s.key not in self._owned and s.key not in before for s in sockets)
         return Listing(at, sockets)
+
+    def _sort_owners(self, sockets: list[SocketInfo], marker: str) -> None:
+        """Note which new sockets' owners carry the transfer's marker and which are all
+        another program's (an owner whose environment cannot be read decides nothing)."""
+        before = {b.key for b in self._baseline or ()}
+        for s in sockets:
+            if s.key in before or not s.owners:
+                continue
+            markers: list[str | None] = []
+            for _, pid in s.owners:
+                try:
+                    markers.append(marker_of(pid))
+                except OSError:  # gone meanwhile, or not readable: unknown
+                    markers = []
+                    break
+            with self._lock:
+                if marker in markers:
+                    self._marked.add(s.key)
+                elif markers:
+                    self._foreign.add(s.key)
+
+    def foreign_ends(self) -> set[tuple[str, str]]:
+        """This host's (address, port) of the sockets to the peer that another program
+        held while the transfer ran (empty where no socket was seen held by the transfer's
+        own: then which is the transfer's cannot be told, and none is left out)."""
+        with self._lock:
+            if not self._marked:
+                return set()
+            return {_endpoint(key[0]) for key in self._foreign - self._marked}
+
+    def leave_out_peers(self, peer_endpoints: set[tuple[str, str]]) -> None:
+        """Leave out of the summary the sockets whose peer end is one of these (another
+        watch's foreign_ends: the remote's end of another program's flow)."""
+        with self._lock:
+            self._foreign_peers |= peer_endpoints
 
     def _sample(self) -> None:
         """List every `interval` seconds, one listing at a time (a slow one is followed by
@@ -1115,8 +1162,14 @@ class TcpWatch:
             last_failure = self._last_failure
             if own and self._ssh:
                 self._own.add(own)
-            mine = set(self._own)
+            mine = set(self._own) | self._foreign_peers
             not_ours = set(self._not_ours)
+        foreign = self.foreign_ends()
+        not_ours |= foreign
+        if foreign:
+            self.problems.append(
+                f"left out {len(foreign)} socket(s) to the peer that another program held while the transfer ran"
+            )
         if last_failure:
             self.problems.append(last_failure)
         closed = parse_ss(closed_text)
