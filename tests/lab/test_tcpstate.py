@@ -8,6 +8,7 @@ by the test and read back, iperf3's own report, the shaped rate.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -23,7 +24,7 @@ from bigbinf.lab import LabLayout
 from bigbinf.measure.plan import TransferSpec, plan_round
 from bigbinf.measure.programs import adaptive_interval
 from bigbinf.measure.tcp.state import TcpSummary, TcpWatch, read_tcp_settings
-from bigbinf.measure.transfer import placeholder_values
+from bigbinf.measure.transfer import placeholder_values, run_transfer
 from bigbinf.process import in_netns, unmarked_env
 from bigbinf.protocols.base import render
 
@@ -264,6 +265,32 @@ def test_another_programs_flow_to_the_same_peer_is_left_out_at_both_ends(
         # Without the transfer's marker nothing tells them apart: all three count.
         assert up.sockets == down.sockets == 3, (up, down)
         assert up.values["bytes_acked"] > 8 * MiB + iperf3_bytes
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["exporter marked", "no marker"])
+def test_a_transfer_beside_another_programs_flow_to_the_same_peer_reads_its_own_sockets(
+    lossy: Config, monkeypatch: pytest.MonkeyPatch, marked: bool
+) -> None:
+    # Through run_transfer: the command's shell starts an unmarked iperf3 (32 MiB from the
+    # remote) and 0.3 s later scp's 8 MiB download, both between the same two hosts.
+    spec = _scp_download(lossy)
+    flow = f"env -u {guardian.MARKER} iperf3 -c {lossy.lab.remote_address} -R -n 32M >/dev/null"
+    beside = ("sh", "-c", f'{flow} & sleep 0.3; "$@"; s=$?; wait; exit $s', "sh", *spec.template)
+    spec = dataclasses.replace(spec, template=beside)
+    with live_owner() as owner:
+        if marked:
+            monkeypatch.setenv(guardian.MARKER, owner)  # as process.own_children marks an exporter
+        else:
+            monkeypatch.delenv(guardian.MARKER, raising=False)
+        result = run_transfer(spec, lossy, "test")
+    assert result.outcome == "ok" and result.verified, result.error
+    remote = result.tcp_remote
+    assert remote is not None
+    print(f"marked {marked}: {remote}")
+    if marked:
+        assert remote["streams"] == 1 and 8 * MiB < remote["bytes_acked"] < 9 * MiB, remote
+    else:
+        assert remote["streams"] == 2 and remote["bytes_acked"] > 40 * MiB, remote
 
 
 def test_capped_receive_buffer_makes_the_sender_rwnd_limited(long_fat: Config) -> None:
