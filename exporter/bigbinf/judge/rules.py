@@ -388,7 +388,7 @@ def _signalled(i: Inputs) -> Limit:
         program = _program_limit(i, CPU_EXPLAINS, idle, rate_words, sides=sides, withheld=unmet)
         if program:
             return program
-        veto = vetoes.application_veto(i)
+        veto = vetoes.application_veto(i) or _queued_window(i, steady)
         channel = _ssh_channel(i)
         if not veto and channel:
             # ssh sends only what its channel window lets it, and the receiving end's ssh
@@ -848,6 +848,8 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
     bound = bounds.ssh_window(i)
     if bound is None or not bound.meets(steady) or not i.remote_programs_seen:
         return None
+    if _queued_window(i, steady):
+        return None
     if unsent_stood(i):
         # ssh writes no more than its window, and TCP sends all it is given: a sender the
         # window holds has nothing unsent.  Unsent data in most samples is TCP holding what
@@ -878,6 +880,35 @@ def _ssh_window(i: Inputs, steady: float) -> Limit | None:
         "; ".join(filter(None, [bound.said(steady) + i.share_of_path(steady), clear, idle, flagged])),
         "local",
         detail="ssh_window",
+    )
+
+
+def _queued_window(i: Inputs, steady: float) -> str:
+    """Words, where an ssh channel's window stood full in flight with most of it queued
+    ("" otherwise, or where a round trip is unknown): the round trip the transfer saw was
+    WELL_ABOVE the path's minimum, the window over that minimum allowed WELL_ABOVE the
+    steady rate, and the rate over the round trip seen filled the window (SSH_WINDOW_LOW
+    of it).  Then the round trip the window's bound is met over is the queue its own
+    surplus built at a bottleneck that held the rate, and an ssh that waits for its window
+    waits for that queue, not for a reader: neither the window nor a program held it (a
+    20 Mbit/s shaper with a 4 MB queue, 40 ms: 2 MiB over the 41 ms minimum allows 51 MB/s,
+    the RTT seen 642-769 ms met the bound at 2.38 MB/s, the shaper's rate, and http on the
+    same path ran as fast).  Where the window holds, the round trip stays near the minimum
+    (a tuned 403 ms path: 73-90% of the window over it); a slow reader keeps the window
+    closed, so little is in flight and nothing queues."""
+    seen = bounds.round_trip(i)
+    if not i.rtt or not seen or steady <= 0 or not bounds.ssh_carried(i):
+        return ""
+    unqueued = bounds.SSH_WINDOW / i.rtt
+    if seen < WELL_ABOVE * i.rtt or unqueued < WELL_ABOVE * steady:
+        return ""
+    if steady * seen < bounds.SSH_WINDOW_LOW * bounds.SSH_WINDOW:
+        return ""
+    return (
+        f"ssh's window stood full in flight ({human_bytes(steady * seen)} over the {seen * 1000:.0f} ms round trip "
+        f"seen, {seen / i.rtt:.1f}x the path's minimum {i.rtt * 1000:.1f} ms), and over that minimum it allows "
+        f"{human_rate(unqueued)}, {unqueued / steady:.1f}x the steady rate: its surplus stood in a queue at a "
+        "bottleneck that held the rate, not the window nor a program"
     )
 
 
