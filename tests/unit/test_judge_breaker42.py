@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bigbinf.judge import bounds
+from bigbinf.judge import bounds, rules
 from bigbinf.judge.inputs import Inputs
 from bigbinf.judge.verdict import judge_limit
 from bigbinf.result import PathBaseline, Result
@@ -91,6 +91,6 @@ def test_a_few_marks_far_below_the_rate_are_not_named(name: str) -> None:
     assert d["verdict"] == "congestion" and d["real_losses"] == 0  # main's, with nothing lost
     i = Inputs.of(r, None)
     marks = bounds.loss(i)
-    assert marks is not None and i.steady_rate > bounds.MARKS_HIGH * marks.rate  # 204-331% of it
+    assert marks is not None and i.steady_rate > rules.MARKS_HIGH * marks.rate  # 204-331% of it
     limit = judge_limit(r, None)
     assert limit is not None and limit.reason != "congestion", limit

@@ -70,13 +70,6 @@ CUBIC_K = (0.4 * 3.7 / 1.2) ** 0.25
 # and losses come in bursts (a queue's overflow drops several segments of one window, one
 # halving), so the loss allows at least the bound computed, never less.
 LOSS_LOW = 0.4
-# Where the path's CE marks are most of the congestion events, the bound's p counts marked
-# round trips, not bursts of segments, so a rate far above it was not held by them: met up
-# to MARKS_HIGH of it (Inputs.ce_rounds runs high, as each ECE echo covers the flight at
-# the mark: 5 marks counted 6.3-7.3 round trips).  A breaker's runs: marks that held CUBIC
-# at 97-149% of the bound; 4-5 marks on a full link (the rate 91-98% of the same path
-# without marks) at 204-331% of it.
-MARKS_HIGH = 1.5
 # A buffer is the program's (SO_RCVBUF/SO_SNDBUF lock it: autotuning never grows it) where
 # the sender was limited by it this share of its busy time or more (rules.LIMITED_SHARE)
 # and it stood below LOCKED_SHARE of the maximum autotuning could have given it.
@@ -458,7 +451,7 @@ def loss(i: Inputs) -> Bound | None:
         "path",
         {"loss_ratio": p, "mss_bytes": i.mss, "rtt_seconds": rtt, **({"ce_rounds": marked} if marked else {})},
         low=LOSS_LOW,
-        high=MARKS_HIGH if marked > lost else math.inf,
+        high=math.inf,
         shown="" if lost or not marked else "ce_marks",
     )
 
