@@ -33,6 +33,7 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
+import functools
 import glob
 import gzip
 import hashlib
@@ -133,6 +134,7 @@ def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime(_STAMP)
 
 
+@functools.lru_cache(maxsize=4096)  # each listing of a year's segments parses the same names again
 def _unstamp(text: str) -> float:
     """YYYYMMDDTHHMMSSZ (UTC) -> epoch seconds (strptime is slow for a year of segment names)."""
     t = text
