@@ -97,7 +97,7 @@ BINS = int(DAY // BIN_SECONDS)
 FUTURE_SLACK = 6 * 3600.0
 
 
-def future_dated(starts: Sequence[float], now: float) -> list[bool]:
+def future_dated(starts: Sequence[float] | np.ndarray, now: float) -> list[bool]:
     """Which of a series' run starts, in journal order, are from the future: beyond
     `now` + FUTURE_SLACK, or beyond a start journaled after them + FUTURE_SLACK."""
     ts = np.asarray(starts, dtype=float)
