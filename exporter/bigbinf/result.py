@@ -309,17 +309,27 @@ class PathBaseline(_Journaled):
 _RecordT = TypeVar("_RecordT", Result, PathBaseline)
 
 
+_SHAPES: dict[type[Any], tuple[frozenset[str], tuple[str, ...]]] = {}
+
+
+def _shape(cls: type[Any]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A record class's field names and its required ones (in field order), worked out once:
+    a checkpoint's rebuild reads a million lines."""
+    if cls not in _SHAPES:
+        fields = dataclasses.fields(cls)
+        required = tuple(
+            f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        _SHAPES[cls] = (frozenset(f.name for f in fields), required)
+    return _SHAPES[cls]
+
+
 def _from_json(cls: type[_RecordT], record: dict[str, Any]) -> _RecordT:
-    fields = dataclasses.fields(cls)
+    names, required = _shape(cls)
     # A missing field says which, instead of a TypeError about __init__'s arguments.
-    missing = [
-        f.name
-        for f in fields
-        if f.name not in record and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    missing = [name for name in required if name not in record]
     if missing:
         raise ValueError(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-    names = {f.name for f in fields}
     loaded = cls(**{k: v for k, v in record.items() if k in names})
     # Checked where records come from outside (journals, imports), not on every
     # construction: a measurement is never thrown away for a type check.
@@ -343,9 +353,14 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _ints(values: list[Any]) -> bool:
+    # What JSON gives (exactly int) checked in one pass; anything else the whole way.
+    return all(type(n) is int for n in values) or all(_is_int(n) for n in values)
+
+
 def _is_histogram(value: Any) -> bool:
     return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, list) and all(_is_int(n) for n in v) for k, v in value.items()
+        isinstance(k, str) and isinstance(v, list) and _ints(v) for k, v in value.items()
     )
 
 

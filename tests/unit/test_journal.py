@@ -105,6 +105,11 @@ GOOD = result(0).to_json()
             {"down": ["x"]},
             "field payload_histogram: expected an object of lists of whole numbers, got dict {'down': ['x']}",
         ),
+        (  # a bool among the whole numbers (an int to type() only as a subclass): still refused
+            "payload_histogram",
+            {"down": [3, True]},
+            "field payload_histogram: expected an object of lists of whole numbers, got dict {'down': [3, True]}",
+        ),
     ],
 )
 def test_wrong_typed_fields_are_value_errors_naming_field_type_and_value(

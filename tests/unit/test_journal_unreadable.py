@@ -9,9 +9,11 @@ fails with EISDIR, a real OSError as EIO and EBADMSG are; the lab runs give EBAD
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import logging
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,74 @@ def test_a_damaged_part_that_cannot_be_moved_aside_is_counted_and_compact_says_s
     aside.unlink()  # removed by hand: it falls off
     runner.journal_health()
     assert state.journal_damaged == 0
+
+
+def test_a_damaged_part_that_cannot_be_moved_aside_stays_counted_and_its_loss_said_at_each_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through restore, as the server starts: the first start rebuilds the checkpoint, which
+    reads the damaged part, cannot move it aside (the rename refused: EBUSY) and saves the
+    part as folded.  A later start (a new process: nothing in memory) must count it still
+    and say its loss again, not take the checkpoint's word that it was read; once the move
+    is allowed it is moved aside, its readable rest kept, every result read once."""
+    from bigbinf.journal import store
+
+    config_file = write_mesh_config(tmp_path, 1, 1, 1)
+    config = load_config(config_file)
+    path = config.journal.path
+    every = 120.0  # 720 results a day: a part of several gzip members, so damage costs one
+    path.write_bytes(b"".join(store._line(Result("scp", "site00", "5MiB", "download", T0 + i * every, "ok",
+                     duration_seconds=2.0, file_bytes=5 << 20, files=1)) for i in range(3 * 720)))  # fmt: skip
+    Journal(path).rotate_now()  # the split into day parts, each one's count recorded
+    part = [s for s in store.segments(path) if s.sealed][1].path
+    sealed = store.sealed_counts(path)[part.name]
+    everything = [r.start_timestamp for r in read(path)]
+    before = part.read_bytes()
+    data = bytearray(before)
+    mid = len(data) // 2
+    data[mid : mid + 16] = bytes(b ^ 0xFF for b in data[mid : mid + 16])
+    part.write_bytes(bytes(data))
+    # The truth, from zlib's own gzip reader: the results of the members whose bytes stand unchanged.
+    found, at = [], 0
+    while at < len(before):
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = inflater.decompress(before[at:])
+        end = len(before) - len(inflater.unused_data)
+        if data[at:end] == before[at:end]:
+            found += [json.loads(raw)["start_timestamp"] for raw in out.splitlines()]
+        at = end
+    kept = len(found)
+    lost = {json.loads(raw)["start_timestamp"] for raw in gzip.decompress(before).splitlines()} - set(found)
+    truth = [t for t in everything if t not in lost]
+    assert 0 < kept < sealed and len(lost) == sealed - kept
+
+    def refused(*_: object, **__: object) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+
+    said = f"journal {part}: damaged ("
+    loss = f"{sealed - kept} of the {sealed} results it was sealed with lost"
+
+    def start() -> tuple[ExporterState, list[str]]:
+        store._UNMOVED.clear()  # a new process
+        state = ExporterState()
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            restore(state, RoundRunner(load_config(config_file), state, lab=lab.site), load_config(config_file),
+                    lab.site)  # fmt: skip
+        return state, [r.getMessage() for r in caplog.records if r.getMessage().startswith(said)]
+
+    monkeypatch.setattr(store.os, "link", refused)  # the quarantine's link: what a bind-mounted part gives
+    for _ in range(2):  # the first rebuilds the checkpoint (reading the part), the second loads it
+        state, lines = start()
+        assert state.journal_damaged == 1
+        assert len(lines) == 1 and "not moved aside" in lines[0] and f"{kept} results read of it, {loss}" in lines[0]
+        assert part.exists() and damaged(path) == []
+        assert json.loads(checkpoint.checkpoint_path(path).read_text())["unmoved"] == [part.name]
+    monkeypatch.undo()  # the rename allowed again: the next start moves it aside
+    state, lines = start()
+    assert state.journal_damaged == 1
+    (aside,) = damaged(path)
+    assert aside.name.startswith(part.name + DAMAGED)
+    assert len(lines) == 1 and f"moved aside to {aside.name}; {kept} results kept in it, {loss}" in lines[0], lines
+    assert [r.start_timestamp for r in read(path)] == truth  # each readable result once, in order
+    assert json.loads(checkpoint.checkpoint_path(path).read_text())["unmoved"] == []

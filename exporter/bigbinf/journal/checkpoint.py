@@ -249,6 +249,9 @@ class _Fold:
         self.unsaved = 0
         # Folded, so no read finds them again: counted (and moved, if the disk takes it now) here.
         store.retry_unmoved(self.journal.path, unmoved)
+        if self.unmoved() != sorted(unmoved):  # moved (or gone) since: the file says so, or each start reads them again
+            with contextlib.suppress(OSError):
+                self.save()
         return True
 
     def behind(self) -> int:

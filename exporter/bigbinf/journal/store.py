@@ -33,6 +33,7 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
+import functools
 import glob
 import gzip
 import hashlib
@@ -133,6 +134,7 @@ def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime(_STAMP)
 
 
+@functools.lru_cache(maxsize=4096)  # each listing of a year's segments parses the same names again
 def _unstamp(text: str) -> float:
     """YYYYMMDDTHHMMSSZ (UTC) -> epoch seconds (strptime is slow for a year of segment names)."""
     t = text
@@ -650,8 +652,10 @@ def quarantine(part: Path) -> Path | None:
             if tmp is not None and tmp.exists():  # the salvage not committed: never read, removed
                 with contextlib.suppress(OSError):
                     tmp.unlink()
+            # Said once a process: each checkpoint save tries the move again (retry_unmoved).
+            said = log.debug if part in _UNMOVED else log.error
             _UNMOVED.add(part)
-            log.error(
+            said(
                 "journal %s: damaged (%s); not moved aside (%s): read as far as it can be, each time; "
                 "%d results read of it, %s",
                 part,
@@ -733,8 +737,9 @@ def _quarantine_unopenable(part: Path, exc: OSError) -> Path | None:
     except FileNotFoundError:
         return None  # moved aside by another reader meanwhile
     except OSError as err:
+        said = log.debug if part in _UNMOVED else log.error  # once a process, as quarantine's
         _UNMOVED.add(part)
-        log.error(
+        said(
             "journal %s: damaged (%s); not moved aside (%s): skipped, each time; %s",
             part,
             damage,

@@ -27,6 +27,7 @@ import bisect
 import dataclasses
 import fcntl
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -306,16 +307,21 @@ class RoundRunner:
         ahead_of: dict[SeriesKey, int] = {}
         for key, unsorted_runs in runs.items():
             listed = list(unsorted_runs)
-            ahead = future_dated([t for t, _ in listed], now)
-            if any(ahead):
-                ahead_of[key] = sum(ahead)
-                log.warning(
-                    "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
-                    "of the regression test",
-                    key,
-                    sum(ahead),
-                    time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
-                )
+            # The starts as an array (some 4,000 runs a series at a start: one pass in C).
+            starts = np.fromiter(itertools.chain.from_iterable(listed), dtype=float, count=2 * len(listed))[::2]
+            ahead = future_dated(starts, now)
+            if not any(ahead):
+                if listed:
+                    series[key] = sorted(listed)  # in time order already, mostly: a linear sort
+                continue
+            ahead_of[key] = sum(ahead)
+            log.warning(
+                "%s: %d run(s) dated in the future (a clock ahead when journaled, latest %s UTC): left out "
+                "of the regression test",
+                key,
+                sum(ahead),
+                time.strftime("%F %T", time.gmtime(max(t for (t, _), a in zip(listed, ahead, strict=True) if a))),
+            )
             kept = sorted(run for run, a in zip(listed, ahead, strict=True) if not a)
             if kept:
                 series[key] = kept
