@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import zlib
@@ -349,8 +350,26 @@ def test_report_reads_past_a_damaged_part_and_moves_it_aside(tmp_path: Path) -> 
     assert len(damaged(path)) == 1 and (tmp_path / "out" / "index.html").is_file()
 
 
+def _unopenable(victim: Path, how: str) -> None:
+    """What can stand where a part stood that open() cannot read as a file: a directory, a
+    symlink loop, a FIFO (its open waits for a writer), a link to a device that reads for
+    ever (/dev/zero)."""
+    victim.unlink()
+    if how == "directory":
+        victim.mkdir()
+    elif how == "loop":
+        victim.symlink_to(victim.name)
+    elif how == "fifo":
+        os.mkfifo(victim)
+    else:
+        victim.symlink_to("/dev/zero")
+
+
+UNOPENABLE = ["directory", "loop", "fifo", "devzero"]
+
+
 @pytest.mark.parametrize("with_checkpoint", [True, False])
-@pytest.mark.parametrize("how", ["directory", "loop"])
+@pytest.mark.parametrize("how", UNOPENABLE)
 def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
     tmp_path: Path, how: str, with_checkpoint: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -365,18 +384,15 @@ def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
     victim = [s for s in segments(path) if s.sealed][1].path
     in_victim = {i for _, _, results in members(victim.read_bytes()) for i in results}
     held = {index(r) for r in read(path)} - in_victim
-    victim.unlink()
-    if how == "directory":
-        victim.mkdir()
-    else:
-        victim.symlink_to(victim.name)
+    _unopenable(victim, how)
     with caplog.at_level(logging.ERROR, logger="bigbinf.journal.store"):
         fold = checkpoint.of(Journal(path))  # rebuilt when lost: it reads the part
         first = Counter(index(r) for r in read(path))
     assert set(first) == held and max(first.values()) == 1
     aside = damaged(path)
     assert len(aside) == 1 and aside[0].name.startswith(victim.name + DAMAGED) and not os.path.lexists(victim)
-    assert aside[0].is_dir() if how == "directory" else aside[0].is_symlink()
+    kinds = {"directory": stat.S_ISDIR, "loop": stat.S_ISLNK, "fifo": stat.S_ISFIFO, "devzero": stat.S_ISLNK}
+    assert kinds[how](aside[0].lstat().st_mode)
     lines = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
     assert len(lines) == 1 and str(victim) in lines[0] and "cannot be opened" in lines[0], lines
     # How many: the count its sealing recorded beside the parts (the part itself is gone).
@@ -391,15 +407,28 @@ def test_a_part_that_cannot_be_opened_is_moved_aside_and_the_rest_read(
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("how", ["directory", "loop", "zeros"])
+@pytest.mark.parametrize("how", [*UNOPENABLE, "zeros"])
 def test_journal_compact_moves_aside_a_part_it_cannot_read(tmp_path: Path, how: str) -> None:
     path = journal_of(tmp_path, days=3)
     victim = [s for s in segments(path) if s.sealed][1].path
     if how == "zeros":
         damage(victim, how)
     else:
-        victim.unlink()
-        victim.mkdir() if how == "directory" else victim.symlink_to(victim.name)
+        _unopenable(victim, how)
     moved = store.check(path)
     assert [p.name.split(DAMAGED)[0] for p in moved] == [victim.name] and damaged(path) == moved
     assert len({index(r) for r in read(path)}) == 2 * PER_DAY
+
+
+@pytest.mark.parametrize("how", ["fifo", "devzero"])
+def test_a_live_file_that_is_no_file_is_set_aside_not_waited_on(tmp_path: Path, how: str) -> None:
+    # A FIFO's open waits for a writer, /dev/zero reads for ever: a start set either aside
+    # and began a new live file (breaker44: both hung a start, with nothing logged).
+    path = tmp_path / "journal.jsonl"
+    if how == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    aside = Journal(path).set_aside_unreadable()
+    assert aside is not None and aside.name.startswith(path.name + DAMAGED) and not os.path.lexists(path)
+    assert store.check(path) == [] and list(read(path)) == []

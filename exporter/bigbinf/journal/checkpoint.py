@@ -166,7 +166,7 @@ class _Fold:
             if was_live:
                 self.live_inode, self.live_offset = None, 0
         if live_inode is not None:
-            with open(live, "rb") as tail:
+            with store.open_regular(live) as tail:
                 if live_inode == self.live_inode:
                     tail.seek(self.live_offset)
                 self.live_offset = self._fold_lines(tail, live)
@@ -223,7 +223,7 @@ class _Fold:
         """Load the checkpoint file; False (self unchanged) if it is missing, damaged or of
         another version or kind."""
         try:
-            with open(self.path, "rb") as f:
+            with store.open_regular(self.path) as f:
                 inode = os.fstat(f.fileno()).st_ino
                 data = json.loads(f.read())
             if data.get("version") != VERSION or data.get("kind") != self.kind:
@@ -549,7 +549,7 @@ def _inflated_size(part: Path, size: int) -> int:
     sealing recorded none (store.sealed_bytes): a part sealed before, mostly one member (one
     written in several is counted by its last: a lower bound)."""
     try:
-        with open(part, "rb") as f:
+        with store.open_regular(part) as f:
             f.seek(max(0, size - 4))
             return max(size, int.from_bytes(f.read(4), "little"))
     except OSError:

@@ -201,10 +201,37 @@ def _start_of(line: bytes) -> float | None:
         return None
 
 
+def open_regular(path: Path | str) -> BinaryIO:
+    """open(path, "rb") of a regular file only: anything else in a journal file's place
+    (a FIFO, whose open blocks until a writer comes; a device such as /dev/zero, read for
+    ever; a socket) is an OSError (EINVAL) as a directory is one (EISDIR), so it is set
+    aside as unreadable, never waited on.  Opened without blocking, which a regular file
+    ignores."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a file"
+            )
+            raise OSError(errno.EINVAL, f"not a regular file ({what})", str(path))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _open(segment: Path) -> BinaryIO:
+    raw = open_regular(segment)
     if segment.name.endswith(".gz"):
-        return gzip.open(segment, "rb")  # type: ignore[return-value]  # a binary file all the same
-    return open(segment, "rb")
+        z = gzip.GzipFile(fileobj=raw, mode="rb")
+        z.myfileobj = raw  # type: ignore[assignment]  # closed with it, as gzip.open's own
+        return z  # type: ignore[return-value]  # a binary file all the same
+    return raw
 
 
 # ---------------------------------------------------------------------------------------
@@ -244,7 +271,7 @@ class Lines:
         self._offset = 0  # plain files: where the next line starts (tell)
         self._raw: BinaryIO | None = None
         try:
-            self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+            self._raw = open_regular(path)
         except FileNotFoundError:
             raise
         except OSError as exc:
@@ -581,7 +608,7 @@ def retry_unmoved(journal: str | os.PathLike[str], names: Iterable[str]) -> None
 
 def _reads(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.read(1)
     except OSError:
         return False
@@ -602,7 +629,7 @@ def quarantine(part: Path) -> Path | None:
        the same results the damaged part gave up to its damage); or, nothing readable,
        the part unlinked."""
     try:
-        f = open(part, "rb")  # noqa: SIM115
+        f = open_regular(part)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -822,7 +849,7 @@ def read(
     path = Path(path)
     while True:
         try:
-            live: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - first: a rotation now renames what we hold
+            live: BinaryIO | None = open_regular(path)  # first: a rotation now renames what we hold
         except FileNotFoundError:
             live = None
         except OSError as exc:
@@ -959,7 +986,7 @@ def seal(plain: Segment, journal: _Records[Any]) -> list[Path]:
     unlink (see the module's doc).  Lines without a readable start go with the line
     before them.  Returns the parts ([]: another process sealed it first)."""
     try:
-        f = open(plain.path, "rb")  # noqa: SIM115
+        f = open_regular(plain.path)
     except FileNotFoundError:
         return []
     with f:
@@ -1364,7 +1391,7 @@ class _Records(Generic[RecordT]):
             if any(c.place == place for c in self._claims) or not _trusted(place):
                 continue
             try:
-                f = open(place, "rb")  # noqa: SIM115 - held as a claim, or closed below
+                f = open_regular(place)  # held as a claim, or closed below
             except FileNotFoundError:
                 continue
             try:
@@ -1467,7 +1494,7 @@ class _Records(Generic[RecordT]):
         and a new one started, said in one line; one that cannot be renamed is left, and
         the results measured meanwhile are kept unwritten.  Returns where it went."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 f.read(1)
             return None
         except FileNotFoundError:
@@ -1577,7 +1604,7 @@ class _Records(Generic[RecordT]):
     def split_due(self) -> bool:
         """The live file holds results of more than one UTC day (rotate_now would split it)."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 return self._due(f, None)
         except FileNotFoundError:
             return False
