@@ -124,7 +124,17 @@ SLOWEST_FIRST = (
     "tests/unit/test_importer.py",  # 22 s
     "tests/unit/test_judge_evidence.py",  # 22 s
     "tests/lab/test_serve.py",  # 22 s
+    "tests/lab/test_passive_plain.py",  # 22 s alone at load 5-6 (2026-12-03): a plain site, transfers by hand
     "tests/unit/test_mesh_config.py",  # 20 s
+    # Lab and server modules under 20 s (alone at load 5-6, 2026-12-03), listed so that none
+    # is left for the end: Prometheus and Alertmanager, a node_exporter, labs.
+    "tests/e2e/test_alerting.py",  # 16 s
+    "tests/e2e/test_demo_graph.py",  # 10 s
+    "tests/e2e/test_mesh_clock.py",  # 9 s
+    "tests/e2e/test_backfill.py",  # 4 s
+    "tests/lab/test_capture_cut_short.py",  # 3 s
+    "tests/lab/test_route_window.py",  # 3 s
+    "tests/lab/test_remote_names.py",  # 1 s
 )
 
 
