@@ -55,7 +55,7 @@ def site(make_module_lab) -> Config:
     # finds it.  With a compilation in it (about a minute on a busy host from a fresh
     # clone) most stops fell on an idle exporter after its round had ended.
     warm_up = [sys.executable, "-m", "bigbinf.measure.wire.analyser_worker", "--warm-up"]
-    subprocess.run(warm_up, cwd=chaos.ROOT, check=True, capture_output=True, timeout=600)
+    subprocess.run(warm_up, cwd=chaos.ROOT, check=True, timeout=600)
     return make_module_lab(link=chaos.LINK, datasets=chaos.DATASETS, protocols=chaos.PROTOCOLS, servers=chaos.SERVERS)
 
 

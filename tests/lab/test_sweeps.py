@@ -106,8 +106,9 @@ def _verified(r: Result, config: Config) -> None:
 def streams_lab(make_module_lab) -> Config:
     return make_module_lab(
         link={"rate": "200mbit", "delay": "20ms"},
-        # 16 MiB: one capped stream still runs ~5 s (dozens of listings of its window), and
-        # 16 streams still fill the link past their ramp; 32 MiB doubled the sweep's time.
+        # 16 MiB: one capped stream still runs ~5 s, and 8 and 16 streams still level off at
+        # GridFTP's per-transfer cost (3.4x one stream, 2026-12-03); 32 MiB doubled the
+        # sweep's time.
         datasets={"f16m": {"file": "f16m.bin", "size": "16MiB"}},
         protocols={"gridftp": {}},
         servers=["gridftp"],
