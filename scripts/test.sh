@@ -19,6 +19,11 @@ echo "test: ruff check, ruff format --check, mypy"
 # environment sets PYTHONDONTWRITEBYTECODE, as CI shells may; an installed exporter is
 # compiled by pip).
 .venv/bin/python -m compileall -q -j 0 exporter/bigbinf tests >/dev/null
+# The pcap analyser compiled once into numba's cache here (about a minute on a busy host
+# from a fresh clone; a second where the cache holds it), not by the first exporter of
+# each worker at once, inside a test's first round: each later start loads it.  Tests of
+# the compilation itself use caches of their own (NUMBA_CACHE_DIR).
+.venv/bin/python -m bigbinf.measure.wire.analyser_worker --warm-up >/dev/null
 workers=${BIGBINF_TEST_WORKERS:-4}
 parallel=()
 [ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)

@@ -5,6 +5,7 @@ coverage)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,10 +22,13 @@ def test_promtool_unit_tests_pass() -> None:
     tests = sorted((PROM / "tests").glob("*.yml"))
     assert tests
     # One promtool per file, all at once: each is single-threaded, and the slowest files
-    # (days of samples) would otherwise run one after another on one core.
+    # (days of samples) would otherwise run one after another on one core.  Go's collector
+    # at GOGC=400 rather than 100: the same evaluations with about a quarter less CPU
+    # (the module's promtools 95.7 -> 73.7 CPU-s; batches.test.yml's peak RSS 125 -> 270 MB).
+    env = {**os.environ, "GOGC": "400"}
     procs = {
         test: subprocess.Popen(
-            [promtool, "test", "rules", str(test)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            [promtool, "test", "rules", str(test)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         for test in tests
     }

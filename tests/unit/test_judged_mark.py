@@ -245,6 +245,22 @@ def test_the_mark_carries_a_rounds_pending_repetitions(tmp_path: Path, monkeypat
     assert ts[-1] == rounds_[-3][0] and len(ts) == len(set(ts))  # the round, at its first run's start
 
 
+Rejudged = tuple[Path, dict[str, Any], int]
+
+
+@pytest.fixture(scope="module")
+def suspected_rejudged(tmp_path_factory: pytest.TempPathFactory) -> Rejudged:
+    """An exporter stopped during a suspicion (its directory, never written by a test:
+    each copies it), and the full re-judge's state of it and how many runs that judged
+    again.  The same for every test that starts from it (fixed runs and seeds), so made
+    once for the module: 18 tests made it each."""
+    base = tmp_path_factory.mktemp("suspected")
+    judged_runs, _ = suspected()
+    judged_live(base / "live", judged_runs)
+    rejudged, adds = restarted(as_rejudged(base / "live", base / "rejudged"))
+    return base / "live", state(rejudged), adds
+
+
 def hostile(mark: Path) -> dict[str, str]:
     good = json.loads(mark.read_text())
     series = good["series"][0]
@@ -292,12 +308,10 @@ def hostile(mark: Path) -> dict[str, str]:
     ],
 )
 def test_a_mark_it_cannot_trust_falls_back_to_the_full_rejudge_and_says_so(
-    tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture, suspected_rejudged: Rejudged
 ) -> None:
-    judged_runs, _ = suspected()
-    judged_live(tmp_path / "live", judged_runs)
-    rejudged, rejudged_adds = restarted(as_rejudged(tmp_path / "live", tmp_path / "rejudged"))
-    shutil.copytree(tmp_path / "live", tmp_path / "hostile")
+    live, rejudged_state, rejudged_adds = suspected_rejudged
+    shutil.copytree(live, tmp_path / "hostile")
     mark = judged_path(tmp_path / "hostile" / "j.jsonl")
     mark.write_text(hostile(mark)[case])
     caplog.clear()
@@ -306,7 +320,7 @@ def test_a_mark_it_cannot_trust_falls_back_to_the_full_rejudge_and_says_so(
     lines = said(caplog)
     assert len(lines) == 1 and lines[0].startswith(f"{mark}: ")
     assert adds == rejudged_adds
-    assert state(fallen_back) == state(rejudged)
+    assert state(fallen_back) == rejudged_state
     # It wrote a good mark: the next restart trusts it.
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
@@ -314,18 +328,18 @@ def test_a_mark_it_cannot_trust_falls_back_to_the_full_rejudge_and_says_so(
     assert adds == 0 and not said(caplog)
 
 
-def test_a_missing_mark_is_the_full_rejudge(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    judged_runs, _ = suspected()
-    judged_live(tmp_path / "live", judged_runs)
-    rejudged, _ = restarted(as_rejudged(tmp_path / "live", tmp_path / "rejudged"))
-    shutil.copytree(tmp_path / "live", tmp_path / "missing")
+def test_a_missing_mark_is_the_full_rejudge(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, suspected_rejudged: Rejudged
+) -> None:
+    live, rejudged_state, _ = suspected_rejudged
+    shutil.copytree(live, tmp_path / "missing")
     judged_path(tmp_path / "missing" / "j.jsonl").unlink()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="bigbinf.service.rounds"):
         missing, _ = restarted(tmp_path / "missing")
     lines = said(caplog)
     assert len(lines) == 1 and "missing" in lines[0]
-    assert state(missing) == state(rejudged)
+    assert state(missing) == rejudged_state
 
 
 def blindly(
