@@ -285,8 +285,19 @@ def test_an_mtu_probe_without_any_reply_fails_after_every_try() -> None:
 
 
 def test_a_late_reply_to_an_earlier_try_still_counts() -> None:
-    # The first try's reply comes while the second waits.
-    sock = FakeEchoSocket(lambda seq, size: 0.03 if seq == 100 else None)
+    # The first try's reply comes while the second waits: handed over only once the second
+    # request is out (by the sends, not a time: a busy host's sleeps overshoot).
+    class Late(FakeEchoSocket):
+        def send(self, seq: int, ip_size: int) -> Sent:
+            sent = super().send(seq, ip_size)
+            if len(self.sends) == 1:
+                self.first = sent
+            else:
+                msg = Icmp(0, 0, self.identifier, self.first.seq, payload=self.first.stamp)
+                self.queue.append((time.monotonic_ns(), Received(msg, TARGET, time.monotonic_ns(), None)))
+            return sent
+
+    sock = Late(lambda seq, size: None)
     assert probe._echo_passes(sock, 1500, 0.02, _seqs()) is True
     assert len(sock.sends) == 2
 
