@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bigbinf.history.regression import BAD_DAY_BASELINES, History, RegressionSettings
-from bigbinf.journal import checkpoint
+from bigbinf.journal import checkpoint, store
 from bigbinf.journal.store import DAMAGED, DAY, Journal, _ident, damaged, leftovers, read, segments
 from bigbinf.result import Result
 from bigbinf.runs import RecentRuns, move_runs
@@ -289,3 +289,22 @@ def test_journal_compact_splits_an_old_journal_and_writes_its_checkpoint(tmp_pat
     out = tmp_path / "report"
     assert cli.main(["report", "--journal", str(path), "--no-figures", "--out", str(out)]) == 0
     assert json.loads((out / "report.json").read_text())["used_count"] == len(times)
+
+
+def test_a_crashs_zero_filled_tail_is_sealed_as_nothing(tmp_path: Path) -> None:
+    # A crash on a file system that extends a file before its data reaches the disk leaves
+    # the live file ending in NUL bytes: sealed with it, they were a 5th "result", and later
+    # reads called the part damaged with 1 of 5 lost (breaker44: 1 of 301, 0 really lost).
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    times = [T0 + h * 3600 for h in range(0, 24, 6)]  # one day
+    for t in times:
+        journal.append(result(t))
+    with open(path, "ab") as f:
+        f.write(b"\0" * 4096)
+    Journal(path).append(result(T0 + 2 * DAY))  # a later day: the live file is sealed
+    sealed = [s.path.name for s in segments(path) if s.sealed]
+    assert starts(read(path)) == [*times, T0 + 2 * DAY]
+    counts = store.sealed_counts(path)
+    assert sealed and sum(counts[name] for name in sealed) == len(times), counts
+    assert store.check(path) == [] and damaged(path) == []

@@ -1007,7 +1007,9 @@ def _seal_keys(plain: Segment, f: BinaryIO) -> Iterator[tuple[tuple[int, bool], 
     f.seek(0)
     current: tuple[int, bool] | None = None
     for raw in f:
-        if not raw.strip():
+        if not raw.strip(b" \t\r\n\0"):
+            # Blank, or only NUL bytes: a crash's tail whose size reached the disk before its
+            # data (a file system that extends first), never a result.
             continue
         if not raw.endswith(b"\n"):
             raw += b"\n"  # a torn last line stays a line of its own
