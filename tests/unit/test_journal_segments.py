@@ -308,3 +308,19 @@ def test_a_crashs_zero_filled_tail_is_sealed_as_nothing(tmp_path: Path) -> None:
     counts = store.sealed_counts(path)
     assert sealed and sum(counts[name] for name in sealed) == len(times), counts
     assert store.check(path) == [] and damaged(path) == []
+
+
+def test_a_take_back_across_days_writes_in_runs_and_still_rotates_by_day(tmp_path: Path) -> None:
+    # A stop's spill of three days of results, taken back in runs of one fsync each
+    # (store.WRITE_RUN): each day still its own sealed part, each result once, in order.
+    path = tmp_path / "journal.jsonl"
+    times = [T0 + h * 1800 for h in range(0, 3 * 48)]  # three days, every 30 minutes
+    place = store.spill_places(path)[0]
+    place.write_bytes(b"".join(json.dumps(result(t).to_json()).encode() + b"\n" for t in times))
+    place.chmod(0o600)
+    assert Journal(path).take_back() == len(times) and not place.exists()
+    assert starts(read(path)) == times
+    for s in segments(path):
+        assert s.sealed and int(s.first // DAY) == int(s.last // DAY), s
+    live = [json.loads(line)["start_timestamp"] for line in path.read_text().splitlines()]
+    assert {int(t // DAY) for t in live} == {int(times[-1] // DAY)}

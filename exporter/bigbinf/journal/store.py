@@ -37,6 +37,7 @@ import functools
 import glob
 import gzip
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -48,7 +49,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
@@ -1114,6 +1115,7 @@ def leftovers(journal: Path) -> list[Path]:
 # Results not yet written
 
 UNWRITTEN_MAX = 20_000  # results kept in memory while the journal cannot be written (~2 KB each)
+WRITE_RUN = 500  # kept results written with one fsync (_write_unwritten): ~1 MB
 
 
 class NotJournaled(OSError):
@@ -1262,16 +1264,26 @@ class _Records(Generic[RecordT]):
                 self.settle()
         return written
 
-    def _write_unwritten(self, fresh: bool = True) -> None:
-        """Write the kept lines oldest first (with self._lock held); NotJournaled at the
-        first that fails (it and those after it stay kept, in order)."""
+    def _write_unwritten(self, fresh: bool = True, said: bool = True) -> None:
+        """Write the kept lines oldest first (with self._lock held), in runs of up to
+        WRITE_RUN lines with one fsync each; NotJournaled at the first run that fails (it
+        and those after it stay kept, in order).  `said`: log the backlog written."""
         written, backlog = 0, len(self.unwritten) - (1 if fresh else 0)  # fresh: the one just appended
+        backlog = backlog if said else 0
         try:
             while self.unwritten:
-                start, line = self.unwritten[0]
-                self._rotated = self._write(line, start) or self._rotated
-                self.unwritten.popleft()
-                written += 1
+                run = list(itertools.islice(self.unwritten, WRITE_RUN))
+                try:
+                    count, rotated = self._write_lines(run)
+                except OSError:
+                    if len(run) == 1:
+                        raise
+                    # A disk with room for a line or two, not the run: one at a time.
+                    count, rotated = self._write_lines(run[:1])
+                self._rotated = rotated or self._rotated
+                for _ in range(count):
+                    self.unwritten.popleft()
+                written += count
         except OSError as exc:
             raise NotJournaled(
                 exc.errno or 0, describe_os_error(exc, self.path, "journal"), len(self.unwritten)
@@ -1290,8 +1302,11 @@ class _Records(Generic[RecordT]):
                     f" ({len(self.unwritten)} still unwritten)" if self.unwritten else "",
                 )
 
-    def _write(self, line: bytes, start: float) -> bool:
-        """Append one line durably; True if it rotated the live file first."""
+    def _write_lines(self, run: Sequence[tuple[float, bytes]]) -> tuple[int, bool]:
+        """Append the first lines of `run` ((start, line), oldest first) that belong in
+        the live file, durably, with one fsync: up to the first of a later UTC day than the
+        live file's first line (the next call rotates for it).  (How many, whether it
+        rotated the live file first.)  All or none: a failed write is cut back."""
         rotated = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
@@ -1299,32 +1314,42 @@ class _Records(Generic[RecordT]):
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released by the close
                 if not _same_file(f, self.path):
                     continue  # rotated while we waited for the lock: append to the new one
-                if not rotated and self._due(f, start):
+                if not rotated and self._due(f, run[0][0]):
                     self._rotate(f)
                     rotated = True
                     continue
+                f.seek(0)
+                head = f.readline()
+                first = _start_of(head) if head.strip() else None
+                day = math.floor((first if first is not None else run[0][0]) / DAY)
+                lines = [run[0][1]]
+                for start, line in run[1:]:
+                    if math.floor(start / DAY) > day:
+                        break
+                    lines.append(line)
                 # A torn last line (power loss mid-write) has no newline: appending onto it
                 # would glue this result to it and lose both.  End it first; read() then
                 # reports the torn line alone and keeps this one.
                 end = f.seek(0, os.SEEK_END)
+                data = b"".join(lines)
                 if end:
                     f.seek(end - 1)
                     if f.read(1) != b"\n":
-                        line = b"\n" + line
+                        data = b"\n" + data
                 try:
                     # Unbuffered ("a" mode: always at the end, whatever was read): a buffer
                     # would keep a part that failed and write it at the close, torn.
-                    view = memoryview(line)
+                    view = memoryview(data)
                     while view:
                         view = view[os.write(f.fileno(), view) :]
                     os.fsync(f.fileno())
                 except OSError:
-                    # A part written (a disk filling up): cut back, so that the whole line
-                    # written later is the only copy and no torn one is left before it.
+                    # A part written (a disk filling up): cut back, so that the whole lines
+                    # written later are the only copy and no torn one is left before them.
                     with contextlib.suppress(OSError):
                         os.ftruncate(f.fileno(), end)
                     raise
-                return rotated
+                return len(lines), rotated
 
     # ----------------------------------------------------------- kept elsewhere at a stop
 
@@ -1458,21 +1483,31 @@ class _Records(Generic[RecordT]):
             return 0, 0, 0
         since = min(r.start_timestamp for r in records)
         there = {_line(r) for r in self.read(since=since)}
-        there |= {line for _, line in self.unwritten}
-        written, kept, dropped = 0, 0, 0
-        for r in records:
-            if _line(r) in there:
-                continue
-            there.add(_line(r))
-            try:
-                self.append(r)
-                written += 1
-            except NotJournaled as exc:
-                if exc.dropped:
+        with self._lock:
+            there |= {line for _, line in self.unwritten}
+            added, dropped = 0, 0
+            for r in records:
+                line = _line(r)
+                if line in there:
+                    continue
+                there.add(line)
+                if len(self.unwritten) >= UNWRITTEN_MAX:  # bounded as append's
+                    self.unwritten_dropped += 1
                     dropped += 1
-                else:
-                    kept += 1
-        return written, kept, dropped
+                    continue
+                self.unwritten.append((r.start_timestamp, line))
+                added += 1
+            # Written as append writes them, in order after what was kept, but in runs
+            # with one fsync each (_write_lines): 20,000 taken back one fsync each kept
+            # /metrics down 94 s.
+            with contextlib.suppress(NotJournaled):
+                self._write_unwritten(fresh=False, said=False)
+            kept = min(added, len(self.unwritten))
+            rotated, self._rotated = self._rotated, False
+        if rotated:
+            with contextlib.suppress(OSError):
+                self.settle()
+        return added - kept, kept, dropped
 
     def _release_claims(self, journaled: bool) -> None:
         """The spill files taken back and held: removed if `journaled` (all their results
