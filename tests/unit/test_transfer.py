@@ -4,6 +4,8 @@ exception that would take the round's other results down).  No lab is built here
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import uuid
 from pathlib import Path
 
@@ -117,3 +119,38 @@ def test_an_upload_that_moved_nothing_it_can_prove_is_unproven_and_no_baseline_r
     assert unproven(nothing_on_the_wire) == "unproven: no bytes on the wire and no verification"
     # Journaled with its flag, and read back with it (a restart keeps it out of the baselines).
     assert Result.from_json(result.to_json()).unproven == result.unproven
+
+
+def test_a_download_whose_file_only_has_the_size_is_unproven(tmp_path: Path) -> None:
+    # Capture off, no sha256 known: a command that moved nothing but left a file of the
+    # right size (`truncate -s`) matched the size alone, and read as an ok 9-16 MB/s
+    # (breaker44).  The size is no proof that bytes moved; a sha256 that matched is.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f1m.bin").write_bytes(os.urandom(1 << 20))
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(data)}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {
+            "fake": {"command": ["truncate", "-s", "1048576", "{local_path}"], "directions": ["download"]},
+            "copy": {"command": ["cp", "{remote_path}", "{local_path}"], "directions": ["download"]},
+        },
+        "capture": {"enabled": False},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+    specs = {s.protocol: s for s in plan_round(config)}
+    fake = run_transfer(specs["fake"], config, "test")
+    assert (fake.outcome, fake.verified, fake.wire_measured) == ("ok", True, False), fake.error
+    assert fake.unproven == "unproven: no capture and only the size verified (no sha256 known)"
+    assert not counts_in_baseline(fake)
+    # Where the remote's checksums are known, the same size is checked by its sha256: the
+    # fake fails, a real copy is proven.
+    (data / "SHA256SUMS").write_text(f"{hashlib.sha256((data / 'f1m.bin').read_bytes()).hexdigest()}  f1m.bin\n")
+    raw["remotes"]["here"]["checksums"] = str(data / "SHA256SUMS")
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+    specs = {s.protocol: s for s in plan_round(config)}
+    assert run_transfer(specs["fake"], config, "test").outcome == "failed"
+    copied = run_transfer(specs["copy"], config, "test")
+    assert (copied.outcome, copied.verified, copied.unproven) == ("ok", True, ""), copied.error

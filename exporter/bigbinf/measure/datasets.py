@@ -151,6 +151,7 @@ def sha256_file(path: Path) -> str:
 class Verification:
     ok: bool
     detail: str
+    hashed: bool = False  # every file's sha256 matched (not the sizes alone)
 
 
 def verify_copy(copy: Path, ds: DatasetConfig, sums: dict[str, str]) -> Verification:
@@ -188,5 +189,5 @@ def verify_copy(copy: Path, ds: DatasetConfig, sums: dict[str, str]) -> Verifica
             hashed += 1
     what = f"{len(pairs)} file" + ("s" if len(pairs) != 1 else "")
     if hashed == len(pairs):
-        return Verification(True, f"{what}: sizes and sha256 match")
+        return Verification(True, f"{what}: sizes and sha256 match", hashed=True)
     return Verification(True, f"{what}: sizes match (sha256 known for {hashed})")

@@ -210,6 +210,7 @@ class Verdict:
     outcome: str  # ok | failed | timeout
     errors: tuple[str, ...]
     verified: bool  # size (and sha256 where known) matched
+    hashed: bool = False  # ... and every file's sha256 (not the sizes alone)
 
 
 class _PrepareError(Exception):
@@ -832,7 +833,7 @@ def judge(
         return Verdict("failed", (exited, *notes), False)
     if outcome.failure:  # exited 0, but the tool itself says it failed
         return Verdict("failed", (outcome.failure, *notes), False)
-    verified, problems = _check(spec, prepared, outcome, wire)
+    verified, hashed, problems = _check(spec, prepared, outcome, wire)
     # The kernel's word on what was set: a requested algorithm the sender did not use, or
     # a buffer above the cap, is a failed measurement of that setting.
     download = spec.direction == "download"
@@ -844,7 +845,7 @@ def judge(
         f"remote {spec.remote.name}" if download else "this host",
     )
     broken = problems or any(e.startswith(("analysis", "capture")) for e in notes)
-    return Verdict("failed" if broken else "ok", (*problems, *notes), verified)
+    return Verdict("failed" if broken else "ok", (*problems, *notes), verified, hashed)
 
 
 def _undecoded(wire: Wire | None) -> list[str]:
@@ -894,25 +895,32 @@ def _result(prepared: Prepared, ran: Ran, wire: Wire | None, verdict: Verdict, p
         congestion_control=_sender_congestion_control(prepared, ran),
     )
     result = _with_wire(result, wire)
-    why = unproven(result)
+    why = unproven(result, verdict.hashed)
     if why:  # said on the result (the flag, and its error, where every reader looks)
         note = f"{why}: its throughput is no measurement and counts in no baseline"
         result = dataclasses.replace(result, unproven=why, error="; ".join(filter(None, [result.error, note])))
     return result
 
 
-def unproven(result: Result) -> str:
-    """Why an ok transfer proves no bytes moved ("" if it does): no capture read and no
-    verification (nor the program's own count, as iperf3's), or a capture that saw no
-    payload on the wire.  A command that moved nothing (`true`) exits 0 at once and would
-    otherwise read as a transfer at gigabytes a second."""
-    if result.outcome != "ok" or result.verified or result.reported.get("bytes", 0) > 0:
+def unproven(result: Result, hashed: bool = True) -> str:
+    """Why an ok transfer proves no bytes moved ("" if it does).  Proof is the content's
+    sha256 matched (`hashed`, with `verified`), payload the capture saw, the transfer's
+    data sockets' bytes in this host's kernel (tcp_local), or the program's own count (as
+    iperf3's).  A size that matched is none by itself: a command that moved nothing
+    (`true`) exits 0 at once, one that made a file of the size (`truncate -s`) too, and
+    either would read as a transfer at gigabytes a second."""
+    if result.outcome != "ok" or result.reported.get("bytes", 0) > 0:
         return ""
+    if result.verified and hashed:
+        return ""
+    if result.wire_measured and result.payload_bytes_down + result.payload_bytes_up > 0:
+        return ""
+    if result.tcp_local.get("bytes_acked", 0.0) + result.tcp_local.get("bytes_received", 0.0) > 0:
+        return ""
+    checked = "only the size verified (no sha256 known)" if result.verified else "no verification"
     if not result.wire_measured:
-        return "unproven: no capture and no verification"
-    if result.payload_bytes_down + result.payload_bytes_up <= 0:
-        return "unproven: no bytes on the wire and no verification"
-    return ""
+        return f"unproven: no capture and {checked}"
+    return f"unproven: no bytes on the wire and {checked}"
 
 
 def _with_wire(result: Result, wire: Wire | None) -> Result:
@@ -1167,13 +1175,16 @@ def _exited(program: str, returncode: int | None, stderr_tail: str) -> str:
     return f"{program} exited {returncode}" + (f": {'; '.join(lines)}" if lines else "")
 
 
-def _check(spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wire | None) -> tuple[bool, list[str]]:
-    """Integrity and transport checks of a command that exited 0: (verified, problems)."""
+def _check(
+    spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wire | None
+) -> tuple[bool, bool, list[str]]:
+    """Integrity and transport checks of a command that exited 0: (verified, hashed:
+    verified by sha256 too, problems)."""
     problems = []
-    verified = False
+    verified = hashed = False
     if spec.profile.produces_file:
         check = _verify(spec, prepared.context.values)
-        verified = check.ok
+        verified, hashed = check.ok, check.ok and check.hashed
         if check is not UNVERIFIABLE and not check.ok:
             problems.append(f"verification: {check.detail}")
     else:
@@ -1187,7 +1198,7 @@ def _check(spec: TransferSpec, prepared: Prepared, outcome: RunOutcome, wire: Wi
                 + (f"{sent:.0f} bytes sent of {size}" if sent is not None else "no byte count")
             )
     problems += _transport_problems(spec.expectation, wire)
-    return verified, problems
+    return verified, hashed, problems
 
 
 def _verify(spec: TransferSpec, values: Mapping[str, str]) -> datasets.Verification:
