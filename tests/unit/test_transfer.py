@@ -4,11 +4,13 @@ exception that would take the round's other results down).  No lab is built here
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import os
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bigbinf import lab
@@ -144,6 +146,7 @@ def test_a_download_whose_file_only_has_the_size_is_unproven(tmp_path: Path) -> 
     fake = run_transfer(specs["fake"], config, "test")
     assert (fake.outcome, fake.verified, fake.wire_measured) == ("ok", True, False), fake.error
     assert fake.unproven == "unproven: no capture and only the size verified (no sha256 known)"
+    assert not (tmp_path / "work-captures").exists()  # capture off: nothing made for it
     assert not counts_in_baseline(fake)
     # Where the remote's checksums are known, the same size is checked by its sha256: the
     # fake fails, a real copy is proven.
@@ -154,3 +157,32 @@ def test_a_download_whose_file_only_has_the_size_is_unproven(tmp_path: Path) -> 
     assert run_transfer(specs["fake"], config, "test").outcome == "failed"
     copied = run_transfer(specs["copy"], config, "test")
     assert (copied.outcome, copied.verified, copied.unproven) == ("ok", True, ""), copied.error
+
+
+def test_a_full_workdir_at_the_start_of_a_transfer_is_said_of_the_setting_with_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # breaker44: a full workdir disk gave the raw "[Errno 28] No space left on device:
+    # '.../work-captures'" (and named the capture directory with capture off).
+    from bigbinf.measure import transfer
+
+    raw = {
+        "remotes": {"here": {"address": "127.0.0.1", "data_dir": str(tmp_path)}},
+        "datasets": {"f1m": {"file": "f1m.bin", "size": "1MiB"}},
+        "protocols": {"copy": {"command": ["true"], "directions": ["download"]}},
+        "capture": {"enabled": False},
+        "transfer": {"workdir": str(tmp_path / "work")},
+        "journal": {"path": str(tmp_path / "j.jsonl")},
+    }
+    config = parse_config(yaml.safe_dump(raw), "site.yaml")
+
+    def full(spec: object, config: object, workdir: Path, capture_dir: Path) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device", str(workdir))
+
+    monkeypatch.setattr(transfer, "space_shortfall", full)
+    result = run_transfer(plan_round(config)[0], config, "test")
+    assert result.outcome == "failed"
+    assert result.error.startswith(f"transfer.workdir {tmp_path / 'work'}: No space left on device (ENOSPC)"), (
+        result.error
+    )
+    assert "[Errno" not in result.error and "captures" not in result.error

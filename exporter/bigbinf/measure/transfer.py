@@ -410,7 +410,8 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
     password = credentials.password(spec.remote.password_env)
     pcap = capture_directory(config) / f"{workdir.name}.pcap"
     try:
-        pcap.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
+        if config.capture.enabled:  # (with capture off, nothing is written there)
+            pcap.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # captures show who talked to whom
         shortfall = space_shortfall(spec, config, workdir, pcap.parent)
         if shortfall:
             raise _PrepareError(shortfall)
@@ -424,7 +425,10 @@ def prepare(spec: TransferSpec, config: Config, subject: Subject, workdir: Path,
                 "protocol"
             )
         client, mtu = route_to(remote_ip, spec.remote.netns)
-    except (CaptureError, OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
+        # A full, read-only or refused directory: said of the configured place, with its fix.
+        raise _PrepareError(_host_error(exc, config) if is_host_error(exc) else str(exc)) from None
+    except (CaptureError, subprocess.SubprocessError) as exc:
         raise _PrepareError(str(exc)) from None
     values = placeholder_values(spec, workdir, source, upload_name, client)
     # The secret reaches the command only through its environment (under the variable the
