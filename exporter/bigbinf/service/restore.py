@@ -112,8 +112,12 @@ def restore(
         journal.set_aside_unreadable()
         try:
             journal.rotate_now()
-        except OSError as exc:  # e.g. a read-only journal directory: read as it is
-            log.warning("%s: not rotated, read as it is", describe_os_error(exc, journal.path, "journal"))
+        except OSError as exc:  # e.g. a read-only or full journal directory: read as it is
+            # (The rename may have been done and the sealing refused: its own line says so.)
+            log.warning(
+                "%s: its days not rotated and sealed now; read as they are, and sealed by a later rotation",
+                describe_os_error(exc, journal.path, "journal"),
+            )
         # What the last stop could not journal (its disk full or read-only), journaled now.
         try:
             journal.take_back()
