@@ -110,3 +110,13 @@ def test_a_send_buffer_with_room_on_the_sender_is_contradicted() -> None:
     words = "limited by its send buffer 41% of the time (the BDP 1.00 MB)"
     assert contradicted(words, with_(local_wmem_max=262144)) == []
     assert contradicted(words, with_(local_wmem_max=16 << 20))
+
+
+def test_marked_round_trips_claimed_are_held_to_the_packets_the_path_marked() -> None:
+    said = (
+        "ECN marking (congestion on the path: a queue that marks): about {n} of 412 round trips marked CE by the path"
+    )
+    truth: dict[str, Any] = {"path_nft_marked_ce": 36, "receiver": "local", "local_ce_received": 36}
+    assert contradicted(said.format(n=77), truth) == []  # the estimate's spread: 2.14x (a CI run)
+    assert contradicted(said.format(n=100), truth) != []  # no estimate of 36 marks
+    assert contradicted(said.format(n=3), {**truth, "path_nft_marked_ce": 0, "local_ce_received": 0}) != []
