@@ -1314,14 +1314,14 @@ class _Records(Generic[RecordT]):
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released by the close
                 if not _same_file(f, self.path):
                     continue  # rotated while we waited for the lock: append to the new one
-                if not rotated and self._due(f, run[0][0]):
-                    self._rotate(f)
-                    rotated = True
-                    continue
                 f.seek(0)
                 head = f.readline()
                 first = _start_of(head) if head.strip() else None
                 day = math.floor((first if first is not None else run[0][0]) / DAY)
+                if not rotated and math.floor(run[0][0] / DAY) > day:  # as _due, its first line read once
+                    self._rotate(f)
+                    rotated = True
+                    continue
                 lines = [run[0][1]]
                 for start, line in run[1:]:
                     if math.floor(start / DAY) > day:
