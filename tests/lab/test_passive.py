@@ -8,6 +8,7 @@ namespace) must get the verdict the scheduled transfer's judge gives under the s
 from __future__ import annotations
 
 import contextlib
+import signal
 import shutil
 import subprocess
 import time
@@ -194,8 +195,8 @@ def test_the_exporter_journals_publishes_and_lists_them_and_flushes_an_open_one_
         deadline = time.monotonic() + 15
         while not exporter.passive_results() and time.monotonic() < deadline:
             time.sleep(0.1)
-        # An open transfer at the stop: curl held at 1 MiB/s (8 s for its 8 MiB), stopped
-        # with the exporter after 5 s (5 MiB, above min_bytes).
+        # An open transfer at the stop: curl held at 1 MiB/s (8 s for its 8 MiB), paused
+        # after 5 s (5 MiB, above min_bytes) and stopped with the exporter.
         # Unmarked: a marker this worker's environment may carry (an earlier test's
         # exporter) must not make it the exporter's own, nor another start's to end.
         slow = subprocess.Popen(
@@ -205,6 +206,9 @@ def test_the_exporter_journals_publishes_and_lists_them_and_flushes_an_open_one_
         )  # fmt: skip
         time.sleep(5)
         assert slow.poll() is None, (slow.returncode, slow.stderr.read() if slow.stderr else b"")
+        # Held open: a stop that takes longer than curl's last 3 s on a busy host must still
+        # find it open (CI: the whole file journaled when the stop outlasted it).
+        slow.send_signal(signal.SIGSTOP)
         metrics = exporter.metrics.refresh().chunks("text")
         text = b"".join(metrics).decode()
     finally:
