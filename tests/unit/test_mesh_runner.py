@@ -29,7 +29,7 @@ from bigbinf.config import Config, ConfigError, ConfigIssue
 from bigbinf.journal.store import Journal
 from bigbinf.measure.plan import TransferSpec
 from bigbinf.mesh import plan
-from bigbinf.result import PathBaseline, Result
+from bigbinf.result import PathBaseline, Result, SeriesKey
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import build
 from bigbinf.service.mesh_runner import MeshRunner, Transfer, handled_path, overrun_seconds, round_id
@@ -477,6 +477,27 @@ def test_a_late_slot_starts_only_while_its_typical_length_is_left(tmp_path: Path
     assert results is not None and [(r.remote, r.slot_start_timestamp) for r in results] == [("b", t), ("c", t + 1.0)]
     get = _registry(runner.runner.state).get_sample_value
     assert get("bigbinf_mesh_slots_missed_total", {**_series("a", "c"), "reason": "late_start"}) == 1.0
+
+
+def test_a_missed_slot_is_noted_before_it_is_counted(tmp_path: Path) -> None:
+    """A kill between counting a missed slot and noting it handled had the next start count
+    it again (exporter_down: a CI run counted 8 slots of 7): every count a scrape can see
+    has its slot noted already."""
+    runner, view = _runner(tmp_path, "a", StubTransfer({"b": 2.0}))
+    noted = handled_path(view.config.journal.path)
+    seen: list[tuple[str, float]] = []
+    record = runner.runner.state.record_slot_missed
+
+    def checked(key: SeriesKey, reason: str) -> None:
+        seen.append((reason, json.loads(noted.read_text())["handled_through"]))
+        record(key, reason)
+
+    runner.runner.state.record_slot_missed = checked  # type: ignore[method-assign]
+    t = time.time() + 0.5
+    # b's transfer overruns c's first slot (late_start); its second would run past the round.
+    slots = [_slot("a", "b", t, 0.5), _slot("a", "c", t + 0.6, 0.5), _slot("a", "c", t + 1.0, 0.5, repetition=1)]
+    runner.run_round(_plan(t, slots, end=t + 1.2))
+    assert seen == [("late_start", t + 0.6), ("round_does_not_fit", t + 1.0)]
 
 
 def test_slots_that_start_at_or_after_the_next_round_are_not_run_but_counted(tmp_path: Path) -> None:

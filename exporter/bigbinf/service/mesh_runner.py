@@ -323,6 +323,7 @@ class MeshRunner:
             # the journal's results (restored into the state) say so.
             journaled = [r.slot_start_timestamp for r in self.runner.state.latest_results() if r.site == site]
             since = max([since, *(t for t in journaled if t is not None)])
+        per_series: dict[SeriesKey, int] = {}
         if since is not None and since < until:
             earliest = until - DOWNTIME_LOOKBACK_SECONDS
             if since < earliest:
@@ -340,7 +341,6 @@ class MeshRunner:
             except Exception:  # a bug: the exporter runs on without the count
                 log.exception("mesh: cannot count the slots missed while the exporter was down")
                 counts = []
-            per_series: dict[SeriesKey, int] = {}
             for test, n in counts:
                 key = SeriesKey(test.protocol, test.dst, test.dataset, test.direction)
                 per_series[key] = per_series.get(key, 0) + n
@@ -353,8 +353,9 @@ class MeshRunner:
                     _utc(since),
                     _utc(until),
                 )
-                self.runner.state.record_slots_missed(per_series, DOWN, after_scrape=True)
-        self._note_handled(until)
+        self._note_handled(until)  # before the count, as _missed does
+        if per_series:
+            self.runner.state.record_slots_missed(per_series, DOWN, after_scrape=True)
 
     def _round_in_progress_start(self, when: float) -> float | None:
         """Just before the start of the round in progress at `when` (its first slot starts
@@ -455,7 +456,6 @@ class MeshRunner:
                     NO_FIT,
                     f"it would end, with the {plan.guard:g} s guard, after the next round's start ({_utc(plan.end)})",
                 )
-                self._note_handled(slot.start)
                 continue
             self.next_slot_start = slot.start
             if not self._wait_until(slot.start):
@@ -582,6 +582,9 @@ class MeshRunner:
             log.warning(
                 "slot %s-%s of %s: not run (%s): %s", _utc(slot.start), _utc(slot.end), _label(slot), reason, why
             )
+        # Noted before it is counted: a scrape that saw the count finds the slot noted, so a
+        # kill between the two never has the next start count it again (exporter_down).
+        self._note_handled(slot.start)
         self.runner.state.record_slot_missed(series_key(slot), reason)
 
 
