@@ -33,6 +33,7 @@ from bigbinf.result import Result
 from bigbinf.service.restore import LOAD_INLINE_BYTES
 
 from ..support.exporter import ROOT, ExporterProcess
+from ..support.prometheus import PrometheusServer
 from .test_journal_disks import PUBLISHED, metric, site, wait
 
 pytestmark = pytest.mark.lab
@@ -161,7 +162,21 @@ def test_a_kill_while_the_journal_is_read_after_metrics_loses_and_doubles_nothin
     log = tmp_path / "exporter.log"
     config = site(tmp_path, journal, interval="1h")
     with ExporterProcess(config, log) as exporter:
-        wait(f"the {kill_in}", lambda: phase(journal) == kill_in, 120)
+        # Polled often, every phase seen kept: a timeout says where the start stood.
+        seen: list[tuple[float, str]] = []
+        began = time.monotonic()
+
+        def reached() -> bool:
+            now = phase(journal)
+            if not seen or seen[-1][1] != now:
+                seen.append((round(time.monotonic() - began, 2), now))
+            return now == kill_in
+
+        try:
+            PrometheusServer.wait_for(reached, timeout=120, interval=0.05, what=f"the {kill_in}")
+        except TimeoutError as exc:
+            tail = log.read_text()[-3000:]
+            raise AssertionError(f"{exc}; phases seen (s after /metrics): {seen}; log:\n{tail}") from exc
         assert exporter.proc is not None
         os.kill(exporter.proc.pid, signal.SIGKILL)
         exporter.proc.wait()
