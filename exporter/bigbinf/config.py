@@ -514,6 +514,10 @@ class JournalConfig(_Strict):
     # removed (whole; never imported 2015 dumps); null keeps everything.  400 days: enough
     # for a year-on-year comparison (docs/configuration.md, docs/deployment.md).
     retention: Annotated[float | None, BeforeValidator(_retention)] = 400 * 86400.0
+    # Every sealed part read through this often (service/scrub.py: between rounds, slowly),
+    # so damage a disk does to a part in place is found within a day: a start reads only
+    # what its checkpoint does not cover.  0 turns it off.
+    scrub_interval: Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=400 * 86400)] = 86400.0
 
 
 class MetricsConfig(_Strict):

@@ -801,22 +801,22 @@ def _all_lost(part: Path, sealed: int | None = None) -> str:
 def check(journal: str | os.PathLike[str]) -> list[Path]:
     """Read every sealed part of the journal at `journal` through (`journal-compact`) and
     quarantine the damaged ones (a torn line in one too); returns where they were moved aside."""
-    moved = []
-    for segment in segments(journal):
-        if not segment.sealed:
-            continue
-        torn = False
-        try:
-            with Lines(segment.path) as lines:
-                for raw in lines:
-                    torn = torn or (bool(raw.strip()) and not (raw.endswith(b"\n") and _readable(raw)))
-        except FileNotFoundError:
-            continue
-        if lines.damage is not None or torn:
-            aside = quarantine(segment.path)
-            if aside is not None:
-                moved.append(aside)
-    return moved
+    moved = [check_part(segment.path) for segment in segments(journal) if segment.sealed]
+    return [aside for aside in moved if aside is not None]
+
+
+def check_part(part: Path) -> Path | None:
+    """Read one sealed part through (its gzip CRCs, each line's own) and quarantine it if
+    damaged (a torn line in it too): where it was moved aside, None if it reads whole (or
+    is gone: removed past retention since it was listed)."""
+    torn = False
+    try:
+        with Lines(part) as lines:
+            for raw in lines:
+                torn = torn or (bool(raw.strip()) and not (raw.endswith(b"\n") and _readable(raw)))
+    except FileNotFoundError:
+        return None
+    return quarantine(part) if lines.damage is not None or torn else None
 
 
 def _readable(raw: bytes) -> bool:

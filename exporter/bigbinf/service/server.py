@@ -48,7 +48,7 @@ from bigbinf.measure.wire import analyser_worker
 from bigbinf.passive.watcher import PassiveWatcher
 from bigbinf.process import kill_all_active
 from bigbinf.result import Result, SeriesKey
-from bigbinf.service import logtail, sweeps
+from bigbinf.service import logtail, scrub, sweeps
 from bigbinf.service.collector import BigbinfCollector, ExporterState
 from bigbinf.service.exposition import MetricsCache
 from bigbinf.service.httpd import HttpServer
@@ -63,6 +63,7 @@ from bigbinf.service.webconfig import WebConfig, load_web_config, refuse_weakeni
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9753"
 JOB_ID = "round"
+SCRUB_JOB_ID = "journal-scrub"
 ACCEPTS_EVERY = 5.0  # seconds between looks for a journaled `regression accept`
 
 
@@ -320,6 +321,7 @@ class Exporter:
         self.scheduler.add_job(
             self.runner.retry_journal, "interval", seconds=JOURNAL_RETRY_EVERY, id="journal-retry", coalesce=True
         )
+        self._schedule_scrub(self.config.journal.scrub_interval)
         if self.loaded.is_set():
             self._start_jobs()
         assert self.httpd is not None
@@ -328,6 +330,30 @@ class Exporter:
         log.info("listening on %s://%s/metrics", self.web.scheme, self.listen)
         if not self.loaded.is_set():
             threading.Thread(target=self._load_journal, name="journal-load", daemon=True).start()
+
+    def _schedule_scrub(self, interval: float, previous: float | None = None) -> None:
+        """The journal's scrub (service/scrub.py) every `interval` seconds (0: none), the
+        first min(interval, FIRST_AFTER_SECONDS) from now; unchanged where `interval` is
+        `previous` (a reload that left it)."""
+        if interval == previous:
+            return
+        if self.scheduler.get_job(SCRUB_JOB_ID) is not None:
+            self.scheduler.remove_job(SCRUB_JOB_ID)
+        if interval <= 0:
+            return
+        first = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=min(interval, scrub.FIRST_AFTER_SECONDS))
+        self.scheduler.add_job(
+            self._scrub, "interval", seconds=interval, id=SCRUB_JOB_ID, next_run_time=first, coalesce=True
+        )
+
+    def _scrub(self) -> None:
+        runner = self.runner
+        try:
+            if self.loaded.is_set():  # not while the start still reads the journal
+                scrub.scrub_and_say([runner.journal.path, runner.baselines.path], runner.wait_idle, runner.stopping)
+                runner.journal_health()
+        except Exception:  # a bug: the next scrub tries again
+            log.exception("journal scrub failed")
 
     def _start_jobs(self) -> None:
         """The rounds, sweeps and the rest of the schedule, and a mesh site's slots."""
@@ -474,6 +500,7 @@ class Exporter:
         regression_changed = settings_of(config) != settings_of(self.runner.config) or (
             config.regression.enabled != self.runner.config.regression.enabled
         )
+        previous = self.runner.config
         self.runner.config = config
         # New connections use it, and every request's basic auth (a user removed loses
         # access on a kept-alive connection too); a TLS connection keeps what it negotiated.
@@ -508,6 +535,7 @@ class Exporter:
             self.mesh_runner.mesh = mesh  # its plan applies from the next round's start
         else:
             self.scheduler.reschedule_job(JOB_ID, trigger=make_trigger(config.schedule))
+        self._schedule_scrub(config.journal.scrub_interval, previous.journal.scrub_interval)
         self.state.forget_sweeps(config.sweeps)
         self.runner.recent.resize(config.pages.recent_transfers)
         self.runner.recent.forget_sweeps(config.sweeps)
