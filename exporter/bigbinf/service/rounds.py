@@ -674,6 +674,11 @@ class RoundRunner:
         self._lock.release()
         return True
 
+    def busy(self) -> bool:
+        """Whether a round, slot, sweep or recovery of this process holds the round lock now
+        (looked at, not taken: a round due this instant is never skipped for the look)."""
+        return self._lock.locked()
+
     def exclusive(self, timeout: float | None = None) -> bool:
         """Take the round lock for something else that must not overlap a round (a tuning
         sweep, service/sweeps.py): True once held (release with `release`), False if not

@@ -39,7 +39,7 @@ def scrub(
 ) -> tuple[int, int, list[Path]] | None:
     """Read every sealed part of each journal through; (parts read, bytes read, where the
     damaged ones were moved aside), or None if stopped midway.  `idle(timeout)`: whether
-    no round holds the round lock within `timeout` seconds."""
+    no round holds the round lock (False: one did, looked at again after `timeout` seconds)."""
     parts, size, moved = 0, 0, []
     for journal in journals:
         for segment in store.segments(journal):

@@ -350,10 +350,18 @@ class Exporter:
         runner = self.runner
         try:
             if self.loaded.is_set():  # not while the start still reads the journal
-                scrub.scrub_and_say([runner.journal.path, runner.baselines.path], runner.wait_idle, runner.stopping)
+                scrub.scrub_and_say([runner.journal.path, runner.baselines.path], self._idle, runner.stopping)
                 runner.journal_health()
         except Exception:  # a bug: the next scrub tries again
             log.exception("journal scrub failed")
+
+    def _idle(self, timeout: float) -> bool:
+        """For the scrub: True if no round holds the round lock now, else False after
+        `timeout` seconds (or a stop)."""
+        if not self.runner.busy():
+            return True
+        self.runner.stopping.wait(timeout)
+        return False
 
     def _start_jobs(self) -> None:
         """The rounds, sweeps and the rest of the schedule, and a mesh site's slots."""
