@@ -8,8 +8,8 @@ namespace) must get the verdict the scheduled transfer's judge gives under the s
 from __future__ import annotations
 
 import contextlib
-import signal
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
