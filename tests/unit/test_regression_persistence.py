@@ -18,6 +18,7 @@ from bigbinf.history.regression import (
     RegressionSettings,
     correlation_sum,
     persistent_p,
+    recovered,
     run_persistence,
 )
 
@@ -140,3 +141,13 @@ def test_a_step_on_persistent_noise_opens_later() -> None:
     assert opened, "a 40% step never opened"
     assert opened[0] >= ts[step + 3]  # not on the evidence of one spell
     assert opened[0] <= ts[step + 36]  # within a day and a half
+
+
+def test_runs_of_one_spell_carry_a_fraction_of_the_evidence_of_a_recovery() -> None:
+    """`recovered`: six runs back at the level after a 20% drop of a 12% series are
+    decisive when independent; when five runs weigh as one (a spell of good luck that
+    lasts), neither are 20, and 30 are."""
+    fifth = [math.log(0.8)] * 20
+    assert recovered([*fifth, *[0.0] * 6], 0.12, 0.1)
+    assert not recovered([*fifth, *[0.0] * 20], 0.12, 0.1, runs_per_observation=5.0)
+    assert recovered([*fifth, *[0.0] * 30], 0.12, 0.1, runs_per_observation=5.0)

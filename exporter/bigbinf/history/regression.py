@@ -1348,7 +1348,13 @@ def drop_began(residuals: Sequence[float], material_drop: float) -> int:
     return began
 
 
-def recovered(residuals: Sequence[float], noise: float, material_drop: float, baseline_runs: int = 0) -> bool:
+def recovered(
+    residuals: Sequence[float],
+    noise: float,
+    material_drop: float,
+    baseline_runs: int = 0,
+    runs_per_observation: float = 1.0,
+) -> bool:
     """Whether an open regression's runs since its start (residuals, log, against the
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
     the level before (0) than the regression's own level (l1), and a CUSUM of the
@@ -1366,7 +1372,11 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
     noise needs about five (the evidence a page can trust: docs/benchmarks.md).  If its
     runs are not, as a whole, materially below the level before (l1 above 1 -
     material_drop / 2: it opened on a few unlucky runs), the last CLOSE_AFTER runs
-    above the midpoint are enough."""
+    above the midpoint are enough.  Runs that share a congested spell
+    (`runs_per_observation` of them weigh as one, `Persistence.runs_per_observation`)
+    carry that fraction of a run's evidence each: taken as independent, a lucky spell of
+    a persistent series' open regression read as recovered (4 of 6 30% steps on 3 h
+    correlated noise recovered mid-drop and opened again)."""
     if len(residuals) < CLOSE_AFTER:
         return False
     r = np.asarray(residuals, dtype=float)
@@ -1385,7 +1395,7 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
         # linear in the run, so a run 4 SDs out would count as two: clipped (Huber).
         gap = min(level + LEVEL_SES * 1.2533 * sd / math.sqrt(len(own)), level / 2)
         clipped = np.clip(r, gap - CLIP_SDS * sd, CLIP_SDS * sd)
-        cusum = cusum_path((-gap / sd**2) * (clipped - gap / 2))
+        cusum = cusum_path((-gap / sd**2) * (clipped - gap / 2) / max(runs_per_observation, 1.0))
         zero = np.nonzero(cusum == 0.0)[0]
         began = int(zero[-1]) + 1 if len(zero) else 0  # the recovery, if it is one, began here
         if began < CLOSE_AFTER or began == len(own):
@@ -1940,7 +1950,7 @@ class History:
                 track.suspect = None
                 self._apply(track, Event(OPENED, key, test.at, since, test.level))
                 self._retested(key, test)  # against the level before it, from now on
-            elif max(ratio, test.ratio) > 1.0 - s.material_drop / 2 or self._looks(key, track) >= SUSPECT_RUNS:
+            elif max(ratio, test.ratio) > 1.0 - s.material_drop / 2 or self._undecided(key, track, persistence):
                 track.suspect = None  # not materially below, taken together: baseline again
                 self._retested(key, test)
             return
@@ -1949,7 +1959,13 @@ class History:
         if unconfirmed:
             self._apply(track, Event(DISMISSED, key, test.at, track.episode.since))
             self.retest(key)
-        elif recovered(test.episode_residuals, test.noise, s.material_drop, test.baseline_runs):
+        elif recovered(
+            test.episode_residuals,
+            test.noise,
+            s.material_drop,
+            test.baseline_runs,
+            self._persistence(key).runs_per_observation(self._episode_ts(key, track.episode.since, test)),
+        ):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 
@@ -2017,12 +2033,30 @@ class History:
         floor = 1.0 / math.comb(test.baseline_runs + test.recent_runs, test.recent_runs)
         return floor > self.settings.at_once_alpha and p_value <= floor * (1 + 1e-9) and self._opens(key, p_value)
 
+    def _episode_ts(self, key: Any, since: float, test: Tested) -> np.ndarray:
+        """The starts of the runs of the test's episode (since `since`, its residuals')."""
+        ts = self.runs[key][0] if key in self.runs else np.zeros(0)
+        n = len(test.episode_residuals)
+        return ts[ts >= since][-n:] if n else ts[:0]
+
+    def _undecided(self, key: Any, track: Track, persistence: Persistence) -> bool:
+        """Whether a suspicion has been looked at SUSPECT_RUNS times, its looks counted in
+        observations (`suspicion`) as long as its runs fit an episode (EPISODE_RUNS):
+        a 30% step on noise with a 3 h correlation time needs some 25 hourly runs to
+        open, and a suspicion ended after 30 would put its slow runs back into the
+        baseline just before."""
+        looks = self._looks(key, track)
+        if track.suspect is None or looks >= EPISODE_RUNS - self.settings.recent_runs:
+            return looks >= SUSPECT_RUNS
+        per = persistence.runs_per_observation(self._episode_ts(key, track.suspect, self.tests[key]))
+        return 1.0 + (looks - 1) / max(per, 1.0) >= SUSPECT_RUNS
+
     def _persistence(self, key: Any) -> Persistence:
         """The series' run-to-run persistence (`run_persistence`) over its test's baseline
         runs, a regression that recovered within BAD_DAY_SPAN among them (a spell of the
         series', as `_bad_days_p` has it), and the correlation sum of the baseline runs
         its test compares with (those within the time-of-day window of a recent run):
-        worked out only while a series is suspect."""
+        worked out only while a series is suspect or a regression of it is open."""
         k = self.settings.recent_runs
         if key not in self.runs or len(self.runs[key][0]) <= k:
             return NO_PERSISTENCE
