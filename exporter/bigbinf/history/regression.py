@@ -790,6 +790,19 @@ def correlation_sum(ts: np.ndarray, phi: float, gap: float) -> float:
     return total
 
 
+def beyond_spell(test: Tested, inflation: float, alpha: float) -> bool:
+    """Whether the test's drop (its Hodges-Lehmann shift, log) is beyond the upper
+    alpha quantile of the Gaussian shift of its recent runs' mean against the baseline's
+    under no change: the series' per-run SD (`Tested.noise`) times sqrt(inflation (1 / m +
+    1 / n)).  With inflation 1 and three runs against a month that is 2.3 SDs at 4e-5,
+    less than `beyond_noise`'s 3: it adds nothing where runs are independent."""
+    m, n = test.recent_runs, test.baseline_runs
+    if m <= 0 or n <= 0 or not math.isfinite(test.noise) or not 0.0 < alpha < 0.5:
+        return False
+    sd = max(test.noise, MIN_NOISE) * math.sqrt(inflation * (1.0 / m + 1.0 / n))
+    return -math.log(test.ratio) > statistics.NormalDist().inv_cdf(1.0 - alpha) * sd
+
+
 def persistent_p(p_value: float, inflation: float) -> float:
     """A one-sided p-value as a normal deviate, shrunk by sqrt(inflation) (the variance
     the runs' persistence adds, `Persistence.inflation`): p itself at 1, and never below it."""
@@ -1931,7 +1944,13 @@ class History:
             # Benjamini-Hochberg family of 1,000 series held a quiet 30% drop back to its
             # 4th slow run, and a one-series exporter's family (q = p <= fdr, looked at
             # every round) let a heavy-tailed series' dips open 2 per 1,000 series-days.
-            if at_once and (recent_p <= s.at_once_alpha or self._at_floor(key, test, recent_p)):
+            # On a persistent series the rank test's p, shrunk, cannot say how far below
+            # its baseline three runs of a spell lie, only that they are: there a drop
+            # beyond the noise opens once its depth is significant too, as a normal
+            # deviate of the shift over the SD persistence gives three runs' mean
+            # (`beyond_spell`); with no persistence that is implied by the noise gate.
+            deep = beyond_spell(test, recent_inflation, s.at_once_alpha) and test.p_value <= s.at_once_alpha
+            if at_once and (recent_p <= s.at_once_alpha or deep or self._at_floor(key, test, recent_p)):
                 since, drop, seen = max(track.suspect, test.first), test.ratio, test.recent_runs  # the test's runs
             elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
                 since, drop, seen = track.suspect, ratio, runs
