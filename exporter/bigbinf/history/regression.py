@@ -690,6 +690,128 @@ def day_spread(
     return DaySpread(math.sqrt(max(0.0, between)), math.sqrt(within), means_var, inverse_runs, effective, within_df)
 
 
+# Run-to-run persistence (issue 45, breaker45 B1): congestion that lasts longer than the
+# time between rounds (a bulk flow of an hour, a busy afternoon) makes consecutive runs
+# share it, and the rank test, which takes runs as exchangeable, read three runs of one
+# congested spell as three observations: AR(1) noise with a 3 h correlation time opened
+# 16 false regressions per 1,000 series-days on hourly rounds, and 10-30 min on 5-minute
+# rounds 790-1,570.  The baseline's residuals in time order give the persistence phi (the
+# lag-1 autocorrelation over pairs of runs one schedule gap apart), and the test's
+# p-value is taken as a normal deviate and shrunk by the variance the persistence adds to
+# the recent runs' mean against the baseline's (`run_inflation`): with phi 0 it is the
+# rank test's own, exact; at phi 0.72 three runs weigh as 1.3.
+MAX_RUN_PERSISTENCE = 0.98  # beyond it a series' runs are one level for days: 1 run in 100 counts
+MIN_PERSISTENCE_PAIRS = 20  # fewer pairs of consecutive baseline runs: persistence unknown (0)
+MIN_PERSISTENCE_DAY_RUNS = 8  # a day's runs the persistence is estimated within
+PERSISTENCE_WEIGHT_FLOOR = 1e-4  # correlations below this are left out of the sums
+
+
+class Persistence(NamedTuple):
+    """A series' run-to-run persistence and what the test's p-value is shrunk by."""
+
+    phi: float  # lag-1 autocorrelation per schedule gap of the baseline's residuals
+    gap: float  # seconds: the baseline's median time between runs
+    baseline_sum: float  # sum over pairs of the test's baseline runs of phi^(their gap)
+    baseline_runs: int
+
+    def runs_per_observation(self, run_ts: np.ndarray) -> float:
+        """How many of `run_ts`' runs weigh as one independent one: the variance of their
+        mean over one run's / their number (1 with no persistence, up to (1 + phi) /
+        (1 - phi) for many)."""
+        if self.phi <= 0.0 or len(run_ts) == 0:
+            return 1.0
+        return correlation_sum(np.sort(np.asarray(run_ts, dtype=float)), self.phi, self.gap) / len(run_ts)
+
+    def inflation(self, run_ts: np.ndarray) -> float:
+        """How many times the variance of `run_ts`' mean less the baseline's mean exceeds
+        what independent runs would give it (1 with no persistence)."""
+        m, n = len(run_ts), self.baseline_runs
+        if self.phi <= 0.0 or m == 0 or n == 0:
+            return 1.0
+        own = correlation_sum(np.sort(np.asarray(run_ts, dtype=float)), self.phi, self.gap)
+        return max(1.0, (own / m**2 + self.baseline_sum / n**2) / (1.0 / m + 1.0 / n))
+
+
+NO_PERSISTENCE = Persistence(0.0, 0.0, 0.0, 0)
+
+
+def run_persistence(ts: np.ndarray, tod: np.ndarray, res: np.ndarray) -> tuple[float, float]:
+    """(phi, gap): the lag-1 autocorrelation of log throughputs `res` of runs at `ts`
+    (time order; `tod`, their local times of day) over the pairs of consecutive runs at
+    most 1.5 median gaps apart within one local day, each run less its time-of-day bin's
+    mean and its day's; and that median gap.  The bin's mean, not `tod_residuals`: the
+    median of a window of hourly runs around a 15-minute bin holds one run more after it
+    than before, and on a diurnal slope its residuals run alike from hour to hour (0.33
+    on independent 3% noise).  The day's: a day's own level, and a level change between
+    days, are the day gate's (`day_spread`, `level_change`), not the runs'.  Bias-corrected as
+    `lag1_persistence`, on the days' mean number of runs k ((k r + 1) / (k - 3): a day's
+    own mean takes about (1 + 3 phi) / k off r), over days of MIN_PERSISTENCE_DAY_RUNS
+    runs or more (fewer, the rounds are hours apart and the day gate decides alone);
+    clipped to [0, MAX_RUN_PERSISTENCE].  Not winsorized: a spell of slow runs is the
+    persistence itself, and one outlying run only lowers the estimate."""
+    if len(ts) < MIN_PERSISTENCE_PAIRS + 1:
+        return 0.0, 0.0
+    gap = median(np.diff(ts))
+    _, inverse, counts = unique_days(day_keys(ts, tod))
+    full = counts[inverse] >= MIN_PERSISTENCE_DAY_RUNS
+    if gap <= 0.0 or int(full.sum()) < MIN_PERSISTENCE_PAIRS + 1:
+        return 0.0, gap
+    ts, res, inverse = ts[full], res[full], inverse[full]
+    bins = (tod[full] // BIN_SECONDS).astype(int) % BINS
+    centred = res.copy()
+    for _ in range(2):  # each run less its time-of-day bin's mean and its day's, in turn
+        centred -= (np.bincount(bins, centred, minlength=BINS) / np.maximum(np.bincount(bins, minlength=BINS), 1))[bins]
+        centred -= (np.bincount(inverse, centred) / np.maximum(np.bincount(inverse), 1))[inverse]
+    gaps = np.diff(ts)
+    pairs = (inverse[1:] == inverse[:-1]) & (gaps > 0.0) & (gaps <= 1.5 * gap)
+    total = float(np.sum(centred**2))
+    if int(pairs.sum()) < MIN_PERSISTENCE_PAIRS or total <= 0.0:
+        return 0.0, gap
+    r = float(np.mean(centred[:-1][pairs] * centred[1:][pairs])) / (total / len(ts))
+    k = len(ts) / len(np.unique(inverse))
+    return min(MAX_RUN_PERSISTENCE, max(0.0, (k * r + 1.0) / (k - 3.0))), gap
+
+
+def correlation_sum(ts: np.ndarray, phi: float, gap: float) -> float:
+    """The sum over every pair (i, j) of runs at `ts` (sorted) of phi^(|t_i - t_j| / gap),
+    the pairs with themselves included: n for independent runs; the variance of their
+    mean is this over n^2 times one run's.  Lags whose every weight is below
+    PERSISTENCE_WEIGHT_FLOOR end the sum (sorted: later lags are further apart)."""
+    n = len(ts)
+    total = float(n)
+    if phi <= 0.0 or gap <= 0.0 or n < 2:
+        return total
+    rate = math.log(phi) / gap
+    for k in range(1, n):
+        weights = np.exp((ts[k:] - ts[:-k]) * rate)
+        total += 2.0 * float(weights.sum())
+        if float(weights.max()) < PERSISTENCE_WEIGHT_FLOOR:
+            break
+    return total
+
+
+def beyond_spell(test: Tested, inflation: float, alpha: float) -> bool:
+    """Whether the test's drop (its Hodges-Lehmann shift, log) is beyond the upper
+    alpha quantile of the Gaussian shift of its recent runs' mean against the baseline's
+    under no change: the series' per-run SD (`Tested.noise`) times sqrt(inflation (1 / m +
+    1 / n)).  With inflation 1 and three runs against a month that is 2.3 SDs at 4e-5,
+    less than `beyond_noise`'s 3: it adds nothing where runs are independent."""
+    m, n = test.recent_runs, test.baseline_runs
+    if m <= 0 or n <= 0 or not math.isfinite(test.noise) or not 0.0 < alpha < 0.5:
+        return False
+    sd = max(test.noise, MIN_NOISE) * math.sqrt(inflation * (1.0 / m + 1.0 / n))
+    return -math.log(test.ratio) > statistics.NormalDist().inv_cdf(1.0 - alpha) * sd
+
+
+def persistent_p(p_value: float, inflation: float) -> float:
+    """A one-sided p-value as a normal deviate, shrunk by sqrt(inflation) (the variance
+    the runs' persistence adds, `Persistence.inflation`): p itself at 1, and never below it."""
+    if inflation <= 1.0 or not 0.0 < p_value < 0.5:
+        return p_value
+    normal = statistics.NormalDist()
+    return max(p_value, normal.cdf(normal.inv_cdf(max(p_value, 1e-300)) / math.sqrt(inflation)))
+
+
 # A level change among the baseline's day means (issue 45, the breaker of the day gate:
 # a quiet series stepped up 1.2x, good news, and a 30% drop after it never opened, its
 # baseline's days spanning two levels read as a day-to-day SD of 9%) is a change of the
@@ -1200,17 +1322,30 @@ def beyond_noise(ratio: float, noise: float) -> bool:
     return -math.log(ratio) > AT_ONCE_SDS * max(sd, MIN_NOISE)
 
 
-def suspicion(test: Tested, recent_runs: int, looks: int) -> tuple[float, float, int]:
+def suspicion(
+    test: Tested,
+    recent_runs: int,
+    looks: int,
+    episode_inflation: float = 1.0,
+    recent_inflation: float = 1.0,
+    runs_per_observation: float = 1.0,
+) -> tuple[float, float, int]:
     """(p-value, ratio, runs) of a suspect series' runs since its drop began, taken
     together against the baseline before it (the test's episode fields; the test's own
     recent runs when it has none).  The p-value is Bonferroni-corrected for the looks the
     suspicion has taken (each round one, and the start chosen where the drop looks
     worst): without that, a noisy unchanged series' stretch of unlucky runs, tested
-    every round, opened about once per 1,000 series-days."""
+    every round, opened about once per 1,000 series-days.  The inflations are what the
+    series' run-to-run persistence adds to the variance of the runs' mean
+    (`Persistence.inflation`), the episode's and the recent runs' (`persistent_p`); and
+    a look on a run that weighs as a fraction of an observation (`runs_per_observation`
+    of the episode's runs, `Persistence.runs_per_observation`) is that fraction of a
+    look: the looks after the first are counted in observations."""
     if test.episode_residuals and math.isfinite(test.episode_p_value) and math.isfinite(test.episode_ratio):
-        p = min(1.0, test.episode_p_value * (looks + LOOKS_EXTRA - 1))
+        counted = 1.0 + (looks - 1) / max(runs_per_observation, 1.0)
+        p = min(1.0, persistent_p(test.episode_p_value, episode_inflation) * (counted + LOOKS_EXTRA - 1))
         return p, test.episode_ratio, len(test.episode_residuals)
-    return test.p_value, test.ratio, recent_runs
+    return persistent_p(test.p_value, recent_inflation), test.ratio, recent_runs
 
 
 def drop_began(residuals: Sequence[float], material_drop: float) -> int:
@@ -1226,7 +1361,13 @@ def drop_began(residuals: Sequence[float], material_drop: float) -> int:
     return began
 
 
-def recovered(residuals: Sequence[float], noise: float, material_drop: float, baseline_runs: int = 0) -> bool:
+def recovered(
+    residuals: Sequence[float],
+    noise: float,
+    material_drop: float,
+    baseline_runs: int = 0,
+    runs_per_observation: float = 1.0,
+) -> bool:
     """Whether an open regression's runs since its start (residuals, log, against the
     level before; oldest first) show it recovered: its last CLOSE_AFTER runs are nearer
     the level before (0) than the regression's own level (l1), and a CUSUM of the
@@ -1244,7 +1385,11 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
     noise needs about five (the evidence a page can trust: docs/benchmarks.md).  If its
     runs are not, as a whole, materially below the level before (l1 above 1 -
     material_drop / 2: it opened on a few unlucky runs), the last CLOSE_AFTER runs
-    above the midpoint are enough."""
+    above the midpoint are enough.  Runs that share a congested spell
+    (`runs_per_observation` of them weigh as one, `Persistence.runs_per_observation`)
+    carry that fraction of a run's evidence each: taken as independent, a lucky spell of
+    a persistent series' open regression read as recovered (4 of 6 30% steps on 3 h
+    correlated noise recovered mid-drop and opened again)."""
     if len(residuals) < CLOSE_AFTER:
         return False
     r = np.asarray(residuals, dtype=float)
@@ -1263,7 +1408,7 @@ def recovered(residuals: Sequence[float], noise: float, material_drop: float, ba
         # linear in the run, so a run 4 SDs out would count as two: clipped (Huber).
         gap = min(level + LEVEL_SES * 1.2533 * sd / math.sqrt(len(own)), level / 2)
         clipped = np.clip(r, gap - CLIP_SDS * sd, CLIP_SDS * sd)
-        cusum = cusum_path((-gap / sd**2) * (clipped - gap / 2))
+        cusum = cusum_path((-gap / sd**2) * (clipped - gap / 2) / max(runs_per_observation, 1.0))
         zero = np.nonzero(cusum == 0.0)[0]
         began = int(zero[-1]) + 1 if len(zero) else 0  # the recovery, if it is one, began here
         if began < CLOSE_AFTER or began == len(own):
@@ -1774,7 +1919,23 @@ class History:
                 track.suspect = track.suspect_began = test.first
                 test = self._retested(key, test)
             test = self._anchored(key, track, test)
-            p, ratio, runs = suspicion(test, s.recent_runs, self._looks(key, track))
+            # Runs that share a congested spell are fewer observations than runs: the
+            # p-values are shrunk by what the series' persistence adds (`persistent_p`).
+            persistence = self._persistence(key)
+            ts = self.runs[key][0] if key in self.runs else np.zeros(0)
+            recent_inflation = persistence.inflation(ts[-s.recent_runs :])
+            recent_p = persistent_p(test.p_value, recent_inflation)
+            since_suspect = ts[ts >= (track.suspect if track.suspect is not None else math.inf)]
+            episode_ts = since_suspect[-len(test.episode_residuals) :] if test.episode_residuals else ts[:0]
+            looks = self._looks(key, track)
+            p, ratio, runs = suspicion(
+                test,
+                s.recent_runs,
+                looks,
+                persistence.inflation(episode_ts),
+                recent_inflation,
+                persistence.runs_per_observation(episode_ts),
+            )
             material = 1.0 - s.material_drop
             # A drop beyond the noise opens on the test alone, as it always did; one within
             # it once more than recent_runs runs since it began show it, taken together.
@@ -1783,7 +1944,13 @@ class History:
             # Benjamini-Hochberg family of 1,000 series held a quiet 30% drop back to its
             # 4th slow run, and a one-series exporter's family (q = p <= fdr, looked at
             # every round) let a heavy-tailed series' dips open 2 per 1,000 series-days.
-            if at_once and (test.p_value <= s.at_once_alpha or self._at_floor(key, test)):
+            # On a persistent series the rank test's p, shrunk, cannot say how far below
+            # its baseline three runs of a spell lie, only that they are: there a drop
+            # beyond the noise opens once its depth is significant too, as a normal
+            # deviate of the shift over the SD persistence gives three runs' mean
+            # (`beyond_spell`); with no persistence that is implied by the noise gate.
+            deep = beyond_spell(test, recent_inflation, s.at_once_alpha) and test.p_value <= s.at_once_alpha
+            if at_once and (recent_p <= s.at_once_alpha or deep or self._at_floor(key, test, recent_p)):
                 since, drop, seen = max(track.suspect, test.first), test.ratio, test.recent_runs  # the test's runs
             elif ratio <= material and runs > s.recent_runs and p <= s.series_alpha and self._opens(key, p):
                 since, drop, seen = track.suspect, ratio, runs
@@ -1802,7 +1969,7 @@ class History:
                 track.suspect = None
                 self._apply(track, Event(OPENED, key, test.at, since, test.level))
                 self._retested(key, test)  # against the level before it, from now on
-            elif max(ratio, test.ratio) > 1.0 - s.material_drop / 2 or self._looks(key, track) >= SUSPECT_RUNS:
+            elif max(ratio, test.ratio) > 1.0 - s.material_drop / 2 or self._undecided(key, track, persistence):
                 track.suspect = None  # not materially below, taken together: baseline again
                 self._retested(key, test)
             return
@@ -1811,7 +1978,13 @@ class History:
         if unconfirmed:
             self._apply(track, Event(DISMISSED, key, test.at, track.episode.since))
             self.retest(key)
-        elif recovered(test.episode_residuals, test.noise, s.material_drop, test.baseline_runs):
+        elif recovered(
+            test.episode_residuals,
+            test.noise,
+            s.material_drop,
+            test.baseline_runs,
+            self._persistence(key).runs_per_observation(self._episode_ts(key, track.episode.since, test)),
+        ):
             self._apply(track, Event(RECOVERED, key, test.at, track.episode.since))
             self.retest(key)
 
@@ -1868,19 +2041,62 @@ class History:
             )
         )
 
-    def _at_floor(self, key: Any, test: Tested) -> bool:
+    def _at_floor(self, key: Any, test: Tested, p_value: float) -> bool:
         """Whether a drop beyond the noise whose baseline cannot reach at_once_alpha (a
         young series on a fast schedule: every 2 s, at_once_alpha is 2e-8, three runs
         below 30 have p 1.8e-4) has the strongest evidence its baseline can give (every
         recent run below every baseline run, p = 1 / C(n + k, k)) and is significant in
         the family (q <= fdr): then it opens, as every drop beyond the noise did before
-        the per-series level."""
+        the per-series level.  `p_value`: the test's, shrunk for the series' persistence
+        (`persistent_p`): runs that share a spell are not the strongest evidence."""
         floor = 1.0 / math.comb(test.baseline_runs + test.recent_runs, test.recent_runs)
-        return (
-            floor > self.settings.at_once_alpha
-            and test.p_value <= floor * (1 + 1e-9)
-            and self._opens(key, test.p_value)
-        )
+        return floor > self.settings.at_once_alpha and p_value <= floor * (1 + 1e-9) and self._opens(key, p_value)
+
+    def _episode_ts(self, key: Any, since: float, test: Tested) -> np.ndarray:
+        """The starts of the runs of the test's episode (since `since`, its residuals')."""
+        ts = self.runs[key][0] if key in self.runs else np.zeros(0)
+        n = len(test.episode_residuals)
+        return ts[ts >= since][-n:] if n else ts[:0]
+
+    def _undecided(self, key: Any, track: Track, persistence: Persistence) -> bool:
+        """Whether a suspicion has been looked at SUSPECT_RUNS times, its looks counted in
+        observations (`suspicion`) as long as its runs fit an episode (EPISODE_RUNS):
+        a 30% step on noise with a 3 h correlation time needs some 25 hourly runs to
+        open, and a suspicion ended after 30 would put its slow runs back into the
+        baseline just before."""
+        looks = self._looks(key, track)
+        if track.suspect is None or looks >= EPISODE_RUNS - self.settings.recent_runs:
+            return looks >= SUSPECT_RUNS
+        per = persistence.runs_per_observation(self._episode_ts(key, track.suspect, self.tests[key]))
+        return 1.0 + (looks - 1) / max(per, 1.0) >= SUSPECT_RUNS
+
+    def _persistence(self, key: Any) -> Persistence:
+        """The series' run-to-run persistence (`run_persistence`) over its test's baseline
+        runs, a regression that recovered within BAD_DAY_SPAN among them (a spell of the
+        series', as `_bad_days_p` has it), and the correlation sum of the baseline runs
+        its test compares with (those within the time-of-day window of a recent run):
+        worked out only while a series is suspect or a regression of it is open."""
+        k = self.settings.recent_runs
+        if key not in self.runs or len(self.runs[key][0]) <= k:
+            return NO_PERSISTENCE
+        ts, tod, logs = self.runs[key]
+        excluded, shifts = self._excluded(key)
+        moved = shifted(ts, logs, shifts)
+        spells = [(lo, hi) for lo, hi in excluded if not (math.isfinite(lo) and hi - lo <= BAD_DAY_SPAN)]
+        wide = baseline_mask(ts, self.settings, spells)
+        if int(wide.sum()) < MIN_PERSISTENCE_PAIRS + 1:
+            return NO_PERSISTENCE
+        window = self.settings.time_of_day_window_seconds
+        phi, gap = run_persistence(ts[wide], tod[wide], moved[wide])
+        if phi <= 0.0:
+            return NO_PERSISTENCE
+        keep = baseline_mask(ts, self.settings, excluded)
+        base_ts, base_tod = ts[keep], tod[keep]
+        near = np.zeros(len(base_ts), dtype=bool)
+        for t in tod[-k:].tolist():
+            apart = np.abs(base_tod - t) % DAY
+            near |= np.minimum(apart, DAY - apart) <= window
+        return Persistence(phi, gap, correlation_sum(base_ts[near], phi, gap), int(near.sum()))
 
     def _anchored(self, key: Any, track: Track, test: Tested) -> Tested:
         """The suspicion re-anchored where its runs' drop began: after the last time a
