@@ -42,7 +42,7 @@ from tests.support.plain_causes import CAUSES as PLAIN_CAUSES  # noqa: E402
 from bigbinf import lab  # noqa: E402
 from bigbinf.config import Config  # noqa: E402
 from bigbinf.lab import LabLayout  # noqa: E402
-from bigbinf.result import Result  # noqa: E402
+from bigbinf.result import PathBaseline, Result  # noqa: E402
 
 
 def main() -> int:
@@ -173,7 +173,8 @@ def plain(args: argparse.Namespace) -> int:
                 for cause in here:
                     outcome = plain_site.PlainOutcome(cause)  # type: ignore[arg-type]
                     for _ in range(args.runs):
-                        r, t = plain_site.run_cause_with_truth(site, cause)
+                        baselines: list[PathBaseline] = []
+                        r, t = plain_site.run_cause_with_truth(site, cause, baselines)
                         outcome.results.append(r)
                         outcome.truths.append(t)
                         against = outcome.contradicted()[-1]
@@ -191,6 +192,9 @@ def plain(args: argparse.Namespace) -> int:
                             "contradicted": against, "truth": t, "one_way": r.one_way,
                             "sender_tcp": r.sender_tcp, "congestion_control": r.congestion_control,
                             "rate": r.throughput_bytes_per_second, "duration": r.duration_seconds,
+                            # The whole Result and the baseline it was judged with: re-judged
+                            # offline with judge_limit(Result.from_json(..), PathBaseline.from_json(..)).
+                            "result": r.to_json(), "baseline": baselines[0].to_json(),
                         })  # fmt: skip
                     outcomes.append(outcome)
             lab.teardown(layouts.pop())

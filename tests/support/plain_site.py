@@ -43,7 +43,7 @@ from bigbinf.measure.path.baseline import measure_path
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import run_transfer
 from bigbinf.protocols.scp import SSH_COMMAND_LINE
-from bigbinf.result import LIMITS, Result
+from bigbinf.result import LIMITS, PathBaseline, Result
 
 from . import against_truth, session, truth, verdicts
 
@@ -490,10 +490,13 @@ def run_cause(site: PlainSite, cause: PlainCause) -> Result:
     return run_cause_with_truth(site, cause)[0]
 
 
-def run_cause_with_truth(site: PlainSite, cause: PlainCause) -> tuple[Result, truth.Truth]:
+def run_cause_with_truth(
+    site: PlainSite, cause: PlainCause, baselines: list[PathBaseline] | None = None
+) -> tuple[Result, truth.Truth]:
     """run_cause, and the run's truth: the counters of tests/support/truth.py, read just
     before and just after the transfer (not the probe nor the estimate), with the cause
-    still induced."""
+    still induced; the path's baseline the judge was given is appended to `baselines`
+    (so a recorded run can be re-judged as it was)."""
     with cause.setup(site) if cause.setup else contextlib.nullcontext() as changes:
         config = site.with_changes(changes)
         bandwidth = cause.estimate(site) if cause.estimate else None
@@ -503,6 +506,8 @@ def run_cause_with_truth(site: PlainSite, cause: PlainCause) -> tuple[Result, tr
             if (s.protocol, s.dataset, s.direction) == (cause.protocol, cause.dataset, cause.direction)
         ]
         baseline = measure_path(spec.remote, bandwidth)
+        if baselines is not None:
+            baselines.append(baseline)
         before = truth.snapshot(site.layout)
         r = run_transfer(spec, config, "plain-verdicts", baseline)
         after = truth.snapshot(site.layout)

@@ -350,12 +350,15 @@ def return_queue(i: Inputs) -> float | None:
     and the data way's did not (None otherwise, or where the timestamps did not say): each
     way's one-way delay over the flow's second half above its least (measure/wire/oneway.py),
     the return way's at least QUEUE_SHARE of the path's minimum round trip (and
-    QUEUE_SECONDS), the data way's below that."""
+    QUEUE_SECONDS), the data way's below that or below QUEUE_SHARE of the return way's (a
+    busy host's userspace delay line delays both ways by its own wait: tens of ms on the
+    data way beside the ACKs' 300 ms and more leaves the return way's queue the standing
+    one)."""
     ack, data = i.one_way.get("ack_queue_seconds"), i.one_way.get("data_queue_seconds")
     if ack is None or data is None or not i.rtt:
         return None
     least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
-    return ack if ack >= least and data < least else None
+    return ack if ack >= least and (data < least or data <= QUEUE_SHARE * ack) else None
 
 
 def ack_clock(i: Inputs) -> Bound | None:

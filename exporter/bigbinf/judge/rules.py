@@ -54,7 +54,9 @@ sender, and what only shows once nothing else does last:
     ACK clock's bound (bounds.ack_clock) met the rate; a queue so placed is never another
     flow's;
 11. shared_path: network-limited below the path's estimate, nothing of the transfer
-    holding it (_shared_path), a standing queue on the data way: before busy_host,
+    holding it (_shared_path), a standing queue on the data way (withheld where the
+    timestamps put most of it on the return way, or carried ticks the one-way pass could
+    not place it from: _queue_not_on_data_way): before busy_host,
     whose waits a sender with a backlog in flight shows did not hold it (unless the
     lab's delay line, the path on this host, waited for a CPU);
 12. busy_host: this host waited for a CPU BUSY_SHARE of the transfer (vetoes.busy_host),
@@ -751,17 +753,38 @@ def _return_path(i: Inputs, steady: float, in_flight: float | None) -> Limit | N
 
 
 def _queue_not_on_data_way(i: Inputs) -> str:
-    """Words, where the round trip's standing queue was not on the data way (the timestamps
-    say its one-way delay stayed flat: measure/wire/oneway.py): then no other flow shared
-    the data's bottleneck ("" where the data way held a queue, or it was not measured)."""
+    """Words, where the round trip's standing queue is not positively the data way's, so
+    it is no evidence of another flow on the data's bottleneck: the timestamps say the data
+    way's one-way delay stayed flat, or rose less than the return way's (measure/wire/oneway.py:
+    most of the rise was then the ACKs'), or the capture carried the remote's timestamps
+    and the one-way pass could not place the queue on either way (its clock not fitted, too
+    few ticks).  "" where the data way held the queue, or where nothing could tell the ways
+    apart (no timestamps negotiated, no capture, a journal from before peer_ticks): there
+    the round trip alone decides."""
     ack, data = i.one_way.get("ack_queue_seconds"), i.one_way.get("data_queue_seconds")
-    if data is None or ack is None or not i.rtt or data >= max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS):
+    if not i.rtt:
         return ""
-    where = (
-        "on the return path (the ACKs' way): this transfer's own ACKs can build it"
-        if bounds.return_queue(i) is not None
-        else "on neither way for long"
-    )
+    if data is None or ack is None:
+        ticks = i.one_way.get("peer_ticks", 0.0)
+        if not ticks:
+            return ""
+        return (
+            f"the standing queue ({_rtt_words(i)}) could not be placed on either way: the capture carried "
+            f"{ticks:.0f} ticks of the remote's TCP timestamps, but the one-way pass measured no delay from them "
+            "(the remote's clock rate not fitted, or too few ticks), so it may be the return path's (this "
+            "transfer's own ACKs) as well as another flow's"
+        )
+    least = max(QUEUE_SHARE * i.rtt, QUEUE_SECONDS)
+    if data >= least and data >= ack:
+        return ""
+    if data < least:
+        where = (
+            "on the return path (the ACKs' way): this transfer's own ACKs can build it"
+            if bounds.return_queue(i) is not None
+            else "on neither way for long"
+        )
+    else:
+        where = "mostly on the return path (the ACKs' way), where this transfer's own ACKs can build it"
     return (
         f"the standing queue ({_rtt_words(i)}) was {where}; by the remote's TCP timestamps the data way's one-way "
         f"delay stood {data * 1000:.1f} ms above its least, the return way's {ack * 1000:.1f} ms"

@@ -90,6 +90,7 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
     Keys: records (read), whole (0: cut at MAX_RECORDS), data_up (1: the
     data went to the remote), of the data flows (data_flows) their data_bytes, ack_packets
     (pure ACKs the other way) and ack_wire_bytes (their frames the other way, all of them),
+    peer_ticks (the remote's clock ticks seen on the largest flow: 0 without timestamps),
     and where the timestamps allow
     (MIN_SAMPLES ticks of the remote's clock or more):
     peer_clock_hz, samples, data_queue_seconds and ack_queue_seconds (each way's median
@@ -173,6 +174,9 @@ def one_way(path: PathLike, client_address: str, remote_address: str) -> dict[st
         "data_bytes": float(sum(f.payload_up if data_up else f.payload_down for f in data)),
         "ack_packets": float(sum(f.pure_acks_down if data_up else f.pure_acks_up for f in data)),
         "ack_wire_bytes": float(sum(f.wire_down if data_up else f.wire_up for f in data)),
+        # Ticks of the remote's clock seen on the largest flow (0: no timestamps negotiated):
+        # where there are some and no delays below, the pass could not place a queue.
+        "peer_ticks": float(len(main.remote)),
     }
     return {**figures, **_delays(main, data_up)}
 
