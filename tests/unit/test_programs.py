@@ -35,10 +35,12 @@ def _watched(argv: list[str], seconds: float) -> dict[str, dict[str, float]]:
 
 def test_a_busy_loop_is_runnable_all_its_life_whatever_the_machine_does() -> None:
     # On a core or queued for one: both count, so a busy machine changes the split, not the sum.
-    seen = _watched([sys.executable, "-c", "while True: pass"], 0.8)
+    # 2.5 s: the interpreter's start (reading its modules: neither on a core nor queued)
+    # took 0.09 of a 0.8 s life in a CI run at load 10 (0.894 runnable); here it is 4% or less.
+    seen = _watched([sys.executable, "-c", "while True: pass"], 2.5)
     (busy,) = seen.values()
     assert busy["runnable_share"] >= 0.9, busy
-    assert busy["samples"] >= 5 and 0.5 <= busy["seconds"] <= 1.0
+    assert busy["samples"] >= 5 and 2.0 <= busy["seconds"] <= 3.0
 
 
 def test_a_sleeping_program_is_neither_on_a_core_nor_waiting() -> None:
