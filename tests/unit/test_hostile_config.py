@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from bigbinf import config as config_module
 from bigbinf.config import Config, ConfigError, validate_config
+from bigbinf.lab.mesh import layout as lab_layout
 from bigbinf.measure.plan import plan_round
 from bigbinf.measure.transfer import placeholder_values
 from bigbinf.mesh.config import MeshConfig, MeshError, parse_mesh, site_config
@@ -451,7 +452,9 @@ def test_a_hostile_string_in_any_mesh_setting_is_refused_or_runs_nothing(
     except MeshError as exc:
         assert _named(exc.lines(), path, value), (path, value, exc.lines())
         return
-    record = run_everything(site_config(mesh, "b", "mesh.yaml"), tmp, marker)
+    # A lab setting that passed (a lab name such as 'a') makes a lab mesh, whose sites the
+    # lab lays out (names and paths only: nothing is built here).
+    record = run_everything(site_config(mesh, "b", "mesh.yaml", lab=lab_layout), tmp, marker)
     if TEMPLATE.search(path):  # the author's own argv (see check)
         argvs = [json.loads(line)["argv"] for line in record.read_text().splitlines()]
         assert _one_argument(value, argvs), (path, value)
