@@ -87,7 +87,7 @@ def _mathis(p: float, mss: float = 1448.0, rtt: float = 0.02371) -> float:
 
 def test_the_loss_bound_counts_the_round_trips_the_path_marked_ce_in() -> None:
     # 534 segments acknowledged marked over a window of 16.3: 33 marked round trips; p is
-    # those per segment sent (nothing lost), and Mathis with it allows 1.02 MB/s.
+    # those per segment sent (nothing lost), and Mathis with it allows 0.99 MB/s.
     i = Inputs.of(_marked(), ROUTER)
     assert i.real_losses == 0
     assert math.isclose(i.ce_rounds, 534.0 / WINDOW)
